@@ -1,0 +1,248 @@
+#!/usr/bin/env python
+"""Peer runner: PECOS XR-Linear (libpecos) on pre-featurised sparse matrices.
+
+Run with the PECOS venv (bench/peers/setup_pecos.sh):
+
+    bench/.venv-pecos/bin/python bench/peers/pecos_xlinear.py --workdir DIR [--threads 2]
+
+DIR must contain X_train.npz, Y_train.npz, X_test.npz (scipy.sparse.save_npz,
+CSR float32; X L2-normalised TF-IDF, Y binary). Optional Y_test.npz: if present,
+P@1/3/5 are added to the result. Writes into DIR:
+
+    pecos_result.json  timings + params
+    pecos_pred.npz     indices (n x k int32, -1 padded), scores (n x k float32), best first
+
+Training uses PECOS defaults (the README recipe): PIFA label embeddings,
+hierarchical spherical k-means tree, XLinearModel.train with squared-hinge
+(L2R_L2LOSS_SVC_DUAL), Cp=Cn=1, threshold 0.1, teacher-forced negatives ("tfn"),
+post-processor l3-hinge.
+
+Timing: tree_s = PIFA embedding + Indexer.gen; rankers_s = XLinearModel.train;
+train_s = tree_s + rankers_s (feature extraction is excluded; it happens upstream).
+
+Inference uses PECOS's predict-only C++ model (save, then
+XLinearModel.load(..., is_predict_only=True), default weight layout
+BINARY_SEARCH_CHUNKED), which is the path PECOS recommends for real-time
+inference; the Python-held model is also timed for single queries for reference.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from importlib.metadata import version as pkg_version
+
+import numpy as np
+import scipy.sparse as smat
+
+
+def load_csr(path):
+    m = smat.load_npz(path).tocsr().astype(np.float32)
+    m.sort_indices()
+    m.sum_duplicates()
+    return m
+
+
+def topk_arrays(pred, k):
+    """CSR prediction matrix -> (indices, scores) n x k, best first, -1 / -inf padded."""
+    pred = pred.tocsr()
+    n = pred.shape[0]
+    idx = np.full((n, k), -1, dtype=np.int32)
+    sc = np.full((n, k), -np.inf, dtype=np.float32)
+    indptr, indices, data = pred.indptr, pred.indices, pred.data
+    for i in range(n):
+        s, e = indptr[i], indptr[i + 1]
+        if e == s:
+            continue
+        d = data[s:e]
+        order = np.argsort(-d, kind="stable")[:k]
+        idx[i, : len(order)] = indices[s:e][order]
+        sc[i, : len(order)] = d[order]
+    return idx, sc
+
+
+def precision_at(idx, Y, ks=(1, 3, 5)):
+    Y = Y.tocsr()
+    out = {}
+    n = Y.shape[0]
+    for k in ks:
+        if k > idx.shape[1]:
+            continue
+        hits = 0
+        for i in range(n):
+            row = set(Y.indices[Y.indptr[i] : Y.indptr[i + 1]].tolist())
+            hits += sum(1 for j in idx[i, :k] if j >= 0 and j in row)
+        out[f"p@{k}"] = hits / (n * k)
+    return out
+
+
+def pct(values, q):
+    return float(np.percentile(np.asarray(values), q))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--beam-size", type=int, default=10)
+    ap.add_argument("--topk", type=int, default=10)
+    ap.add_argument("--nr-splits", type=int, default=16)
+    ap.add_argument("--max-leaf-size", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=1, help="full trainings to run; timings are the median")
+    ap.add_argument("--single-n", type=int, default=1000, help="test rows for single-document latency")
+    ap.add_argument("--warmup", type=int, default=20, help="untimed single queries before measuring")
+    args = ap.parse_args(argv)
+
+    from pecos.xmc import Indexer, LabelEmbeddingFactory
+    from pecos.xmc.xlinear.model import XLinearModel
+
+    wd = args.workdir
+    X_tr = load_csr(os.path.join(wd, "X_train.npz"))
+    Y_tr = load_csr(os.path.join(wd, "Y_train.npz"))
+    X_te = load_csr(os.path.join(wd, "X_test.npz"))
+    y_te_path = os.path.join(wd, "Y_test.npz")
+    Y_te = load_csr(y_te_path) if os.path.exists(y_te_path) else None
+    if X_tr.shape[0] != Y_tr.shape[0]:
+        sys.exit(f"X_train rows {X_tr.shape[0]} != Y_train rows {Y_tr.shape[0]}")
+    if X_te.shape[1] != X_tr.shape[1]:
+        sys.exit(f"X_test has {X_te.shape[1]} features, X_train {X_tr.shape[1]}")
+    Y_tr.data[:] = 1.0  # binary relevance
+    Y_tr_csc = Y_tr.tocsc()
+    print(
+        f"[pecos] train {X_tr.shape[0]} x {X_tr.shape[1]} (nnz {X_tr.nnz}), labels {Y_tr.shape[1]} "
+        f"(nnz {Y_tr.nnz}); test {X_te.shape[0]}; threads={args.threads}",
+        flush=True,
+    )
+
+    pred_kwargs = dict(beam_size=args.beam_size, only_topk=args.topk, post_processor="l3-hinge")
+    tree_times, ranker_times = [], []
+    model = cluster_chain = None
+    for r in range(max(1, args.repeats)):
+        t0 = time.perf_counter()
+        label_feat = LabelEmbeddingFactory.create(Y_tr_csc, X_tr, method="pifa", threads=args.threads)
+        cluster_chain = Indexer.gen(
+            label_feat,
+            indexer_type="hierarchicalkmeans",
+            nr_splits=args.nr_splits,
+            max_leaf_size=args.max_leaf_size,
+            seed=args.seed,
+            threads=args.threads,
+        )
+        t1 = time.perf_counter()
+        model = XLinearModel.train(
+            X_tr,
+            Y_tr_csc,
+            C=cluster_chain,
+            threads=args.threads,
+            nr_splits=args.nr_splits,
+            # PECOS defaults, spelled out:
+            solver_type="L2R_L2LOSS_SVC_DUAL",
+            Cp=1.0,
+            Cn=1.0,
+            threshold=0.1,
+            negative_sampling_scheme="tfn",
+            **pred_kwargs,
+        )
+        t2 = time.perf_counter()
+        tree_times.append(t1 - t0)
+        ranker_times.append(t2 - t1)
+        print(f"[pecos] run {r + 1}: tree {t1 - t0:.3f}s  rankers {t2 - t1:.3f}s", flush=True)
+    tree_s = statistics.median(tree_times)
+    rankers_s = statistics.median(ranker_times)
+    train_s = statistics.median([a + b for a, b in zip(tree_times, ranker_times)])
+    layer_sizes = [int(c.shape[1]) for c in cluster_chain]
+
+    with tempfile.TemporaryDirectory(prefix="pecos_xlm_") as tmp:
+        model.save(tmp)
+        fast = XLinearModel.load(tmp, is_predict_only=True)
+
+    # --- batch prediction (whole test matrix, threads=args.threads) ---
+    pk = dict(beam_size=args.beam_size, only_topk=args.topk, threads=args.threads)
+    fast.predict(X_te[: min(64, X_te.shape[0])], **pk)  # warm-up
+    t0 = time.perf_counter()
+    pred = fast.predict(X_te, **pk)
+    predict_batch_s = time.perf_counter() - t0
+    idx, sc = topk_arrays(pred, args.topk)
+    np.savez(os.path.join(wd, "pecos_pred.npz"), indices=idx, scores=sc)
+
+    # sanity: predict-only C++ model agrees with the Python-held model
+    pred_py = model.predict(X_te[: min(200, X_te.shape[0])], **pk)
+    idx_py, _ = topk_arrays(pred_py, args.topk)
+    agree = float(np.mean(idx_py[:, 0] == idx[: idx_py.shape[0], 0]))
+
+    # --- single-document latency (threads=1); rows pre-sliced so only predict() is timed ---
+    n_single = min(args.single_n, X_te.shape[0])
+    rows = [X_te[i : i + 1] for i in range(n_single)]
+    pk1 = dict(beam_size=args.beam_size, only_topk=args.topk, threads=1)
+
+    def time_single(m):
+        for i in range(min(args.warmup, n_single)):
+            m.predict(rows[i], **pk1)
+        lat = []
+        for x in rows:
+            t = time.perf_counter()
+            m.predict(x, **pk1)
+            lat.append((time.perf_counter() - t) * 1e3)
+        return lat
+
+    lat_fast = time_single(fast)
+    lat_py = time_single(model)
+
+    result = {
+        "pecos_version": pkg_version("libpecos"),
+        "tree_s": tree_s,
+        "rankers_s": rankers_s,
+        "train_s": train_s,
+        "predict_batch_s": predict_batch_s,
+        "docs_per_s": X_te.shape[0] / predict_batch_s,
+        "single_p50_ms": pct(lat_fast, 50),
+        "single_p99_ms": pct(lat_fast, 99),
+        "threads": args.threads,
+        "params": {
+            "beam_size": args.beam_size,
+            "topk": args.topk,
+            "nr_splits": args.nr_splits,
+            "max_leaf_size": args.max_leaf_size,
+            "seed": args.seed,
+            "label_embedding": "pifa",
+            "indexer": "hierarchicalkmeans",
+            "solver_type": "L2R_L2LOSS_SVC_DUAL",
+            "Cp": 1.0,
+            "Cn": 1.0,
+            "threshold": 0.1,
+            "negative_sampling": "tfn",
+            "post_processor": "l3-hinge",
+            "repeats": max(1, args.repeats),
+        },
+        "details": {
+            "inference_model": "predict-only C++ (XLinearModel.load(is_predict_only=True), BINARY_SEARCH_CHUNKED)",
+            "single_n": n_single,
+            "single_threads": 1,
+            "single_mean_ms": float(np.mean(lat_fast)),
+            "single_python_model_p50_ms": pct(lat_py, 50),
+            "single_python_model_p99_ms": pct(lat_py, 99),
+            "top1_agree_python_vs_predict_only": agree,
+            "tree_layer_sizes": layer_sizes,
+            "tree_s_runs": tree_times,
+            "rankers_s_runs": ranker_times,
+            "n_train": int(X_tr.shape[0]),
+            "n_test": int(X_te.shape[0]),
+            "n_features": int(X_tr.shape[1]),
+            "n_labels": int(Y_tr.shape[1]),
+            "python": sys.version.split()[0],
+            "numpy": np.__version__,
+        },
+    }
+    if Y_te is not None:
+        result["metrics"] = precision_at(idx, Y_te)
+    with open(os.path.join(wd, "pecos_result.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    print(json.dumps({k: v for k, v in result.items() if k not in ("params", "details")}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

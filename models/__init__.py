@@ -1,0 +1,1 @@
+"""What a bundle is and how it predicts: torch-free inference shared by evaluation and the service."""

@@ -1,0 +1,141 @@
+"""The torch-free inference core: beam search over the label tree with per-level linear rankers.
+
+Training (matcher-aware negatives), evaluation and the service all call `beam_search`; there is
+no second copy of this logic anywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+import numpy as np
+import scipy.sparse as sp
+
+from models.label_tree import ClusterChain
+
+PostProcessor = Literal["l3-hinge", "sigmoid", "l2-hinge"]
+
+# Level-wise scores are mapped into (0, 1] and multiplied along the tree path (as PECOS does).
+# l3-hinge (PECOS's default for squared-hinge rankers): exp(-max(0, 1 - s)^3); a score above the
+# margin keeps its parent's score intact, one below decays fast.
+POST_PROCESSORS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "l3-hinge": lambda s: np.exp(-np.maximum(0.0, 1.0 - s) ** 3),
+    "l2-hinge": lambda s: np.exp(-np.maximum(0.0, 1.0 - s) ** 2),
+    "sigmoid": lambda s: 1.0 / (1.0 + np.exp(-s)),
+}
+
+# Above this many nodes a level is scored only on the beam's candidate rows; below it one sparse
+# product against the whole level is cheaper than gathering rows.
+FULL_PRODUCT_MAX_NODES = 8192
+# Bound on the dense (documents × candidate nodes) block built per chunk, in entries.
+CHUNK_ENTRIES = 4_000_000
+
+
+@dataclass
+class RankerLevel:
+    """One level's one-vs-all rankers: scores = X @ W.T + bias; W is nodes × features (CSR)."""
+
+    W: sp.csr_matrix
+    bias: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.W = self.W.tocsr()
+        self.Wt = self.W.T.tocsr()  # features × nodes, for whole-level products
+
+    @property
+    def n_nodes(self) -> int:
+        return self.W.shape[0]
+
+
+@dataclass
+class Predictions:
+    """Top-k label ids (-1 where fewer than k were reachable) and scores, best first, per document."""
+
+    labels: np.ndarray
+    scores: np.ndarray
+
+
+def score_candidates(X: sp.csr_matrix, level: RankerLevel, cand: np.ndarray) -> np.ndarray:
+    """Raw ranker scores for (document, candidate node) pairs; `cand` is n × m with -1 padding."""
+    n, m = cand.shape
+    out = np.zeros((n, m), dtype=np.float32)
+    if level.n_nodes <= FULL_PRODUCT_MAX_NODES:
+        chunk = max(1, CHUNK_ENTRIES // max(level.n_nodes, 1))
+        for lo in range(0, n, chunk):
+            S = (X[lo:lo + chunk] @ level.Wt).toarray()
+            S += level.bias[None, :]
+            c = cand[lo:lo + chunk]
+            out[lo:lo + chunk] = np.take_along_axis(S, np.maximum(c, 0), axis=1)
+        return out
+    chunk = max(1, int(np.sqrt(CHUNK_ENTRIES / max(m, 1))))
+    for lo in range(0, n, chunk):
+        c = cand[lo:lo + chunk]
+        uniq, pos = np.unique(np.maximum(c, 0), return_inverse=True)
+        S = (X[lo:lo + chunk] @ level.W[uniq].T).toarray()
+        S += level.bias[uniq][None, :]
+        out[lo:lo + chunk] = np.take_along_axis(S, pos.reshape(c.shape), axis=1)
+    return out
+
+
+def top_k(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Best k (id, score) per row, best first; -inf scores come back as id -1."""
+    n, m = scores.shape
+    if m > k:
+        part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+        scores, ids = np.take_along_axis(scores, part, 1), np.take_along_axis(ids, part, 1)
+    order = np.argsort(-scores, axis=1, kind="stable")
+    scores, ids = np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
+    ids = np.where(np.isfinite(scores), ids, -1)
+    if scores.shape[1] < k:
+        pad = k - scores.shape[1]
+        scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf)
+        ids = np.pad(ids, ((0, 0), (0, pad)), constant_values=-1)
+    return ids, scores
+
+
+class TreeIndex:
+    """Per-level child tables of a cluster chain, built once per loaded model."""
+
+    def __init__(self, chain: ClusterChain):
+        self.chain = chain
+        # An extra all -1 row makes padded beam entries (node -1) expand to nothing.
+        self.tables = [
+            np.vstack([chain.child_table(t), np.full((1, chain.child_table(t).shape[1]), -1)])
+            for t in range(1, chain.depth + 1)
+        ]
+
+
+def beam_search(
+    X: sp.csr_matrix,
+    levels: list[RankerLevel],
+    tree: TreeIndex,
+    beam_size: int,
+    k: int,
+    post_processor: PostProcessor = "l3-hinge",
+    stop_level: int | None = None,
+) -> Predictions:
+    """Walk the tree top-down keeping the `beam_size` best nodes per document; return the top k labels.
+
+    With `stop_level` set, stops after that level and returns its best `k` nodes (node ids, not
+    labels): the trainer uses this for matcher-aware negatives.
+    """
+    post = POST_PROCESSORS[post_processor]
+    n = X.shape[0]
+    X = X.tocsr().astype(np.float32)
+    nodes = np.zeros((n, 1), dtype=np.int64)
+    scores = np.ones((n, 1), dtype=np.float32)
+    last = stop_level or len(levels)
+    for t in range(1, last + 1):
+        table = tree.tables[t - 1]
+        width = table.shape[1]
+        cand = table[nodes].reshape(n, -1)
+        parent = np.repeat(scores, width, axis=1)
+        raw = score_candidates(X, levels[t - 1], cand)
+        combined = np.where(cand >= 0, parent * post(raw), -np.inf).astype(np.float32)
+        nodes, scores = top_k(combined, cand, k if t == last else beam_size)
+        scores = np.where(nodes >= 0, scores, -np.inf).astype(np.float32)
+    if stop_level is not None:
+        return Predictions(labels=nodes, scores=scores)
+    labels = np.where(nodes >= 0, tree.chain.leaf_labels[np.maximum(nodes, 0)], -1)
+    return Predictions(labels=labels, scores=scores)

@@ -1,0 +1,90 @@
+"""The label tree as data: the cluster chain C(1..D) that beam search walks from coarse to fine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from models.errors import XtagError
+
+
+@dataclass
+class ClusterChain:
+    """Children of node p at level t are nodes ptrs[t][p]..ptrs[t][p+1]-1 of level t+1.
+
+    Level 0 is the root (one node); the last level's nodes are the labels, in the tree's order:
+    node j of the last level is label `leaf_labels[j]`. Keeping children contiguous lets beam search
+    expand a node with a slice instead of a lookup table.
+    """
+
+    ptrs: list[np.ndarray]
+    leaf_labels: np.ndarray
+
+    def __post_init__(self) -> None:
+        if not self.ptrs or len(self.ptrs[0]) != 2:
+            raise XtagError("cluster chain: level 0 must be a single root")
+        for t in range(1, len(self.ptrs)):
+            if len(self.ptrs[t]) != self.ptrs[t - 1][-1] + 1:
+                raise XtagError(f"cluster chain: level {t} has an inconsistent pointer array")
+        if len(self.leaf_labels) != self.ptrs[-1][-1]:
+            raise XtagError("cluster chain: leaf label map does not cover the last level")
+
+    @property
+    def depth(self) -> int:
+        """Number of ranker levels (cluster levels plus the label level)."""
+        return len(self.ptrs)
+
+    def level_size(self, t: int) -> int:
+        """Nodes at level t (1..depth); level `depth` are the labels."""
+        return int(self.ptrs[t - 1][-1])
+
+    @property
+    def n_labels(self) -> int:
+        return len(self.leaf_labels)
+
+    def parents(self, t: int) -> np.ndarray:
+        """Parent (level t-1 index) of every node at level t."""
+        ptr = self.ptrs[t - 1]
+        return np.repeat(np.arange(len(ptr) - 1), np.diff(ptr))
+
+    def child_table(self, t: int) -> np.ndarray:
+        """Level t-1 × max-branching table of level-t children, -1 padded."""
+        ptr = self.ptrs[t - 1]
+        counts = np.diff(ptr)
+        width = int(counts.max()) if len(counts) else 0
+        table = np.full((len(counts), width), -1, dtype=np.int64)
+        offsets = np.arange(width)
+        mask = offsets[None, :] < counts[:, None]
+        table[mask] = (ptr[:-1, None] + offsets[None, :])[mask]
+        return table
+
+    def ancestors(self, t: int) -> np.ndarray:
+        """For every label id, the index of its ancestor at level t (t = depth gives the leaf node)."""
+        node_of_label = np.empty(self.n_labels, dtype=np.int64)
+        node_of_label[self.leaf_labels] = np.arange(self.n_labels)
+        nodes = node_of_label
+        for level in range(self.depth, t, -1):
+            nodes = self.parents(level)[nodes]
+        return nodes
+
+    def level_targets(self, Y: sp.csr_matrix, t: int) -> sp.csr_matrix:
+        """Y^(t): a document is positive for a node when any label below it is (max-pooling, eq. 5)."""
+        anc = self.ancestors(t)
+        A = sp.csr_matrix((np.ones(len(anc), dtype=np.float32), (np.arange(len(anc)), anc)),
+                          shape=(self.n_labels, self.level_size(t)))
+        Yt = (Y @ A).tocsr()
+        Yt.data[:] = 1.0
+        return Yt
+
+    def save(self, path: Path) -> None:
+        arrays = {f"ptr_{t}": p for t, p in enumerate(self.ptrs)}
+        np.savez(path, leaf_labels=self.leaf_labels, **arrays)
+
+    @classmethod
+    def load(cls, path: Path) -> "ClusterChain":
+        with np.load(path, allow_pickle=False) as z:
+            n = sum(1 for k in z.files if k.startswith("ptr_"))
+            return cls([z[f"ptr_{t}"].astype(np.int64) for t in range(n)], z["leaf_labels"].astype(np.int64))

@@ -1,0 +1,43 @@
+"""Label vocabulary: names by integer id and the training frequencies that propensities and reweighting need."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from models.errors import XtagError
+
+
+@dataclass
+class LabelVocab:
+    names: list[str]
+    frequencies: list[int]
+    n_train_docs: int
+    index: dict[str, int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.names) != len(self.frequencies):
+            raise XtagError("label vocabulary: names and frequencies differ in length")
+        self.index = {n: i for i, n in enumerate(self.names)}
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @property
+    def frequency_array(self) -> np.ndarray:
+        return np.asarray(self.frequencies, dtype=np.float64)
+
+    def save(self, path: Path) -> None:
+        payload = {"names": self.names, "frequencies": self.frequencies, "n_train_docs": self.n_train_docs}
+        path.write_text(json.dumps(payload, ensure_ascii=False))
+
+    @classmethod
+    def load(cls, path: Path) -> "LabelVocab":
+        try:
+            payload = json.loads(path.read_text(encoding="utf-8"))
+            return cls(payload["names"], [int(f) for f in payload["frequencies"]], int(payload["n_train_docs"]))
+        except (OSError, KeyError, TypeError, ValueError) as exc:
+            raise XtagError(f"{path}: not a valid label file ({exc})") from exc

@@ -1,0 +1,76 @@
+"""An XR-Linear model as data: the cluster chain plus one sparse linear ranker per tree level."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+from pydantic import BaseModel, ConfigDict, Field
+
+from models.errors import XtagError
+from models.inference import PostProcessor, Predictions, RankerLevel, TreeIndex, beam_search
+from models.label_tree import ClusterChain
+
+
+class RankerConfig(BaseModel):
+    """How a bundle's rankers are combined at prediction time (stored as rankers/config.json)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    post_processor: PostProcessor = "l3-hinge"
+    beam_size: int = Field(10, ge=1)
+    n_features: int = Field(..., ge=1)
+
+
+class XLinearModel:
+    def __init__(self, chain: ClusterChain, levels: list[RankerLevel], config: RankerConfig):
+        if len(levels) != chain.depth:
+            raise XtagError(f"model has {len(levels)} ranker levels for a tree of depth {chain.depth}")
+        for t, level in enumerate(levels, start=1):
+            if level.n_nodes != chain.level_size(t) or level.W.shape[1] != config.n_features:
+                raise XtagError(f"ranker level {t} has shape {level.W.shape}, expected "
+                                f"({chain.level_size(t)}, {config.n_features})")
+        self.chain, self.levels, self.config = chain, levels, config
+        self.tree = TreeIndex(chain)
+
+    @property
+    def n_labels(self) -> int:
+        return self.chain.n_labels
+
+    def predict(self, X: sp.csr_matrix, k: int = 10, beam_size: int | None = None) -> Predictions:
+        if X.shape[1] != self.config.n_features:
+            raise XtagError(f"features have {X.shape[1]} columns, the model expects {self.config.n_features}")
+        beam = max(beam_size or self.config.beam_size, 1)
+        return beam_search(X, self.levels, self.tree, beam, k, self.config.post_processor)
+
+    def save(self, folder: Path) -> None:
+        (folder / "tree").mkdir(parents=True, exist_ok=True)
+        (folder / "rankers").mkdir(parents=True, exist_ok=True)
+        self.chain.save(folder / "tree" / "chain.npz")
+        for t, level in enumerate(self.levels, start=1):
+            save_level(level, folder / "rankers" / f"level_{t}.npz")
+        (folder / "rankers" / "config.json").write_text(self.config.model_dump_json(indent=2))
+
+    @classmethod
+    def load(cls, folder: Path) -> "XLinearModel":
+        try:
+            config = RankerConfig.model_validate_json((folder / "rankers" / "config.json").read_text())
+            chain = ClusterChain.load(folder / "tree" / "chain.npz")
+            levels = [load_level(folder / "rankers" / f"level_{t}.npz") for t in range(1, chain.depth + 1)]
+        except (OSError, ValueError, KeyError) as exc:
+            raise XtagError(f"{folder}: cannot read the XR-Linear model ({exc})") from exc
+        return cls(chain, levels, config)
+
+
+def save_level(level: RankerLevel, path: Path) -> None:
+    W = level.W.tocsr()
+    np.savez(path, data=W.data.astype(np.float32), indices=W.indices.astype(np.int32),
+             indptr=W.indptr.astype(np.int64), shape=np.asarray(W.shape, dtype=np.int64),
+             bias=level.bias.astype(np.float32))
+
+
+def load_level(path: Path) -> RankerLevel:
+    with np.load(path, allow_pickle=False) as z:
+        W = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"]))
+        return RankerLevel(W=W, bias=z["bias"])

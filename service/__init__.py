@@ -1,0 +1,1 @@
+"""HTTP prediction service over an xtag bundle (FastAPI)."""

@@ -1,0 +1,1 @@
+"""Offline side of xtag: corpora, label trees, trainers, export and evaluation."""

@@ -1,0 +1,72 @@
+"""A training run: corpus → features → model, written to a run directory with config, log and checkpoints."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+from models.errors import XtagError
+from models.features import TfidfFeaturizer
+from training.config import TrainConfig
+from training.data import build_vocab, load_corpus
+from training.xlinear import train_xlinear
+
+
+class RunLog:
+    """JSON-lines event log of a run (train_log.jsonl), echoed to the console by the CLI."""
+
+    def __init__(self, path: Path, echo=None):
+        self.path, self.echo = path, echo
+
+    def __call__(self, event: dict) -> None:
+        event = {"time": round(time.time(), 3), **event}
+        with open(self.path, "a") as fh:
+            fh.write(json.dumps(event) + "\n")
+        if self.echo:
+            self.echo(event)
+
+
+def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bool = True, echo=None) -> dict:
+    """Train into `out`; with `resume`, reuse its config and finished checkpoints."""
+    config_path = out / "config.json"
+    if resume:
+        if not config_path.exists():
+            raise XtagError(f"{out}: nothing to resume (no config.json)")
+        saved = TrainConfig.load(config_path)
+        if saved != config:
+            raise XtagError(f"{out}: --resume with a different configuration than the run was started with")
+    elif (out / "model").exists() or (out / "checkpoints").exists():
+        raise XtagError(f"{out}: run directory already holds a run; use --resume or another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    config.save(config_path)
+    log = RunLog(out / "train_log.jsonl", echo)
+    start = time.perf_counter()
+
+    corpus = load_corpus(config.corpus, config.format, skip_bad=config.skip_bad_rows)
+    vocab = build_vocab(corpus)
+    log({"event": "corpus", "documents": len(corpus), "labels": len(vocab), "skipped_rows": corpus.skipped})
+    t = time.perf_counter()
+    featurizer, X = TfidfFeaturizer.fit(corpus.texts, config.tfidf)
+    Y, _ = corpus.label_matrix(vocab)
+    log({"event": "features", "dim": featurizer.dim, "nnz": int(X.nnz), "seconds": time.perf_counter() - t})
+
+    t = time.perf_counter()
+    model = train_xlinear(X, Y, config.xlinear, checkpoint_dir=out / "checkpoints", progress=progress, log=log)
+    train_seconds = time.perf_counter() - t
+
+    final = out / "model.tmp"
+    shutil.rmtree(final, ignore_errors=True)
+    final.mkdir()
+    vocab.save(final / "labels.json")
+    featurizer.save(final / "features" / "tfidf")
+    model.save(final)
+    shutil.rmtree(out / "model", ignore_errors=True)
+    final.rename(out / "model")  # the final model appears whole or not at all
+    summary = {"model": config.model, "documents": len(corpus), "labels": len(vocab),
+               "features": featurizer.dim, "model_seconds": round(train_seconds, 3),
+               "total_seconds": round(time.perf_counter() - start, 3)}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    log({"event": "done", **summary})
+    return summary

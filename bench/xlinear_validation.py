@@ -20,6 +20,7 @@ from training.xlinear import XLinearConfig, train_xlinear
 VARIANTS = {
     "default": {},
     "tfn+man(k=2)": {"negatives": "tfn+man", "man_k": 2},
+    "tfn+man(k=4)": {"negatives": "tfn+man", "man_k": 4},
     "C=0.5": {"C": 0.5},
     "C=2": {"C": 2.0},
     "logistic": {"loss": "logistic"},

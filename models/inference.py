@@ -30,6 +30,8 @@ POST_PROCESSORS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 FULL_PRODUCT_MAX_NODES = 8192
 # Bound on the dense (documents × candidate nodes) block built per chunk, in entries.
 CHUNK_ENTRIES = 4_000_000
+# Up to this many documents, whole-level scores are gathered in numpy (see _level_scores_gather).
+GATHER_MAX_DOCS = 8
 
 
 @dataclass
@@ -56,11 +58,37 @@ class Predictions:
     scores: np.ndarray
 
 
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenation of arange(start, start + length) for every pair, without a Python loop."""
+    total = int(lengths.sum())
+    offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
+    return offsets + np.arange(total)
+
+
+def _level_scores_gather(X: sp.csr_matrix, level: RankerLevel) -> np.ndarray:
+    """Dense n × nodes scores by gathering the weight rows of each document's features.
+
+    Same arithmetic as X @ Wt but without building scipy objects: for a handful of documents the
+    object overhead, not the arithmetic, dominates (this path keeps single-document latency low).
+    """
+    n, K = X.shape[0], level.n_nodes
+    Wt = level.Wt
+    feats = X.indices
+    lengths = Wt.indptr[feats + 1] - Wt.indptr[feats]
+    idx = _ranges(Wt.indptr[feats], lengths)
+    doc_of_entry = np.repeat(np.repeat(np.arange(n), np.diff(X.indptr)), lengths)
+    weights = Wt.data[idx] * np.repeat(X.data, lengths)
+    S = np.bincount(doc_of_entry * K + Wt.indices[idx], weights=weights, minlength=n * K)
+    return S.reshape(n, K).astype(np.float32) + level.bias[None, :]
+
+
 def score_candidates(X: sp.csr_matrix, level: RankerLevel, cand: np.ndarray) -> np.ndarray:
     """Raw ranker scores for (document, candidate node) pairs; `cand` is n × m with -1 padding."""
     n, m = cand.shape
     out = np.zeros((n, m), dtype=np.float32)
     if level.n_nodes <= FULL_PRODUCT_MAX_NODES:
+        if n <= GATHER_MAX_DOCS:
+            return _level_scores_gather(X, level)[np.arange(n)[:, None], np.maximum(cand, 0)]
         chunk = max(1, CHUNK_ENTRIES // max(level.n_nodes, 1))
         for lo in range(0, n, chunk):
             S = (X[lo:lo + chunk] @ level.Wt).toarray()
@@ -81,16 +109,18 @@ def score_candidates(X: sp.csr_matrix, level: RankerLevel, cand: np.ndarray) -> 
 def top_k(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Best k (id, score) per row, best first; -inf scores come back as id -1."""
     n, m = scores.shape
+    rows = np.arange(n)[:, None]
     if m > k:
         part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-        scores, ids = np.take_along_axis(scores, part, 1), np.take_along_axis(ids, part, 1)
+        scores, ids = scores[rows, part], ids[rows, part]
     order = np.argsort(-scores, axis=1, kind="stable")
-    scores, ids = np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
+    scores, ids = scores[rows, order], ids[rows, order]
     ids = np.where(np.isfinite(scores), ids, -1)
     if scores.shape[1] < k:
-        pad = k - scores.shape[1]
-        scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf)
-        ids = np.pad(ids, ((0, 0), (0, pad)), constant_values=-1)
+        top_ids = np.full((n, k), -1, dtype=ids.dtype)
+        top_scores = np.full((n, k), -np.inf, dtype=scores.dtype)
+        top_ids[:, :m], top_scores[:, :m] = ids, scores
+        return top_ids, top_scores
     return ids, scores
 
 
@@ -122,7 +152,8 @@ def beam_search(
     """
     post = POST_PROCESSORS[post_processor]
     n = X.shape[0]
-    X = X.tocsr().astype(np.float32)
+    if not (sp.isspmatrix_csr(X) and X.dtype == np.float32):
+        X = sp.csr_matrix(X, dtype=np.float32)
     nodes = np.zeros((n, 1), dtype=np.int64)
     scores = np.ones((n, 1), dtype=np.float32)
     last = stop_level or len(levels)

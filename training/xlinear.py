@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Literal
@@ -49,10 +50,11 @@ def _fit_node(X: sp.csr_matrix, y: np.ndarray, config: XLinearConfig) -> tuple[n
     if y.all() or not y.any():  # one class only: a constant ranker with a margin-sized bias
         return np.empty(0, np.int32), np.empty(0, np.float32), 1.0 if y.all() else -1.0
     if config.loss == "squared-hinge":
-        clf = LinearSVC(C=config.C, loss="squared_hinge", dual=True, tol=config.tol, max_iter=config.max_iter)
+        clf = LinearSVC(C=config.C, loss="squared_hinge", dual=True, tol=config.tol, max_iter=config.max_iter,
+                        random_state=config.tree.seed)  # liblinear shuffles; seeded for reproducible runs
     else:
-        clf = LogisticRegression(C=config.C, solver="liblinear", tol=config.tol, max_iter=config.max_iter)
-    import warnings
+        clf = LogisticRegression(C=config.C, solver="liblinear", tol=config.tol, max_iter=config.max_iter,
+                                 random_state=config.tree.seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         clf.fit(X, y)

@@ -25,8 +25,11 @@ VARIANTS = {
     "C=2": {"C": 2.0},
     "logistic": {"loss": "logistic"},
     "threshold=0.05": {"threshold": 0.05},
-    "B=16,leaf=50": {"tree": {"max_leaf_size": 50}},
+    "leaf=50": {"tree": {"max_leaf_size": 50}},
     "tol=0.01": {"tol": 0.01},
+    "sigmoid": {"post_processor": "sigmoid"},
+    "l2-hinge": {"post_processor": "l2-hinge"},
+    "leaf=200": {"tree": {"max_leaf_size": 200}},
 }
 
 

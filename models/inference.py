@@ -43,7 +43,8 @@ class RankerLevel:
 
     def __post_init__(self) -> None:
         self.W = self.W.tocsr()
-        self.Wt = self.W.T.tocsr()  # features × nodes, for whole-level products
+        # features × nodes, for whole-level products; large levels are only scored on candidates.
+        self.Wt = self.W.T.tocsr() if self.n_nodes <= FULL_PRODUCT_MAX_NODES else None
 
     @property
     def n_nodes(self) -> int:
@@ -163,7 +164,8 @@ def beam_search(
         cand = table[nodes].reshape(n, -1)
         parent = np.repeat(scores, width, axis=1)
         raw = score_candidates(X, levels[t - 1], cand)
-        combined = np.where(cand >= 0, parent * post(raw), -np.inf).astype(np.float32)
+        with np.errstate(invalid="ignore"):  # padded slots (-inf parent × 0) are masked right here
+            combined = np.where(cand >= 0, parent * post(raw), -np.inf).astype(np.float32)
         nodes, scores = top_k(combined, cand, k if t == last else beam_size)
         scores = np.where(nodes >= 0, scores, -np.inf).astype(np.float32)
     if stop_level is not None:

@@ -30,13 +30,15 @@ VARIANTS = {
     "sigmoid": {"post_processor": "sigmoid"},
     "l2-hinge": {"post_processor": "l2-hinge"},
     "leaf=200": {"tree": {"max_leaf_size": 200}},
+    "tfn+man(k=1)": {"negatives": "tfn+man", "man_k": 1},
+    "leaf=200,tfn+man(k=1)": {"negatives": "tfn+man", "man_k": 1, "tree": {"max_leaf_size": 200}},
 }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpus", required=True)
-    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--variants", default=";".join(VARIANTS), help="';'-separated variant names")
     args = ap.parse_args()
     corpus = load_corpus(args.corpus)
     rng = np.random.default_rng(0)
@@ -50,7 +52,7 @@ def main() -> None:
     Xval = featurizer.transform(val_texts)
     freq = np.asarray(Ytr.sum(axis=0)).ravel()
     prop = jain_propensities(freq, Ytr.shape[0])
-    for name in args.variants.split(","):
+    for name in args.variants.split(";"):
         cfg = XLinearConfig.model_validate(VARIANTS[name])
         start = time.perf_counter()
         model = train_xlinear(X, Ytr, cfg, progress=False)

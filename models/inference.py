@@ -83,6 +83,28 @@ def _level_scores_gather(X: sp.csr_matrix, level: RankerLevel) -> np.ndarray:
     return S.reshape(n, K).astype(np.float32) + level.bias[None, :]
 
 
+def _candidate_scores_gather(X: sp.csr_matrix, level: RankerLevel, cand: np.ndarray) -> np.ndarray:
+    """Scores of each document's candidate rows of W, looking features up in the document's sorted indices."""
+    W = level.W
+    out = np.zeros(cand.shape, dtype=np.float32)
+    for i in range(X.shape[0]):  # at most GATHER_MAX_DOCS documents
+        valid = cand[i] >= 0
+        nodes = cand[i][valid]
+        lengths = W.indptr[nodes + 1] - W.indptr[nodes]
+        idx = _ranges(W.indptr[nodes], lengths)
+        feats = W.indices[idx]
+        doc_idx = X.indices[X.indptr[i]:X.indptr[i + 1]]
+        doc_val = X.data[X.indptr[i]:X.indptr[i + 1]]
+        if len(doc_idx) == 0:
+            out[i, valid] = level.bias[nodes]
+            continue
+        pos = np.minimum(np.searchsorted(doc_idx, feats), len(doc_idx) - 1)
+        contrib = np.where(doc_idx[pos] == feats, W.data[idx] * doc_val[pos], 0.0)
+        seg = np.repeat(np.arange(len(nodes)), lengths)
+        out[i, valid] = np.bincount(seg, weights=contrib, minlength=len(nodes)) + level.bias[nodes]
+    return out
+
+
 def score_candidates(X: sp.csr_matrix, level: RankerLevel, cand: np.ndarray) -> np.ndarray:
     """Raw ranker scores for (document, candidate node) pairs; `cand` is n × m with -1 padding."""
     n, m = cand.shape
@@ -97,6 +119,8 @@ def score_candidates(X: sp.csr_matrix, level: RankerLevel, cand: np.ndarray) -> 
             c = cand[lo:lo + chunk]
             out[lo:lo + chunk] = np.take_along_axis(S, np.maximum(c, 0), axis=1)
         return out
+    if n <= GATHER_MAX_DOCS:
+        return _candidate_scores_gather(X, level, cand)
     chunk = max(1, int(np.sqrt(CHUNK_ENTRIES / max(m, 1))))
     for lo in range(0, n, chunk):
         c = cand[lo:lo + chunk]
@@ -155,6 +179,8 @@ def beam_search(
     n = X.shape[0]
     if not (sp.isspmatrix_csr(X) and X.dtype == np.float32):
         X = sp.csr_matrix(X, dtype=np.float32)
+    if not X.has_sorted_indices:  # the candidate gather looks features up by binary search
+        X = X.sorted_indices()
     nodes = np.zeros((n, 1), dtype=np.int64)
     scores = np.ones((n, 1), dtype=np.float32)
     last = stop_level or len(levels)

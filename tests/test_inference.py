@@ -66,9 +66,14 @@ def test_candidate_path_for_large_levels_matches_full_product(monkeypatch):
                         rng.normal(size=50).astype(np.float32))
     X = sp.random(12, 30, density=0.3, random_state=rng, format="csr", dtype=np.float32)
     cand = rng.integers(0, 50, size=(12, 7))
+    cand[3, 2:] = -1  # padding
+    valid = cand >= 0
     full = score_candidates(X, level, cand)
     monkeypatch.setattr(inference, "FULL_PRODUCT_MAX_NODES", 10)
-    assert np.allclose(score_candidates(X, level, cand), full, atol=1e-5)
+    level = RankerLevel(level.W, level.bias)
+    assert np.allclose(score_candidates(X, level, cand)[valid], full[valid], atol=1e-5)  # batch path
+    for i in range(12):  # few-document gather path
+        assert np.allclose(score_candidates(X[i], level, cand[i:i + 1])[valid[i:i + 1]], full[i][valid[i]], atol=1e-5)
 
 
 def test_top_k_orders_and_pads():

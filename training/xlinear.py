@@ -1,16 +1,18 @@
 """XR-Linear trainer: one-vs-all linear rankers per tree level, each trained on its parent's shortlist.
 
 The solver is scikit-learn's liblinear (dual coordinate descent for squared hinge, or liblinear's
-logistic regression): the same proven solver PECOS re-implements. liblinear releases the GIL, so
-nodes are trained in parallel threads without copying the data to worker processes.
+logistic regression): the same proven solver PECOS re-implements. Sibling groups are trained in
+forked worker processes (see train_level for why not threads).
 """
 
 from __future__ import annotations
 
+import math
+import multiprocessing as mp
 import os
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Callable, Literal
 
@@ -45,7 +47,8 @@ class XLinearConfig(BaseModel):
     tree: TreeConfig = Field(default_factory=TreeConfig)
 
 
-def _fit_node(X: sp.csr_matrix, y: np.ndarray, config: XLinearConfig) -> tuple[np.ndarray, np.ndarray, float]:
+def _fit_node(X: sp.csr_matrix, y: np.ndarray, config: XLinearConfig,
+              sample_weight: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
     """Train one node's binary ranker; returns its pruned weights (indices, values) and bias."""
     if y.all() or not y.any():  # one class only: a constant ranker with a margin-sized bias
         return np.empty(0, np.int32), np.empty(0, np.float32), 1.0 if y.all() else -1.0
@@ -57,7 +60,7 @@ def _fit_node(X: sp.csr_matrix, y: np.ndarray, config: XLinearConfig) -> tuple[n
                                  random_state=config.tree.seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        clf.fit(X, y)
+        clf.fit(X, y, sample_weight=sample_weight)
     w = clf.coef_.ravel()
     keep = np.flatnonzero(np.abs(w) >= config.threshold)
     return keep.astype(np.int32), w[keep].astype(np.float32), float(clf.intercept_[0])
@@ -81,34 +84,76 @@ def _parent_mask(X, Y_parent, model_levels, tree, t, config) -> sp.csc_matrix:
     return M.tocsc()
 
 
+# Data of the level being trained, inherited by forked workers (copy-on-write, never pickled).
+_LEVEL: dict = {}
+
+
+def _node_task(node: int, Xp: sp.csr_matrix, rows: np.ndarray) -> tuple:
+    """Targets (and cost-sensitive weights) of one node on its parent's rows, then the fit."""
+    Ytc, Rc, config, neg_weight = _LEVEL["Ytc"], _LEVEL["Rc"], _LEVEL["config"], _LEVEL["neg_weight"]
+    y = np.zeros(len(rows), dtype=bool)
+    pos = Ytc.indices[Ytc.indptr[node]:Ytc.indptr[node + 1]]
+    y[np.searchsorted(rows, pos[np.isin(pos, rows)])] = True
+    weight = None
+    if Rc is not None:
+        weight = np.full(len(rows), neg_weight, dtype=np.float64)
+        r_rows = Rc.indices[Rc.indptr[node]:Rc.indptr[node + 1]]
+        r_vals = Rc.data[Rc.indptr[node]:Rc.indptr[node + 1]]
+        seen = np.isin(r_rows, rows)
+        weight[np.searchsorted(rows, r_rows[seen])] = r_vals[seen]
+    return _fit_node(Xp, y, config, weight)
+
+
+def _children_task(nodes: list[int], rows: np.ndarray) -> list[tuple]:
+    """Fit a group of siblings; their parent's rows are sliced (and converted) once for all of them."""
+    Xp = _LEVEL["X"][rows].astype(np.float64)
+    return [_node_task(node, Xp, rows) for node in nodes]
+
+
+def _tasks(mask: sp.csc_matrix, ptr: np.ndarray, workers: int):
+    """(sibling group, parent rows): siblings split so a wide parent (the root) still spreads over workers."""
+    for p in range(len(ptr) - 1):
+        rows = np.sort(mask.indices[mask.indptr[p]:mask.indptr[p + 1]])
+        children = list(range(ptr[p], ptr[p + 1]))
+        size = max(1, math.ceil(len(children) / (2 * workers)))
+        for lo in range(0, len(children), size):
+            yield children[lo:lo + size], rows
+
+
 def train_level(X: sp.csr_matrix, Yt: sp.csr_matrix, mask: sp.csc_matrix, ptr: np.ndarray,
-                config: XLinearConfig, desc: str = "", progress: bool = True) -> RankerLevel:
-    """Fit every node of one level on the documents its parent's mask selects, in parallel threads."""
+                config: XLinearConfig, desc: str = "", progress: bool = True,
+                relevance: sp.csr_matrix | None = None, neg_weight: float = 1.0) -> RankerLevel:
+    """Fit every node of one level on the documents its parent's mask selects, in parallel processes.
+
+    Processes rather than threads: liblinear shuffles with one process-global generator that every
+    fit reseeds, so concurrent fits in threads interleave it and runs stop being reproducible (and
+    liblinear's data copy holds the GIL). Forked workers inherit the level's data without pickling.
+    With `relevance` (documents × nodes, the same pattern as `Yt`), the loss is cost-sensitive as in
+    XR-Transformer eq. 6/9: a positive weighs its relevance value, a negative `neg_weight`.
+    """
     n_nodes, d = Yt.shape[1], X.shape[1]
-    Ytc = Yt.tocsc()
-    threads = config.n_jobs or os.cpu_count() or 1
+    workers = config.n_jobs or os.cpu_count() or 1
+    _LEVEL.update(X=X, Ytc=Yt.tocsc(), Rc=relevance.tocsc() if relevance is not None else None,
+                  config=config, neg_weight=neg_weight)
     results: list = [None] * n_nodes
     bar = tqdm(total=n_nodes, desc=desc, disable=not progress, unit="node")
-
-    def run(node: int, Xp: sp.csr_matrix, rows: np.ndarray) -> None:
-        y = np.zeros(len(rows), dtype=bool)
-        pos = Ytc.indices[Ytc.indptr[node]:Ytc.indptr[node + 1]]
-        y[np.searchsorted(rows, pos[np.isin(pos, rows)])] = True
-        results[node] = _fit_node(Xp, y, config)
-
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        pending = []
-        for p in range(len(ptr) - 1):
-            rows = np.sort(mask.indices[mask.indptr[p]:mask.indptr[p + 1]])
-            Xp = X[rows].astype(np.float64)
-            pending += [pool.submit(run, node, Xp, rows) for node in range(ptr[p], ptr[p + 1])]
-            while len(pending) > 4 * threads:  # bounded in-flight work keeps memory flat
-                pending.pop(0).result()
-                bar.update(1)
-        for f in pending:
-            f.result()
-            bar.update(1)
-    bar.close()
+    try:
+        if workers == 1 or "fork" not in mp.get_all_start_methods():
+            done = ((nodes, _children_task(nodes, rows)) for nodes, rows in _tasks(mask, ptr, 1))
+            for nodes, fitted in done:
+                results[nodes[0]:nodes[-1] + 1] = fitted
+                bar.update(len(nodes))
+        else:
+            with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as pool:
+                futures = {pool.submit(_children_task, nodes, rows): nodes
+                           for nodes, rows in _tasks(mask, ptr, workers)}
+                for future in as_completed(futures):
+                    nodes = futures[future]
+                    results[nodes[0]:nodes[-1] + 1] = future.result()
+                    bar.update(len(nodes))
+    finally:
+        _LEVEL.clear()
+        bar.close()
     lengths = np.array([len(r[0]) for r in results])
     indptr = np.concatenate([[0], np.cumsum(lengths)])
     W = sp.csr_matrix((np.concatenate([r[1] for r in results]), np.concatenate([r[0] for r in results]), indptr),

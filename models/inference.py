@@ -7,7 +7,7 @@ no second copy of this logic anywhere.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Callable, Literal, Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -131,22 +131,35 @@ def score_candidates(X: sp.csr_matrix, level: RankerLevel, cand: np.ndarray) -> 
     return out
 
 
-def top_k(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Best k (id, score) per row, best first; -inf scores come back as id -1."""
-    n, m = scores.shape
+def top_k_positions(key: np.ndarray, k: int) -> np.ndarray:
+    """Column positions of the (at most) k largest entries per row, best first; ties keep column order."""
+    n, m = key.shape
     rows = np.arange(n)[:, None]
-    if m > k:
-        part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-        scores, ids = scores[rows, part], ids[rows, part]
-    order = np.argsort(-scores, axis=1, kind="stable")
-    scores, ids = scores[rows, order], ids[rows, order]
+    part = np.argpartition(-key, k - 1, axis=1)[:, :k] if m > k else np.broadcast_to(np.arange(m), (n, m))
+    return part[rows, np.argsort(-key[rows, part], axis=1, kind="stable")]
+
+
+def _pad(a: np.ndarray, k: int, fill) -> np.ndarray:
+    if a.shape[1] >= k:
+        return a
+    out = np.full((a.shape[0], k), fill, dtype=a.dtype)
+    out[:, :a.shape[1]] = a
+    return out
+
+
+def top_k(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Best k (id, score) per row, best first; -inf scores come back as id -1, missing ones padded."""
+    pos = top_k_positions(scores, k)
+    rows = np.arange(scores.shape[0])[:, None]
+    scores, ids = scores[rows, pos], ids[rows, pos]
     ids = np.where(np.isfinite(scores), ids, -1)
-    if scores.shape[1] < k:
-        top_ids = np.full((n, k), -1, dtype=ids.dtype)
-        top_scores = np.full((n, k), -np.inf, dtype=scores.dtype)
-        top_ids[:, :m], top_scores[:, :m] = ids, scores
-        return top_ids, top_scores
-    return ids, scores
+    return _pad(ids, k, -1), _pad(scores, k, -np.inf)
+
+
+class FirstLevelSearch(Protocol):
+    """Candidate search for level 1 (e.g. models/shortlist.FaissShortlist): top-k nodes and raw scores."""
+
+    def search(self, X: sp.csr_matrix, k: int) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 class TreeIndex:
@@ -169,11 +182,14 @@ def beam_search(
     k: int,
     post_processor: PostProcessor = "l3-hinge",
     stop_level: int | None = None,
+    first_level: FirstLevelSearch | None = None,
 ) -> Predictions:
     """Walk the tree top-down keeping the `beam_size` best nodes per document; return the top k labels.
 
     With `stop_level` set, stops after that level and returns its best `k` nodes (node ids, not
-    labels): the trainer uses this for matcher-aware negatives.
+    labels): the trainer uses this for matcher-aware negatives. With `first_level`, level 1's
+    candidates and raw scores come from that search (an index) instead of scoring every node; an
+    exact index gives the same result because post-processors are increasing.
     """
     post = POST_PROCESSORS[post_processor]
     n = X.shape[0]
@@ -183,17 +199,29 @@ def beam_search(
         X = X.sorted_indices()
     nodes = np.zeros((n, 1), dtype=np.int64)
     scores = np.ones((n, 1), dtype=np.float32)
+    margins = np.zeros((n, 1))  # summed raw scores along each path, to break ties (see below)
+    rows = np.arange(n)[:, None]
     last = stop_level or len(levels)
     for t in range(1, last + 1):
-        table = tree.tables[t - 1]
-        width = table.shape[1]
-        cand = table[nodes].reshape(n, -1)
-        parent = np.repeat(scores, width, axis=1)
-        raw = score_candidates(X, levels[t - 1], cand)
+        if t == 1 and first_level is not None:
+            cand, raw = first_level.search(X, k if t == last else beam_size)
+            parent, parent_margin = np.ones(cand.shape, dtype=np.float32), np.zeros(cand.shape)
+        else:
+            table = tree.tables[t - 1]
+            width = table.shape[1]
+            cand = table[nodes].reshape(n, -1)
+            parent, parent_margin = np.repeat(scores, width, axis=1), np.repeat(margins, width, axis=1)
+            raw = score_candidates(X, levels[t - 1], cand)
         with np.errstate(invalid="ignore"):  # padded slots (-inf parent × 0) are masked right here
             combined = np.where(cand >= 0, parent * post(raw), -np.inf).astype(np.float32)
-        nodes, scores = top_k(combined, cand, k if t == last else beam_size)
-        scores = np.where(nodes >= 0, scores, -np.inf).astype(np.float32)
+        path_margin = parent_margin + raw
+        # l3-hinge saturates at 1 for margins >= 1, so confident candidates tie exactly; the summed raw
+        # margin breaks such ties (the 1e-9 nudge is below float32 resolution of the scores themselves).
+        key = combined.astype(np.float64) + 1e-9 * np.tanh(path_margin)
+        pos = top_k_positions(key, k if t == last else beam_size)
+        nodes, scores, margins = cand[rows, pos], combined[rows, pos], path_margin[rows, pos]
+        nodes = np.where(np.isfinite(scores), nodes, -1)
+    nodes, scores = _pad(nodes, k, -1), _pad(scores, k, -np.inf)
     if stop_level is not None:
         return Predictions(labels=nodes, scores=scores)
     labels = np.where(nodes >= 0, tree.chain.leaf_labels[np.maximum(nodes, 0)], -1)

@@ -80,3 +80,13 @@ def test_top_k_orders_and_pads():
     ids, scores = top_k(np.array([[0.1, 0.9, -np.inf]]), np.array([[5, 6, 7]]), 4)
     assert ids.tolist() == [[6, 5, -1, -1]]
     assert scores[0, 0] == np.float64(0.9)
+
+
+def test_saturated_scores_are_ranked_by_margin():
+    # One cluster, three labels whose margins (2, 5, 1.5) all saturate l3-hinge at exactly 1.0.
+    chain = ClusterChain(ptrs=[np.array([0, 1]), np.array([0, 3])], leaf_labels=np.array([0, 1, 2]))
+    levels = [RankerLevel(sp.csr_matrix(np.ones((1, 1), np.float32)), np.array([5.0], np.float32)),
+              RankerLevel(sp.csr_matrix(np.zeros((3, 1), np.float32)), np.array([2.0, 5.0, 1.5], np.float32))]
+    pred = beam_search(sp.csr_matrix(np.ones((1, 1), np.float32)), levels, TreeIndex(chain), 1, 3)
+    assert pred.scores[0].tolist() == [1.0, 1.0, 1.0]
+    assert pred.labels[0].tolist() == [1, 0, 2]

@@ -1,0 +1,38 @@
+# xtag prediction service: serves one bundle mounted read-only at /bundle.
+#   docker build -t xtag .
+#   docker run -p 8000:8000 -v "$PWD/bundles/debtags-xl:/bundle:ro" xtag
+# Reload after replacing the bundle's files: `docker kill -s HUP <container>` (or POST /v1/admin/reload).
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+RUN useradd --system --uid 10001 --create-home --home-dir /home/xtag xtag
+WORKDIR /app
+
+# Dependencies first (cached while only the code changes), then the code.
+COPY pyproject.toml README.md* ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+        > /tmp/requirements.txt \
+    && pip install -r /tmp/requirements.txt \
+    && rm /tmp/requirements.txt
+COPY models ./models
+COPY training ./training
+COPY service ./service
+RUN pip install --no-deps . && rm -rf build *.egg-info
+
+USER xtag
+ENV XTAG_BUNDLE=/bundle \
+    XTAG_HOST=0.0.0.0 \
+    XTAG_PORT=8000 \
+    XTAG_WORKERS=1
+VOLUME ["/bundle"]
+EXPOSE 8000
+
+# /ready: 200 only once the bundle is loaded and a warm-up prediction succeeded.
+HEALTHCHECK --interval=15s --timeout=3s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/ready', timeout=2).status != 200)"]
+
+CMD ["xtag", "serve"]

@@ -1,0 +1,261 @@
+"""Service latency on loopback vs in-process inference, batch throughput, and the reweighting trade-off table.
+
+Starts `xtag serve`'s server (service.server.serve, uvicorn + httptools/uvloop when installed) in a
+subprocess on 127.0.0.1 and talks to it with a minimal keep-alive HTTP/1.1 client on raw asyncio
+streams, so that client cost stays small next to the server's. In the same run it times
+`Predictor.predict` in-process on the same texts, each text in-process then over HTTP back to back.
+HTTP overhead = p50(HTTP) − p50(in-process); on a shared machine it includes waiting for a CPU, so
+the server's CPU time per request (from /proc) is printed beside it. The server runs twice, with
+micro-batching off and on (the default).
+
+    .venv/bin/python bench/service_latency.py --bundle bundles/svc-dev --test ../shared/data/debtags/test.jsonl.gz
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from models.bundle import load_bundle  # noqa: E402
+from models.metrics import evaluate  # noqa: E402
+from models.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank  # noqa: E402
+from training.data import load_corpus  # noqa: E402
+
+ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(bundle: Path, port: int, batching: str, **extra_env: str) -> subprocess.Popen:
+    env = {**os.environ, "XTAG_BATCHING": batching, "XTAG_LOG_LEVEL": "warning", "XTAG_MAX_BATCH_DOCUMENTS": "1024", **extra_env}
+    code = f"from service.server import serve; serve({str(bundle)!r}, '127.0.0.1', {port}, 1)"
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            status, _ = asyncio.run(_once(port, "GET", "/ready", None))
+            if status == 200:
+                return proc
+        except OSError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("server did not become ready in 60 s")
+
+
+class Conn:
+    """One keep-alive HTTP/1.1 connection: write a request, read status + Content-Length body."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, port: int) -> "Conn":
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return cls(reader, writer)
+
+    async def request(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
+        head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        if body is not None:
+            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        self.writer.write(head.encode() + b"\r\n" + (body or b""))
+        headers = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(headers[9:12])
+        length = 0
+        for line in headers.split(b"\r\n"):
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        return status, await self.reader.readexactly(length)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def _once(port: int, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
+    conn = await Conn.open(port)
+    try:
+        return await conn.request(method, path, body)
+    finally:
+        conn.close()
+
+
+async def _clients(port: int, bodies: list[bytes], concurrency: int, path: str) -> tuple[np.ndarray, float]:
+    """Send every body once over `concurrency` connections; returns per-request seconds and wall time."""
+    conns = [await Conn.open(port) for _ in range(concurrency)]
+    times = np.zeros(len(bodies))
+    queue = list(range(len(bodies)))[::-1]
+
+    async def worker(conn: Conn) -> None:
+        while queue:
+            i = queue.pop()
+            t = time.perf_counter()
+            status, _ = await conn.request("POST", path, bodies[i])
+            times[i] = time.perf_counter() - t
+            if status != 200:
+                raise RuntimeError(f"HTTP {status} on {path}")
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker(c) for c in conns))
+    wall = time.perf_counter() - start
+    for c in conns:
+        c.close()
+    return times, wall
+
+
+def ms(a: np.ndarray, q: float) -> float:
+    return float(np.percentile(a, q) * 1e3)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (from /proc), to see overhead apart from scheduling delays."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _paired(port: int, predictor, texts: list[str], bodies: list[bytes], k: int,
+                  cpu: list[float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """One client; each text timed in-process and then over HTTP back to back, so machine load hits both alike."""
+    conn = await Conn.open(port)
+    inproc, http = np.zeros(len(texts)), np.zeros(len(texts))
+    for i, (text, body) in enumerate(zip(texts, bodies)):
+        t, c = time.perf_counter(), time.process_time()
+        predictor.predict([text], k=k)
+        inproc[i] = time.perf_counter() - t
+        if cpu is not None:
+            cpu.append(time.process_time() - c)
+        t = time.perf_counter()
+        status, _ = await conn.request("POST", "/v1/predict", body)
+        http[i] = time.perf_counter() - t
+        if status != 200:
+            raise RuntimeError(f"HTTP {status} on /v1/predict")
+    conn.close()
+    return inproc, http
+
+
+def latency(port: int, pid: int, predictor, texts: list[str], k: int, concurrency: int) -> dict:
+    bodies = [json.dumps({"text": t, "k": k}).encode() for t in texts]
+    asyncio.run(_paired(port, predictor, texts[:200], bodies[:200], k))  # warm up both sides
+    cpu: list[float] = []
+    server_cpu = cpu_seconds(pid)
+    inproc, one = asyncio.run(_paired(port, predictor, texts, bodies, k, cpu))
+    server_cpu = (cpu_seconds(pid) - server_cpu) / len(texts) * 1e3
+    many, wall = asyncio.run(_clients(port, bodies, concurrency, "/v1/predict"))
+    return {"requests": len(texts),
+            "in_process_ms": {"p50": ms(inproc, 50), "p99": ms(inproc, 99)},
+            "http_1_client_ms": {"p50": ms(one, 50), "p99": ms(one, 99)},
+            f"http_{concurrency}_clients_ms": {"p50": ms(many, 50), "p99": ms(many, 99),
+                                               "qps": len(texts) / wall},
+            "http_overhead_p50_ms": ms(one, 50) - ms(inproc, 50),
+            "http_overhead_paired_median_ms": float(np.median(one - inproc) * 1e3),
+            "server_cpu_ms_per_request": server_cpu, "in_process_cpu_ms_per_predict": float(np.mean(cpu) * 1e3)}
+
+
+def throughput(port: int, predictor, texts: list[str], k: int, batch: int) -> dict:
+    chunks = [texts[i:i + batch] for i in range(0, len(texts), batch)]
+    bodies = [json.dumps({"documents": [{"id": i, "text": t} for i, t in enumerate(c)], "k": k}).encode()
+              for c in chunks]
+    asyncio.run(_clients(port, bodies[:2], 1, "/v1/predict/batch"))
+    s = time.perf_counter()
+    for c in chunks:
+        predictor.predict(c, k=k)
+    inproc = time.perf_counter() - s
+    _, wall = asyncio.run(_clients(port, bodies, 1, "/v1/predict/batch"))
+    return {"documents": len(texts), "batch": batch, "http_docs_per_s": len(texts) / wall,
+            "in_process_docs_per_s": len(texts) / inproc}
+
+
+def reweighting_table(bundle, corpus, k: int = 5) -> dict:
+    """macro-R@k and P@k per scheme and alpha, candidates widened exactly as the service widens them."""
+    p = bundle.predictor
+    vocab = p.vocab
+    Y, _ = corpus.label_matrix(vocab)
+    beam = p.model.config.beam_size
+    plain = p.predict(corpus.texts, k=k, beam_size=beam)
+    k_cand, wide_beam = candidate_budget(k, beam, p.n_labels)
+    wide = p.predict(corpus.texts, k=k_cand, beam_size=wide_beam)
+    table = {}
+    for scheme in SCHEMES:
+        w = label_weights(vocab.frequency_array, vocab.n_train_docs, scheme)
+        for alpha in ALPHAS:
+            labels = plain.labels if alpha == 0 else rerank(wide, gains_for(w, alpha), k)[0].labels
+            m = evaluate(labels, Y, (k,))
+            table[f"{scheme}@{alpha}"] = {"P@5": m[f"P@{k}"], "macro-R@5": m[f"macro-R@{k}"]}
+    return {"candidates": k_cand, "beam": wide_beam, "default_beam": beam, "table": table}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bundle", type=Path, default=ROOT / "bundles" / "svc-dev")
+    ap.add_argument("--test", type=Path, default=ROOT.parent / "shared" / "data" / "debtags" / "test.jsonl.gz")
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args()
+
+    bundle = load_bundle(args.bundle)
+    corpus = load_corpus(args.test)
+    texts = corpus.texts[:args.requests]
+    out = {"bundle": str(args.bundle), "version": bundle.version, "cpus": os.cpu_count(),
+           "load_average": os.getloadavg(), "latency": {}}
+    for batching in ("off", "on"):
+        port = free_port()
+        server = start_server(args.bundle, port, batching)
+        try:
+            out["latency"][batching] = latency(port, server.pid, bundle.predictor, texts, args.k, args.concurrency)
+            if batching == "on":  # the default configuration
+                out["batch_throughput"] = throughput(port, bundle.predictor, corpus.texts, args.k, args.batch)
+        finally:
+            server.terminate()
+            server.wait(10)
+    out["reweighting"] = rw = reweighting_table(bundle, corpus)
+
+    c = args.concurrency
+    print(f"bundle {args.bundle} ({bundle.version}), {len(texts)} single-text requests, k={args.k}, "
+          f"{os.cpu_count()} CPUs, load average before {out['load_average'][0]:.2f}")
+    print(f"{'':34}{'p50 ms':>10}{'p99 ms':>10}")
+    for batching, lat in out["latency"].items():
+        print(f"-- server micro-batching {batching}")
+        print(f"{'  in-process Predictor.predict':34}{lat['in_process_ms']['p50']:10.3f}{lat['in_process_ms']['p99']:10.3f}")
+        print(f"{'  HTTP /v1/predict, 1 client':34}{lat['http_1_client_ms']['p50']:10.3f}"
+              f"{lat['http_1_client_ms']['p99']:10.3f}")
+        many = lat[f"http_{c}_clients_ms"]
+        print(f"{f'  HTTP /v1/predict, {c} clients':34}{many['p50']:10.3f}{many['p99']:10.3f}   ({many['qps']:.0f} req/s)")
+        print(f"  HTTP overhead p50: {lat['http_overhead_p50_ms']:.3f} ms "
+              f"(median of paired differences {lat['http_overhead_paired_median_ms']:.3f} ms)")
+        print(f"  CPU per request: server {lat['server_cpu_ms_per_request']:.3f} ms vs in-process predict "
+              f"{lat['in_process_cpu_ms_per_predict']:.3f} ms → {lat['server_cpu_ms_per_request'] - lat['in_process_cpu_ms_per_predict']:.3f} ms "
+              f"of server work besides the prediction (independent of waiting for a CPU)")
+    thr = out["batch_throughput"]
+    print(f"/v1/predict/batch ({thr['batch']} docs/request): {thr['http_docs_per_s']:.0f} docs/s over HTTP vs "
+          f"{thr['in_process_docs_per_s']:.0f} docs/s in-process ({thr['documents']} docs)")
+    print(f"\nreweighting on {args.test.name}: {len(corpus)} docs, candidates k'={rw['candidates']}, "
+          f"beam {rw['default_beam']}→{rw['beam']}  (P@5 / macro-R@5, %)")
+    print(f"{'scheme':<14}" + "".join(f"{'α=' + str(a):>16}" for a in ALPHAS))
+    for scheme in SCHEMES:
+        cells = [rw["table"][f"{scheme}@{a}"] for a in ALPHAS]
+        print(f"{scheme:<14}" + "".join(f"{c['P@5']:>8.2f}/{c['macro-R@5']:<7.2f}" for c in cells))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

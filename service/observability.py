@@ -1,0 +1,142 @@
+"""Prometheus metrics and a rolling window of recent requests (the dashboard's QPS, percentiles, error rate).
+
+Each app has its own CollectorRegistry (tests build many apps). With several workers, `serve` sets
+PROMETHEUS_MULTIPROC_DIR and /metrics aggregates every worker's files (prometheus-client's
+multiprocess mode); the dashboard's /v1/stats window is per worker.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+QUIET_PATHS = ("/metrics", "/health", "/ready", "/v1/stats", "/static", "/favicon.ico")
+
+
+def multiprocess() -> bool:
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+
+
+class Metrics:
+    """The service's Prometheus metrics, on a registry of its own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter("xtag_http_requests", "HTTP requests by endpoint, method and status",
+                                ["endpoint", "method", "status"], registry=r)
+        self.latency = Histogram("xtag_http_request_duration_seconds", "request latency by endpoint and status",
+                                 ["endpoint", "method", "status"], buckets=LATENCY_BUCKETS, registry=r)
+        self.in_flight = Gauge("xtag_http_requests_in_flight", "requests being handled",
+                               registry=r, multiprocess_mode="livesum")
+        self.batch_size = Histogram("xtag_predict_batch_documents", "documents per predictor call",
+                                    buckets=BATCH_BUCKETS, registry=r)
+        self.documents = Counter("xtag_predicted_documents", "documents tagged", registry=r)
+        self.model_info = Gauge("xtag_model_info", "the served model (value 1)", ["name", "version", "kind", "labels"],
+                                registry=r, multiprocess_mode="liveall")
+        self.model_load = Gauge("xtag_model_load_seconds", "load time of the served bundle", registry=r,
+                                multiprocess_mode="liveall")
+        self.reloads = Counter("xtag_model_reloads", "bundle reloads by outcome", ["outcome"], registry=r)
+
+    def set_model(self, old, new) -> None:
+        if old is not None:
+            labels = (old.bundle.name, old.bundle.version, old.kind, str(old.n_labels))
+            if multiprocess():
+                self.model_info.labels(*labels).set(0)
+            else:
+                try:
+                    self.model_info.remove(*labels)
+                except KeyError:
+                    pass
+        self.model_info.labels(new.bundle.name, new.bundle.version, new.kind, str(new.n_labels)).set(1)
+        self.model_load.set(new.bundle.load_seconds)
+
+    def observe_batch(self, n: int) -> None:
+        self.batch_size.observe(n)
+        self.documents.inc(n)
+
+    def process_exit(self) -> None:
+        """Drop this worker's live gauges (model info, in-flight) from the multiprocess aggregate."""
+        if multiprocess():
+            mark_process_dead(os.getpid())
+
+    def exposition(self) -> bytes:
+        if multiprocess():
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry)
+            return generate_latest(registry)
+        return generate_latest(self.registry)
+
+
+class RecentRequests:
+    """Ring buffer (numpy) of (time, seconds, status) of API requests; summaries cover the last `window` seconds."""
+
+    def __init__(self, window: float = 60.0, capacity: int = 131_072):
+        self.window = window
+        self.times = np.full(capacity, -np.inf)
+        self.seconds = np.zeros(capacity)
+        self.status = np.zeros(capacity, dtype=np.int16)
+        self.next = 0
+        self.started = time.time()
+        self.in_flight = 0
+
+    def add(self, seconds: float, status: int) -> None:
+        i = self.next % len(self.times)
+        self.times[i], self.seconds[i], self.status[i] = time.time(), seconds, status
+        self.next += 1
+
+    def summary(self) -> dict:
+        now = time.time()
+        recent = self.times >= now - self.window
+        lat = self.seconds[recent] * 1e3
+        status = self.status[recent]
+        n = int(recent.sum())
+        span = min(self.window, max(now - self.started, 1e-9))
+        pct = {f"p{q}": (round(float(np.percentile(lat, q)), 3) if n else None) for q in (50, 90, 99)}
+        errors5 = int((status >= 500).sum())
+        errors4 = int((status >= 400).sum()) - errors5
+        return {"window_s": self.window, "requests": n, "qps": round(n / span, 3), "latency_ms": pct,
+                "errors_4xx": errors4, "errors_5xx": errors5,
+                "error_rate": round((errors4 + errors5) / n, 4) if n else 0.0}
+
+
+class ObservabilityMiddleware:
+    """Pure ASGI: in-flight gauge, per-endpoint count/latency by status, and the dashboard's window."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, recent: RecentRequests):
+        self.app, self.metrics, self.recent = app, metrics, recent
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start = time.perf_counter()
+        status = 500
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        self.metrics.in_flight.inc()
+        self.recent.in_flight += 1
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            self.metrics.in_flight.dec()
+            self.recent.in_flight -= 1
+            elapsed = time.perf_counter() - start
+            route = scope.get("route")
+            endpoint = getattr(route, "path", None) or "unmatched"
+            code = str(status)
+            self.metrics.requests.labels(endpoint, scope["method"], code).inc()
+            self.metrics.latency.labels(endpoint, scope["method"], code).observe(elapsed)
+            if not scope["path"].startswith(QUIET_PATHS) and scope["path"] != "/":
+                self.recent.add(elapsed, status)

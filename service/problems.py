@@ -1,0 +1,92 @@
+"""RFC 9457 problem+json for every error, so clients get a 4xx that says what is wrong, never a bare 500."""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from models.errors import XtagError
+
+MEDIA_TYPE = "application/problem+json"
+log = logging.getLogger("xtag.service")
+
+
+class Problem(Exception):
+    """An error answer: HTTP status, a short slug for `type`, and a detail naming the field at fault."""
+
+    def __init__(self, status: int, slug: str, detail: str, headers: dict[str, str] | None = None, **extra: Any):
+        super().__init__(detail)
+        self.status, self.slug, self.detail, self.headers, self.extra = status, slug, detail, headers, extra
+
+
+def problem_body(status: int, slug: str, detail: str, instance: str | None = None, **extra: Any) -> bytes:
+    body = {"type": f"urn:xtag:problem:{slug}", "title": HTTPStatus(status).phrase, "status": status,
+            "detail": detail, **({"instance": instance} if instance else {}), **extra}
+    return orjson.dumps(body)
+
+
+def problem_response(status: int, slug: str, detail: str, instance: str | None = None,
+                     headers: dict[str, str] | None = None, **extra: Any) -> Response:
+    return Response(problem_body(status, slug, detail, instance, **extra), status_code=status,
+                    media_type=MEDIA_TYPE, headers=headers)
+
+
+def _loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "body"
+
+
+def validation_problem(errors: list[dict], prefix: tuple = ()) -> Problem:
+    """422 from pydantic errors: the detail lists `field: message` for each one."""
+    items = [{"loc": _loc(prefix + tuple(e.get("loc", ()))), "msg": e.get("msg", ""), "type": e.get("type", "")}
+             for e in errors]
+    detail = "; ".join(f"{i['loc']}: {i['msg']}" for i in items) or "invalid request"
+    return Problem(422, "validation-error", detail, errors=items)
+
+
+def install(app: FastAPI) -> None:
+    """Map every exception a request can raise to problem+json."""
+
+    @app.exception_handler(Problem)
+    async def _problem(request: Request, exc: Problem) -> Response:
+        return problem_response(exc.status, exc.slug, exc.detail, request.url.path, exc.headers, **exc.extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def _request_validation(request: Request, exc: RequestValidationError) -> Response:
+        p = validation_problem(list(exc.errors()))
+        return problem_response(p.status, p.slug, p.detail, request.url.path, **p.extra)
+
+    @app.exception_handler(ValidationError)
+    async def _validation(request: Request, exc: ValidationError) -> Response:
+        p = validation_problem(exc.errors(include_url=False, include_input=False))
+        return problem_response(p.status, p.slug, p.detail, request.url.path, **p.extra)
+
+    @app.exception_handler(XtagError)
+    async def _xtag(request: Request, exc: XtagError) -> Response:
+        return problem_response(422, "invalid-request", str(exc), request.url.path)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        if exc.status_code == 404 and detail == "Not Found":
+            detail = f"no route {request.method} {request.url.path}"
+        if exc.status_code == 405:
+            detail = f"method {request.method} is not allowed on {request.url.path}"
+        slug = HTTPStatus(exc.status_code).phrase.lower().replace(" ", "-")
+        return problem_response(exc.status_code, slug, detail, request.url.path, getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return problem_response(500, "internal-error", f"internal error ({type(exc).__name__}); see the server log",
+                                request.url.path)

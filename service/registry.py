@@ -1,0 +1,112 @@
+"""The one piece of mutable service state: the served model, loaded and warmed beside the old one, swapped atomically."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio.to_thread
+import numpy as np
+
+from models.bundle import Bundle, load_bundle
+from models.errors import XtagError
+from models.inference import Predictions
+from models.reweighting import gains_for, label_weights, predict_reweighted
+
+log = logging.getLogger("xtag.service")
+
+
+@dataclass
+class ServedModel:
+    """A loaded bundle plus what requests derive from it (weights per scheme, prediction counts)."""
+
+    bundle: Bundle
+    loaded_at: float = field(default_factory=time.time)
+    warmup_ms: float = 0.0
+    _weights: dict[tuple[str, float | None], np.ndarray] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        p = self.bundle.predictor
+        self.n_labels = p.n_labels
+        self.names = p.vocab.names
+        self.lower_names = [n.lower() for n in self.names]
+        self.default_beam = int(p.model.config.beam_size)
+        self.ref = {"name": self.bundle.name, "version": self.bundle.version}
+        self.kind = str(self.bundle.manifest.get("model_kind", "unknown"))
+        self.predicted = np.zeros(self.n_labels, dtype=np.int64)  # label id → times returned
+
+    def gains(self, scheme: str, alpha: float, beta: float | None) -> np.ndarray | None:
+        """The a_j of the request's reweighting (None for plain scores); weights cached per (scheme, beta)."""
+        if alpha == 0:
+            return None
+        key = (scheme, beta)
+        w = self._weights.get(key)
+        if w is None:
+            vocab = self.bundle.predictor.vocab
+            w = self._weights[key] = label_weights(vocab.frequency_array, vocab.n_train_docs, scheme, beta)
+        return gains_for(w, alpha)
+
+    def predict(self, texts: list[str], k: int, beam_size: int | None, a: np.ndarray | None) -> Predictions:
+        """Top-k for a batch through the bundle's predictor (re-ranked when `a` is given)."""
+        beam = beam_size or self.default_beam
+        preds = predict_reweighted(self.bundle.predictor, texts, k, a, beam, self.n_labels)
+        labels = preds.labels[preds.labels >= 0]
+        np.add.at(self.predicted, labels, 1)
+        return preds
+
+    def warm_up(self, text: str) -> None:
+        start = time.perf_counter()
+        k = min(10, self.n_labels)
+        self.predict([text], k, None, None)
+        self.predict([text], k, None, self.gains("psp", 0.5, None))
+        self.predicted[:] = 0
+        self.warmup_ms = (time.perf_counter() - start) * 1e3
+
+
+def load_and_warm(path: Path, warmup_text: str) -> ServedModel:
+    """Load, verify and warm a bundle; raises XtagError if any step fails."""
+    model = ServedModel(load_bundle(path))
+    try:
+        model.warm_up(warmup_text)
+    except Exception as exc:  # a bundle that loads but cannot predict must not go live
+        raise XtagError(f"{path}: warm-up prediction failed ({type(exc).__name__}: {exc})") from exc
+    return model
+
+
+class ModelRegistry:
+    """Holds the current ServedModel; `load` swaps it in only after a successful load and warm-up."""
+
+    def __init__(self, path: Path | None, warmup_text: str):
+        self.path, self.warmup_text = path, warmup_text
+        self.current: ServedModel | None = None
+        self.last_error: str | None = None
+        self.loading = False
+        self._lock = asyncio.Lock()
+        self.listeners: list = []  # called with (old, new) after a swap
+
+    async def load(self, path: Path | None = None) -> tuple[ServedModel | None, ServedModel]:
+        """Load `path` (default: the configured one) beside the current model and switch to it; returns (old, new)."""
+        async with self._lock:
+            target = Path(path) if path is not None else self.path
+            if target is None:
+                raise XtagError("no bundle configured (set XTAG_BUNDLE or pass a bundle path)")
+            self.loading = True
+            try:
+                new = await anyio.to_thread.run_sync(load_and_warm, target, self.warmup_text)
+            except Exception as exc:  # anything that keeps a bundle from serving leaves the old one in place
+                msg = str(exc) if isinstance(exc, XtagError) else f"{target}: cannot load ({type(exc).__name__}: {exc})"
+                self.last_error = msg
+                log.error("bundle not loaded: %s", msg)
+                raise XtagError(msg) from exc
+            finally:
+                self.loading = False
+            old, self.current = self.current, new  # the atomic switch: one reference assignment
+            self.path, self.last_error = target, None
+            for listener in self.listeners:
+                listener(old, new)
+            log.info("serving %s version %s (%d labels) from %s", new.bundle.name, new.bundle.version,
+                     new.n_labels, target)
+            return old, new

@@ -1,0 +1,1 @@
+"""HTTP routes, one module per concern; app.create_app includes them."""

@@ -1,0 +1,118 @@
+"""Annif's REST contract (projects, suggest, suggest-batch), one project per loaded bundle, for unchanged Annif clients."""
+
+from __future__ import annotations
+
+import re
+from importlib import metadata
+
+from fastapi import APIRouter, Depends, Request
+from starlette.datastructures import FormData
+
+from service.deps import json_body, openapi_body, served_model
+from service.problems import Problem
+from service.registry import ServedModel
+from service.routes.predict import JSONBytes, predict_rows
+from service.schemas import AnnifBatchRequest
+
+router = APIRouter(tags=["annif"])
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+def project_id(model: ServedModel) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", model.bundle.name).strip("-") or "xtag"
+
+
+def project(request: Request, model: ServedModel) -> dict:
+    return {"project_id": project_id(model), "name": model.bundle.name,
+            "language": request.app.state.settings.annif_language,
+            "backend": {"backend_id": f"xtag-{model.kind}"}, "is_trained": True,
+            "modification_time": model.bundle.manifest.get("created")}
+
+
+def _project(request: Request, pid: str) -> ServedModel:
+    model = served_model(request)
+    if pid != project_id(model):
+        raise Problem(404, "not-found", f"Project '{pid}' not found")
+    return model
+
+
+def _number(raw: str | None, name: str, cast, lo: float, hi: float, default):
+    if raw is None or raw == "":
+        return default
+    try:
+        value = cast(raw)
+    except ValueError:
+        raise Problem(400, "bad-request", f"{name}: {raw!r} is not a valid {cast.__name__}") from None
+    if not lo <= value <= hi:
+        raise Problem(400, "bad-request", f"{name}: {value} is outside {lo}..{hi}")
+    return value
+
+
+async def _suggest(request: Request, model: ServedModel, texts: list[str], limit_raw, threshold_raw) -> list[list[dict]]:
+    """Annif semantics: limit (default 10) and threshold (default 0) filter; blank texts get no results."""
+    s = request.app.state.settings
+    limit = min(_number(limit_raw, "limit", int, 1, s.max_k, 10), model.n_labels)
+    threshold = _number(threshold_raw, "threshold", float, 0.0, 1.0, 0.0)
+    for i, text in enumerate(texts):
+        if len(text) > s.max_text_chars:
+            raise Problem(413, "text-too-long", f"documents[{i}].text has {len(text)} characters; the limit is "
+                                                f"{s.max_text_chars} (XTAG_MAX_TEXT_CHARS)")
+    todo = [i for i, t in enumerate(texts) if t.strip()]
+    rows = await predict_rows(request, model, [texts[i] for i in todo], limit, None, None, threshold) if todo else []
+    prefix = s.annif_uri_prefix
+    out: list[list[dict]] = [[] for _ in texts]
+    for i, row in zip(todo, rows):
+        out[i] = [{"uri": prefix + r["name"], "label": r["name"], "notation": None, "score": r["score"]} for r in row]
+    return out
+
+
+@router.get("/v1/", summary="API information (Annif)")
+async def api_info() -> dict:
+    try:
+        version = metadata.version("xtag")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    return {"title": "xtag REST API (Annif-compatible)", "version": version}
+
+
+@router.get("/v1/projects", summary="Annif projects: the served bundle")
+async def projects(request: Request) -> dict:
+    model = request.app.state.registry.current
+    return {"projects": [project(request, model)] if model else []}
+
+
+@router.get("/v1/projects/{project_id}", summary="One Annif project")
+async def get_project(request: Request, project_id: str) -> dict:
+    return project(request, _project(request, project_id))
+
+
+@router.post("/v1/projects/{project_id}/suggest", summary="Annif suggest (form-encoded text, limit, threshold)",
+             openapi_extra={"requestBody": {"required": True, "content": {"application/x-www-form-urlencoded": {
+                 "schema": {"type": "object", "required": ["text"], "properties": {
+                     "text": {"type": "string"}, "limit": {"type": "integer", "default": 10},
+                     "threshold": {"type": "number", "default": 0}, "language": {"type": "string"}}}}}}})
+async def suggest(request: Request, project_id: str):
+    model = _project(request, project_id)
+    content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if content_type not in FORM_TYPES:
+        raise Problem(415, "unsupported-media-type", f"suggest takes a form ({FORM_TYPES[0]}), got "
+                                                     f"{content_type or 'no Content-Type'}")
+    form: FormData = await request.form()
+    text = form.get("text")
+    if not isinstance(text, str):
+        raise Problem(400, "bad-request", "text: a form field 'text' is required")
+    rows = await _suggest(request, model, [text], form.get("limit"), form.get("threshold"))
+    return JSONBytes({"results": rows[0]})
+
+
+@router.post("/v1/projects/{project_id}/suggest-batch", openapi_extra=openapi_body(AnnifBatchRequest),
+             summary="Annif suggest-batch (JSON documents; limit, threshold as query parameters)")
+async def suggest_batch(request: Request, project_id: str,
+                        body: AnnifBatchRequest = Depends(json_body(AnnifBatchRequest))):
+    model = _project(request, project_id)
+    limit = request.app.state.settings.max_batch_documents
+    if len(body.documents) > limit:
+        raise Problem(400, "bad-request", f"documents: {len(body.documents)} documents, the maximum per batch is {limit}")
+    q = request.query_params
+    rows = await _suggest(request, model, [d.text for d in body.documents], q.get("limit"), q.get("threshold"))
+    return JSONBytes([{"document_id": d.document_id, "results": r} for d, r in zip(body.documents, rows)])

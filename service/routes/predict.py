@@ -1,0 +1,134 @@
+"""POST /v1/predict and /v1/predict/batch: one predictor call per request (or per micro-batch), orjson out."""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+
+import numpy as np
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from models.errors import XtagError
+from models.macro_inference import SERVING_MAX_DOCS, predict_optimized, serving_config
+from service.batching import run_off_loop
+from service.deps import openapi_body, parse_body, require_api_key, served_model
+from service.problems import Problem
+from service.registry import ServedModel
+from service.schemas import BatchRequest, BatchResponse, PredictOptions, PredictRequest, PredictResponse, Reweight
+
+router = APIRouter(tags=["predict"])
+HOT_ROUTES = ("/v1/predict", "/v1/predict/batch")
+ERRORS = {c: {"description": d, "content": {"application/problem+json": {}}} for c, d in
+          ((400, "invalid JSON or UTF-8"), (401, "missing API key"), (413, "body or text too large"),
+           (415, "not application/json"), (422, "invalid field"), (503, "no model loaded yet"))}
+
+
+class JSONBytes(Response):
+    media_type = "application/json"
+
+    def render(self, content: object) -> bytes:
+        return orjson.dumps(content)
+
+
+def check_options(request: Request, model: ServedModel, opts: PredictOptions, texts: list[str],
+                  what: str) -> tuple[int, int | None, np.ndarray | None]:
+    """Limits that depend on the settings or the model: text length (413), k and beam (422), reweighting."""
+    s = request.app.state.settings
+    for i, text in enumerate(texts):
+        if len(text) > s.max_text_chars:
+            raise Problem(413, "text-too-long", f"{what.format(i=i)} has {len(text)} characters; the limit is "
+                                                f"{s.max_text_chars} (XTAG_MAX_TEXT_CHARS)")
+    k = opts.k if "k" in opts.model_fields_set else min(opts.k, model.n_labels)
+    k_max = min(model.n_labels, s.max_k)
+    if k > k_max:
+        raise Problem(422, "validation-error", f"k: {k} is above the maximum of {k_max} (the model has "
+                                               f"{model.n_labels} labels; XTAG_MAX_K={s.max_k})")
+    if opts.beam_size is not None and opts.beam_size > s.max_beam_size:
+        raise Problem(422, "validation-error", f"beam_size: {opts.beam_size} is above the maximum of "
+                                               f"{s.max_beam_size} (XTAG_MAX_BEAM_SIZE)")
+    try:
+        a = reweight_gains(model, opts.reweight)
+    except XtagError as exc:
+        raise Problem(422, "validation-error", str(exc)) from exc
+    return k, opts.beam_size, a
+
+
+def reweight_gains(model: ServedModel, rw: Reweight | None) -> np.ndarray | None:
+    if rw is None:
+        return None
+    return model.gains(rw.scheme, float(rw.alpha), None if rw.beta is None else float(rw.beta))
+
+
+async def predict_rows(request: Request, model: ServedModel, texts: list[str], k: int, beam: int | None,
+                       a: np.ndarray | None, threshold: float | None, rw_key: tuple = ()) -> list[list[dict]]:
+    """Top-k rows of {id, name, score} for `texts`, through the micro-batcher when it is on."""
+    run = partial(model.predict, k=k, beam_size=beam, a=a)
+    batcher = request.app.state.batcher
+    if batcher is not None:
+        preds = await batcher.submit((id(model), k, beam, rw_key), texts, run)
+    else:
+        request.app.state.metrics.observe_batch(len(texts))
+        preds = await run_off_loop(request.app.state.executor, run, texts)
+    names, cut = model.names, -1.0 if threshold is None else float(threshold)
+    return [[{"id": j, "name": names[j], "score": s} for j, s in zip(row_l, row_s) if j >= 0 and s >= cut]
+            for row_l, row_s in zip(preds.labels.tolist(), preds.scores.tolist())]
+
+
+def _rw_key(opts: PredictOptions) -> tuple:
+    rw = opts.reweight
+    return () if rw is None else (rw.scheme, float(rw.alpha), rw.beta)
+
+
+@router.post("/v1/predict", response_model=PredictResponse, responses=ERRORS, openapi_extra=openapi_body(PredictRequest),
+             summary="Top-k labels for one text")
+async def predict(request: Request) -> Response:
+    start = time.perf_counter()
+    await require_api_key(request)  # served as a plain Starlette route too (app.py): no Depends on the hot path
+    body = await parse_body(request, PredictRequest)
+    model = served_model(request)
+    k, beam, a = check_options(request, model, body, [body.text], "text")
+    rows = await predict_rows(request, model, [body.text], k, beam, a, body.threshold, _rw_key(body))
+    return JSONBytes({"labels": rows[0], "model": model.ref, "took_ms": round((time.perf_counter() - start) * 1e3, 3)})
+
+
+@router.post("/v1/predict/batch", response_model=BatchResponse, responses=ERRORS,
+             openapi_extra=openapi_body(BatchRequest), summary="Top-k labels for many texts, in input order")
+async def predict_batch(request: Request) -> Response:
+    start = time.perf_counter()
+    await require_api_key(request)
+    body = await parse_body(request, BatchRequest)
+    model = served_model(request)
+    limit = request.app.state.settings.max_batch_documents
+    if len(body.documents) > limit:
+        raise Problem(422, "validation-error", f"documents: {len(body.documents)} documents, the maximum per batch "
+                                               f"is {limit} (XTAG_MAX_BATCH_DOCUMENTS)")
+    texts = [d.text for d in body.documents]
+    k, beam, a = check_options(request, model, body, texts, "documents[{i}].text")
+    if body.optimize is None:
+        rows = await predict_rows(request, model, texts, k, beam, a, body.threshold, _rw_key(body))
+    else:
+        rows = await optimized_rows(request, model, body, texts, k, beam)
+    results = [{"id": i if d.id is None else d.id, "labels": r} for i, (d, r) in enumerate(zip(body.documents, rows))]
+    return JSONBytes({"results": results, "model": model.ref, "took_ms": round((time.perf_counter() - start) * 1e3, 3)})
+
+
+async def optimized_rows(request: Request, model: ServedModel, body: BatchRequest, texts: list[str], k: int,
+                         beam: int | None) -> list[list[dict]]:
+    """The batch's top-k sets chosen jointly for a macro metric; never micro-batched with other requests,
+    because the optimum depends on exactly this batch."""
+    if body.reweight is not None:
+        raise Problem(422, "validation-error", "reweight and optimize are alternatives: give one of them")
+    if len(texts) > SERVING_MAX_DOCS:
+        raise Problem(422, "validation-error", f"optimize: at most {SERVING_MAX_DOCS} documents per batch, "
+                                               f"got {len(texts)}")
+    opt = body.optimize
+    config = serving_config(opt.metric, float(opt.alpha), opt.method)
+    run = partial(predict_optimized, model.bundle.predictor, k=k, beam_size=beam or model.default_beam,
+                  n_labels=model.n_labels, config=config)
+    request.app.state.metrics.observe_batch(len(texts))
+    preds = await run_off_loop(request.app.state.executor, run, texts)
+    names, cut = model.names, -1.0 if body.threshold is None else float(body.threshold)
+    return [[{"id": j, "name": names[j], "score": s} for j, s in zip(row_l, row_s) if j >= 0 and s >= cut]
+            for row_l, row_s in zip(preds.labels.tolist(), preds.scores.tolist())]

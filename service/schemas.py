@@ -1,0 +1,148 @@
+"""Request and response payloads of the HTTP API (pydantic v2, unknown fields rejected)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
+
+
+def _not_blank(text: str) -> str:
+    if not text.strip():
+        raise ValueError("text is empty or whitespace only")
+    return text
+
+
+Text = Annotated[StrictStr, AfterValidator(_not_blank),
+                 Field(description="the document to tag; longer than XTAG_MAX_TEXT_CHARS gets 413")]
+Number = StrictFloat | StrictInt
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Reweight(Strict):
+    """Macro-aware re-ranking by gains a_j·η_j (thesis eq. 4.21); see models/reweighting.py.
+
+    The beam is widened (k' = max(5k, 50) candidates, beam ×2), the candidates are ordered by gain
+    and cut to k; each label keeps its model score η, so `score` need not decrease down the list.
+    """
+
+    scheme: Literal["psp", "power", "macro-recall"]
+    alpha: Annotated[Number, Field(ge=0.0, le=1.0, description="0 = plain scores, 1 = pure scheme")]
+    beta: Annotated[Number, Field(ge=0.0, le=10.0, description="exponent of the 'power' scheme "
+                                                                "(default 0.5); only for 'power'")] | None = None
+
+
+class PredictOptions(Strict):
+    k: Annotated[StrictInt, Field(ge=1, description="labels per document (default 10, at most the label count)")] = 10
+    beam_size: Annotated[StrictInt, Field(ge=1, description="beam width (default: the bundle's)")] | None = None
+    threshold: Annotated[Number, Field(ge=0.0, le=1.0, description="drop labels whose model score is "
+                                                                   "below this (after any re-ranking)")] | None = None
+    reweight: Reweight | None = None
+
+
+class PredictRequest(PredictOptions):
+    text: Text
+
+
+class BatchDocument(Strict):
+    id: StrictStr | StrictInt | None = Field(None, description="echoed back; default: the position")
+    text: Text
+
+
+class Optimize(Strict):
+    """Batch-level optimal macro inference (thesis §4.3–4.4, models/macro_inference.py).
+
+    The batch's top-k sets are chosen jointly to maximise (1 − alpha)·P@k + alpha·metric over the
+    batch's own documents (BCA in the ETU setting, or Frank-Wolfe in the PU setting). At most 1024
+    documents and 1 s of optimisation per request; best on a calibrated bundle (`xtag calibrate`).
+    """
+
+    metric: Literal["macro-f1", "macro-recall"]
+    alpha: Annotated[Number, Field(ge=0.0, le=1.0, description="0 = plain top-k, 1 = the macro metric only")] = 1.0
+    method: Literal["bca", "fw"] = "bca"
+
+
+class BatchRequest(PredictOptions):
+    documents: Annotated[list[BatchDocument], Field(min_length=1, description="at most XTAG_MAX_BATCH_DOCUMENTS")]
+    optimize: Optimize | None = None
+
+
+class LabelScore(BaseModel):
+    id: int
+    name: str
+    score: float
+
+
+class ModelRef(BaseModel):
+    name: str
+    version: str
+
+
+class PredictResponse(BaseModel):
+    labels: list[LabelScore]
+    model: ModelRef
+    took_ms: float
+
+
+class BatchResult(BaseModel):
+    id: str | int
+    labels: list[LabelScore]
+
+
+class BatchResponse(BaseModel):
+    results: list[BatchResult]
+    model: ModelRef
+    took_ms: float
+
+
+class LabelInfo(BaseModel):
+    id: int
+    name: str
+    frequency: int
+
+
+class LabelsPage(BaseModel):
+    total: int
+    offset: int
+    limit: int
+    labels: list[LabelInfo]
+
+
+class ModelInfo(BaseModel):
+    name: str
+    version: str
+    kind: str
+    path: str
+    label_count: int
+    default_beam_size: int
+    load_seconds: float
+    warmup_ms: float
+    loaded_at: float
+    manifest: dict
+
+
+class ReloadRequest(Strict):
+    bundle: StrictStr | None = Field(None, description="bundle directory to switch to (default: the configured "
+                                                       "one, re-read); only with a single worker")
+
+
+class ReloadResponse(BaseModel):
+    status: Literal["reloaded", "unchanged"]
+    model: ModelRef
+    previous: ModelRef | None
+    took_ms: float
+
+
+class AnnifBatchDocument(Strict):
+    text: StrictStr
+    document_id: StrictStr | StrictInt | None = None
+
+
+class AnnifBatchRequest(Strict):
+    documents: Annotated[list[AnnifBatchDocument], Field(min_length=1)]
+
+
+REQUEST_MODELS: tuple[type[BaseModel], ...] = (PredictRequest, BatchRequest, ReloadRequest, AnnifBatchRequest)

@@ -1,0 +1,72 @@
+"""serve(): run the app under uvicorn (httptools + uvloop when installed); SIGHUP reloads the bundle.
+
+One worker: the app object runs in this process and reloads itself on SIGHUP (load beside, swap
+atomically). Several workers: uvicorn's supervisor runs `app_from_env` in each (settings passed as
+XTAG_* variables), each loading before it accepts connections; SIGHUP to this process rolls the
+workers one by one, and a worker whose bundle fails to load is discarded while the old ones keep
+serving. /metrics then aggregates all workers (PROMETHEUS_MULTIPROC_DIR).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import uvicorn
+
+from models.errors import XtagError
+from service.routes.admin import SUPERVISOR_ENV
+from service.settings import Settings
+
+
+def _fastest(module: str, fallback: str, name: str) -> str:
+    return name if importlib.util.find_spec(module) else fallback
+
+
+def uvicorn_options(settings: Settings) -> dict:
+    options = {"host": settings.host, "port": settings.port, "log_level": settings.log_level,
+               "access_log": settings.access_log, "http": _fastest("httptools", "h11", "httptools"),
+               "loop": _fastest("uvloop", "asyncio", "uvloop"), "timeout_keep_alive": 30,
+               "server_header": False, "proxy_headers": False}
+    if "timeout_worker_healthcheck" in inspect.signature(uvicorn.Config).parameters:
+        # how long a restarted worker may take to load its bundle before the old one is kept
+        options["timeout_worker_healthcheck"] = settings.worker_start_timeout_s
+    return options
+
+
+def _export(settings: Settings) -> None:
+    """Hand the settings to worker processes through XTAG_* variables."""
+    for name, value in settings.model_dump(exclude_none=True).items():
+        if hasattr(value, "get_secret_value"):
+            value = value.get_secret_value()
+        os.environ[f"XTAG_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def serve(bundle: str | Path | None = None, host: str | None = None, port: int | None = None,
+          workers: int | None = None, **overrides) -> None:
+    """Serve `bundle` (or XTAG_BUNDLE); explicit arguments win over XTAG_* variables and .env."""
+    given = {"bundle": bundle, "host": host, "port": port, "workers": workers, **overrides}
+    settings = Settings(**{k: v for k, v in given.items() if v is not None})
+    if settings.bundle is None:
+        raise XtagError("no bundle to serve: give BUNDLE or set XTAG_BUNDLE")
+    if settings.workers == 1:
+        from service.app import create_app
+        uvicorn.run(create_app(settings), **uvicorn_options(settings))
+        return
+    # Workers must hold their model before they count as started, so that a rolling restart on SIGHUP
+    # keeps the old workers when the new bundle does not load.
+    settings = settings.model_copy(update={"load_in_background": False, "sighup_reload": True})
+    _export(settings)
+    own_dir = None
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        own_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="xtag-prometheus-")
+    os.environ[SUPERVISOR_ENV] = str(os.getpid())
+    try:
+        uvicorn.run("service.app:app_from_env", factory=True, workers=settings.workers, **uvicorn_options(settings))
+    finally:
+        if own_dir:
+            shutil.rmtree(own_dir, ignore_errors=True)

@@ -1,0 +1,157 @@
+"""Helpers and fixtures for the service tests: tiny bundles from an in-code corpus, apps, live uvicorn servers.
+
+The fixtures live here, not in a conftest.py, so that tests/service adds no second `conftest` module
+beside tests/conftest.py (whose helpers other tests import by that name); test modules import them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.settings import Settings
+from training.config import TrainConfig
+from training.export import export_run
+from training.run import train_run
+from training.tree import TreeConfig
+from training.xlinear import XLinearConfig
+
+TOPICS = {
+    "lang::python": "python interpreter script module pip package",
+    "lang::c": "c compiler pointer header gcc library",
+    "use::gaming": "game player level arcade puzzle fun",
+    "works-with::image": "image photo picture pixel raster png",
+    "works-with::audio": "audio sound music mp3 player volume",
+    "use::networking": "network socket http server tcp proxy",
+    "works-with::db": "database sql query table postgres index",
+    "use::editing": "editor text edit syntax highlight vim",
+}
+TAIL = ("role::rare-thing", "quasar nebula telescope astronomy")  # a label seen in 2 training documents
+
+
+def tiny_corpus(variant: int = 0) -> list[dict]:
+    """60-odd deterministic documents over 8 frequent labels and one tail label."""
+    names = list(TOPICS)
+    rows = []
+    for i in range(64):
+        a, b = names[i % 8], names[(i * 3 + 1 + variant) % 8]
+        labels = sorted({a, b})
+        text = f"{TOPICS[a]} {TOPICS[b].split()[i % 6]} doc{i % 5} tool"
+        rows.append({"id": f"d{i}", "text": text, "labels": labels})
+    for i in range(2):
+        rows.append({"id": f"tail{i}", "text": f"{TAIL[1]} {TOPICS['works-with::image']} tool",
+                     "labels": [TAIL[0], "works-with::image"]})
+    return rows
+
+
+def build_bundle(folder: Path, name: str, variant: int = 0) -> Path:
+    corpus = folder / f"{name}.jsonl"
+    corpus.write_text("\n".join(json.dumps(r) for r in tiny_corpus(variant)) + "\n")
+    cfg = TrainConfig(corpus=corpus, xlinear=XLinearConfig(tree=TreeConfig(max_leaf_size=4), n_jobs=1))
+    run = folder / f"run-{name}"
+    train_run(cfg, run, progress=False)
+    bundle = folder / name
+    export_run(run, bundle, name)
+    return bundle
+
+
+def wait_ready(client, timeout: float = 20.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if client.get("/ready").status_code == 200:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"not ready in {timeout} s: {client.get('/ready').text}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiveServer:
+    """uvicorn on 127.0.0.1 in a thread (same options as `xtag serve`)."""
+
+    def __init__(self, settings: Settings):
+        from service.server import uvicorn_options
+        self.settings = settings.model_copy(update={"port": free_port(), "host": "127.0.0.1"})
+        self.url = f"http://127.0.0.1:{self.settings.port}"
+        self.app = create_app(self.settings)
+        self.server = uvicorn.Server(uvicorn.Config(self.app, **{**uvicorn_options(self.settings),
+                                                                 "log_level": "warning"}))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> "LiveServer":
+        self.thread.start()
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            try:
+                if httpx.get(self.url + "/ready", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError("live server not ready in 20 s")
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+_BUILT: dict[str, Path] = {}
+
+
+@pytest.fixture(scope="session")
+def bundles(tmp_path_factory) -> dict[str, Path]:
+    """Two good bundles (different content) and a broken copy of the first; built once per session."""
+    if _BUILT:
+        return _BUILT
+    folder = tmp_path_factory.mktemp("bundles")
+    a = build_bundle(folder, "tiny-a", 0)
+    b = build_bundle(folder, "tiny-b", 2)
+    broken = folder / "broken"
+    shutil.copytree(a, broken)
+    (broken / "labels.json").write_text('{"names": ["x"], "frequencies": [1], "n_train_docs": 1}')
+    _BUILT.update({"a": a, "b": b, "broken": broken})
+    return _BUILT
+
+
+@pytest.fixture
+def make_client(bundles):
+    """TestClient factory: make_client(**settings) → a started client whose model is ready."""
+    clients = []
+
+    def make(wait: bool = True, **overrides) -> TestClient:
+        overrides.setdefault("bundle", bundles["a"])
+        client = TestClient(create_app(Settings(_env_file=None, **overrides)))
+        client.__enter__()
+        clients.append(client)
+        if wait:
+            wait_ready(client)
+        return client
+
+    yield make
+    for c in clients:
+        c.__exit__(None, None, None)
+
+
+@pytest.fixture
+def client(make_client) -> TestClient:
+    return make_client()
+
+
+@pytest.fixture
+def live_server(bundles):
+    with LiveServer(Settings(_env_file=None, bundle=bundles["a"])) as server:
+        yield server

@@ -1,0 +1,125 @@
+"""The JSON API on a tiny bundle: predict, batch order and ids, threshold, reweighting, labels, model, OpenAPI."""
+
+from __future__ import annotations
+
+from models.bundle import load_bundle
+from models.reweighting import gains_for, label_weights, predict_reweighted
+from svc_support import bundles, client, make_client  # noqa: F401  (pytest fixtures)
+
+TAIL_TEXT = "quasar telescope image tool"
+
+
+def test_predict_returns_the_predictors_top_k(client, bundles):
+    r = client.post("/v1/predict", json={"text": "python script game", "k": 3})
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+    body = r.json()
+    predictor = load_bundle(bundles["a"]).predictor
+    expected = predictor.named(predictor.predict(["python script game"], k=3))[0]
+    assert [(x["id"], x["name"]) for x in body["labels"]] == [(i, n) for i, n, _ in expected]
+    assert [x["score"] for x in body["labels"]] == [float(s) for _, _, s in expected]
+    assert body["model"] == {"name": "tiny-a", "version": load_bundle(bundles["a"]).version}
+    assert body["took_ms"] > 0
+
+
+def test_default_k_is_capped_at_the_label_count(client):
+    r = client.post("/v1/predict", json={"text": "python script game"})  # default k=10, the bundle has 9 labels
+    assert r.status_code == 200 and len(r.json()["labels"]) == 9
+
+
+def test_threshold_drops_low_scores(client):
+    full = client.post("/v1/predict", json={"text": "python script game", "k": 9}).json()["labels"]
+    cut = sorted(x["score"] for x in full)[4]
+    kept = client.post("/v1/predict", json={"text": "python script game", "k": 9, "threshold": cut}).json()["labels"]
+    assert kept == [x for x in full if x["score"] >= cut] and 0 < len(kept) < len(full)
+
+
+def test_batch_keeps_input_order_and_ids(client):
+    docs = [{"id": "x", "text": "python script"}, {"text": "game arcade puzzle"}, {"id": 7, "text": "sql database"},
+            {"text": "python script"}]
+    r = client.post("/v1/predict/batch", json={"documents": docs, "k": 2})
+    assert r.status_code == 200
+    results = r.json()["results"]
+    assert [x["id"] for x in results] == ["x", 1, 7, 3]
+    single = [client.post("/v1/predict", json={"text": d["text"], "k": 2}).json()["labels"] for d in docs]
+    assert [x["labels"] for x in results] == single
+    assert results[0]["labels"] == results[3]["labels"]
+
+
+def test_reweighting_surfaces_the_tail_label(client, bundles):
+    plain = client.post("/v1/predict", json={"text": TAIL_TEXT, "k": 2}).json()["labels"]
+    assert plain[0]["name"] == "works-with::image"
+    rw = {"scheme": "macro-recall", "alpha": 1.0}
+    top = client.post("/v1/predict", json={"text": TAIL_TEXT, "k": 2, "reweight": rw}).json()["labels"]
+    assert top[0]["name"] == "role::rare-thing"
+    # same answer as the library function the service is built on
+    b = load_bundle(bundles["a"])
+    vocab = b.predictor.vocab
+    a = gains_for(label_weights(vocab.frequency_array, vocab.n_train_docs, "macro-recall"), 1.0)
+    ref = predict_reweighted(b.predictor, [TAIL_TEXT], 2, a, b.predictor.model.config.beam_size, len(vocab))
+    assert [x["id"] for x in top] == ref.labels[0].tolist()
+
+
+def test_alpha_zero_is_exactly_the_plain_ranking(client):
+    plain = client.post("/v1/predict", json={"text": TAIL_TEXT, "k": 5}).json()["labels"]
+    for scheme in ("psp", "power", "macro-recall"):
+        r = client.post("/v1/predict", json={"text": TAIL_TEXT, "k": 5, "reweight": {"scheme": scheme, "alpha": 0}})
+        assert r.json()["labels"] == plain
+
+
+def test_power_beta_is_accepted_for_power(client):
+    r = client.post("/v1/predict", json={"text": TAIL_TEXT, "k": 3,
+                                         "reweight": {"scheme": "power", "alpha": 1, "beta": 2}})
+    assert r.status_code == 200 and r.json()["labels"][0]["name"] == "role::rare-thing"
+
+
+def test_labels_are_paged_and_searchable(client):
+    page = client.get("/v1/labels", params={"limit": 4, "offset": 2}).json()
+    assert page["total"] == 9 and page["offset"] == 2 and [x["id"] for x in page["labels"]] == [2, 3, 4, 5]
+    found = client.get("/v1/labels", params={"q": "WORKS-with"}).json()
+    assert found["total"] == 3 and all("works-with" in x["name"] for x in found["labels"])
+    rare = client.get("/v1/labels", params={"q": "rare"}).json()["labels"]
+    assert rare == [{"id": 2, "name": "role::rare-thing", "frequency": 2}]
+
+
+def test_model_info(client, bundles):
+    info = client.get("/v1/model").json()
+    assert info["name"] == "tiny-a" and info["label_count"] == 9 and info["kind"] == "xlinear"
+    assert info["load_seconds"] > 0 and info["warmup_ms"] > 0
+    assert info["manifest"]["files"] == load_bundle(bundles["a"]).manifest["files"]
+
+
+def test_openapi_documents_the_request_bodies(client):
+    spec = client.get("/openapi.json").json()
+    body = spec["paths"]["/v1/predict"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert body == {"$ref": "#/components/schemas/PredictRequest"}
+    schemas = spec["components"]["schemas"]
+    assert schemas["PredictRequest"]["additionalProperties"] is False
+    assert set(schemas["Reweight"]["properties"]["scheme"]["enum"]) == {"psp", "power", "macro-recall"}
+    assert "BatchRequest" in schemas and "/v1/predict/batch" in spec["paths"]
+    # the hot routes are served by plain Starlette routes, but documented with their security and errors
+    op = spec["paths"]["/v1/predict"]["post"]
+    assert op["security"] == [{"APIKeyHeader": []}] and {"413", "415", "422"} <= set(op["responses"])
+
+
+def test_health_is_always_open(make_client):
+    c = make_client(api_key="s3cret")
+    assert c.get("/health").json() == {"status": "ok"}
+    assert c.get("/ready").status_code == 200
+    assert c.get("/metrics").status_code == 200
+    assert c.get("/").status_code == 200
+
+
+def test_api_key(make_client):
+    c = make_client(api_key="s3cret")
+    body = {"text": "python script", "k": 1}
+    r = c.post("/v1/predict", json=body)
+    assert r.status_code == 401 and r.headers["content-type"] == "application/problem+json"
+    assert "API key" in r.json()["detail"]
+    assert c.post("/v1/predict", json=body, headers={"X-API-Key": "wrong"}).status_code == 401
+    assert c.post("/v1/predict", json=body, headers={"X-API-Key": "s3cret"}).status_code == 200
+    assert c.post("/v1/predict", json=body, headers={"Authorization": "Bearer s3cret"}).status_code == 200
+    assert c.post("/v1/predict/batch", json={"documents": [{"text": "python"}]}).status_code == 401
+    assert c.post("/v1/predict/batch", json={"documents": [{"text": "python"}]},
+                  headers={"X-API-Key": "s3cret"}).status_code == 200
+    assert c.get("/v1/labels").status_code == 401
+    assert c.post("/v1/admin/reload").status_code == 401

@@ -107,3 +107,64 @@ def evaluate(
             out[f"PSnDCG@{k}"] = 100 * (gain[:, :k] * discount[:k]).sum() / best_dcg if best_dcg else 0.0
         out.update(_macro(pred, hits, Y, k))
     return out
+
+
+# --- Per-label and per-frequency-bucket views (evaluation reports) ---
+
+BUCKETS: tuple[str, ...] = ("head", "torso", "tail")
+HEAD_MASS = 0.5   # head: the most frequent labels, together the first 50 % of training label occurrences
+TORSO_MASS = 0.8  # torso: the next 30 %; tail: the labels of the last 20 % (and labels never seen in training)
+
+
+def relevance(pred: np.ndarray, Y: sp.csr_matrix) -> np.ndarray:
+    """n × k boolean: is the predicted label at rank r of document i relevant (-1 padding never is)."""
+    if pred.ndim != 2 or pred.shape[0] != Y.shape[0]:
+        raise XtagError(f"predictions have shape {pred.shape} for {Y.shape[0]} documents")
+    return _hits(pred, Y)
+
+
+def frequency_buckets(frequencies: np.ndarray, head_mass: float = HEAD_MASS, torso_mass: float = TORSO_MASS) -> np.ndarray:
+    """Bucket per label (0 head, 1 torso, 2 tail) by training frequency, with cut-offs on cumulative mass.
+
+    Labels are sorted most frequent first; a label belongs to the bucket in which its share of the
+    training label occurrences *starts*, so the most frequent label is always head. Mass cut-offs
+    (not fixed counts) keep the definition independent of corpus size.
+    """
+    f = np.asarray(frequencies, dtype=np.float64)
+    if not 0 < head_mass <= torso_mass <= 1:
+        raise XtagError(f"bucket cut-offs must satisfy 0 < head ≤ torso ≤ 1, got {head_mass}, {torso_mass}")
+    total = f.sum()
+    out = np.full(f.shape, 2, dtype=np.int64)
+    if total <= 0:
+        return out
+    order = np.argsort(-f, kind="stable")
+    before = (np.cumsum(f[order]) - f[order]) / total
+    seen = f[order] > 0
+    out[order] = np.where(seen & (before < head_mass), 0, np.where(seen & (before < torso_mass), 1, 2))
+    return out
+
+
+def per_label_metrics(pred: np.ndarray, Y: sp.csr_matrix, k: int) -> dict[str, np.ndarray]:
+    """per_label_counts plus each label's precision, recall and F1 at k (fractions; 0/0 := 0, as the macro metrics)."""
+    c = per_label_counts(pred, Y, k)
+    s, q, t = (c[key].astype(np.float64) for key in ("support", "predicted", "tp"))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        c["precision"] = np.where(q > 0, t / q, 0.0)
+        c["recall"] = np.where(s > 0, t / s, 0.0)
+        c["f1"] = np.where(s + q > 0, 2 * t / (s + q), 0.0)
+    return c
+
+
+def bucket_metrics(pred: np.ndarray, Y: sp.csr_matrix, k: int, buckets: np.ndarray) -> dict[str, dict[str, float]]:
+    """Per bucket: label count, support, predicted, tp, micro P/R (pooled counts) and macro-P/R/F1 (mean over its labels), percent."""
+    c = per_label_metrics(pred, Y, k)
+    out: dict[str, dict[str, float]] = {}
+    for b, name in enumerate(BUCKETS):
+        sel = np.asarray(buckets) == b
+        s, q, t = (float(c[key][sel].sum()) for key in ("support", "predicted", "tp"))
+        mean = (lambda a: 100 * float(a[sel].mean())) if sel.any() else (lambda a: 0.0)
+        out[name] = {"labels": int(sel.sum()), "support": s, "predicted": q, "tp": t,
+                     f"micro-P@{k}": 100 * t / q if q else 0.0, f"micro-R@{k}": 100 * t / s if s else 0.0,
+                     f"macro-P@{k}": mean(c["precision"]), f"macro-R@{k}": mean(c["recall"]),
+                     f"macro-F1@{k}": mean(c["f1"])}
+    return out

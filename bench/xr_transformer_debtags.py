@@ -106,26 +106,23 @@ def latencies(run: Path, bundle: Path, texts: list[str], n: int) -> dict:
     exact = load_bundle(bundle).predictor
     exact.featurizer.encoder.tokenizer = tok
     exact.model.first_level = None  # the same bundle scoring level 1 by full scan instead of FAISS
-    times: dict[str, list[float]] = {"torch": [], "onnx": [], "predict": [], "predict_no_faiss": []}
+    encoded = [tok([text]) for text in long]
+    calls = {  # one method at a time: interleaving lets one runtime's spinning threads slow the next
+        "torch": lambda i: torch_enc(torch.from_numpy(encoded[i][0]), torch.from_numpy(encoded[i][1])),
+        "onnx": lambda i: onnx.encode([long[i]]),
+        "predict": lambda i: predictor.predict([long[i]], k=5),
+        "predict_no_faiss": lambda i: exact.predict([long[i]], k=5),
+    }
+    times: dict[str, list[float]] = {}
     with torch.inference_mode():
-        for text in long[:5]:  # warm-up
-            torch_enc(*map(torch.from_numpy, tok([text])))
-            onnx.encode([text])
-            predictor.predict([text], k=5)
-        for text in long:
-            ids, mask = tok([text])
-            t = time.perf_counter()
-            torch_enc(torch.from_numpy(ids), torch.from_numpy(mask))
-            times["torch"].append(time.perf_counter() - t)
-            t = time.perf_counter()
-            onnx.encode([text])
-            times["onnx"].append(time.perf_counter() - t)
-            t = time.perf_counter()
-            predictor.predict([text], k=5)
-            times["predict"].append(time.perf_counter() - t)
-            t = time.perf_counter()
-            exact.predict([text], k=5)
-            times["predict_no_faiss"].append(time.perf_counter() - t)
+        for name, call in calls.items():
+            for i in range(min(5, len(long))):  # warm-up
+                call(i)
+            times[name] = []
+            for i in range(len(long)):
+                t = time.perf_counter()
+                call(i)
+                times[name].append(time.perf_counter() - t)
     p50 = {k: float(np.median(v) * 1e3) for k, v in times.items()}
     return {"texts": len(long), "tokens": LATENCY_TOKENS, "torch_p50_ms": p50["torch"], "onnx_p50_ms": p50["onnx"],
             "predict_p50_ms": p50["predict"], "predict_overhead_over_onnx_ms": p50["predict"] - p50["onnx"],
@@ -154,14 +151,16 @@ def main() -> None:
     xlinear = XLinearConfig(n_jobs=args.threads)
     xr = XRTransformerConfig(max_length=args.max_length, batch_size=args.batch_size, device="cpu",
                              tree=TreeConfig(branching=32, max_leaf_size=32), export=XRExportConfig())
-    configs = {
-        "xlinear": TrainConfig(corpus=train_path, model="xlinear", xlinear=xlinear),
-        "frozen": TrainConfig(corpus=train_path, model="xr-transformer", xlinear=xlinear,
-                              xr_transformer=xr.model_copy(update={"epochs": 0})),
-        "finetuned": TrainConfig(corpus=train_path, model="xr-transformer", xlinear=xlinear,
-                                 xr_transformer=xr.model_copy(update={"epochs": args.epochs,
-                                                                      "max_steps": args.finetune_steps})),
-    }
+    def config_of(name: str) -> TrainConfig:
+        """xlinear, frozen, finetuned (--finetune-steps per level) or finetuned-N (N steps per level)."""
+        if name == "xlinear":
+            return TrainConfig(corpus=train_path, model="xlinear", xlinear=xlinear)
+        if name == "frozen":
+            return TrainConfig(corpus=train_path, model="xr-transformer", xlinear=xlinear,
+                               xr_transformer=xr.model_copy(update={"epochs": 0}))
+        steps = int(name.split("-")[1]) if "-" in name else args.finetune_steps
+        return TrainConfig(corpus=train_path, model="xr-transformer", xlinear=xlinear,
+                           xr_transformer=xr.model_copy(update={"epochs": args.epochs, "max_steps": steps}))
     results: dict = {"args": {k: str(v) for k, v in vars(args).items()}}
     results_path = work / "results.json"
     if results_path.exists():
@@ -175,8 +174,8 @@ def main() -> None:
         results_path.write_text(json.dumps(results, indent=2))
         return
     for name in args.variants.split(","):
-        seed = work / "frozen-run" / "checkpoints" / "xr" / "emb_0.npy" if name == "finetuned" else None
-        entry = run_variant(name, configs[name], work, seed if seed and seed.exists() else None,
+        seed = work / "frozen-run" / "checkpoints" / "xr" / "emb_0.npy" if name.startswith("finetuned") else None
+        entry = run_variant(name, config_of(name), work, seed if seed and seed.exists() else None,
                             quantize=name != "xlinear")
         bundle = load_bundle(work / f"{name}-bundle")
         start = time.perf_counter()
@@ -194,7 +193,7 @@ def main() -> None:
         results[name] = entry
         results_path.write_text(json.dumps(results, indent=2))
         print(json.dumps({name: entry["metrics"]}), flush=True)
-    shas = {results[n]["tfidf_sha256"] for n in ("xlinear", "frozen", "finetuned") if n in results}
+    shas = {v["tfidf_sha256"] for n, v in results.items() if n != "args"}
     if len(shas) > 1:
         raise XtagError(f"variants were trained on different TF-IDF vocabularies: {shas}")
     print(json.dumps(results, indent=2))

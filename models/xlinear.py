@@ -21,6 +21,7 @@ class RankerConfig(BaseModel):
     post_processor: PostProcessor = "l3-hinge"
     beam_size: int = Field(10, ge=1)
     n_features: int = Field(..., ge=1)
+    dense_features: int = Field(0, ge=0, description="trailing dense columns (Φ_cat's embedding), scored by BLAS")
 
 
 class XLinearModel:
@@ -35,6 +36,9 @@ class XLinearModel:
                 raise XtagError(f"ranker level {t} has shape {level.W.shape}, expected "
                                 f"({chain.level_size(t)}, {config.n_features})")
         self.chain, self.levels, self.config = chain, levels, config
+        if config.dense_features:
+            for level in levels:
+                level.set_dense_tail(config.n_features - config.dense_features)
         self.first_level = first_level
         self.tree = TreeIndex(chain)
 

@@ -234,6 +234,7 @@ def train_xr_transformer(texts: list[str], X: sp.csr_matrix, Y: sp.csr_matrix, c
          "finetune_seconds": round(finetune_seconds, 3)})
     model = train_xlinear(Phi, Y, config.xlinear, checkpoint_dir=checkpoint_dir / "rankers", progress=progress,
                           log=log)
+    model = XLinearModel(model.chain, model.levels, model.config.model_copy(update={"dense_features": E.shape[1]}))
     ctx.close()
     enc_config = EncoderConfig(max_length=xc.max_length, pooling=xc.pooling, features=xc.features,
                                dim=encoder.dim, source=str(xc.encoder))

@@ -13,6 +13,7 @@ predictor's overhead over the bare ONNX encoder. Results: <workdir>/results.json
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gzip
 import hashlib
 import json
@@ -88,24 +89,76 @@ def log_seconds(run: Path) -> dict:
     return out
 
 
+class HttpPredict:
+    """`POST /v1/predict` against `xtag serve`'s server (uvicorn, default settings: micro-batching on)
+    running the bundle in a subprocess, over one keep-alive connection from a private event loop."""
+
+    def __init__(self, bundle: Path, k: int = 5):
+        from service_latency import Conn, free_port, start_server
+
+        self.k, self.port = k, free_port()
+        self.server = start_server(bundle, self.port, "on")
+        self.loop = asyncio.new_event_loop()
+        self.conn = self.loop.run_until_complete(Conn.open(self.port))
+
+    def __call__(self, text: str) -> None:
+        body = json.dumps({"text": text, "k": self.k}).encode()
+        status, _ = self.loop.run_until_complete(self.conn.request("POST", "/v1/predict", body))
+        if status != 200:
+            raise XtagError(f"/v1/predict answered HTTP {status}")
+
+    def close(self) -> None:
+        self.conn.close()
+        self.loop.close()
+        self.server.terminate()
+        self.server.wait()
+
+
+def alternating(calls: dict, n: int, rounds: int = 3, block: int = 10) -> dict[str, list[float]]:
+    """Seconds per call of each method on texts 0..n-1, methods taking turns in blocks of `block` texts.
+
+    Load on a shared machine drifts over seconds; taking turns spreads it over all methods alike, and
+    blocks (rather than strict alternation) keep one runtime's spinning threads from slowing the
+    next method's first call more than once per block.
+    """
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for name, call in calls.items():  # warm-up
+        for i in range(min(5, n)):
+            call(i)
+    for _ in range(rounds):
+        for lo in range(0, n, block):
+            for name, call in calls.items():
+                for i in range(lo, min(lo + block, n)):
+                    t = time.perf_counter()
+                    call(i)
+                    times[name].append(time.perf_counter() - t)
+    return times
+
+
 def latencies(run: Path, bundle: Path, texts: list[str], n: int) -> dict:
-    """p50 single-text encoder latency at exactly 128 tokens: torch vs onnxruntime; predictor overhead."""
+    """p50 single-text latency at exactly 128 tokens: torch and onnxruntime encoders, the predictor with and
+    with a flat FAISS level 1 and without the encoder, and `/v1/predict` over HTTP; overheads over the bare ONNX forward."""
     import torch
 
     from models.encoder import load_trained
     from models.onnx_encoder import OnnxEncoder, TextTokenizer
 
+    max_length = json.loads((bundle / "encoder" / "config.json").read_text())["max_length"]
+    if max_length < LATENCY_TOKENS:
+        raise XtagError(f"{bundle}: encoder truncates at {max_length} tokens; the latency figures need "
+                        f"{LATENCY_TOKENS} (the server would see shorter inputs than the bare forward)")
     torch_enc, _ = load_trained(run / "model" / "encoder")
     torch_enc.eval()
-    onnx = OnnxEncoder.load(bundle / "encoder")
     tok = TextTokenizer.load(bundle / "encoder" / "tokenizer.json", LATENCY_TOKENS)
     long = [t for t in texts if len(tok.tokenizer.encode(t).ids) >= LATENCY_TOKENS][:n]
-    onnx.tokenizer = tok  # measure at 128 tokens even if the model was trained shorter
-    predictor = load_bundle(bundle).predictor
-    predictor.featurizer.encoder.tokenizer = tok
-    exact = load_bundle(bundle).predictor
-    exact.featurizer.encoder.tokenizer = tok
-    exact.model.first_level = None  # the same bundle scoring level 1 by full scan instead of FAISS
+    onnx = OnnxEncoder.load(bundle / "encoder")
+    predictor, flat, rest = (load_bundle(bundle).predictor for _ in range(3))
+    for p in (onnx, predictor.featurizer.encoder, flat.featurizer.encoder, rest.featurizer.encoder):
+        p.tokenizer = tok  # exactly 128 tokens everywhere (the server truncates at 128 too, checked above)
+    from models.shortlist import FaissShortlist, ShortlistConfig
+
+    flat.model.first_level = FaissShortlist.build(  # the same bundle with level 1 searched in a flat FAISS index
+        flat.model.levels[0], flat.model.config.n_features, ShortlistConfig(min_nodes=0))
     encoded = [tok([text]) for text in long]
 
     class CachedEncoder:  # the predictor minus the encoder: embeddings looked up, everything else real
@@ -115,30 +168,26 @@ def latencies(run: Path, bundle: Path, texts: list[str], n: int) -> dict:
         def encode(self, texts: list[str]) -> np.ndarray:
             return np.vstack([self.cache[t] for t in texts])
 
-    rest = load_bundle(bundle).predictor
     rest.featurizer.encoder = CachedEncoder()
-    calls = {  # one method at a time: interleaving lets one runtime's spinning threads slow the next
+    http = HttpPredict(bundle)
+    calls = {
         "torch": lambda i: torch_enc(torch.from_numpy(encoded[i][0]), torch.from_numpy(encoded[i][1])),
         "onnx": lambda i: onnx.encode([long[i]]),
         "predict": lambda i: predictor.predict([long[i]], k=5),
-        "predict_no_faiss": lambda i: exact.predict([long[i]], k=5),
+        "http": lambda i: http(long[i]),
+        "predict_faiss_flat": lambda i: flat.predict([long[i]], k=5),
         "predict_without_encoder": lambda i: rest.predict([long[i]], k=5),
     }
-    times: dict[str, list[float]] = {}
-    with torch.inference_mode():
-        for name, call in calls.items():
-            for i in range(min(5, len(long))):  # warm-up
-                call(i)
-            times[name] = []
-            for i in range(len(long)):
-                t = time.perf_counter()
-                call(i)
-                times[name].append(time.perf_counter() - t)
+    try:
+        with torch.inference_mode():
+            times = alternating(calls, len(long))
+    finally:
+        http.close()
     p50 = {k: float(np.median(v) * 1e3) for k, v in times.items()}
-    return {"texts": len(long), "tokens": LATENCY_TOKENS, "torch_p50_ms": p50["torch"], "onnx_p50_ms": p50["onnx"],
-            "predict_p50_ms": p50["predict"], "predict_overhead_over_onnx_ms": p50["predict"] - p50["onnx"],
-            "predict_no_faiss_p50_ms": p50["predict_no_faiss"],
-            "predict_without_encoder_p50_ms": p50["predict_without_encoder"]}
+    return {"texts": len(long), "tokens": LATENCY_TOKENS, "samples_per_method": len(times["onnx"]),
+            **{f"{name}_p50_ms": v for name, v in p50.items()},
+            "predict_overhead_over_onnx_ms": p50["predict"] - p50["onnx"],
+            "http_overhead_over_onnx_ms": p50["http"] - p50["onnx"]}
 
 
 def main() -> None:

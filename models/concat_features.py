@@ -1,7 +1,8 @@
 """Φ_cat (XR-Transformer eq. 10): [TF-IDF/‖·‖, embedding/‖·‖] as one CSR matrix, so rankers stay linear.
 
-Training and serving build the matrix with the same `concat_features`, so the rankers see
-identical columns in both.
+Training builds the matrix with `concat_features`; serving (`ConcatFeaturizer`) builds the same
+two blocks with the same normalisation but hands them to the inference core apart
+(models.inference.SplitFeatures), which scores the dense block with BLAS.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from models.features import TfidfFeaturizer
+from models.inference import GATHER_MAX_DOCS, CsrArrays, SplitFeatures
 
 
 class DenseEncoder(Protocol):
@@ -60,6 +62,17 @@ class ConcatFeaturizer:
     def dim(self) -> int:
         return (self.tfidf.dim if self.tfidf else 0) + self.encoder.dim
 
-    def transform(self, texts: list[str]) -> sp.csr_matrix:
-        X = self.tfidf.transform(texts) if self.tfidf else None
-        return concat_features(X, self.encoder.encode(list(texts)))
+    def transform(self, texts: list[str]) -> SplitFeatures:
+        """Φ_cat as its two blocks; `.tocsr()` of the result equals `concat_features` of the same inputs."""
+        E = self.encoder.encode(list(texts)).astype(np.float32)
+        n, dim = E.shape
+        E = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)
+        d = self.tfidf.dim if self.tfidf else 0
+        if self.tfidf:
+            X = self.tfidf.transform(texts)
+            data, indices, indptr = _row_normalised(X.data, X.indptr), X.indices, X.indptr
+        else:
+            data, indices, indptr = np.empty(0, np.float32), np.empty(0, np.int32), np.zeros(n + 1, np.int32)
+        sparse = (CsrArrays(data, indices, indptr, (n, d + dim)) if n <= GATHER_MAX_DOCS
+                  else sp.csr_matrix((data, indices, indptr), shape=(n, d + dim)))
+        return SplitFeatures(sparse, E, d)

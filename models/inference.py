@@ -7,7 +7,7 @@ no second copy of this logic anywhere.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal, Protocol
+from typing import Callable, Literal, NamedTuple, Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -116,22 +116,72 @@ def _candidate_scores_gather(X: sp.csr_matrix, level: RankerLevel, cand: np.ndar
     return out
 
 
-def _split_dense(X: sp.csr_matrix, start: int) -> tuple[sp.csr_matrix, np.ndarray]:
-    """(X without the columns ≥ start, same shape; those columns as a dense n × (d - start) array)."""
+class CsrArrays(NamedTuple):
+    """A CSR matrix's arrays without a scipy object: building one validates its input, which costs
+    more than the arithmetic on a handful of rows (the gather paths only read these arrays)."""
+
+    data: np.ndarray
+    indices: np.ndarray
+    indptr: np.ndarray
+    shape: tuple[int, int]
+
+
+def _split_dense(X: sp.csr_matrix, start: int) -> tuple[sp.csr_matrix | CsrArrays, np.ndarray]:
+    """(X without the columns ≥ start, same shape; those columns as a dense n × (d - start) array).
+
+    The first part is plain arrays (CsrArrays) for at most GATHER_MAX_DOCS rows, where only the
+    gather paths read it, and a scipy matrix otherwise.
+    """
     n = X.shape[0]
     tail = X.indices >= start
     rows = np.repeat(np.arange(n), np.diff(X.indptr))
     dense = np.zeros((n, X.shape[1] - start), dtype=np.float32)
     dense[rows[tail], X.indices[tail] - start] = X.data[tail]
     indptr = np.concatenate(([0], np.cumsum(np.bincount(rows[~tail], minlength=n))))
+    if n <= GATHER_MAX_DOCS:
+        return CsrArrays(X.data[~tail], X.indices[~tail], indptr, X.shape), dense
     return sp.csr_matrix((X.data[~tail], X.indices[~tail], indptr), shape=X.shape), dense
 
 
-def score_candidates(X: sp.csr_matrix, level: RankerLevel, cand: np.ndarray) -> np.ndarray:
-    """Raw ranker scores for (document, candidate node) pairs; `cand` is n × m with -1 padding."""
+class SplitFeatures(NamedTuple):
+    """Feature rows kept as a sparse block (columns < `start`) and a dense block (columns ≥ `start`).
+
+    What the rankers see is the same as the CSR matrix with both blocks side by side (`tocsr`), but a
+    featuriser that produces the blocks separately (Φ_cat: TF-IDF, then the embedding) hands them to
+    scoring as they are: packing the dense block into CSR only for beam search to unpack it again
+    costs more than scoring a one-document request.
+    """
+
+    sparse: sp.csr_matrix | CsrArrays  # shape (n, all columns), entries only in columns < start
+    dense: np.ndarray  # n × (all columns - start), float32
+    start: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.sparse.shape
+
+    def tocsr(self) -> sp.csr_matrix:
+        n, d = self.shape
+        s = self.sparse
+        head = sp.csr_matrix((s.data, s.indices, s.indptr), shape=(n, self.start))
+        return sp.hstack([head, sp.csr_matrix(self.dense)], format="csr", dtype=np.float32).sorted_indices()
+
+
+def score_candidates(X: sp.csr_matrix, level: RankerLevel, cand: np.ndarray,
+                     split: tuple[sp.csr_matrix, np.ndarray] | None = None) -> np.ndarray:
+    """Raw ranker scores for (document, candidate node) pairs; `cand` is n × m with -1 padding.
+
+    `split` is `_split_dense(X, level.dense_start)` when the caller already has it (beam search
+    splits once for all levels).
+    """
+    if isinstance(X, SplitFeatures):
+        if level.dense is None or level.dense_start != X.start:
+            X = X.tocsr()
+        else:
+            split = X.sparse, X.dense
     if level.dense is None:
         return _score_sparse(X, level, cand)
-    Xs, Xd = _split_dense(X, level.dense_start)
+    Xs, Xd = split if split is not None else _split_dense(X, level.dense_start)
     out = _score_sparse(Xs, level, cand)  # Xs has nothing in the dense columns: they add no work there
     c = np.maximum(cand, 0)
     chunk = max(1, CHUNK_ENTRIES // max(level.n_nodes if level.n_nodes <= FULL_PRODUCT_MAX_NODES
@@ -214,7 +264,7 @@ class TreeIndex:
 
 
 def beam_search(
-    X: sp.csr_matrix,
+    X: sp.csr_matrix | SplitFeatures,
     levels: list[RankerLevel],
     tree: TreeIndex,
     beam_size: int,
@@ -232,10 +282,17 @@ def beam_search(
     """
     post = POST_PROCESSORS[post_processor]
     n = X.shape[0]
-    if not (sp.isspmatrix_csr(X) and X.dtype == np.float32):
-        X = sp.csr_matrix(X, dtype=np.float32)
-    if not X.has_sorted_indices:  # the candidate gather looks features up by binary search
-        X = X.sorted_indices()
+    starts = {level.dense_start for level in levels if level.dense is not None}
+    if isinstance(X, SplitFeatures) and starts != {X.start}:
+        X = X.tocsr()  # blocks that do not match the rankers' dense tail: score as one matrix
+    if isinstance(X, SplitFeatures):
+        split = X.sparse, X.dense
+    else:
+        if not (sp.isspmatrix_csr(X) and X.dtype == np.float32):
+            X = sp.csr_matrix(X, dtype=np.float32)
+        if not X.has_sorted_indices:  # the candidate gather looks features up by binary search
+            X = X.sorted_indices()
+        split = _split_dense(X, starts.pop()) if len(starts) == 1 else None  # Φ_cat: once, not per level
     nodes = np.zeros((n, 1), dtype=np.int64)
     scores = np.ones((n, 1), dtype=np.float32)
     margins = np.zeros((n, 1))  # summed raw scores along each path, to break ties (see below)
@@ -243,14 +300,16 @@ def beam_search(
     last = stop_level or len(levels)
     for t in range(1, last + 1):
         if t == 1 and first_level is not None:
-            cand, raw = first_level.search(X, k if t == last else beam_size)
+            cand, raw = first_level.search(X.tocsr() if isinstance(X, SplitFeatures) else X,
+                                           k if t == last else beam_size)
             parent, parent_margin = np.ones(cand.shape, dtype=np.float32), np.zeros(cand.shape)
         else:
             table = tree.tables[t - 1]
             width = table.shape[1]
             cand = table[nodes].reshape(n, -1)
             parent, parent_margin = np.repeat(scores, width, axis=1), np.repeat(margins, width, axis=1)
-            raw = score_candidates(X, levels[t - 1], cand)
+            level = levels[t - 1]
+            raw = score_candidates(X, level, cand, split if level.dense is not None else None)
         with np.errstate(invalid="ignore"):  # padded slots (-inf parent × 0) are masked right here
             combined = np.where(cand >= 0, parent * post(raw), -np.inf).astype(np.float32)
         path_margin = parent_margin + raw

@@ -7,7 +7,10 @@ for company: an idle server runs a lone request at once, and requests that arriv
 running form the next batch, so batches grow exactly as fast as load does. That suits TF-IDF
 XR-Linear, whose per-call overhead (featuriser, sparse setup: ~1.5 ms) dwarfs its per-document
 cost (~0.3 ms). Encoder bundles profit from a short wait (e.g. 2 ms) so that concurrent requests
-share one forward pass.
+share one forward pass. The wait only applies while traffic is concurrent (the last batch held more
+than one request): a lone client on an idle server never waits for company that is not coming, so
+its latency stays the predictor's own. Requests submitted in the same event-loop iteration always
+share a batch.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class MicroBatcher:
         self.max_wait = max_wait_ms / 1000.0
         self.max_documents, self.max_running, self.on_batch = max_documents, max_running, on_batch
         self.running = 0
+        self.last_batch_requests = 0  # > 1: traffic is concurrent, so waiting for company pays
         self._queues: dict[Hashable, list[_Pending]] = {}
         self._timer: asyncio.TimerHandle | None = None
 
@@ -57,15 +61,19 @@ class MicroBatcher:
         """Queue `texts`; `run` (any submission's, they are equivalent per key) predicts the whole batch."""
         item = _Pending(texts, run, asyncio.get_running_loop().create_future())
         self._queues.setdefault(key, []).append(item)
-        self._schedule()
+        asyncio.get_running_loop().call_soon(self._schedule)  # after this iteration's other submissions
         return await item.future
+
+    @property
+    def wait(self) -> float:
+        return self.max_wait if self.last_batch_requests > 1 else 0.0
 
     def _ready(self, now: float) -> Hashable | None:
         """The key to run next: a full queue, else the oldest queue whose wait is over (FIFO across keys)."""
         best, best_since = None, None
         for key, items in self._queues.items():
             full = sum(len(i.texts) for i in items) >= self.max_documents
-            if full or now - items[0].since >= self.max_wait:
+            if full or now - items[0].since >= self.wait:
                 since = -1.0 if full else items[0].since
                 if best_since is None or since < best_since:
                     best, best_since = key, since
@@ -81,9 +89,10 @@ class MicroBatcher:
             key = self._ready(now)
             if key is None:  # everyone is still waiting for company: wake up at the first deadline
                 first = min(items[0].since for items in self._queues.values())
-                self._timer = loop.call_later(max(first + self.max_wait - now, 0.0), self._schedule)
+                self._timer = loop.call_later(max(first + self.wait - now, 0.0), self._schedule)
                 return
             items, size = self._take(key)
+            self.last_batch_requests = len(items)
             self.running += 1
             loop.create_task(self._run(items, size))
 

@@ -102,12 +102,15 @@ def tiny_bert(corpus_files, tmp_path_factory) -> Path:
 def make_xr_config(corpus: Path, encoder: Path, **xr):
     """A small XR-Transformer training config over the fixture corpus and the tiny BERT."""
     from models.features import TfidfConfig
-    from training.config import TrainConfig, XRTransformerConfig
+    from models.shortlist import ShortlistConfig
+    from training.config import TrainConfig, XRExportConfig, XRTransformerConfig
     from training.tree import TreeConfig
     from training.xlinear import XLinearConfig
 
     settings = {"encoder": encoder, "max_length": 32, "epochs": 1, "batch_size": 32, "device": "cpu",
-                "tree": TreeConfig(branching=2, max_leaf_size=4), "log_every": 5, **xr}
+                "tree": TreeConfig(branching=2, max_leaf_size=4), "log_every": 5,
+                "export": XRExportConfig(shortlist_config=ShortlistConfig(min_nodes=0)),  # tiny tree, index anyway
+                **xr}
     return TrainConfig(corpus=corpus, model="xr-transformer", tfidf=TfidfConfig(min_df=1),
                        xlinear=XLinearConfig(n_jobs=1, tree=TreeConfig(branching=2, max_leaf_size=4)),
                        xr_transformer=XRTransformerConfig(**settings))

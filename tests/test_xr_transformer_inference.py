@@ -51,3 +51,45 @@ def test_model_with_dense_features_predicts_like_the_plain_sparse_model():
         got = model.predict(X[rows], k=4, beam_size=2)
         assert np.array_equal(got.labels, plain.labels[rows])
         assert np.allclose(got.scores, plain.scores[rows], atol=1e-5)
+
+
+class FixedEncoder:
+    """Stands in for the ONNX encoder: a fixed embedding per text."""
+
+    def __init__(self, table: dict[str, np.ndarray]):
+        self.table, self.dim = table, len(next(iter(table.values())))
+
+    def encode(self, texts):
+        return np.vstack([self.table[t] for t in texts])
+
+
+@pytest.mark.parametrize("with_tfidf", [True, False])
+def test_served_phi_cat_blocks_predict_like_the_training_matrix(with_tfidf):
+    """ConcatFeaturizer hands beam search TF-IDF and embedding apart (SplitFeatures); predictions, for one
+    document and for batches on both sides of the gather threshold, equal those on `concat_features`'s CSR."""
+    from models.concat_features import ConcatFeaturizer
+    from models.features import TfidfConfig, TfidfFeaturizer
+    from models.inference import SplitFeatures
+    from models.xlinear import RankerConfig, XLinearModel
+    from tests.conftest import make_rows
+
+    rng = np.random.default_rng(3)
+    texts = [r["text"] for r in make_rows(40, seed=9)]
+    tfidf, _ = TfidfFeaturizer.fit(texts, TfidfConfig(min_df=1))
+    dense = 16
+    encoder = FixedEncoder({t: rng.normal(size=dense).astype(np.float32) for t in texts})
+    featurizer = ConcatFeaturizer(tfidf if with_tfidf else None, encoder)
+    d = tfidf.dim if with_tfidf else 0
+    chain = ClusterChain(ptrs=[np.array([0, 3]), np.array([0, 3, 6, 9])], leaf_labels=rng.permutation(9))
+    levels = [phi_cat_level(rng, nodes, d, dense) if d else
+              RankerLevel(sp.csr_matrix(rng.normal(size=(nodes, dense)).astype(np.float32)), np.zeros(nodes, np.float32))
+              for nodes in (3, 9)]
+    model = XLinearModel(chain, levels, RankerConfig(n_features=d + dense, dense_features=dense))
+    for batch in (texts[:1], texts[:5], texts):
+        split = featurizer.transform(batch)
+        assert isinstance(split, SplitFeatures)
+        X = concat_features(tfidf.transform(batch) if with_tfidf else None, encoder.encode(batch))
+        assert abs(split.tocsr() - X).max() < 1e-6
+        got, expected = model.predict(split, k=4, beam_size=2), model.predict(X, k=4, beam_size=2)
+        assert np.array_equal(got.labels, expected.labels)
+        assert np.allclose(got.scores, expected.scores, atol=1e-6)

@@ -76,3 +76,25 @@ def test_bundle_shortlist_equals_exact_scoring(xr_bundle, corpus_files):
     without = b.predictor.model.predict(X, k=5)
     assert np.array_equal(with_index.labels, without.labels)
     assert np.allclose(with_index.scores, without.scores, atol=1e-5)
+
+
+def test_export_skips_the_index_when_level_1_is_small(xr_bundle, tmp_path):
+    """By default (min_nodes) a small level 1 is scored exactly: the bundle has no shortlist and says why."""
+    import json
+    import shutil
+
+    from models.bundle import load_bundle
+    from models.shortlist import ShortlistConfig
+    from training.config import TrainConfig
+    from training.export import export_run
+
+    run, _ = xr_bundle
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    config = TrainConfig.load(copy / "config.json")
+    config.xr_transformer.export.shortlist_config = ShortlistConfig()
+    config.save(copy / "config.json")
+    manifest = export_run(copy, tmp_path / "bundle")
+    assert not (tmp_path / "bundle" / "shortlist").exists()
+    assert "min_nodes=4096" in manifest["export"]["shortlist"]["skipped"]
+    assert load_bundle(tmp_path / "bundle").predictor.model.first_level is None

@@ -36,7 +36,11 @@ def _export_xr(run_model: Path, tmp: Path, xc: XRTransformerConfig) -> dict:
         X = load_featurizer(tmp, "xr-transformer").transform(texts)
         report["int8"]["top5_agreement_vs_fp32"] = _top_agreement(model.predict(X, k=5).labels, fp32_top)
         report["int8"]["agreement_texts"] = len(texts)
-    if xc.export.shortlist:
+    nodes, min_nodes = model.levels[0].n_nodes, xc.export.shortlist_config.min_nodes
+    if xc.export.shortlist and nodes < min_nodes:
+        report["shortlist"] = {"skipped": f"level 1 has {nodes} nodes, fewer than min_nodes={min_nodes}: "
+                                          f"exact scoring in the inference core is faster"}
+    elif xc.export.shortlist:
         shortlist = FaissShortlist.build(model.levels[0], model.config.n_features, xc.export.shortlist_config)
         beam = model.config.beam_size
         shortlist.info.recall = level1_recall(shortlist, X, model.levels[0], beam)

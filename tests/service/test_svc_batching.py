@@ -95,6 +95,29 @@ def test_a_lone_request_does_not_wait_when_max_wait_is_zero(executor):
     assert run(main()) < 0.05 and echo.calls == [1]
 
 
+def test_a_lone_request_on_an_idle_server_does_not_wait_for_company(executor):
+    """Encoder bundles wait up to max_wait for concurrent requests, but only while traffic is concurrent:
+    a single client's requests run at once; after a batch with company, the wait applies again."""
+    echo = Echo()
+
+    async def timed(b, texts):
+        start = time.perf_counter()
+        await asyncio.gather(*(b.submit("k", [t], echo) for t in texts))
+        return time.perf_counter() - start
+
+    async def main():
+        b = MicroBatcher(executor, max_wait_ms=300, max_documents=64)
+        alone = [await timed(b, ["doc 1"]) for _ in range(3)]
+        burst = await timed(b, ["doc 2", "doc 3"])  # same loop iteration: one batch, no waiting
+        after_burst = await timed(b, ["doc 4"])  # concurrency was just seen: waits for company
+        return alone, burst, after_burst
+
+    alone, burst, after_burst = run(main())
+    assert max(alone) < 0.1 and burst < 0.1
+    assert after_burst >= 0.25
+    assert echo.calls == [1, 1, 1, 2, 1]
+
+
 def test_requests_arriving_during_a_running_batch_form_the_next_batch(executor):
     echo = Echo(delay=0.05)
 

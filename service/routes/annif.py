@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from importlib import metadata
+from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Depends, Request
 from starlette.datastructures import FormData
@@ -66,6 +67,18 @@ async def _suggest(request: Request, model: ServedModel, texts: list[str], limit
     return out
 
 
+async def _form(request: Request, content_type: str) -> FormData | dict[str, str]:
+    """The form's fields; a url-encoded body that is not UTF-8 is a 400, as for the JSON endpoints
+    (Starlette's parser would silently replace the bytes, and the text predicted would not be the one sent)."""
+    if content_type != FORM_TYPES[0]:
+        return await request.form()
+    raw = await request.body()
+    try:
+        return dict(parse_qsl(raw.decode("utf-8"), keep_blank_values=True, encoding="utf-8", errors="strict"))
+    except UnicodeDecodeError as exc:
+        raise Problem(400, "bad-request", f"form body is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+
+
 @router.get("/v1/", summary="API information (Annif)")
 async def api_info() -> dict:
     try:
@@ -97,7 +110,7 @@ async def suggest(request: Request, project_id: str):
     if content_type not in FORM_TYPES:
         raise Problem(415, "unsupported-media-type", f"suggest takes a form ({FORM_TYPES[0]}), got "
                                                      f"{content_type or 'no Content-Type'}")
-    form: FormData = await request.form()
+    form = await _form(request, content_type)
     text = form.get("text")
     if not isinstance(text, str):
         raise Problem(400, "bad-request", "text: a form field 'text' is required")

@@ -160,6 +160,11 @@ def test_annif_bad_input(client):
     assert_problem(client.post("/v1/projects/tiny-a/suggest", data={"text": "a", "limit": "lots"}), 400, "limit")
     assert_problem(client.post("/v1/projects/tiny-a/suggest", data={"text": "a", "threshold": "2"}), 400, "threshold")
     assert_problem(client.post("/v1/projects/tiny-a/suggest", json={"text": "a"}), 415, "form")
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    for raw in (b"text=caf%E9+db", b"text=caf\xe9 db"):  # Latin-1 é, percent-encoded and raw: not UTF-8
+        assert_problem(client.post("/v1/projects/tiny-a/suggest", content=raw, headers=form), 400, "UTF-8")
+    ok = client.post("/v1/projects/tiny-a/suggest", content="text=caf%C3%A9+sql+database&limit=2".encode(), headers=form)
+    assert ok.status_code == 200 and len(ok.json()["results"]) == 2
     assert_problem(client.post("/v1/projects/nope/suggest", data={"text": "a"}), 404, "nope")
     assert_problem(client.get("/v1/projects/nope"), 404, "nope")
     assert_problem(client.post("/v1/projects/tiny-a/suggest-batch", json={"documents": [{"txt": "a"}]}), 422, "txt")

@@ -17,6 +17,7 @@ import asyncio
 import gzip
 import hashlib
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -170,8 +171,10 @@ def latencies(run: Path, bundle: Path, texts: list[str], n: int) -> dict:
 
     rest.featurizer.encoder = CachedEncoder()
     http = HttpPredict(bundle)
+    with torch.inference_mode():  # alone: torch's OpenMP threads keep spinning after a call and would slow the rest
+        times = alternating({"torch": lambda i: torch_enc(torch.from_numpy(encoded[i][0]),
+                                                          torch.from_numpy(encoded[i][1]))}, len(long), rounds=1)
     calls = {
-        "torch": lambda i: torch_enc(torch.from_numpy(encoded[i][0]), torch.from_numpy(encoded[i][1])),
         "onnx": lambda i: onnx.encode([long[i]]),
         "predict": lambda i: predictor.predict([long[i]], k=5),
         "http": lambda i: http(long[i]),
@@ -179,8 +182,7 @@ def latencies(run: Path, bundle: Path, texts: list[str], n: int) -> dict:
         "predict_without_encoder": lambda i: rest.predict([long[i]], k=5),
     }
     try:
-        with torch.inference_mode():
-            times = alternating(calls, len(long))
+        times.update(alternating(calls, len(long), rounds=5))
     finally:
         http.close()
     p50 = {k: float(np.median(v) * 1e3) for k, v in times.items()}
@@ -199,11 +201,19 @@ def main() -> None:
     ap.add_argument("--finetune-steps", type=int, default=60, help="max optimiser steps per fine-tuning level")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--encoder-threads", type=int, default=0,
+                    help="intra-op threads of torch and onnxruntime (also the served encoder's) in the latency "
+                         "figures; 0 = their defaults (all cores)")
     ap.add_argument("--limit", type=int, default=None, help="first N rows of each split (smoke runs)")
     ap.add_argument("--latency-texts", type=int, default=100)
     ap.add_argument("--variants", default="xlinear,frozen,finetuned")
     ap.add_argument("--latency-only", action="store_true", help="re-measure latencies of existing bundles")
     args = ap.parse_args()
+    if args.encoder_threads:
+        import torch
+
+        torch.set_num_threads(args.encoder_threads)
+        os.environ["XTAG_ENCODER_THREADS"] = str(args.encoder_threads)  # OnnxEncoder here and in the server
     work = args.workdir
     work.mkdir(parents=True, exist_ok=True)
     train_path = subset(args.data / "train.jsonl.gz", work / "train.jsonl", args.limit)

@@ -69,8 +69,8 @@ class ConcatFeaturizer:
         E = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)
         d = self.tfidf.dim if self.tfidf else 0
         if self.tfidf:
-            X = self.tfidf.transform(texts)
-            data, indices, indptr = _row_normalised(X.data, X.indptr), X.indices, X.indptr
+            data, indices, indptr = self.tfidf.transform_arrays(texts)
+            data = _row_normalised(data, indptr)
         else:
             data, indices, indptr = np.empty(0, np.float32), np.empty(0, np.int32), np.zeros(n + 1, np.int32)
         sparse = (CsrArrays(data, indices, indptr, (n, d + dim)) if n <= GATHER_MAX_DOCS

@@ -9,8 +9,7 @@ XR-Linear, whose per-call overhead (featuriser, sparse setup: ~1.5 ms) dwarfs it
 cost (~0.3 ms). Encoder bundles profit from a short wait (e.g. 2 ms) so that concurrent requests
 share one forward pass. The wait only applies while traffic is concurrent (the last batch held more
 than one request): a lone client on an idle server never waits for company that is not coming, so
-its latency stays the predictor's own. Requests submitted in the same event-loop iteration always
-share a batch.
+its latency stays the predictor's own (such a request skips the queue altogether).
 """
 
 from __future__ import annotations
@@ -59,10 +58,26 @@ class MicroBatcher:
 
     async def submit(self, key: Hashable, texts: list[str], run: BatchFn) -> Predictions:
         """Queue `texts`; `run` (any submission's, they are equivalent per key) predicts the whole batch."""
+        if self.running < self.max_running and not self._queues and self.wait == 0.0:
+            return await self._run_now(texts, run)
         item = _Pending(texts, run, asyncio.get_running_loop().create_future())
         self._queues.setdefault(key, []).append(item)
         asyncio.get_running_loop().call_soon(self._schedule)  # after this iteration's other submissions
         return await item.future
+
+    async def _run_now(self, texts: list[str], run: BatchFn) -> Predictions:
+        """A free slot, nobody queued and no reason to wait: run at once, without queue, future or task
+        (together ~0.4 ms of event-loop work per request, measured over HTTP)."""
+        self.running += 1
+        self.last_batch_requests = 1
+        try:
+            if self.on_batch:
+                self.on_batch(len(texts))
+            return await run_off_loop(self.executor, run, texts)
+        finally:
+            self.running -= 1
+            if self._queues:
+                self._schedule()
 
     @property
     def wait(self) -> float:

@@ -23,12 +23,14 @@ class Echo:
 
     def __init__(self, delay: float = 0.0):
         self.calls: list[int] = []
+        self.texts: list[list[str]] = []
         self.delay = delay
         self.lock = threading.Lock()
 
     def __call__(self, texts: list[str]) -> Predictions:
         with self.lock:
             self.calls.append(len(texts))
+            self.texts.append(list(texts))
         time.sleep(self.delay)
         ids = np.array([[int(t.split()[-1])] for t in texts], dtype=np.int64)
         return Predictions(ids, ids.astype(np.float32))
@@ -45,13 +47,23 @@ def run(coro):
     return asyncio.run(coro)
 
 
+async def occupy(b: MicroBatcher, seconds: float = 0.05) -> asyncio.Future:
+    """Start a slow lone request (it runs at once) and return it: requests submitted now have to queue."""
+    first = asyncio.ensure_future(b.submit("busy", ["doc -1"], Echo(delay=seconds)))
+    await asyncio.sleep(0.01)
+    return first
+
+
 def test_concurrent_requests_share_one_call_and_get_their_own_rows(executor):
     echo = Echo()
 
     async def main():
         b = MicroBatcher(executor, max_wait_ms=20, max_documents=100)
+        first = await occupy(b)
         subs = [b.submit("k", [f"doc {i}", f"doc {i + 100}"], echo) for i in range(10)]
-        return await asyncio.gather(*subs)
+        results = await asyncio.gather(*subs)
+        await first
+        return results
 
     results = run(main())
     assert echo.calls == [20]
@@ -64,10 +76,14 @@ def test_different_keys_never_share_a_call(executor):
 
     async def main():
         b = MicroBatcher(executor, max_wait_ms=20, max_documents=100)
-        return await asyncio.gather(*(b.submit(i % 2, [f"doc {i}"], echo) for i in range(6)))
+        first = await occupy(b)
+        results = await asyncio.gather(*(b.submit(i % 2, [f"doc {i}"], echo) for i in range(6)))
+        await first
+        return results
 
     results = run(main())
     assert sorted(echo.calls) == [3, 3]
+    assert all(len({int(t.split()[-1]) % 2 for t in call}) == 1 for call in echo.texts)
     assert [int(p.labels[0, 0]) for p in results] == list(range(6))
 
 
@@ -97,23 +113,25 @@ def test_a_lone_request_does_not_wait_when_max_wait_is_zero(executor):
 
 def test_a_lone_request_on_an_idle_server_does_not_wait_for_company(executor):
     """Encoder bundles wait up to max_wait for concurrent requests, but only while traffic is concurrent:
-    a single client's requests run at once; after a batch with company, the wait applies again."""
+    a single client's requests run at once; after a batch that had company, the wait applies again."""
     echo = Echo()
 
-    async def timed(b, texts):
+    async def timed(b, text):
         start = time.perf_counter()
-        await asyncio.gather(*(b.submit("k", [t], echo) for t in texts))
+        await b.submit("k", [text], echo)
         return time.perf_counter() - start
 
     async def main():
         b = MicroBatcher(executor, max_wait_ms=300, max_documents=64)
-        alone = [await timed(b, ["doc 1"]) for _ in range(3)]
-        burst = await timed(b, ["doc 2", "doc 3"])  # same loop iteration: one batch, no waiting
-        after_burst = await timed(b, ["doc 4"])  # concurrency was just seen: waits for company
-        return alone, burst, after_burst
+        alone = [await timed(b, f"doc {i}") for i in range(3)]
+        first = await occupy(b)
+        await asyncio.gather(*(b.submit("k", [f"doc {i}"], echo) for i in (3, 4)))  # queued together: company
+        await first
+        after_burst = await timed(b, "doc 5")  # concurrency was just seen: waits for company
+        return alone, after_burst
 
-    alone, burst, after_burst = run(main())
-    assert max(alone) < 0.1 and burst < 0.1
+    alone, after_burst = run(main())
+    assert max(alone) < 0.1
     assert after_burst >= 0.25
     assert echo.calls == [1, 1, 1, 2, 1]
 

@@ -88,8 +88,10 @@ def _level_scores_gather(X: sp.csr_matrix, level: RankerLevel) -> np.ndarray:
     feats = X.indices
     lengths = Wt.indptr[feats + 1] - Wt.indptr[feats]
     idx = _ranges(Wt.indptr[feats], lengths)
-    doc_of_entry = np.repeat(np.repeat(np.arange(n), np.diff(X.indptr)), lengths)
     weights = Wt.data[idx] * np.repeat(X.data, lengths)
+    if n == 1:  # the common request: no per-entry document ids needed
+        return (np.bincount(Wt.indices[idx], weights=weights, minlength=K).astype(np.float32) + level.bias)[None, :]
+    doc_of_entry = np.repeat(np.repeat(np.arange(n), np.diff(X.indptr)), lengths)
     S = np.bincount(doc_of_entry * K + Wt.indices[idx], weights=weights, minlength=n * K)
     return S.reshape(n, K).astype(np.float32) + level.bias[None, :]
 
@@ -182,6 +184,11 @@ def score_candidates(X: sp.csr_matrix, level: RankerLevel, cand: np.ndarray,
     if level.dense is None:
         return _score_sparse(X, level, cand)
     Xs, Xd = split if split is not None else _split_dense(X, level.dense_start)
+    n = cand.shape[0]
+    if level.n_nodes <= FULL_PRODUCT_MAX_NODES and n <= GATHER_MAX_DOCS:  # whole level, both blocks, one lookup
+        S = _level_scores_gather(Xs, level)
+        S += Xd @ level.dense.T
+        return S[np.arange(n)[:, None], np.maximum(cand, 0)]
     out = _score_sparse(Xs, level, cand)  # Xs has nothing in the dense columns: they add no work there
     c = np.maximum(cand, 0)
     chunk = max(1, CHUNK_ENTRIES // max(level.n_nodes if level.n_nodes <= FULL_PRODUCT_MAX_NODES

@@ -98,3 +98,12 @@ def test_export_skips_the_index_when_level_1_is_small(xr_bundle, tmp_path):
     assert not (tmp_path / "bundle" / "shortlist").exists()
     assert "min_nodes=4096" in manifest["export"]["shortlist"]["skipped"]
     assert load_bundle(tmp_path / "bundle").predictor.model.first_level is None
+
+    from typer.testing import CliRunner
+
+    from training.cli import app
+
+    r = CliRunner().invoke(app, ["export", str(copy), "--out", str(tmp_path / "forced"), "--shortlist-min-nodes", "0"])
+    assert r.exit_code == 0, r.output
+    assert "shortlist: flat FAISS index" in r.output
+    assert load_bundle(tmp_path / "forced").predictor.model.first_level is not None

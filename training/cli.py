@@ -130,15 +130,23 @@ def export(
     out: Path = typer.Option(..., help="bundle directory to write"),
     name: Optional[str] = typer.Option(None, help="model name in the manifest (default: run folder name)"),
     overwrite: bool = typer.Option(False, help="replace an existing bundle"),
+    shortlist_min_nodes: Optional[int] = typer.Option(
+        None, min=0, help="xr-transformer: write the FAISS level-1 index only from this many level-1 nodes "
+                          "(default: the run's config, 4096; 0 = always)"),
 ) -> None:
     """Turn a run into a self-describing serving bundle (manifest with versions and checksums)."""
     from training.export import export_run
     try:
-        manifest = export_run(run, out, name, overwrite)
+        manifest = export_run(run, out, name, overwrite, shortlist_min_nodes)
     except XtagError as exc:
         _fail(exc)
     typer.echo(f"bundle {out}: {manifest['model_kind']}, {manifest['label_count']} labels, "
                f"{len(manifest['files'])} files")
+    shortlist = manifest.get("export", {}).get("shortlist")
+    if shortlist:
+        typer.echo(f"shortlist: skipped, {shortlist['skipped']}" if "skipped" in shortlist else
+                   f"shortlist: {shortlist['index']} FAISS index over {shortlist['nodes']} level-1 nodes, "
+                   f"recall {shortlist['recall']}")
 
 
 def _load(bundle: Path):

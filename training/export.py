@@ -50,8 +50,13 @@ def _export_xr(run_model: Path, tmp: Path, xc: XRTransformerConfig) -> dict:
     return report
 
 
-def export_run(run: Path, out: Path, name: str | None = None, overwrite: bool = False) -> dict:
-    """Copy the run's final model into `out`, write the manifest, and load it back as a check."""
+def export_run(run: Path, out: Path, name: str | None = None, overwrite: bool = False,
+               shortlist_min_nodes: int | None = None) -> dict:
+    """Copy the run's final model into `out`, write the manifest, and load it back as a check.
+
+    `shortlist_min_nodes` overrides the run's `export.shortlist_config.min_nodes` (xr-transformer):
+    0 always writes the FAISS level-1 index.
+    """
     model = run / "model"
     if not model.is_dir():
         raise XtagError(f"{run}: no finished model (train it first, or resume it)")
@@ -60,6 +65,8 @@ def export_run(run: Path, out: Path, name: str | None = None, overwrite: bool = 
             raise XtagError(f"{out}: already exists (use --overwrite)")
         shutil.rmtree(out)
     config = TrainConfig.load(run / "config.json")
+    if shortlist_min_nodes is not None and config.xr_transformer is not None:
+        config.xr_transformer.export.shortlist_config.min_nodes = shortlist_min_nodes
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     extra: dict = {}

@@ -13,12 +13,12 @@ predictor's overhead over the bare ONNX encoder. Results: <workdir>/results.json
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gzip
 import hashlib
 import json
 import os
 import shutil
+import socket
 import time
 from pathlib import Path
 
@@ -92,25 +92,36 @@ def log_seconds(run: Path) -> dict:
 
 class HttpPredict:
     """`POST /v1/predict` against `xtag serve`'s server (uvicorn, default settings: micro-batching on)
-    running the bundle in a subprocess, over one keep-alive connection from a private event loop."""
+    running the bundle in a subprocess, over one keep-alive connection. The client is a blocking socket
+    that writes the request and reads exactly Content-Length bytes back, so that what is timed beyond
+    the server is the loopback round trip, not a Python HTTP client's own parsing or event loop."""
 
     def __init__(self, bundle: Path, k: int = 5):
-        from service_latency import Conn, free_port, start_server
+        from service_latency import free_port, start_server
 
         self.k, self.port = k, free_port()
         self.server = start_server(bundle, self.port, "on")
-        self.loop = asyncio.new_event_loop()
-        self.conn = self.loop.run_until_complete(Conn.open(self.port))
+        self.sock = socket.create_connection(("127.0.0.1", self.port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buffer = b""
 
     def __call__(self, text: str) -> None:
         body = json.dumps({"text": text, "k": self.k}).encode()
-        status, _ = self.loop.run_until_complete(self.conn.request("POST", "/v1/predict", body))
-        if status != 200:
-            raise XtagError(f"/v1/predict answered HTTP {status}")
+        self.sock.sendall(b"POST /v1/predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        while b"\r\n\r\n" not in self.buffer:
+            self.buffer += self.sock.recv(65536)
+        head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+        length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:"))
+        while len(self.buffer) < length:
+            self.buffer += self.sock.recv(65536)
+        self.buffer = self.buffer[length:]
+        if not head.startswith(b"HTTP/1.1 200"):
+            raise XtagError(f"/v1/predict answered {head.splitlines()[0].decode()}")
 
     def close(self) -> None:
-        self.conn.close()
-        self.loop.close()
+        self.sock.close()
         self.server.terminate()
         self.server.wait()
 

@@ -15,12 +15,12 @@ from models.calibration import CALIBRATION_FILE, Calibration
 from models.errors import XtagError
 from models.features import TfidfFeaturizer
 from models.labels import LabelVocab
-from models.predictor import Featurizer, Predictor
+from models.predictor import Featurizer, Model, Predictor
 from models.xlinear import XLinearModel
 
 FORMAT = "xtag-bundle"
 FORMAT_VERSION = 1
-MODEL_KINDS = ("xlinear", "xr-transformer")
+MODEL_KINDS = ("xlinear", "xr-transformer", "lightxml")
 
 
 def sha256(path: Path) -> str:
@@ -105,9 +105,14 @@ class Bundle:
 
 
 def load_featurizer(folder: Path, kind: str) -> Featurizer:
-    """TF-IDF for xlinear; Φ_cat (TF-IDF + ONNX encoder, or the encoder alone) for xr-transformer."""
+    """TF-IDF for xlinear; Φ_cat (TF-IDF + ONNX encoder, or the encoder alone) for xr-transformer;
+    the ONNX graph's cluster scores and bottleneck vectors for lightxml."""
     if kind == "xlinear":
         return TfidfFeaturizer.load(folder / "features" / "tfidf")
+    if kind == "lightxml":
+        from models.lightxml import LightXMLEncoder
+
+        return LightXMLEncoder.load(folder / "encoder")
     from models.concat_features import ConcatFeaturizer
     from models.onnx_encoder import OnnxEncoder
 
@@ -117,6 +122,20 @@ def load_featurizer(folder: Path, kind: str) -> Featurizer:
     return ConcatFeaturizer(tfidf, encoder)
 
 
+def load_model(folder: Path, kind: str) -> Model:
+    """The rankers (with their FAISS level-1 shortlist when present), or LightXML's clusters and label embeddings."""
+    if kind == "lightxml":
+        from models.lightxml import LightXMLModel
+
+        return LightXMLModel.load(folder)
+    model = XLinearModel.load(folder)
+    if (folder / "shortlist").is_dir():
+        from models.shortlist import FaissShortlist
+
+        model.first_level = FaissShortlist.load(folder / "shortlist")
+    return model
+
+
 def load_bundle(path: str | Path) -> Bundle:
     """Verify and load a bundle; raises XtagError with a clear message on any mismatch."""
     start = time.perf_counter()
@@ -124,11 +143,7 @@ def load_bundle(path: str | Path) -> Bundle:
     if not folder.is_dir():
         raise XtagError(f"{folder}: bundle directory not found")
     manifest = read_manifest(folder)
-    model = XLinearModel.load(folder)
-    if (folder / "shortlist").is_dir():
-        from models.shortlist import FaissShortlist
-
-        model.first_level = FaissShortlist.load(folder / "shortlist")
+    model = load_model(folder, manifest["model_kind"])
     calibration = None
     if (folder / CALIBRATION_FILE).exists():  # optional; must be covered by the manifest's checksums
         if CALIBRATION_FILE not in manifest.get("files", {}):

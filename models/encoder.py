@@ -88,19 +88,32 @@ def load_trained(folder: Path, attn_implementation: str | None = None) -> tuple[
 
 
 @torch.inference_mode()
-def encode_texts(encoder: nn.Module, tokenizer: TextTokenizer, texts: list[str], batch_size: int,
-                 device: torch.device, amp: bool = False, progress: bool = False, desc: str = "encode"
-                 ) -> np.ndarray:
-    """n × dim float32 embeddings, batched by similar length; eval mode for the duration."""
-    was_training = encoder.training
-    encoder.eval()
-    dim = encoder.dim if hasattr(encoder, "dim") else encoder.module.dim
-    out = np.empty((len(texts), dim), dtype=np.float32)
+def run_batched(module: nn.Module, tokenizer: TextTokenizer, texts: list[str], batch_size: int, device: torch.device,
+                amp: bool = False, progress: bool = False, desc: str = "encode") -> tuple[np.ndarray, ...]:
+    """`module(ids, mask)` over texts batched by similar length, eval mode for the duration; each output
+    (one tensor or a tuple of them, rows = texts) as a float32 array in the order of `texts`."""
+    was_training = module.training
+    module.eval()
+    outs: list[np.ndarray] = []
     batches = length_sorted_batches(tokenizer.lengths(texts), batch_size)
     for idx in tqdm(batches, desc=desc, unit="batch", disable=not progress):
         ids, mask = tokenizer([texts[i] for i in idx])
         with torch.autocast(device.type, enabled=amp and device.type == "cuda"):
-            emb = encoder(torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device))
-        out[idx] = emb.float().cpu().numpy()
-    encoder.train(was_training)
-    return out
+            result = module(torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device))
+        result = result if isinstance(result, tuple) else (result,)
+        if not outs:
+            outs = [np.empty((len(texts), r.shape[1]), dtype=np.float32) for r in result]
+        for out, r in zip(outs, result):
+            out[idx] = r.float().cpu().numpy()
+    module.train(was_training)
+    return tuple(outs)
+
+
+def encode_texts(encoder: nn.Module, tokenizer: TextTokenizer, texts: list[str], batch_size: int,
+                 device: torch.device, amp: bool = False, progress: bool = False, desc: str = "encode"
+                 ) -> np.ndarray:
+    """n × dim float32 embeddings, batched by similar length; eval mode for the duration."""
+    if not texts:
+        dim = encoder.dim if hasattr(encoder, "dim") else encoder.module.dim
+        return np.empty((0, dim), dtype=np.float32)
+    return run_batched(encoder, tokenizer, texts, batch_size, device, amp, progress, desc)[0]

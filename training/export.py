@@ -1,4 +1,5 @@
-"""Export: turn a finished run into a verified serving bundle (xr-transformer: ONNX encoder, FAISS shortlist)."""
+"""Export: turn a finished run into a verified serving bundle (xr-transformer: ONNX encoder, FAISS shortlist;
+lightxml: one ONNX graph + label embeddings)."""
 
 from __future__ import annotations
 
@@ -73,11 +74,17 @@ def export_run(run: Path, out: Path, name: str | None = None, overwrite: bool = 
     if config.model == "xr-transformer":
         shutil.copytree(model, tmp, ignore=lambda folder, names: ["encoder"] if Path(folder) == model else [])
         extra["export"] = _export_xr(model, tmp, config.xr_transformer)
+    elif config.model == "lightxml":  # no TF-IDF in the bundle: the graph reads raw text
+        from training.lightxml_export import export_lightxml
+
+        shutil.copytree(model, tmp, ignore=lambda folder, names: ["encoder", "features"] if Path(folder) == model
+                        else [])
+        extra["export"] = export_lightxml(model, tmp, config.lightxml.export)
     else:
         shutil.copytree(model, tmp)
     summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
     manifest = write_manifest(tmp, config.model, name or run.name, extra={
-        "feature_config": {"tfidf": config.tfidf.model_dump()},
+        "feature_config": {"tfidf": config.tfidf.model_dump()} if config.model != "lightxml" else {},
         "training": {"config": json.loads(config.model_dump_json()), "summary": summary},
         **extra,
     })

@@ -43,14 +43,20 @@ def embedding_diff(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
     return {"max_abs_diff": float(np.abs(a - b).max()), "mean_cosine": float(cos.mean())}
 
 
-def _onnx_export(transformer: nn.Module, ids: np.ndarray, mask: np.ndarray, path: Path, opset: int) -> None:
+def export_graph(module: nn.Module, ids: np.ndarray, mask: np.ndarray, path: Path, opset: int,
+                 output_names: list[str]) -> None:
+    """(input_ids, attention_mask) → `output_names`, with dynamic `batch` and `sequence` axes on the inputs."""
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence")
     with warnings.catch_warnings(), redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
-        torch.onnx.export(_HiddenStates(transformer).eval(), (torch.from_numpy(ids), torch.from_numpy(mask)),
+        torch.onnx.export(module.eval(), (torch.from_numpy(ids), torch.from_numpy(mask)),
                           str(path), dynamo=True, opset_version=opset, external_data=False,
-                          input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state"],
+                          input_names=["input_ids", "attention_mask"], output_names=output_names,
                           dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}), verbose=False)
+
+
+def _onnx_export(transformer: nn.Module, ids: np.ndarray, mask: np.ndarray, path: Path, opset: int) -> None:
+    export_graph(_HiddenStates(transformer), ids, mask, path, opset, ["last_hidden_state"])
 
 
 def export_encoder(run_encoder: Path, out: Path, config: XRExportConfig) -> tuple[dict, np.ndarray, np.ndarray]:

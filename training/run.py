@@ -65,6 +65,10 @@ def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bo
         from training.xr_transformer import train_xr_transformer
         result = train_xr_transformer(corpus.texts, X, Y, config, out / "checkpoints", progress=progress, log=log)
         model = result.model
+    elif config.model == "lightxml":
+        from training.lightxml import train_lightxml
+        result = train_lightxml(corpus.texts, X, Y, config, out / "checkpoints", progress=progress, log=log)
+        model = result.model
     else:
         result = None
         model = train_xlinear(X, Y, config.xlinear, checkpoint_dir=out / "checkpoints", progress=progress, log=log)
@@ -79,8 +83,9 @@ def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bo
     shutil.rmtree(out / "model", ignore_errors=True)
     final.rename(out / "model")  # the final model appears whole or not at all
     summary = {"model": config.model, "documents": len(corpus), "labels": len(vocab),
-               "features": model.config.n_features, "model_seconds": round(train_seconds, 3),
-               "total_seconds": round(time.perf_counter() - start, 3)}
+               "features": result.net.width if config.model == "lightxml" else model.config.n_features,
+               "model_seconds": round(train_seconds, 3), "total_seconds": round(time.perf_counter() - start, 3),
+               **({"training": result.stats} if config.model == "lightxml" else {})}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     log({"event": "done", **summary})
     return summary
@@ -88,13 +93,15 @@ def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bo
 
 def _helper_rank(config: TrainConfig, out: Path, progress: bool) -> None:
     """A torchrun rank > 0: same data and features as rank 0, joins fine-tuning, then leaves."""
-    from training.xr_transformer import train_xr_transformer
-
-    if config.model != "xr-transformer":
-        raise XtagError("torchrun with several processes only applies to --model xr-transformer")
+    if config.model == "lightxml":
+        from training.lightxml import train_lightxml as train
+    elif config.model == "xr-transformer":
+        from training.xr_transformer import train_xr_transformer as train
+    else:
+        raise XtagError("torchrun with several processes only applies to --model xr-transformer or lightxml")
     corpus = load_corpus(config.corpus, config.format, skip_bad=config.skip_bad_rows)
     vocab = build_vocab(corpus)
     _, X = TfidfFeaturizer.fit(corpus.texts, config.tfidf)
     Y, _ = corpus.label_matrix(vocab)
-    train_xr_transformer(corpus.texts, X, Y, config, out / "checkpoints", progress=False)
+    train(corpus.texts, X, Y, config, out / "checkpoints", progress=False)
     return None

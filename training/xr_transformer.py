@@ -21,7 +21,6 @@ from typing import Callable
 
 import numpy as np
 import scipy.sparse as sp
-import torch
 from safetensors.torch import load_model, save_model
 
 from models.concat_features import concat_features
@@ -30,6 +29,7 @@ from models.errors import XtagError
 from models.label_tree import ClusterChain
 from models.onnx_encoder import EncoderConfig, TextTokenizer
 from models.xlinear import XLinearModel
+from training.checkpoint import seed_all as _seed
 from training.config import TrainConfig, XRTransformerConfig
 from training.distributed import DistContext
 from training.finetune import Checkpoint, LevelProblem, XRNet, finetune_level
@@ -140,12 +140,6 @@ class Embeddings:
                       "docs_per_s": round(len(self.texts) / max(seconds, 1e-9), 2)})
         self.ctx.barrier()
         return E
-
-
-def _seed(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def multi_resolution_finetune(encoder: TextEncoder, texts: list[str], X: sp.csr_matrix, Y: sp.csr_matrix,

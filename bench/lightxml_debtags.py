@@ -1,0 +1,128 @@
+"""LightXML on debtags: dynamic vs static negatives (paper Table 5) under one step budget, CPU only.
+
+    nohup .venv/bin/python bench/lightxml_debtags.py --max-length 128 --batch-size 16 --max-steps 600 \
+        > bench/out/lightxml/run.log 2>&1 &
+
+Every variant goes through the product path: `train_run` → `export_run` (one ONNX graph, parity
+checked) → `load_bundle` → `evaluate_bundle` on the 5,910-document test split, so the figures are
+those of the served bundle (onnxruntime + numpy). Model selection uses the run's own held-out
+validation split (5 % of train), never the test set. Also: single-text latency p50 at exactly
+128 tokens of `Predictor.predict` vs the bare ONNX forward. Results: <workdir>/results.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from models.bundle import load_bundle
+from models.onnx_encoder import TextTokenizer
+from training.config import LightXMLConfig, TrainConfig
+from training.data import load_corpus
+from training.evaluate import evaluate_bundle
+from training.run import train_run
+from xr_transformer_debtags import LATENCY_TOKENS, METRICS, ROOT, run_variant, subset  # same path as XR-T
+
+
+def p50_ms(call, n: int) -> float:
+    """Median wall time of call(0..n-1) after 5 warm-up calls, in ms."""
+    for i in range(min(5, n)):
+        call(i)
+    times = []
+    for i in range(n):
+        start = time.perf_counter()
+        call(i)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times) * 1e3)
+
+
+def latencies(bundle: Path, texts: list[str], n: int) -> dict:
+    """p50 single-text latency at exactly 128 tokens: bare ONNX forward vs the bundle's whole predict."""
+    predictor = load_bundle(bundle).predictor
+    encoder = predictor.featurizer  # models.lightxml.LightXMLEncoder
+    tok = TextTokenizer.load(bundle / "encoder" / "tokenizer.json", LATENCY_TOKENS)
+    encoder.onnx.tokenizer = tok  # measure at 128 tokens even if the model was trained shorter
+    long = [t for t in texts if len(tok.tokenizer.encode(t).ids) >= LATENCY_TOKENS][:n]
+    session = encoder.onnx.session
+    feeds = [dict(zip(("input_ids", "attention_mask"), tok([t]))) for t in long]
+    # One method at a time: interleaving lets one runtime's spinning threads slow the next.
+    p50 = {"onnx_forward": p50_ms(lambda i: session.run(None, feeds[i]), len(long)),
+           "tokenize_and_forward": p50_ms(lambda i: encoder.transform([long[i]]), len(long)),
+           "predict": p50_ms(lambda i: predictor.predict([long[i]], k=5), len(long))}
+    return {"texts": len(long), "tokens": LATENCY_TOKENS, **{f"{k}_p50_ms": round(v, 3) for k, v in p50.items()},
+            "predict_overhead_over_onnx_ms": round(p50["predict"] - p50["onnx_forward"], 3)}
+
+
+def log_facts(run: Path) -> dict:
+    events = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
+    done = [e for e in events if e["event"] == "lightxml_done"]
+    return {"validations": [{k: e[k] for k in ("step", "P@1", "P@3", "P@5", "swa_models")}
+                            for e in events if e["event"] == "validate"],
+            "static_negatives_seconds": sum(e["seconds"] for e in events if e["event"] == "static_negatives"),
+            "training": done[-1] if done else None}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "debtags")
+    ap.add_argument("--workdir", type=Path, default=ROOT / "bench" / "out" / "lightxml")
+    ap.add_argument("--max-length", type=int, default=128)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--max-steps", type=int, default=600, help="optimiser steps per variant (CPU budget)")
+    ap.add_argument("--swa-from", type=float, default=2 / 3, help="SWA from this fraction of the step budget")
+    ap.add_argument("--swa-every", type=int, default=25)
+    ap.add_argument("--eval-every", type=int, default=200)
+    ap.add_argument("--limit", type=int, default=None, help="first N rows of each split (smoke runs)")
+    ap.add_argument("--latency-texts", type=int, default=100)
+    ap.add_argument("--variants", default="dynamic,static", help="negative sampling of each variant")
+    ap.add_argument("--lr-head", type=float, default=None, help="heads' learning rate (default: the paper's 1e-4)")
+    ap.add_argument("--suffix", default="", help="appended to the variant names (runs with other budgets)")
+    ap.add_argument("--latency-only", action="store_true", help="re-measure the latency of finished bundles")
+    args = ap.parse_args()
+    work = args.workdir
+    work.mkdir(parents=True, exist_ok=True)
+    train_path = subset(args.data / "train.jsonl.gz", work / "train.jsonl", args.limit)
+    test = load_corpus(subset(args.data / "test.jsonl.gz", work / "test.jsonl", args.limit))
+    n_train = len(load_corpus(train_path))
+    lc = LightXMLConfig(max_length=args.max_length, batch_size=args.batch_size, epochs=1, max_steps=args.max_steps,
+                        device="cpu", swa_every=args.swa_every, eval_every=args.eval_every, checkpoint_every=100)
+    per_epoch = math.ceil((n_train - round(lc.val_fraction * n_train)) / args.batch_size)
+    # SWA "over the last epochs": with a step cap below one epoch, over the last third of the budget.
+    lc.swa_start = args.swa_from * min(args.max_steps, per_epoch) / per_epoch
+    results_path = work / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    if args.latency_only:  # quieter machine later: all bundles re-measured in one run, one after the other
+        for name in [n for n in results if n != "args"]:  # ("args": written by the first runs of this script)
+            results[name]["latency"] = latencies(work / f"{name}-bundle", test.texts, args.latency_texts)
+            print(json.dumps({name: results[name]["latency"]}), flush=True)
+        results_path.write_text(json.dumps(results, indent=2))
+        return
+    for negatives in args.variants.split(","):
+        name = negatives + args.suffix
+        config = TrainConfig(corpus=train_path, model="lightxml",
+                             lightxml=lc.model_copy(update={"negatives": negatives, "lr_head": args.lr_head}))
+        run = work / f"{name}-run"
+        if (run / "config.json").exists() and not (run / "model").is_dir():  # finish an interrupted run first
+            train_run(config, run, resume=True, progress=True)
+        entry = {**run_variant(name, config, work, None, quantize=False), **log_facts(run)}
+        bundle = work / f"{name}-bundle"
+        start = time.perf_counter()
+        metrics, _ = evaluate_bundle(load_bundle(bundle), test, progress=True)
+        entry["eval_seconds"] = round(time.perf_counter() - start, 1)
+        entry["metrics"] = {m: round(metrics[m], 2) for m in METRICS}
+        entry["latency"] = latencies(bundle, test.texts, args.latency_texts)
+        entry["args"] = {k: str(v) for k, v in vars(args).items()}
+        # Variants may run as separate processes (one per budget): keep what the others wrote.
+        results = {**(json.loads(results_path.read_text()) if results_path.exists() else {}), name: entry}
+        results_path.write_text(json.dumps(results, indent=2))
+        print(json.dumps({name: entry["metrics"], "latency": entry["latency"]}), flush=True)
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""LightXML run → bundle: encoder + generator + bottleneck as one ONNX graph, parity-checked against torch.
+
+The graph returns `cluster_scores` (generator logits) and `bottleneck` (σ(W_h e + b_h)) for
+dynamic batch and sequence axes; label embeddings and clusters stay numpy (models/lightxml.py),
+in a FAISS index from `faiss_min_labels` labels. Export fails when ONNX and torch differ by more
+than `parity_tolerance` on either output; the report also gives the top-5 agreement of the two.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from models.errors import XtagError
+from models.lightxml import OUTPUTS, LightXMLEncoder, LightXMLModel
+from models.onnx_encoder import EncoderConfig, TextTokenizer
+from training.config import LightXMLExportConfig
+from training.lightxml_net import LightXMLNet
+from training.lightxml_parts import load_heads
+from training.onnx_export import embedding_diff, export_graph
+
+
+def load_run_net(run_encoder: Path, attn_implementation: str | None = "eager") -> tuple[LightXMLNet, EncoderConfig]:
+    """The trained torch net of a run's model/encoder (Hugging Face transformer + heads.safetensors)."""
+    from models.encoder import TextEncoder
+
+    config = EncoderConfig.model_validate_json((run_encoder / "xtag_encoder.json").read_text())
+    shape = json.loads((run_encoder / "lightxml_net.json").read_text())
+    transformer = TextEncoder.from_pretrained(run_encoder, "cls", attn_implementation).transformer
+    net = LightXMLNet(transformer, **shape)
+    load_heads(net, run_encoder)
+    return net.eval(), config
+
+
+def _top5_agreement(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.mean([len(set(x[x >= 0]) & set(y[y >= 0])) / max(len(x[x >= 0]), 1) for x, y in zip(a, b)]))
+
+
+def export_lightxml(run_model: Path, tmp: Path, config: LightXMLExportConfig) -> dict:
+    """Write tmp/encoder/{model.onnx, tokenizer.json, config.json} and the label index; return the parity report."""
+    from training.lightxml import net_outputs
+
+    import torch
+
+    run_encoder = run_model / "encoder"
+    net, enc_config = load_run_net(run_encoder)
+    tokenizer = TextTokenizer.load(run_encoder / "tokenizer.json", enc_config.max_length)
+    texts = json.loads((run_encoder / "sample_texts.json").read_text())[:config.parity_texts]
+    if len(texts) < 2:
+        raise XtagError(f"{run_encoder}: the parity check needs at least 2 sample texts")
+    out = tmp / "encoder"
+    out.mkdir(parents=True, exist_ok=True)
+    ids, mask = tokenizer([texts[0] + " " + texts[1], texts[1]])  # batch 2, > 2 tokens: no axis specialised
+    export_graph(net, ids, mask, out / "model.onnx", config.opset, list(OUTPUTS))
+    shutil.copyfile(run_encoder / "tokenizer.json", out / "tokenizer.json")
+    (out / "config.json").write_text(enc_config.model_copy(update={"opset": config.opset}).model_dump_json(indent=2))
+
+    model = LightXMLModel.load(tmp)  # the run's numpy heads, re-saved with the export's FAISS threshold
+    model = LightXMLModel(model.chain, model.labels.embeddings,
+                          model.config.model_copy(update={"faiss_min_labels": config.faiss_min_labels}))
+    for name in ("label_embeddings.npy", "labels.faiss"):
+        (tmp / "lightxml" / name).unlink(missing_ok=True)
+    model.save(tmp)
+
+    reference = net_outputs(net, tokenizer, texts, torch.device("cpu"), amp=False)
+    onnx = LightXMLEncoder.load(out).transform(texts)
+    parity = {name: embedding_diff(getattr(onnx, name), getattr(reference, name)) for name in OUTPUTS}
+    worst = max(p["max_abs_diff"] for p in parity.values())
+    report = {"opset": config.opset, "parity_texts": len(texts), "parity_tolerance": config.parity_tolerance,
+              "parity": parity, "label_index": "faiss" if model.labels.index is not None else "numpy",
+              "top5_agreement_vs_torch": _top5_agreement(model.predict(onnx, k=5).labels,
+                                                         model.predict(reference, k=5).labels)}
+    if not worst <= config.parity_tolerance:
+        raise XtagError(f"ONNX graph differs from torch by {worst:.3g} on {len(texts)} texts "
+                        f"(tolerance {config.parity_tolerance}); refusing to export")
+    return report

@@ -28,15 +28,19 @@ def _row_normalised(data: np.ndarray, indptr: np.ndarray) -> np.ndarray:
     return (data / np.maximum(norms, 1e-12)[rows]).astype(np.float32)
 
 
+def _unit_rows(E: np.ndarray) -> np.ndarray:
+    E = np.asarray(E, dtype=np.float32)
+    return E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)
+
+
 def concat_features(X_tfidf: sp.csr_matrix | None, E: np.ndarray) -> sp.csr_matrix:
     """Row-normalised sparse block (if any) followed by the row-normalised dense block.
 
     Built directly as CSR arrays: scipy's hstack/normalize cost more than the arithmetic for the
     one-document requests a service sees.
     """
-    E = np.asarray(E, dtype=np.float32)
+    E = _unit_rows(E)
     n, dim = E.shape
-    E = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)
     if X_tfidf is None:
         return sp.csr_matrix((E.ravel(), np.tile(np.arange(dim, dtype=np.int32), n),
                               np.arange(0, n * dim + 1, dim)), shape=(n, dim))
@@ -64,9 +68,8 @@ class ConcatFeaturizer:
 
     def transform(self, texts: list[str]) -> SplitFeatures:
         """Φ_cat as its two blocks; `.tocsr()` of the result equals `concat_features` of the same inputs."""
-        E = self.encoder.encode(list(texts)).astype(np.float32)
+        E = _unit_rows(self.encoder.encode(list(texts)))
         n, dim = E.shape
-        E = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)
         d = self.tfidf.dim if self.tfidf else 0
         if self.tfidf:
             data, indices, indptr = self.tfidf.transform_arrays(texts)

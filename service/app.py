@@ -42,14 +42,17 @@ class HotRoute(Route):
         return match, child
 
 
-def make_batcher(settings: Settings, kind: str, executor: Executor | None, on_batch) -> MicroBatcher | None:
+def make_batcher(settings: Settings, kind: str, executor: Executor | None, on_batch,
+                 recent: RecentRequests) -> MicroBatcher | None:
     """The micro-batcher for a model kind, or None when batching is off."""
     if not settings.batching:
         return None
     wait = settings.batch_max_wait_ms
     if wait is None:
         wait = 2.0 if kind in ENCODER_KINDS else 0.0
-    return MicroBatcher(executor, wait, settings.batch_max_documents, max(settings.inference_threads, 1), on_batch)
+    alone = (lambda: recent.in_flight <= 1) if executor is not None else None  # no executor: always inline
+    return MicroBatcher(executor, wait, settings.batch_max_documents, max(settings.inference_threads, 1), on_batch,
+                        alone=alone, inline_max_texts=settings.inline_max_texts)
 
 
 def _sighup(app: FastAPI) -> None:
@@ -118,7 +121,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     def on_swap(old, new) -> None:
         metrics.set_model(old, new)
-        app.state.batcher = make_batcher(settings, new.kind, app.state.executor, metrics.observe_batch)
+        app.state.batcher = make_batcher(settings, new.kind, app.state.executor, metrics.observe_batch, recent)
 
     app.state.registry.listeners.append(on_swap)
     problems.install(app)

@@ -10,6 +10,18 @@ cost (~0.3 ms). Encoder bundles profit from a short wait (e.g. 2 ms) so that con
 share one forward pass. The wait only applies while traffic is concurrent (the last batch held more
 than one request): a lone client on an idle server never waits for company that is not coming, so
 its latency stays the predictor's own (such a request skips the queue altogether).
+
+Such a lone request, if it has at most `inline_max_texts` texts, even runs on the event loop thread
+itself: handing it to a worker thread and its result back costs two thread wake-ups, ~0.4 ms on the
+2-vCPU VM we measure on (bench/RESULTS.md), more than the whole HTTP layer. "Lone" means that after
+yielding once to the loop (so requests read in the same loop iteration have started) it is the only
+HTTP request in flight, that the last second saw no concurrency (no batch of several requests, no
+request queued or in flight beside another) and that it did see a lone request: a sequential client.
+The first request after a quiet spell therefore still goes to a worker, since it may be the head of a
+burst, and a burst that finds the loop blocked by it would be read late and batch differently. Under
+concurrent load nothing is inlined: the loop keeps reading and queueing requests while the worker
+predicts. While an inlined request runs the loop is blocked, which is also why its size is capped
+(default: one text).
 """
 
 from __future__ import annotations
@@ -26,6 +38,7 @@ import numpy as np
 from models.inference import Predictions
 
 BatchFn = Callable[[list[str]], Predictions]
+MEMORY_S = 1.0  # how far back concurrency (or a lone request) counts when deciding to inline
 
 
 async def run_off_loop(executor: Executor | None, fn: BatchFn, texts: list[str]) -> Predictions:
@@ -47,8 +60,12 @@ class MicroBatcher:
     """Per-key queues flushed into at most `max_running` concurrent predictor calls."""
 
     def __init__(self, executor: Executor | None, max_wait_ms: float = 0.0, max_documents: int = 64, max_running: int = 1,
-                 on_batch: Callable[[int], None] | None = None):
+                 on_batch: Callable[[int], None] | None = None, alone: Callable[[], bool] | None = None,
+                 inline_max_texts: int = 0):
         self.executor = executor
+        self.alone, self.inline_max_texts = alone, inline_max_texts  # no `alone` test: never inline
+        self._concurrent_at = -float("inf")  # when concurrent traffic was last seen
+        self._lone_at = -float("inf")  # when a request that ran alone last finished
         self.max_wait = max_wait_ms / 1000.0
         self.max_documents, self.max_running, self.on_batch = max_documents, max_running, on_batch
         self.running = 0
@@ -58,12 +75,41 @@ class MicroBatcher:
 
     async def submit(self, key: Hashable, texts: list[str], run: BatchFn) -> Predictions:
         """Queue `texts`; `run` (any submission's, they are equivalent per key) predicts the whole batch."""
-        if self.running < self.max_running and not self._queues and self.wait == 0.0:
-            return await self._run_now(texts, run)
+        if self.running >= self.max_running or self._queues:
+            self._concurrent_at = time.monotonic()  # this request has to queue behind others
+        elif self.wait == 0.0:
+            if not self._may_inline(texts):
+                return await self._run_now(texts, run)
+            self.running += 1  # hold the slot while yielding: requests that arrive meanwhile queue
+            try:
+                await asyncio.sleep(0)
+                if not self._queues and self.alone():
+                    self.last_batch_requests = 1
+                    if self.on_batch:
+                        self.on_batch(len(texts))
+                    try:
+                        return run(texts)  # on the loop thread: no hand-off to a worker and back
+                    finally:
+                        self._lone_at = time.monotonic()
+            finally:
+                self.running -= 1
+            self._concurrent_at = time.monotonic()
+            if not self._queues:  # another request is in flight but not queued: no company to wait for
+                return await self._run_now(texts, run)
+            # company arrived while this request yielded: it queues with them (the worker path)
         item = _Pending(texts, run, asyncio.get_running_loop().create_future())
         self._queues.setdefault(key, []).append(item)
         asyncio.get_running_loop().call_soon(self._schedule)  # after this iteration's other submissions
         return await item.future
+
+    def _may_inline(self, texts: list[str]) -> bool:
+        if self.alone is None or len(texts) > self.inline_max_texts:
+            return False
+        now = time.monotonic()
+        if not self.alone():
+            self._concurrent_at = now
+            return False
+        return now - self._concurrent_at >= MEMORY_S and now - self._lone_at < MEMORY_S
 
     async def _run_now(self, texts: list[str], run: BatchFn) -> Predictions:
         """A free slot, nobody queued and no reason to wait: run at once, without queue, future or task
@@ -76,6 +122,7 @@ class MicroBatcher:
             return await run_off_loop(self.executor, run, texts)
         finally:
             self.running -= 1
+            self._lone_at = time.monotonic()
             if self._queues:
                 self._schedule()
 
@@ -108,6 +155,8 @@ class MicroBatcher:
                 return
             items, size = self._take(key)
             self.last_batch_requests = len(items)
+            if len(items) > 1:
+                self._concurrent_at = now
             self.running += 1
             loop.create_task(self._run(items, size))
 

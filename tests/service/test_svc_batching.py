@@ -24,6 +24,7 @@ class Echo:
     def __init__(self, delay: float = 0.0):
         self.calls: list[int] = []
         self.texts: list[list[str]] = []
+        self.threads: list[int] = []
         self.delay = delay
         self.lock = threading.Lock()
 
@@ -31,6 +32,7 @@ class Echo:
         with self.lock:
             self.calls.append(len(texts))
             self.texts.append(list(texts))
+            self.threads.append(threading.get_ident())
         time.sleep(self.delay)
         ids = np.array([[int(t.split()[-1])] for t in texts], dtype=np.int64)
         return Predictions(ids, ids.astype(np.float32))
@@ -203,3 +205,109 @@ def test_every_execution_mode_gives_the_same_answers(make_client, client, overri
     docs = {"documents": [{"text": "python"}, {"text": "audio music"}], "k": 2}
     assert other.post("/v1/predict/batch", json=docs).json()["results"] == \
         client.post("/v1/predict/batch", json=docs).json()["results"]
+
+
+def test_a_sequential_clients_small_requests_run_on_the_loop_and_anything_else_in_a_worker(executor):
+    """With inlining on (the service's default: one text), a request alone on the server that follows a lone
+    request skips the hand-off to a worker thread; the first one (it may head a burst), a bigger one, or one
+    with another request in flight goes to the worker."""
+    echo = Echo()
+    in_flight = {"n": 1}
+
+    async def main():
+        b = MicroBatcher(executor, max_wait_ms=0, alone=lambda: in_flight["n"] <= 1, inline_max_texts=1)
+        for text in (["doc 1"], ["doc 2"], ["doc 3", "doc 4"], ["doc 5"]):
+            await b.submit("k", text, echo)
+        in_flight["n"] = 2  # e.g. a request still reading its body
+        await b.submit("k", ["doc 6"], echo)
+        return threading.get_ident(), b.running
+
+    loop_thread, running = run(main())
+    assert echo.calls == [1, 1, 2, 1, 1] and running == 0
+    assert [t == loop_thread for t in echo.threads] == [False, True, False, True, False]
+
+
+def test_requests_that_arrive_together_still_share_a_worker_call_with_inlining_on(executor):
+    """Submissions made in the same loop iteration find each other (the lone check yields once first):
+    none runs alone on the loop, they share one predictor call."""
+    echo = Echo()
+
+    async def main():
+        b = MicroBatcher(executor, max_wait_ms=0, alone=lambda: True, inline_max_texts=1)
+        await b.submit("k", ["doc 9"], echo)  # a lone request first, so that the next one may be inlined
+        return threading.get_ident(), await asyncio.gather(*(b.submit("k", [f"doc {i}"], echo) for i in range(5)))
+
+    loop_thread, results = run(main())
+    assert echo.calls == [1, 5] and echo.threads[1] != loop_thread
+    assert [int(p.labels[0, 0]) for p in results] == list(range(5))
+
+
+def test_no_inlining_for_a_while_after_concurrent_traffic(executor, monkeypatch):
+    """Under concurrent load the loop must keep reading requests while the worker predicts, so a request
+    that happens to be alone right after a shared batch still goes to the worker; once traffic has been
+    quiet for MEMORY_S, a sequential client's requests are inlined again (from its second one)."""
+    import service.batching as batching
+
+    monkeypatch.setattr(batching, "MEMORY_S", 0.2)
+    echo = Echo()
+
+    async def main():
+        b = MicroBatcher(executor, max_wait_ms=0, alone=lambda: True, inline_max_texts=1)
+        await asyncio.gather(*(b.submit("k", [f"doc {i}"], echo) for i in range(3)))  # 1 at once, 2 queued
+        await b.submit("k", ["doc 3"], echo)  # alone, but right after a shared batch
+        await asyncio.sleep(0.25)
+        for i in (4, 5):
+            await b.submit("k", [f"doc {i}"], echo)
+        return threading.get_ident()
+
+    loop_thread = run(main())
+    assert echo.calls == [1, 2, 1, 1, 1]
+    assert [t == loop_thread for t in echo.threads] == [False, False, False, False, True]
+
+
+def test_an_inlined_request_that_fails_frees_its_slot(executor):
+    def boom(texts):
+        raise ValueError("predictor broke")
+
+    async def main():
+        b = MicroBatcher(executor, max_wait_ms=0, alone=lambda: True, inline_max_texts=1)
+        await b.submit("k", ["doc 1"], Echo())
+        with pytest.raises(ValueError):
+            await b.submit("k", ["doc 2"], boom)
+        ok = await b.submit("k", ["doc 7"], Echo())
+        return ok, b.running
+
+    ok, running = run(main())
+    assert int(ok.labels[0, 0]) == 7 and running == 0
+
+
+def test_the_service_runs_a_lone_request_on_its_event_loop(bundles):
+    """Default settings: a sequential client's /v1/predict is predicted on the event-loop thread from its second
+    request on, not in the xtag-predict worker; XTAG_INLINE_MAX_TEXTS=0 sends every request to the worker."""
+
+    def thread_of_prediction(**settings) -> str:
+        app = create_app(Settings(_env_file=None, bundle=bundles["a"], load_in_background=False, **settings))
+        seen = []
+
+        async def main():
+            await app.state.registry.load()
+            model = app.state.registry.current
+            predict = model.predict
+
+            def recording(*args, **kwargs):
+                seen.append(threading.current_thread().name)
+                return predict(*args, **kwargs)
+
+            model.predict = recording
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+                for _ in range(2):
+                    r = await c.post("/v1/predict", json={"text": "python script game", "k": 3})
+                    assert r.status_code == 200 and r.json()["labels"]
+
+        asyncio.run(main())
+        return seen
+
+    first, second = thread_of_prediction()
+    assert first.startswith("xtag-predict") and not second.startswith("xtag-predict")
+    assert all(name.startswith("xtag-predict") for name in thread_of_prediction(inline_max_texts=0))

@@ -177,7 +177,8 @@ def latencies(run: Path, bundle: Path, texts: list[str], n: int) -> dict:
     """p50 single-text latency at exactly 128 tokens: torch and onnxruntime encoders, the predictor (with a
     flat FAISS level 1, and without the encoder), and `/v1/predict` over HTTP; overheads over the bare ONNX
     forward. The headline pair shares one onnxruntime session: `onnx` and `predict` are the in-thread
-    server's own encoder and predictor, timed while its HTTP side idles, and `http` is that server. The
+    server's own encoder and predictor, timed while its HTTP side idles, and `http` is that server
+    (`http_worker`: the same with lone requests handed to its worker thread, XTAG_INLINE_MAX_TEXTS=0). The
     `*_separate` figures repeat it with a session of their own and with `xtag serve` in a subprocess."""
     import torch
 
@@ -219,10 +220,20 @@ def latencies(run: Path, bundle: Path, texts: list[str], n: int) -> dict:
         times = alternating({"torch": lambda i: torch_enc(torch.from_numpy(encoded[i][0]),
                                                           torch.from_numpy(encoded[i][1]))}, len(long), rounds=1)
     encoder, predictor = served.predictor.featurizer.encoder, served.predictor
+
+    def http_worker(i: int) -> None:  # the same server with lone requests handed to its worker thread
+        batcher = served.app.state.batcher
+        batcher.inline_max_texts = 0
+        try:
+            http(long[i])
+        finally:
+            batcher.inline_max_texts = served.app.state.settings.inline_max_texts
+
     calls = {
         "onnx": lambda i: encoder.encode([long[i]]),
         "predict": lambda i: predictor.predict([long[i]], k=5),
         "http": lambda i: http(long[i]),
+        "http_worker": http_worker,
         "onnx_separate": lambda i: onnx_separate.encode([long[i]]),
         "http_separate": lambda i: http_separate(long[i]),
         "predict_faiss_flat": lambda i: flat.predict([long[i]], k=5),
@@ -241,6 +252,7 @@ def latencies(run: Path, bundle: Path, texts: list[str], n: int) -> dict:
             **{f"{name}_p50_ms": v for name, v in p50.items()},
             "predict_overhead_over_onnx_ms": p50["predict"] - p50["onnx"],
             "http_overhead_over_onnx_ms": p50["http"] - p50["onnx"],
+            "http_worker_overhead_over_onnx_ms": p50["http_worker"] - p50["onnx"],
             "http_separate_overhead_over_onnx_separate_ms": p50["http_separate"] - p50["onnx_separate"]}
 
 

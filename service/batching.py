@@ -12,8 +12,9 @@ than one request): a lone client on an idle server never waits for company that 
 its latency stays the predictor's own (such a request skips the queue altogether).
 
 Such a lone request, if it has at most `inline_max_texts` texts, even runs on the event loop thread
-itself: handing it to a worker thread and its result back costs two thread wake-ups, ~0.4 ms on the
-2-vCPU VM we measure on (bench/RESULTS.md), more than the whole HTTP layer. "Lone" means that after
+itself: handing it to a worker thread and its result back costs two thread wake-ups, 0.3-0.5 ms per
+request of a TF-IDF bundle on the 2-vCPU VM we measure on (bench/RESULTS.md, inline_vs_worker.py;
+lost in the noise of an encoder bundle's 30 ms forward). "Lone" means that after
 yielding once to the loop (so requests read in the same loop iteration have started) it is the only
 HTTP request in flight, that the last second saw no concurrency (no batch of several requests, no
 request queued or in flight beside another) and that it did see a lone request: a sequential client.

@@ -38,14 +38,10 @@ def lone_latency(bundle: Path, texts: list[str], repeats: int) -> list[dict]:
     """p50 ms of in-process predict, and of /v1/predict inlined and via the worker, on one server."""
     served = ThreadServer(bundle)
     http = HttpPredict(served.port)
-    default = served.app.state.settings.inline_max_texts
 
     def via_worker(i: int) -> None:
-        served.app.state.batcher.inline_max_texts = 0
-        try:
+        with served.inlining_off():
             http(texts[i])
-        finally:
-            served.app.state.batcher.inline_max_texts = default
 
     calls = {"predict": lambda i: served.predictor.predict([texts[i]], k=5), "http_inline": lambda i: http(texts[i]),
              "http_worker": via_worker}
@@ -57,7 +53,7 @@ def lone_latency(bundle: Path, texts: list[str], repeats: int) -> list[dict]:
             out.append({**p50, "inline_minus_worker_ms": round(p50["http_inline"] - p50["http_worker"], 3)})
             print(f"lone client: {out[-1]}", flush=True)
     finally:
-        http.sock.close()
+        http.close()
         served.close()
     return out
 

@@ -20,6 +20,8 @@ import os
 import shutil
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -116,6 +118,9 @@ class HttpPredict:
         if not head.startswith(b"HTTP/1.1 200"):
             raise XtagError(f"/v1/predict answered {head.splitlines()[0].decode()}")
 
+    def close(self) -> None:
+        self.sock.close()
+
 
 class ThreadServer:
     """`xtag serve`'s app and uvicorn settings (defaults: micro-batching on, one inference thread), run in a
@@ -146,6 +151,16 @@ class ThreadServer:
                 raise XtagError("the in-thread server did not start")
             time.sleep(0.05)
         self.predictor = self.app.state.registry.current.bundle.predictor
+
+    @contextmanager
+    def inlining_off(self) -> Iterator[None]:
+        """Lone requests go to the worker thread meanwhile (XTAG_INLINE_MAX_TEXTS=0 on this server)."""
+        batcher = self.app.state.batcher
+        batcher.inline_max_texts = 0
+        try:
+            yield
+        finally:
+            batcher.inline_max_texts = self.app.state.settings.inline_max_texts
 
     def close(self) -> None:
         self.server.should_exit = True
@@ -222,12 +237,8 @@ def latencies(run: Path, bundle: Path, texts: list[str], n: int) -> dict:
     encoder, predictor = served.predictor.featurizer.encoder, served.predictor
 
     def http_worker(i: int) -> None:  # the same server with lone requests handed to its worker thread
-        batcher = served.app.state.batcher
-        batcher.inline_max_texts = 0
-        try:
+        with served.inlining_off():
             http(long[i])
-        finally:
-            batcher.inline_max_texts = served.app.state.settings.inline_max_texts
 
     calls = {
         "onnx": lambda i: encoder.encode([long[i]]),
@@ -243,7 +254,7 @@ def latencies(run: Path, bundle: Path, texts: list[str], n: int) -> dict:
         times.update(alternating(calls, len(long), rounds=5))
     finally:
         for c in (http, http_separate):
-            c.sock.close()
+            c.close()
         served.close()
         subprocess_server.terminate()
         subprocess_server.wait()

@@ -41,7 +41,8 @@ from training.data import load_corpus
 from training.evaluate import predict_corpus
 from training.export import export_run
 from training.report import plot_buckets, plot_tradeoff
-from training.run import train_run
+from training.run import save_model, train_run
+from xr_transformer_debtags import CachedEncoder  # bench/ is on sys.path when run as a script
 
 K = 5
 RW_ALPHAS = tuple(round(a, 2) for a in np.arange(0.0, 1.0001, 0.05))
@@ -90,20 +91,6 @@ def calibrated_bundle(fit: Path, val: Path, out: Path, reference: Path) -> tuple
     return load_bundle(folder), info
 
 
-class CachedEncoder:
-    """Bench-only: a bundle's ONNX encoder behind a text → embedding cache, so the many passes over the same
-    texts (plain, candidates, ECE, calibration, both models) encode each text once; the outputs are the encoder's."""
-
-    def __init__(self, encoder):
-        self.encoder, self.dim, self.cache = encoder, encoder.dim, {}
-
-    def encode(self, texts: list[str]) -> np.ndarray:
-        missing = [t for t in dict.fromkeys(texts) if t not in self.cache]
-        if missing:
-            self.cache.update(zip(missing, self.encoder.encode(missing)))
-        return np.vstack([self.cache[t] for t in texts])
-
-
 def transformer_model_a(train: Path, fit: Path, val: Path, out: Path, source_run: Path, fraction: float,
                         seed: int, encoder: CachedEncoder) -> tuple[Bundle, dict]:
     """Model A for an XR-Transformer run: its fine-tuned encoder, TF-IDF and Φ_cat rankers refitted on the fit
@@ -141,11 +128,9 @@ def transformer_model_a(train: Path, fit: Path, val: Path, out: Path, source_run
         result = XRTransformerResult(model, torch_encoder, tokenizer, enc_config,
                                      corpus.texts[:SAMPLE_TEXTS])
         shutil.rmtree(run, ignore_errors=True)
-        (run / "model").mkdir(parents=True)
+        run.mkdir(parents=True)
         config.save(run / "config.json")
-        vocab.save(run / "model" / "labels.json")
-        featurizer.save(run / "model" / "features" / "tfidf")
-        result.save(run / "model")
+        save_model(run, vocab, featurizer, result)
         export_run(run, folder, "debtags-xrt-fit90", overwrite=True)
         info["trained"] = f"{time.perf_counter() - start:.0f} s (rankers and export; encoder reused)"
     bundle = load_bundle(folder)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from models.errors import XtagError
 from models.features import TfidfFeaturizer
+from models.labels import LabelVocab
 from training.config import TrainConfig
 from training.data import build_vocab, load_corpus
 from training.xlinear import train_xlinear
@@ -74,14 +75,7 @@ def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bo
         model = train_xlinear(X, Y, config.xlinear, checkpoint_dir=out / "checkpoints", progress=progress, log=log)
     train_seconds = time.perf_counter() - t
 
-    final = out / "model.tmp"
-    shutil.rmtree(final, ignore_errors=True)
-    final.mkdir()
-    vocab.save(final / "labels.json")
-    featurizer.save(final / "features" / "tfidf")
-    (result or model).save(final)
-    shutil.rmtree(out / "model", ignore_errors=True)
-    final.rename(out / "model")  # the final model appears whole or not at all
+    save_model(out, vocab, featurizer, result or model)
     summary = {"model": config.model, "documents": len(corpus), "labels": len(vocab),
                "features": result.net.width if config.model == "lightxml" else model.config.n_features,
                "model_seconds": round(train_seconds, 3), "total_seconds": round(time.perf_counter() - start, 3),
@@ -89,6 +83,19 @@ def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bo
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     log({"event": "done", **summary})
     return summary
+
+
+def save_model(out: Path, vocab: LabelVocab, featurizer: TfidfFeaturizer, model) -> None:
+    """out/model: labels, TF-IDF and the trained model (anything with `.save(folder)`), which `xtag export`
+    reads; written beside and renamed, so it appears whole or not at all."""
+    final = out / "model.tmp"
+    shutil.rmtree(final, ignore_errors=True)
+    final.mkdir(parents=True)
+    vocab.save(final / "labels.json")
+    featurizer.save(final / "features" / "tfidf")
+    model.save(final)
+    shutil.rmtree(out / "model", ignore_errors=True)
+    final.rename(out / "model")
 
 
 def _helper_rank(config: TrainConfig, out: Path, progress: bool) -> None:

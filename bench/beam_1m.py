@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize
 
-from models.inference import RankerLevel, TreeIndex, beam_search
+from models.beam_search import RankerLevel, TreeIndex, beam_search
 from training.tree import TreeConfig, build_tree
 
 

@@ -22,7 +22,8 @@ import numpy as np
 
 from models.bundle import load_bundle
 from models.onnx_encoder import TextTokenizer
-from training.config import LightXMLConfig, TrainConfig
+from training.config import TrainConfig
+from training.lightxml.config import LightXMLConfig
 from training.data import load_corpus
 from training.evaluate import evaluate_bundle
 from training.run import train_run

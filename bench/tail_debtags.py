@@ -31,7 +31,7 @@ import numpy as np
 from models.bundle import Bundle, load_bundle
 from models.calibration import expected_calibration_error, scored_pairs
 from models.errors import XtagError
-from models.inference import Predictions
+from models.beam_search import Predictions
 from models.macro_inference import OptimizeConfig, optimize
 from models.metrics import bucket_metrics, evaluate, frequency_buckets, relevance
 from models.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank
@@ -95,13 +95,13 @@ def transformer_model_a(train: Path, fit: Path, val: Path, out: Path, source_run
                         seed: int, encoder: CachedEncoder) -> tuple[Bundle, dict]:
     """Model A for an XR-Transformer run: its fine-tuned encoder, TF-IDF and Φ_cat rankers refitted on the fit
     split, exported as a bundle and calibrated on the validation split (see the module docstring's caveat)."""
-    from models.concat_features import concat_features
-    from models.encoder import load_tokenizer, load_trained
+    from models.xr_transformer.concat_features import concat_features
+    from training.encoder import load_tokenizer, load_trained
     from models.features import TfidfFeaturizer
-    from models.xlinear import XLinearModel
+    from models.xlinear.model import XLinearModel
     from training.data import build_vocab
-    from training.xr_transformer import SAMPLE_TEXTS, XRTransformerResult
-    from training.xlinear import train_xlinear
+    from training.xr_transformer.train import SAMPLE_TEXTS, XRTransformerResult
+    from training.xlinear.train import train_xlinear
 
     folder, run, info = out / "bundle", out / "run", {"encoder_from": str(source_run)}
     try:

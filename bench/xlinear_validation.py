@@ -15,7 +15,7 @@ import numpy as np
 from models.features import TfidfFeaturizer
 from models.metrics import evaluate, jain_propensities
 from training.data import build_vocab, load_corpus
-from training.xlinear import XLinearConfig, train_xlinear
+from training.xlinear.train import XLinearConfig, train_xlinear
 
 VARIANTS = {
     "default": {},

@@ -22,7 +22,7 @@ import scipy.sparse as sp
 from models.features import TfidfFeaturizer
 from models.metrics import evaluate, jain_propensities
 from training.data import build_vocab, load_corpus
-from training.xlinear import XLinearConfig, train_xlinear
+from training.xlinear.train import XLinearConfig, train_xlinear
 
 ROOT = Path(__file__).resolve().parent.parent
 PECOS_PY = ROOT / "bench" / ".venv-pecos" / "bin" / "python"

@@ -28,13 +28,14 @@ import numpy as np
 
 from models.bundle import load_bundle
 from models.errors import XtagError
-from training.config import TrainConfig, XRExportConfig, XRTransformerConfig
+from training.config import TrainConfig
+from training.xr_transformer.config import XRExportConfig, XRTransformerConfig
 from training.data import load_corpus
 from training.evaluate import evaluate_bundle
 from training.export import export_run
 from training.run import train_run
 from training.tree import TreeConfig
-from training.xlinear import XLinearConfig
+from training.xlinear.train import XLinearConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 METRICS = ("P@1", "P@3", "P@5", "PSP@1", "PSP@3", "PSP@5")
@@ -211,7 +212,7 @@ def latencies(run: Path, bundle: Path, texts: list[str], n: int) -> dict:
     `*_separate` figures repeat it with a session of their own and with `xtag serve` in a subprocess."""
     import torch
 
-    from models.encoder import load_trained
+    from training.encoder import load_trained
     from models.onnx_encoder import OnnxEncoder, TextTokenizer
     from service_latency import free_port, start_server
 
@@ -228,7 +229,7 @@ def latencies(run: Path, bundle: Path, texts: list[str], n: int) -> dict:
     flat, rest = (load_bundle(bundle).predictor for _ in range(2))
     for p in (served.predictor.featurizer.encoder, onnx_separate, flat.featurizer.encoder, rest.featurizer.encoder):
         p.tokenizer = tok  # exactly 128 tokens everywhere (the server truncates at 128 too, checked above)
-    from models.shortlist import FaissShortlist, ShortlistConfig
+    from models.xlinear.shortlist import FaissShortlist, ShortlistConfig
 
     flat.model.first_level = FaissShortlist.build(  # the same bundle with level 1 searched in a flat FAISS index
         flat.model.levels[0], flat.model.config.n_features, ShortlistConfig(min_nodes=0))

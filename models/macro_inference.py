@@ -55,7 +55,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from models.errors import XtagError
-from models.inference import Predictions
+from models.beam_search import Predictions
 from models.reweighting import candidate_budget
 
 Metric = Literal["macro-f1", "macro-recall"]

@@ -10,7 +10,7 @@ import scipy.sparse as sp
 
 from models.calibration import Calibration
 from models.errors import XtagError
-from models.inference import Predictions
+from models.beam_search import Predictions
 from models.labels import LabelVocab
 
 

@@ -29,7 +29,7 @@ from typing import Literal, Protocol
 import numpy as np
 
 from models.errors import XtagError
-from models.inference import Predictions
+from models.beam_search import Predictions
 from models.metrics import jain_propensities
 
 Scheme = Literal["psp", "power", "macro-recall"]

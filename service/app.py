@@ -17,6 +17,7 @@ from starlette.responses import FileResponse
 from starlette.routing import Match, Route
 
 from models.errors import XtagError
+from models.registry import family
 from service import problems
 from service.batching import MicroBatcher
 from service.deps import require_api_key
@@ -28,7 +29,6 @@ from service.schemas import REQUEST_MODELS
 from service.settings import Settings
 
 STATIC = Path(__file__).parent / "static"
-ENCODER_KINDS = ("xr-transformer", "lightxml")  # bundles that batch best with a short wait
 log = logging.getLogger("xtag.service")
 
 
@@ -49,7 +49,7 @@ def make_batcher(settings: Settings, kind: str, executor: Executor | None, on_ba
         return None
     wait = settings.batch_max_wait_ms
     if wait is None:
-        wait = 2.0 if kind in ENCODER_KINDS else 0.0
+        wait = family(kind).batch_wait_ms  # encoder bundles batch best with a short wait
     alone = (lambda: recent.in_flight <= 1) if executor is not None else None  # no executor: always inline
     return MicroBatcher(executor, wait, settings.batch_max_documents, max(settings.inference_threads, 1), on_batch,
                         alone=alone, inline_max_texts=settings.inline_max_texts)

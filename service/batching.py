@@ -36,7 +36,7 @@ from concurrent.futures import Executor
 
 import numpy as np
 
-from models.inference import Predictions
+from models.beam_search import Predictions
 
 BatchFn = Callable[[list[str]], Predictions]
 MEMORY_S = 1.0  # how far back concurrency (or a lone request) counts when deciding to inline

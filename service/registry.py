@@ -13,7 +13,7 @@ import numpy as np
 
 from models.bundle import Bundle, load_bundle
 from models.errors import XtagError
-from models.inference import Predictions
+from models.beam_search import Predictions
 from models.reweighting import gains_for, label_weights, predict_reweighted
 
 log = logging.getLogger("xtag.service")

@@ -61,7 +61,7 @@ def tiny_bundle(corpus_files, tmp_path_factory) -> Path:
     from training.export import export_run
     from training.run import train_run
     from training.tree import TreeConfig
-    from training.xlinear import XLinearConfig
+    from training.xlinear.train import XLinearConfig
 
     folder = tmp_path_factory.mktemp("model")
     config = TrainConfig(corpus=corpus_files[0], tfidf=TfidfConfig(min_df=1),
@@ -102,10 +102,11 @@ def tiny_bert(corpus_files, tmp_path_factory) -> Path:
 def make_xr_config(corpus: Path, encoder: Path, **xr):
     """A small XR-Transformer training config over the fixture corpus and the tiny BERT."""
     from models.features import TfidfConfig
-    from models.shortlist import ShortlistConfig
-    from training.config import TrainConfig, XRExportConfig, XRTransformerConfig
+    from models.xlinear.shortlist import ShortlistConfig
+    from training.config import TrainConfig
+    from training.xr_transformer.config import XRExportConfig, XRTransformerConfig
     from training.tree import TreeConfig
-    from training.xlinear import XLinearConfig
+    from training.xlinear.train import XLinearConfig
 
     settings = {"encoder": encoder, "max_length": 32, "epochs": 1, "batch_size": 32, "device": "cpu",
                 "tree": TreeConfig(branching=2, max_leaf_size=4), "log_every": 5,
@@ -142,7 +143,8 @@ def make_lightxml_config(corpus: Path, encoder: Path, **lx):
     """A small LightXML training config over the fixture corpus and the tiny BERT: 12 labels in 4 clusters of 3,
     the generator's top 2 clusters scored by the discriminator."""
     from models.features import TfidfConfig
-    from training.config import LightXMLConfig, TrainConfig
+    from training.config import TrainConfig
+    from training.lightxml.config import LightXMLConfig
 
     settings = {"encoder": encoder, "max_length": 32, "last_layers": 2, "dropout": 0.1, "cluster_size": 3,
                 "flat_max_labels": 0, "top_clusters": 2, "hidden_dim": 16, "epochs": 8, "batch_size": 16,

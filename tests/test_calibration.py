@@ -9,7 +9,7 @@ from conftest import make_rows, write_jsonl
 from models.bundle import load_bundle
 from models.calibration import Calibration, expected_calibration_error, fit_isotonic
 from models.errors import XtagError
-from training.cli import app
+from xtag.cli import app
 
 
 def miscalibrated(n: int, seed: int):

@@ -2,7 +2,7 @@ import json
 
 from typer.testing import CliRunner
 
-from training.cli import app
+from xtag.cli import app
 
 runner = CliRunner()
 

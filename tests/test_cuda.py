@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def no_faiss_export():
     """An export config without a FAISS index: these tests are about training, and the GPU image lacks faiss."""
-    from models.shortlist import ShortlistConfig
-    from training.config import XRExportConfig
+    from models.xlinear.shortlist import ShortlistConfig
+    from training.xr_transformer.config import XRExportConfig
 
     return XRExportConfig(shortlist_config=ShortlistConfig(min_nodes=1 << 30))
 
@@ -90,7 +90,7 @@ def test_torchrun_on_cuda_uses_nccl(corpus_files, tiny_bert, xr_config, tmp_path
     (tmp_path / "config.json").write_text(config.model_dump_json())
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
     result = subprocess.run([torchrun, "--nproc-per-node", str(gpus), "--master-port", "29544", "-m",
-                             "training.cli", "train", "--config", str(tmp_path / "config.json"), "--out",
+                             "xtag.cli", "train", "--config", str(tmp_path / "config.json"), "--out",
                              str(tmp_path / "run"), "--no-progress"],
                             cwd=ROOT, env={**os.environ}, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

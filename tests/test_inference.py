@@ -1,7 +1,7 @@
 import numpy as np
 import scipy.sparse as sp
 
-from models.inference import POST_PROCESSORS, RankerLevel, TreeIndex, beam_search, score_candidates, top_k
+from models.beam_search import POST_PROCESSORS, RankerLevel, TreeIndex, beam_search, score_candidates, top_k
 from models.label_tree import ClusterChain
 
 
@@ -60,7 +60,7 @@ def test_single_document_path_equals_batch_path():
 
 
 def test_candidate_path_for_large_levels_matches_full_product(monkeypatch):
-    import models.inference as inference
+    import models.beam_search as inference
     rng = np.random.default_rng(3)
     level = RankerLevel(sp.random(50, 30, density=0.4, random_state=rng, format="csr", dtype=np.float32),
                         rng.normal(size=50).astype(np.float32))

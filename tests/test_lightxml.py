@@ -9,8 +9,8 @@ from safetensors.numpy import load_file
 
 
 def test_clusters_are_two_level_and_balanced():
-    from training.config import LightXMLConfig
-    from training.lightxml_parts import label_clusters
+    from training.lightxml.config import LightXMLConfig
+    from training.lightxml.parts import label_clusters
 
     rng = np.random.default_rng(0)
     X = sp.random(200, 50, density=0.1, random_state=rng, format="csr", dtype=np.float32)
@@ -26,8 +26,8 @@ def test_clusters_are_two_level_and_balanced():
 
 def test_training_adds_true_clusters_and_prediction_does_not():
     from models.label_tree import ClusterChain
-    from models.lightxml import LightXMLHeadConfig, LightXMLModel, cluster_members
-    from training.lightxml_parts import training_candidates
+    from models.lightxml.model import LightXMLHeadConfig, LightXMLModel, cluster_members
+    from training.lightxml.parts import training_candidates
 
     chain = ClusterChain(ptrs=[np.array([0, 3]), np.array([0, 2, 4, 6])], leaf_labels=np.array([5, 0, 1, 4, 2, 3]))
     members = cluster_members(chain)  # clusters {5, 0}, {1, 4}, {2, 3}
@@ -44,7 +44,7 @@ def test_training_adds_true_clusters_and_prediction_does_not():
 
 
 def _record_candidates(monkeypatch):
-    import training.lightxml as lightxml
+    import training.lightxml.train as lightxml
 
     calls = []
     real = lightxml.training_candidates
@@ -119,7 +119,7 @@ def test_swa_is_the_running_mean_and_is_what_gets_saved(corpus_files, tiny_bert,
                                                         monkeypatch):
     import torch
 
-    from training.lightxml_parts import SWA
+    from training.lightxml.parts import SWA
     from training.run import train_run
 
     net = torch.nn.Linear(2, 1)
@@ -155,14 +155,14 @@ def test_selection_validates_exactly_the_weights_it_saves(corpus_files, tiny_ber
     (label embeddings included) — exactly the saved model, recomputed here from the run directory."""
     import torch
 
-    from models.bundle import load_model
+    from models.lightxml.model import LightXMLModel
     from models.labels import LabelVocab
     from models.metrics import evaluate
     from models.onnx_encoder import TextTokenizer
     from training.data import load_corpus
-    from training.lightxml import net_outputs
-    from training.lightxml_export import load_run_net
-    from training.lightxml_parts import validation_split
+    from training.lightxml.train import net_outputs
+    from training.lightxml.export import load_run_net
+    from training.lightxml.parts import validation_split
     from training.run import train_run
 
     config = lightxml_config(corpus_files[0], tiny_bert, epochs=3, eval_every=10, val_fraction=0.2, swa_start=1,
@@ -177,7 +177,7 @@ def test_selection_validates_exactly_the_weights_it_saves(corpus_files, tiny_ber
     net, enc = load_run_net(run / "model" / "encoder", None)
     out = net_outputs(net, TextTokenizer.load(run / "model" / "encoder" / "tokenizer.json", enc.max_length),
                       [train.texts[i] for i in val], torch.device("cpu"), False)
-    model = load_model(run / "model", "lightxml")
+    model = LightXMLModel.load(run / "model")
     Y, _ = train.label_matrix(LabelVocab.load(run / "model" / "labels.json"))
     got = evaluate(model.predict(out, k=5).labels, Y[val], (1, 3, 5))
     assert [best[k] for k in ("P@1", "P@3", "P@5")] == [round(got[k], 3) for k in ("P@1", "P@3", "P@5")]
@@ -219,7 +219,7 @@ def test_interrupted_run_resumes_to_the_uninterrupted_weights(corpus_files, tiny
 def test_cli_maps_the_xr_transformer_flags(corpus_files, tiny_bert):
     from typer.testing import CliRunner
 
-    from training.cli import app
+    from xtag.cli import app
 
     result = CliRunner().invoke(app, ["train", "--corpus", str(corpus_files[0]), "--model", "lightxml", "--encoder",
                                       str(tiny_bert), "--max-length", "48", "--epochs", "3", "--batch-size", "8",

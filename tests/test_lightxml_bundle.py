@@ -17,9 +17,9 @@ TEXTS = ["shooter weapons arena frag multiplayer", "python module pip interprete
 def test_bundle_layout_graph_and_parity(lightxml_bundle, corpus_files):
     import onnx
 
-    from models.lightxml import OUTPUTS, LightXMLEncoder
-    from training.lightxml import net_outputs
-    from training.lightxml_export import load_run_net
+    from models.lightxml.model import OUTPUTS, LightXMLEncoder
+    from training.lightxml.train import net_outputs
+    from training.lightxml.export import load_run_net
 
     run, bundle = lightxml_bundle
     manifest = json.loads((bundle / "manifest.json").read_text())
@@ -48,7 +48,7 @@ def test_bundle_layout_graph_and_parity(lightxml_bundle, corpus_files):
 
 
 def test_export_refuses_a_graph_that_drifts_from_torch(lightxml_bundle, tmp_path, monkeypatch):
-    import training.lightxml_export as lightxml_export
+    import training.lightxml.export as lightxml_export
     from models.errors import XtagError
     from training.export import export_run
 
@@ -64,9 +64,9 @@ def test_export_refuses_a_graph_that_drifts_from_torch(lightxml_bundle, tmp_path
 
 
 def test_faiss_label_index_scores_like_numpy():
-    from models.label_index import LabelIndex
+    from models.lightxml.label_index import LabelIndex
     from models.label_tree import ClusterChain
-    from models.lightxml import LightXMLHeadConfig, LightXMLModel, LightXMLOutputs
+    from models.lightxml.model import LightXMLHeadConfig, LightXMLModel, LightXMLOutputs
 
     rng = np.random.default_rng(3)
     L, K, dim = 60, 12, 8

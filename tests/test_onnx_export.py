@@ -36,7 +36,7 @@ def test_bundle_layout_and_dynamic_axes(xr_bundle):
 def test_onnx_matches_torch_on_real_texts(xr_bundle, corpus_files):
     import torch
 
-    from models.encoder import encode_texts, load_trained
+    from training.encoder import encode_texts, load_trained
     from models.onnx_encoder import OnnxEncoder
 
     run, bundle = xr_bundle
@@ -52,7 +52,7 @@ def test_onnx_matches_torch_on_real_texts(xr_bundle, corpus_files):
 
 
 def test_export_refuses_an_encoder_that_drifts_from_torch(xr_bundle, tmp_path, monkeypatch):
-    import training.onnx_export as onnx_export
+    import training.xr_transformer.export as onnx_export
     from models.errors import XtagError
     from training.export import export_run
 

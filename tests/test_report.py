@@ -7,7 +7,7 @@ import scipy.sparse as sp
 from typer.testing import CliRunner
 
 from models.metrics import bucket_metrics, evaluate, frequency_buckets, per_label_metrics
-from training.cli import app
+from xtag.cli import app
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

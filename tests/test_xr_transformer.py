@@ -8,7 +8,7 @@ from safetensors.numpy import load_file
 from typer.testing import CliRunner
 
 from models.label_tree import ClusterChain
-from training.cli import app
+from xtag.cli import app
 
 runner = CliRunner()
 
@@ -20,7 +20,7 @@ Y = sp.csr_matrix(np.array([[1, 1, 0, 1, 0],    # labels 0, 1, 3: cluster 0 twic
 
 
 def test_relevance_counts_children_and_normalises_rows():
-    from training.xr_transformer import relevance
+    from training.xr_transformer.train import relevance
 
     R = relevance(CHAIN, Y, 1).toarray()
     # Row 0: counts (2, 1) → ℓ1-normalised (2/3, 1/3) → × 2 positives = (4/3, 2/3): mean positive weight 1.
@@ -30,7 +30,7 @@ def test_relevance_counts_children_and_normalises_rows():
 
 
 def test_shortlist_is_children_of_true_and_predicted_parents():
-    from training.xr_transformer import shortlist, top_k_parents
+    from training.xr_transformer.train import shortlist, top_k_parents
 
     E = np.array([[0.0, 1.0], [1.0, 0.0], [1.0, 0.0]], dtype=np.float32)
     W, b = np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32), np.zeros(2, np.float32)
@@ -45,8 +45,8 @@ def test_shortlist_is_children_of_true_and_predicted_parents():
 
 
 def test_batch_targets_weights_positives_by_relevance_and_negatives_by_alpha():
-    from training.finetune import LevelProblem, batch_targets
-    from training.xr_transformer import relevance, shortlist
+    from training.xr_transformer.finetune import LevelProblem, batch_targets
+    from training.xr_transformer.train import relevance, shortlist
 
     _, M = shortlist(CHAIN, Y, 1, None)
     problem = LevelProblem(level=1, Y=CHAIN.level_targets(Y, 1), R=relevance(CHAIN, Y, 1), M=M)
@@ -57,7 +57,7 @@ def test_batch_targets_weights_positives_by_relevance_and_negatives_by_alpha():
 
 
 def test_lr_schedule_warms_up_then_decays():
-    from training.finetune import lr_factor
+    from training.xr_transformer.finetune import lr_factor
 
     values = [lr_factor(s, 10, 2, "linear") for s in range(10)]
     assert values[0] == 0.5 and values[1] == 1.0 and values[-1] < values[2] and min(values) >= 0
@@ -127,7 +127,7 @@ def test_frozen_mode_and_int8_export_through_the_cli(corpus_files, tiny_bert, tm
 def test_xr_flags_need_the_xr_model_and_yaml_config_works(corpus_files, tmp_path):
     train, _ = corpus_files
     result = runner.invoke(app, ["train", "--corpus", str(train), "--epochs", "1", "--print-config"])
-    assert result.exit_code == 2 and "need --model xr-transformer" in result.output
+    assert result.exit_code == 2 and "need a transformer model: xr-transformer or lightxml" in result.output
     (tmp_path / "c.yaml").write_text(f"corpus: {train}\nmodel: xr-transformer\nxr_transformer:\n  epochs: 0\n"
                                      "  pooling: cls\n")
     result = runner.invoke(app, ["train", "--config", str(tmp_path / "c.yaml"), "--max-length", "48",
@@ -142,7 +142,7 @@ def test_xr_flags_need_the_xr_model_and_yaml_config_works(corpus_files, tmp_path
 def test_phi_cat_is_both_blocks_row_normalised():
     from sklearn.preprocessing import normalize
 
-    from models.concat_features import concat_features
+    from models.xr_transformer.concat_features import concat_features
 
     rng = np.random.default_rng(0)
     X = sp.random(20, 50, density=0.1, format="lil", random_state=0, dtype=np.float32)

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-import models.inference as inference
-from models.concat_features import concat_features
-from models.inference import RankerLevel, TreeIndex, beam_search, score_candidates
+import models.beam_search as inference
+from models.xr_transformer.concat_features import concat_features
+from models.beam_search import RankerLevel, TreeIndex, beam_search, score_candidates
 from models.label_tree import ClusterChain
 
 
@@ -37,7 +37,7 @@ def test_dense_tail_scores_equal_sparse_scores(n, full_product_max, monkeypatch)
 
 
 def test_model_with_dense_features_predicts_like_the_plain_sparse_model():
-    from models.xlinear import RankerConfig, XLinearModel
+    from models.xlinear.model import RankerConfig, XLinearModel
 
     rng = np.random.default_rng(7)
     chain = ClusterChain(ptrs=[np.array([0, 3]), np.array([0, 3, 6, 9])], leaf_labels=rng.permutation(9))
@@ -67,10 +67,10 @@ class FixedEncoder:
 def test_served_phi_cat_blocks_predict_like_the_training_matrix(with_tfidf):
     """ConcatFeaturizer hands beam search TF-IDF and embedding apart (SplitFeatures); predictions, for one
     document and for batches on both sides of the gather threshold, equal those on `concat_features`'s CSR."""
-    from models.concat_features import ConcatFeaturizer
+    from models.xr_transformer.concat_features import ConcatFeaturizer
     from models.features import TfidfConfig, TfidfFeaturizer
-    from models.inference import SplitFeatures
-    from models.xlinear import RankerConfig, XLinearModel
+    from models.beam_search import SplitFeatures
+    from models.xlinear.model import RankerConfig, XLinearModel
     from tests.conftest import make_rows
 
     rng = np.random.default_rng(3)

@@ -29,7 +29,7 @@ def test_killed_run_resumes_to_the_uninterrupted_result(corpus_files, tiny_bert,
                        tree=TreeConfig(branching=2, max_leaf_size=6))  # fine-tuning levels: 2 clusters, 12 labels
     (tmp_path / "config.json").write_text(config.model_dump_json())
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "training.cli", "train", "--config", str(tmp_path / "config.json"),
+    proc = subprocess.Popen([sys.executable, "-m", "xtag.cli", "train", "--config", str(tmp_path / "config.json"),
                              "--out", str(killed), "--no-progress"], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     state = killed / "checkpoints" / "xr" / "current" / "state.json"
@@ -71,7 +71,7 @@ def test_torchrun_two_processes_on_cpu(corpus_files, tiny_bert, xr_config, tmp_p
     (tmp_path / "config.json").write_text(config.model_dump_json())
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node", "2",
-                             "--master-port", "29533", "-m", "training.cli", "train", "--config",
+                             "--master-port", "29533", "-m", "xtag.cli", "train", "--config",
                              str(tmp_path / "config.json"), "--out", str(tmp_path / "run"), "--no-progress"],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -84,7 +84,7 @@ def test_torchrun_two_processes_on_cpu(corpus_files, tiny_bert, xr_config, tmp_p
 def test_checkpoint_survives_a_kill_between_its_renames(tmp_path):
     import torch
 
-    from training.finetune import Checkpoint, XRNet
+    from training.xr_transformer.finetune import Checkpoint, XRNet
 
     net = XRNet(torch.nn.Identity(), np.ones((3, 4), np.float32), np.zeros(3, np.float32))
     opt = torch.optim.AdamW(net.parameters())

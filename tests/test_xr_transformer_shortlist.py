@@ -3,9 +3,9 @@
 import numpy as np
 import scipy.sparse as sp
 
-from models.inference import RankerLevel, TreeIndex, beam_search
+from models.beam_search import RankerLevel, TreeIndex, beam_search
 from models.label_tree import ClusterChain
-from models.shortlist import FaissShortlist, ShortlistConfig, level1_recall
+from models.xlinear.shortlist import FaissShortlist, ShortlistConfig, level1_recall
 
 
 def wide_model(rng, n_features=400, clusters=300, per_cluster=3):
@@ -84,7 +84,7 @@ def test_export_skips_the_index_when_level_1_is_small(xr_bundle, tmp_path):
     import shutil
 
     from models.bundle import load_bundle
-    from models.shortlist import ShortlistConfig
+    from models.xlinear.shortlist import ShortlistConfig
     from training.config import TrainConfig
     from training.export import export_run
 
@@ -101,7 +101,7 @@ def test_export_skips_the_index_when_level_1_is_small(xr_bundle, tmp_path):
 
     from typer.testing import CliRunner
 
-    from training.cli import app
+    from xtag.cli import app
 
     r = CliRunner().invoke(app, ["export", str(copy), "--out", str(tmp_path / "forced"), "--shortlist-min-nodes", "0"])
     assert r.exit_code == 0, r.output

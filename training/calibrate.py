@@ -3,7 +3,7 @@
 Why a separate step on the bundle rather than a training option: calibration needs documents the
 model has not seen, and it is a property of the exported model as served (post-processor, beam,
 FAISS shortlist); fitting it on the bundle measures exactly the scores clients receive. The file is
-added to the manifest's checksums (models/bundle.write_manifest), so an edited calibration is
+added to the manifest's checksums (models/manifest.write_manifest), so an edited calibration is
 refused like any other modified file, and the bundle's version changes when it is (re)calibrated.
 """
 
@@ -14,9 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle import Bundle, load_bundle, write_manifest
+from models.bundle import Bundle, load_bundle
 from models.calibration import CALIBRATION_FILE, Calibration, expected_calibration_error, fit_isotonic, scored_pairs
 from models.errors import XtagError
+from models.manifest import write_manifest
 from models.metrics import relevance
 from models.reweighting import candidate_budget
 from training.data import Corpus
@@ -24,7 +25,8 @@ from training.evaluate import predict_corpus
 
 # Fit on the candidates macro-aware inference sees (reweighting's widened shortlist for k ≤ 10).
 CALIBRATION_K = 10
-_MANIFEST_CORE = {"format", "format_version", "name", "model_kind", "created", "label_count", "versions", "files"}
+_MANIFEST_CORE = {"format", "format_version", "name", "model_kind", "created", "label_count", "components",
+                  "versions", "files"}
 
 
 def candidate_pairs(bundle: Bundle, corpus: Corpus, beam_size: int | None = None, progress: bool = False,

@@ -8,7 +8,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from models.bundle import Bundle
-from models.inference import Predictions
+from models.beam_search import Predictions
 from models.metrics import evaluate, jain_propensities
 from training.data import Corpus
 

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from models.bundle import Bundle
 from models.calibration import expected_calibration_error, scored_pairs
-from models.inference import Predictions
+from models.beam_search import Predictions
 from models.macro_inference import OptimizeConfig, optimize
 from models.metrics import (BUCKETS, HEAD_MASS, TORSO_MASS, bucket_metrics, evaluate, frequency_buckets,
                             jain_propensities, per_label_metrics, relevance)

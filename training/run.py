@@ -11,9 +11,9 @@ from pathlib import Path
 from models.errors import XtagError
 from models.features import TfidfFeaturizer
 from models.labels import LabelVocab
+from models.registry import FAMILIES, family
 from training.config import TrainConfig
 from training.data import build_vocab, load_corpus
-from training.xlinear import train_xlinear
 
 
 class RunLog:
@@ -62,24 +62,13 @@ def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bo
     log({"event": "features", "dim": featurizer.dim, "nnz": int(X.nnz), "seconds": time.perf_counter() - t})
 
     t = time.perf_counter()
-    if config.model == "xr-transformer":
-        from training.xr_transformer import train_xr_transformer
-        result = train_xr_transformer(corpus.texts, X, Y, config, out / "checkpoints", progress=progress, log=log)
-        model = result.model
-    elif config.model == "lightxml":
-        from training.lightxml import train_lightxml
-        result = train_lightxml(corpus.texts, X, Y, config, out / "checkpoints", progress=progress, log=log)
-        model = result.model
-    else:
-        result = None
-        model = train_xlinear(X, Y, config.xlinear, checkpoint_dir=out / "checkpoints", progress=progress, log=log)
+    result = family(config.model).resolve("train")(corpus.texts, X, Y, config, out / "checkpoints",
+                                                   progress=progress, log=log)
     train_seconds = time.perf_counter() - t
 
-    save_model(out, vocab, featurizer, result or model)
-    summary = {"model": config.model, "documents": len(corpus), "labels": len(vocab),
-               "features": result.net.width if config.model == "lightxml" else model.config.n_features,
-               "model_seconds": round(train_seconds, 3), "total_seconds": round(time.perf_counter() - start, 3),
-               **({"training": result.stats} if config.model == "lightxml" else {})}
+    save_model(out, vocab, featurizer, result)
+    summary = {"model": config.model, "documents": len(corpus), "labels": len(vocab), **result.summary(),
+               "model_seconds": round(train_seconds, 3), "total_seconds": round(time.perf_counter() - start, 3)}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     log({"event": "done", **summary})
     return summary
@@ -100,15 +89,13 @@ def save_model(out: Path, vocab: LabelVocab, featurizer: TfidfFeaturizer, model)
 
 def _helper_rank(config: TrainConfig, out: Path, progress: bool) -> None:
     """A torchrun rank > 0: same data and features as rank 0, joins fine-tuning, then leaves."""
-    if config.model == "lightxml":
-        from training.lightxml import train_lightxml as train
-    elif config.model == "xr-transformer":
-        from training.xr_transformer import train_xr_transformer as train
-    else:
-        raise XtagError("torchrun with several processes only applies to --model xr-transformer or lightxml")
+    fam = family(config.model)
+    if not fam.distributed:
+        raise XtagError(f"torchrun with several processes only applies to "
+                        f"{' or '.join(f.kind for f in FAMILIES.values() if f.distributed)}")
     corpus = load_corpus(config.corpus, config.format, skip_bad=config.skip_bad_rows)
     vocab = build_vocab(corpus)
     _, X = TfidfFeaturizer.fit(corpus.texts, config.tfidf)
     Y, _ = corpus.label_matrix(vocab)
-    train(corpus.texts, X, Y, config, out / "checkpoints", progress=False)
+    fam.resolve("train")(corpus.texts, X, Y, config, out / "checkpoints", progress=False)
     return None

@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
-from models.inference import Predictions
+from models.beam_search import Predictions
 from service.app import create_app
 from service.batching import MicroBatcher
 from service.settings import Settings

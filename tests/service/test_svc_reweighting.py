@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from models.errors import XtagError
-from models.inference import Predictions
+from models.beam_search import Predictions
 from models.metrics import jain_propensities
 from models.reweighting import (
     BEAM_FACTOR, CANDIDATE_FACTOR, MIN_CANDIDATES, candidate_budget, gains_for, label_weights, predict_reweighted, rerank,

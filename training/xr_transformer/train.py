@@ -23,18 +23,20 @@ import numpy as np
 import scipy.sparse as sp
 from safetensors.torch import load_model, save_model
 
-from models.concat_features import concat_features
-from models.encoder import TextEncoder, encode_texts, load_tokenizer
+from models.xr_transformer.concat_features import concat_features
+from training.encoder import TextEncoder, encode_texts, load_tokenizer
 from models.errors import XtagError
 from models.label_tree import ClusterChain
 from models.onnx_encoder import EncoderConfig, TextTokenizer
-from models.xlinear import XLinearModel
+from models.xlinear.model import XLinearModel
 from training.checkpoint import seed_all as _seed
-from training.config import TrainConfig, XRTransformerConfig
+from training.config import TrainConfig
+from training.xr_transformer.config import XRTransformerConfig
 from training.distributed import DistContext
-from training.finetune import Checkpoint, LevelProblem, XRNet, finetune_level
+from training.xr_transformer.finetune import Checkpoint, LevelProblem, XRNet, finetune_level
 from training.tree import build_tree, pifa_embeddings
-from training.xlinear import XLinearConfig, train_level, train_xlinear
+from training.xlinear.config import XLinearConfig
+from training.xlinear.train import train_level, train_xlinear
 
 SAMPLE_TEXTS = 256  # training texts kept with the run for the export's parity and recall checks
 
@@ -53,6 +55,9 @@ class XRTransformerResult:
         self.model.save(folder)
         self.encoder.save(folder / "encoder", self.tokenizer, self.encoder_config)
         (folder / "encoder" / "sample_texts.json").write_text(json.dumps(self.sample_texts, ensure_ascii=False))
+
+    def summary(self) -> dict:
+        return {"features": self.model.config.n_features}
 
 
 def relevance(chain: ClusterChain, Y: sp.csr_matrix, t: int) -> sp.csr_matrix:

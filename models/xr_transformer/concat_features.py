@@ -13,7 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from models.features import TfidfFeaturizer
-from models.inference import GATHER_MAX_DOCS, CsrArrays, SplitFeatures
+from models.beam_search import GATHER_MAX_DOCS, CsrArrays, SplitFeatures
 
 
 class DenseEncoder(Protocol):

@@ -16,10 +16,10 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from models.label_tree import ClusterChain
-from models.lightxml import LightXMLHeadConfig, LightXMLModel
+from models.lightxml.model import LightXMLHeadConfig, LightXMLModel
 from models.onnx_encoder import EncoderConfig, TextTokenizer
-from training.config import LightXMLConfig
-from training.lightxml_net import LightXMLNet
+from training.lightxml.config import LightXMLConfig
+from training.lightxml.net import LightXMLNet
 from training.tree import TreeConfig, build_tree, pifa_embeddings
 
 
@@ -144,6 +144,9 @@ class LightXMLResult:
         save_heads(self.net, enc)
         (enc / "lightxml_net.json").write_text(json.dumps(net_shape(self.net)))
         (enc / "sample_texts.json").write_text(json.dumps(self.sample_texts, ensure_ascii=False))
+
+    def summary(self) -> dict:
+        return {"features": self.net.width, "training": self.stats}
 
 
 def net_shape(net: LightXMLNet) -> dict:

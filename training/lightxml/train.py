@@ -32,17 +32,18 @@ import torch.nn.functional as F
 from safetensors.torch import load_model, save_model
 from tqdm.auto import tqdm
 
-from models.encoder import TextEncoder, load_tokenizer, run_batched
+from training.encoder import TextEncoder, load_tokenizer, run_batched
 from models.errors import XtagError
 from models.label_tree import ClusterChain
-from models.lightxml import LightXMLHeadConfig, LightXMLModel, LightXMLOutputs, cluster_members
+from models.lightxml.model import LightXMLHeadConfig, LightXMLModel, LightXMLOutputs, cluster_members
 from models.metrics import evaluate
 from models.onnx_encoder import EncoderConfig, TextTokenizer
 from training.checkpoint import Checkpoint, seed_all
-from training.config import LightXMLConfig, TrainConfig
+from training.config import TrainConfig
+from training.lightxml.config import LightXMLConfig
 from training.distributed import DistContext
-from training.lightxml_net import LightXMLNet
-from training.lightxml_parts import SWA, LightXMLResult, label_clusters, training_candidates, validation_split
+from training.lightxml.net import LightXMLNet
+from training.lightxml.parts import SWA, LightXMLResult, label_clusters, training_candidates, validation_split
 from training.optim import Amp, ddp_wrap, decay_groups
 
 SAMPLE_TEXTS = 256  # training texts kept with the run for the export's parity check

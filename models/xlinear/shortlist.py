@@ -15,7 +15,7 @@ import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field
 
 from models.errors import XtagError
-from models.inference import RankerLevel
+from models.beam_search import RankerLevel
 
 # Queries are densified in chunks of at most this many entries (documents × indexed columns).
 QUERY_CHUNK_ENTRIES = 8_000_000
@@ -127,7 +127,7 @@ class FaissShortlist:
 
 def level1_recall(shortlist: FaissShortlist, X: sp.csr_matrix, level: RankerLevel, beam: int) -> float:
     """Fraction of the exact top-`beam` level-1 nodes (by raw score) that the index returns."""
-    from models.inference import score_candidates, top_k
+    from models.beam_search import score_candidates, top_k
 
     beam = min(beam, level.n_nodes)
     all_nodes = np.tile(np.arange(level.n_nodes), (X.shape[0], 1))

@@ -1,7 +1,7 @@
 """LightXML run → bundle: encoder + generator + bottleneck as one ONNX graph, parity-checked against torch.
 
 The graph returns `cluster_scores` (generator logits) and `bottleneck` (σ(W_h e + b_h)) for
-dynamic batch and sequence axes; label embeddings and clusters stay numpy (models/lightxml.py),
+dynamic batch and sequence axes; label embeddings and clusters stay numpy (models/lightxml/),
 in a FAISS index from `faiss_min_labels` labels. Export fails when ONNX and torch differ by more
 than `parity_tolerance` on either output; the report also gives the top-5 agreement of the two.
 """
@@ -12,20 +12,21 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 
 from models.errors import XtagError
-from models.lightxml import OUTPUTS, LightXMLEncoder, LightXMLModel
+from models.lightxml.model import OUTPUTS, LightXMLEncoder, LightXMLModel
 from models.onnx_encoder import EncoderConfig, TextTokenizer
-from training.config import LightXMLExportConfig
-from training.lightxml_net import LightXMLNet
-from training.lightxml_parts import load_heads
-from training.onnx_export import embedding_diff, export_graph
+from training.config import TrainConfig
+from training.export import copy_run_model
+from training.lightxml.config import LightXMLExportConfig
+from training.lightxml.net import LightXMLNet
+from training.lightxml.parts import load_heads
+from training.onnx_export import embedding_diff, export_graph, top_agreement
 
 
 def load_run_net(run_encoder: Path, attn_implementation: str | None = "eager") -> tuple[LightXMLNet, EncoderConfig]:
     """The trained torch net of a run's model/encoder (Hugging Face transformer + heads.safetensors)."""
-    from models.encoder import TextEncoder
+    from training.encoder import TextEncoder
 
     config = EncoderConfig.model_validate_json((run_encoder / "xtag_encoder.json").read_text())
     shape = json.loads((run_encoder / "lightxml_net.json").read_text())
@@ -35,13 +36,9 @@ def load_run_net(run_encoder: Path, attn_implementation: str | None = "eager") -
     return net.eval(), config
 
 
-def _top5_agreement(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.mean([len(set(x[x >= 0]) & set(y[y >= 0])) / max(len(x[x >= 0]), 1) for x, y in zip(a, b)]))
-
-
 def export_lightxml(run_model: Path, tmp: Path, config: LightXMLExportConfig) -> dict:
     """Write tmp/encoder/{model.onnx, tokenizer.json, config.json} and the label index; return the parity report."""
-    from training.lightxml import net_outputs
+    from training.lightxml.train import net_outputs
 
     import torch
 
@@ -71,9 +68,15 @@ def export_lightxml(run_model: Path, tmp: Path, config: LightXMLExportConfig) ->
     worst = max(p["max_abs_diff"] for p in parity.values())
     report = {"opset": config.opset, "parity_texts": len(texts), "parity_tolerance": config.parity_tolerance,
               "parity": parity, "label_index": "faiss" if model.labels.index is not None else "numpy",
-              "top5_agreement_vs_torch": _top5_agreement(model.predict(onnx, k=5).labels,
+              "top5_agreement_vs_torch": top_agreement(model.predict(onnx, k=5).labels,
                                                          model.predict(reference, k=5).labels)}
     if not worst <= config.parity_tolerance:
         raise XtagError(f"ONNX graph differs from torch by {worst:.3g} on {len(texts)} texts "
                         f"(tolerance {config.parity_tolerance}); refusing to export")
     return report
+
+
+def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:
+    """No TF-IDF in the bundle: the graph reads raw text."""
+    copy_run_model(run_model, tmp, leave_out=("encoder", "features"))
+    return export_lightxml(run_model, tmp, config.lightxml.export)

@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field
 
 from models.errors import XtagError
-from models.inference import FirstLevelSearch, PostProcessor, Predictions, RankerLevel, TreeIndex, beam_search
+from models.beam_search import FirstLevelSearch, PostProcessor, Predictions, RankerLevel, TreeIndex, beam_search
 from models.label_tree import ClusterChain
 
 
@@ -63,12 +63,21 @@ class XLinearModel:
 
     @classmethod
     def load(cls, folder: Path) -> "XLinearModel":
+        """The tree and rankers of a run or bundle folder (tree/, rankers/)."""
         try:
-            config = RankerConfig.model_validate_json((folder / "rankers" / "config.json").read_text())
             chain = ClusterChain.load(folder / "tree" / "chain.npz")
-            levels = [load_level(folder / "rankers" / f"level_{t}.npz") for t in range(1, chain.depth + 1)]
         except (OSError, ValueError, KeyError) as exc:
-            raise XtagError(f"{folder}: cannot read the XR-Linear model ({exc})") from exc
+            raise XtagError(f"{folder}: cannot read the label tree ({exc})") from exc
+        return cls.load_rankers(folder / "rankers", chain)
+
+    @classmethod
+    def load_rankers(cls, folder: Path, chain: ClusterChain) -> "XLinearModel":
+        """The rankers/ component over an already loaded tree."""
+        try:
+            config = RankerConfig.model_validate_json((folder / "config.json").read_text())
+            levels = [load_level(folder / f"level_{t}.npz") for t in range(1, chain.depth + 1)]
+        except (OSError, ValueError, KeyError) as exc:
+            raise XtagError(f"{folder}: cannot read the XR-Linear rankers ({exc})") from exc
         return cls(chain, levels, config)
 
 

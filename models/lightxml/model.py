@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from scipy.special import expit
 
 from models.errors import XtagError
-from models.inference import Predictions, top_k
-from models.label_index import LabelIndex
+from models.beam_search import Predictions, top_k
+from models.lightxml.label_index import LabelIndex
 from models.label_tree import ClusterChain
 from models.onnx_encoder import OnnxEncoder, length_sorted_batches
 
@@ -129,10 +129,19 @@ class LightXMLModel:
 
     @classmethod
     def load(cls, folder: Path) -> "LightXMLModel":
+        """Clusters and heads of a run or bundle folder (tree/, lightxml/)."""
         try:
-            config = LightXMLHeadConfig.model_validate_json((folder / "lightxml" / "config.json").read_text())
             chain = ClusterChain.load(folder / "tree" / "chain.npz")
-            embeddings = LabelIndex.load_embeddings(folder / "lightxml")
+        except (OSError, ValueError, KeyError) as exc:
+            raise XtagError(f"{folder}: cannot read the LightXML clusters ({exc})") from exc
+        return cls.load_heads(folder / "lightxml", chain)
+
+    @classmethod
+    def load_heads(cls, folder: Path, chain: ClusterChain) -> "LightXMLModel":
+        """The lightxml/ component (head config, label embeddings) over already loaded clusters."""
+        try:
+            config = LightXMLHeadConfig.model_validate_json((folder / "config.json").read_text())
+            embeddings = LabelIndex.load_embeddings(folder)
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
-            raise XtagError(f"{folder}: cannot read the LightXML model ({exc})") from exc
+            raise XtagError(f"{folder}: cannot read the LightXML heads ({exc})") from exc
         return cls(chain, embeddings, config)

@@ -1,0 +1,115 @@
+"""A bundle's components: the typed parts (featuriser, encoder, tree, rankers, ...) a predictor is built from.
+
+The manifest lists them in load order as {"type", "path"}; each lives in its own file or folder with its
+own small config (for instance rankers/config.json), and each type has one loader below that adds its
+part to what the earlier components built (the sentence-transformers modules.json idea, with types from
+this table instead of class paths from the bundle, so a bundle can name no code). The loaders import
+their family's inference code when called: loading a TF-IDF bundle never imports onnxruntime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from models.calibration import CALIBRATION_FILE, Calibration
+from models.errors import XtagError
+from models.label_tree import ClusterChain
+
+
+@dataclass
+class Parts:
+    """What the components loaded so far have built; the Predictor is assembled from it."""
+
+    featurizer: Any = None
+    model: Any = None
+    chain: ClusterChain | None = None
+    calibration: Calibration | None = None
+
+    def need(self, what: str, component: str) -> Any:
+        value = getattr(self, what)
+        if value is None:
+            raise XtagError(f"component {component!r} needs a {what} from an earlier component")
+        return value
+
+
+def _tfidf(path: Path, parts: Parts) -> None:
+    from models.features import TfidfFeaturizer
+
+    parts.featurizer = TfidfFeaturizer.load(path)
+
+
+def _text_encoder(path: Path, parts: Parts) -> None:
+    """Φ_cat: the ONNX encoder beside the TF-IDF featuriser loaded before it (or alone, when there is none)."""
+    from models.onnx_encoder import OnnxEncoder
+    from models.xr_transformer.concat_features import ConcatFeaturizer
+
+    parts.featurizer = ConcatFeaturizer(parts.featurizer, OnnxEncoder.load(path))
+
+
+def _label_tree(path: Path, parts: Parts) -> None:
+    try:
+        parts.chain = ClusterChain.load(path / "chain.npz")
+    except (OSError, ValueError, KeyError) as exc:
+        raise XtagError(f"{path}: cannot read the label tree ({exc})") from exc
+
+
+def _rankers(path: Path, parts: Parts) -> None:
+    from models.xlinear.model import XLinearModel
+
+    parts.model = XLinearModel.load_rankers(path, parts.need("chain", "rankers"))
+
+
+def _shortlist(path: Path, parts: Parts) -> None:
+    from models.xlinear.shortlist import FaissShortlist
+
+    parts.need("model", "shortlist").first_level = FaissShortlist.load(path)
+
+
+def _lightxml_encoder(path: Path, parts: Parts) -> None:
+    from models.lightxml.model import LightXMLEncoder
+
+    parts.featurizer = LightXMLEncoder.load(path)
+
+
+def _lightxml_heads(path: Path, parts: Parts) -> None:
+    from models.lightxml.model import LightXMLModel
+
+    parts.model = LightXMLModel.load_heads(path, parts.need("chain", "lightxml-heads"))
+
+
+def _calibration(path: Path, parts: Parts) -> None:
+    parts.calibration = Calibration.load(path)
+
+
+@dataclass(frozen=True)
+class ComponentType:
+    path: str  # where the exporter writes it, relative to the bundle
+    load: Callable[[Path, Parts], None]
+
+
+COMPONENTS: dict[str, ComponentType] = {
+    "tfidf": ComponentType("features/tfidf", _tfidf),
+    "text-encoder": ComponentType("encoder", _text_encoder),
+    "lightxml-encoder": ComponentType("encoder", _lightxml_encoder),
+    "label-tree": ComponentType("tree", _label_tree),
+    "rankers": ComponentType("rankers", _rankers),
+    "shortlist": ComponentType("shortlist", _shortlist),
+    "lightxml-heads": ComponentType("lightxml", _lightxml_heads),
+    "calibration": ComponentType(CALIBRATION_FILE, _calibration),
+}
+
+
+def present(folder: Path, types: tuple[str, ...]) -> list[dict[str, str]]:
+    """The manifest entries of those component types whose file or folder exists in `folder`, in that order."""
+    return [{"type": t, "path": COMPONENTS[t].path} for t in (*types, "calibration")
+            if (folder / COMPONENTS[t].path).exists()]
+
+
+def assemble(folder: Path, components: list[dict[str, str]]) -> Parts:
+    """Load each component in order; the manifest's list was checked by models/manifest.py."""
+    parts = Parts()
+    for entry in components:
+        COMPONENTS[entry["type"]].load(folder / entry["path"], parts)
+    return parts

@@ -1,0 +1,121 @@
+"""XR-Transformer export: the fine-tuned encoder as encoder/model.onnx (parity-checked, optionally int8) and the
+level-1 rankers as a FAISS shortlist, with their measured costs in the export report.
+
+Pooling stays outside the graph (models/onnx_encoder.pool_numpy), as the bundle's encoder/config.json says.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from models.components import assemble, present
+from models.errors import XtagError
+from models.onnx_encoder import OnnxEncoder, TextTokenizer
+from models.xlinear.model import XLinearModel
+from models.xlinear.shortlist import FaissShortlist, level1_recall
+from training.config import TrainConfig
+from training.encoder import encode_texts, load_trained
+from training.export import copy_run_model
+from training.onnx_export import embedding_diff, export_graph, top_agreement
+from training.xr_transformer.config import XRExportConfig
+
+
+class _HiddenStates(nn.Module):
+    """The graph ONNX gets: token ids and mask in, last hidden states out."""
+
+    def __init__(self, transformer: nn.Module):
+        super().__init__()
+        self.transformer = transformer
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+def _onnx_export(transformer: nn.Module, ids: np.ndarray, mask: np.ndarray, path: Path, opset: int) -> None:
+    export_graph(_HiddenStates(transformer), ids, mask, path, opset, ["last_hidden_state"])
+
+
+def export_encoder(run_encoder: Path, out: Path, config: XRExportConfig) -> tuple[dict, np.ndarray, np.ndarray]:
+    """Write out/{model.onnx, tokenizer.json, config.json}; fail when ONNX and torch disagree beyond tolerance.
+
+    Returns the report and the ONNX and torch embeddings of the parity texts (for `quantize`).
+    """
+    encoder, enc_config = load_trained(run_encoder, attn_implementation="eager")
+    encoder.eval()
+    tokenizer = TextTokenizer.load(run_encoder / "tokenizer.json", enc_config.max_length)
+    texts = json.loads((run_encoder / "sample_texts.json").read_text())[:config.parity_texts]
+    if len(texts) < 2:
+        raise XtagError(f"{run_encoder}: the parity check needs at least 2 sample texts")
+    out.mkdir(parents=True, exist_ok=True)
+    # Example inputs of batch 2 and > 2 tokens, so neither axis is specialised to a constant.
+    ids, mask = tokenizer([texts[0] + " " + texts[1], texts[1]])
+    _onnx_export(encoder.transformer, ids, mask, out / "model.onnx", config.opset)
+    shutil.copyfile(run_encoder / "tokenizer.json", out / "tokenizer.json")
+    enc_config = enc_config.model_copy(update={"opset": config.opset})
+    (out / "config.json").write_text(enc_config.model_dump_json(indent=2))
+
+    reference = encode_texts(encoder, tokenizer, texts, 16, torch.device("cpu"))
+    fp32 = OnnxEncoder.load(out).encode(texts)
+    parity = embedding_diff(fp32, reference)
+    report = {"opset": config.opset, "parity_texts": len(texts), "parity_tolerance": config.parity_tolerance,
+              "parity": parity}
+    if not parity["max_abs_diff"] <= config.parity_tolerance:
+        raise XtagError(f"ONNX encoder differs from torch by {parity['max_abs_diff']:.3g} on {len(texts)} "
+                        f"texts (tolerance {config.parity_tolerance}); refusing to export")
+    return report, fp32, reference
+
+
+def quantize(folder: Path, texts: list[str], fp32: np.ndarray, reference: np.ndarray) -> dict:
+    """Replace model.onnx by dynamic int8 weights (onnxruntime.quantization) and measure what it costs."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    source = folder / "model.fp32.onnx"
+    (folder / "model.onnx").rename(source)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantize_dynamic(source, folder / "model.onnx", weight_type=QuantType.QInt8)
+    source.unlink()
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "quantized": True}, indent=2))
+    int8 = OnnxEncoder.load(folder).encode(texts)
+    return {"vs_fp32": embedding_diff(int8, fp32), "vs_torch": embedding_diff(int8, reference)}
+
+
+def _featurizer(bundle: Path):
+    """Φ_cat as the bundle being written will serve it."""
+    return assemble(bundle, present(bundle, ("tfidf", "text-encoder"))).featurizer
+
+
+def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:
+    """The bundle's encoder/ as ONNX and shortlist/ as FAISS; returns the measured parity, int8 and recall."""
+    xc = config.xr_transformer
+    copy_run_model(run_model, tmp, leave_out=("encoder",) if xc.features == "tfidf+dense" else ("encoder", "features"))
+    report, fp32, reference = export_encoder(run_model / "encoder", tmp / "encoder", xc.export)
+    texts = json.loads((run_model / "encoder" / "sample_texts.json").read_text())
+    model = XLinearModel.load(tmp)
+    X = _featurizer(tmp).transform(texts)
+    if xc.export.quantize:  # accuracy cost: embedding drift and top-5 agreement with the fp32 encoder
+        fp32_top = model.predict(X, k=5).labels
+        report["int8"] = quantize(tmp / "encoder", texts[:len(fp32)], fp32, reference)
+        X = _featurizer(tmp).transform(texts)
+        report["int8"]["top5_agreement_vs_fp32"] = top_agreement(model.predict(X, k=5).labels, fp32_top)
+        report["int8"]["agreement_texts"] = len(texts)
+    nodes, min_nodes = model.levels[0].n_nodes, xc.export.shortlist_config.min_nodes
+    if xc.export.shortlist and nodes < min_nodes:
+        report["shortlist"] = {"skipped": f"level 1 has {nodes} nodes, fewer than min_nodes={min_nodes}: "
+                                          f"exact scoring in the inference core is faster"}
+    elif xc.export.shortlist:
+        shortlist = FaissShortlist.build(model.levels[0], model.config.n_features, xc.export.shortlist_config)
+        beam = model.config.beam_size
+        shortlist.info.recall = level1_recall(shortlist, X, model.levels[0], beam)
+        shortlist.info.recall_docs, shortlist.info.recall_beam = X.shape[0], beam
+        shortlist.save(tmp / "shortlist")
+        report["shortlist"] = json.loads(shortlist.info.model_dump_json())
+    return report

@@ -18,6 +18,7 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
         > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt
+COPY xtag ./xtag
 COPY models ./models
 COPY training ./training
 COPY service ./service

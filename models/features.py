@@ -68,11 +68,11 @@ class TfidfFeaturizer:
 
     def transform_arrays(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(data, indices, indptr) of `transform(texts)` (sorted indices), without a scipy object: callers
-        that only read the arrays (Φ_cat's featuriser) skip its construction, ~0.1 ms per call.
+        that only read the arrays (Φ_cat's featuriser) skip its construction.
 
-        Up to FEW_TEXTS texts this is hand-written, because scikit-learn spends ~1 ms per call on
-        input validation and sparse bookkeeping, about five times the tokenising and counting, and a
-        one-text request pays all of it. Tokens still come from scikit-learn's analyzer; only counting,
+        Up to FEW_TEXTS texts this is hand-written, because scikit-learn's per-call input validation
+        and sparse bookkeeping cost several times the tokenising and counting (bench/RESULTS.md,
+        issue 4's latency runs), and a one-text request pays all of it. Tokens still come from scikit-learn's analyzer; only counting,
         sublinear tf, idf and l2 normalisation happen here, with the vectoriser's settings (tests
         compare the result with scikit-learn's transform).
         """

@@ -48,6 +48,8 @@ FAMILIES: dict[str, Family] = {
     )
 }
 
+DEFAULT_KIND = "xlinear"  # what `xtag train` trains without --model
+
 
 def family(kind: str) -> Family:
     try:

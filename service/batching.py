@@ -5,16 +5,16 @@ Requests queue per key (model, k, beam, reweighting). A queue becomes a batch wh
 `max_running` predictor slots (worker threads) is free. With `max_wait_ms = 0` nothing ever waits
 for company: an idle server runs a lone request at once, and requests that arrive while a batch is
 running form the next batch, so batches grow exactly as fast as load does. That suits TF-IDF
-XR-Linear, whose per-call overhead (featuriser, sparse setup: ~1.5 ms) dwarfs its per-document
-cost (~0.3 ms). Encoder bundles profit from a short wait (e.g. 2 ms) so that concurrent requests
+XR-Linear, whose per-call overhead (featuriser, sparse setup) dwarfs its per-document cost.
+Encoder bundles profit from a short wait (the registry's batch_wait_ms) so that concurrent requests
 share one forward pass. The wait only applies while traffic is concurrent (the last batch held more
 than one request): a lone client on an idle server never waits for company that is not coming, so
 its latency stays the predictor's own (such a request skips the queue altogether).
 
 Such a lone request, if it has at most `inline_max_texts` texts, even runs on the event loop thread
-itself: handing it to a worker thread and its result back costs two thread wake-ups, 0.3-0.5 ms per
-request of a TF-IDF bundle on the 2-vCPU VM we measure on (bench/RESULTS.md, inline_vs_worker.py;
-lost in the noise of an encoder bundle's 30 ms forward). "Lone" means that after
+itself: handing it to a worker thread and its result back costs two thread wake-ups, a measurable
+share of a TF-IDF bundle's latency (bench/RESULTS.md, inline_vs_worker.py) and noise beside an
+encoder bundle's forward pass. "Lone" means that after
 yielding once to the loop (so requests read in the same loop iteration have started) it is the only
 HTTP request in flight, that the last second saw no concurrency (no batch of several requests, no
 request queued or in flight beside another) and that it did see a lone request: a sequential client.
@@ -108,7 +108,7 @@ class MicroBatcher:
 
     async def _run_now(self, texts: list[str], run: BatchFn, executor: Executor | None) -> Predictions:
         """A free slot, nobody queued and no reason to wait: run at once, without queue, future or task
-        (together ~0.4 ms of event-loop work per request, measured over HTTP), in `executor`'s thread or,
+        (see bench/RESULTS.md for what they cost per request over HTTP), in `executor`'s thread or,
         with None, on the loop itself."""
         self.running += 1
         self.last_batch_requests = 1

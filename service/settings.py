@@ -25,17 +25,16 @@ class Settings(BaseSettings):
     max_k: int = Field(1000, ge=1, description="largest k a request may ask for (also capped at the label count)")
     max_beam_size: int = Field(512, ge=1, description="largest beam_size a request may ask for")
     batching: bool = Field(True, description="micro-batch concurrent requests into shared predictor calls "
-                                             "(service/batching.py); measured 3-4x the throughput at 32 clients "
-                                             "on debtags, at no cost to a lone request")
+                                             "(service/batching.py); throughput figures in bench/RESULTS.md")
     batch_max_wait_ms: float | None = Field(None, ge=0, le=1000, description="longest a request waits for "
-                                            "company; default 0 for TF-IDF bundles, 2 for encoder bundles")
+                                            "company; default: the model family's batch_wait_ms (models/registry.py)")
     batch_max_documents: int = Field(64, ge=1, description="texts per shared predictor call")
     inference_threads: int = Field(1, ge=0, description="predictor calls running at once (worker threads); "
                                                         "0 = run them on the event loop itself")
     inline_max_texts: int = Field(1, ge=0, description="a sequential client's request of at most this many "
                                                        "texts runs on the event loop instead of a worker thread, "
-                                                       "saving two thread hand-offs (0.3-0.5 ms for TF-IDF "
-                                                       "bundles); the loop is blocked meanwhile, hence the cap; "
+                                                       "saving two thread hand-offs (bench/RESULTS.md); "
+                                                       "the loop is blocked meanwhile, hence the cap; "
                                                        "0 = never")
     load_in_background: bool = Field(True, description="answer /health at once and /ready (503) until the "
                                                        "bundle is loaded and warmed up; False = load before "

@@ -61,7 +61,7 @@ def tiny_bundle(corpus_files, tmp_path_factory) -> Path:
     from training.export import export_run
     from training.run import train_run
     from training.tree import TreeConfig
-    from training.xlinear.train import XLinearConfig
+    from training.xlinear.config import XLinearConfig
 
     folder = tmp_path_factory.mktemp("model")
     config = TrainConfig(corpus=corpus_files[0], tfidf=TfidfConfig(min_df=1),
@@ -106,7 +106,7 @@ def make_xr_config(corpus: Path, encoder: Path, **xr):
     from training.config import TrainConfig
     from training.xr_transformer.config import XRExportConfig, XRTransformerConfig
     from training.tree import TreeConfig
-    from training.xlinear.train import XLinearConfig
+    from training.xlinear.config import XLinearConfig
 
     settings = {"encoder": encoder, "max_length": 32, "epochs": 1, "batch_size": 32, "device": "cpu",
                 "tree": TreeConfig(branching=2, max_leaf_size=4), "log_every": 5,

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from models.features import TfidfConfig
-from models.registry import FAMILIES, family
+from models.registry import DEFAULT_KIND, FAMILIES, family
 from training.data import CorpusFormat
 from training.xlinear.config import XLinearConfig
 
@@ -24,7 +24,7 @@ class _CommonConfig(BaseModel):
     corpus: Path
     format: CorpusFormat = "auto"
     skip_bad_rows: bool = False
-    model: str = Field("xlinear", description=f"model kind: {' | '.join(FAMILIES)}")
+    model: str = Field(DEFAULT_KIND, description=f"model kind: {' | '.join(FAMILIES)}")
     tfidf: TfidfConfig = Field(default_factory=TfidfConfig)
     xlinear: XLinearConfig = Field(default_factory=XLinearConfig,
                                    description="rankers (for xr-transformer: the final rankers on Φ_cat)")

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from models.errors import XtagError
-from models.registry import FAMILIES
+from models.registry import DEFAULT_KIND, FAMILIES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Extreme multi-label tagging: train, export, evaluate, predict and serve.")
@@ -55,7 +55,7 @@ def _read_config(path: Path) -> dict:
 def train(
     corpus: Optional[Path] = typer.Option(None, help="training corpus (JSONL[.gz], Annif TSV, AttentionXML *_texts.txt)"),
     out: Optional[Path] = typer.Option(None, help="run directory to write"),
-    model: str = typer.Option("xlinear", help=f"model kind: {' | '.join(FAMILIES)}"),
+    model: str = typer.Option(DEFAULT_KIND, help=f"model kind: {' | '.join(FAMILIES)}"),
     config: Optional[Path] = typer.Option(None, help="training config JSON or YAML (see --print-config)"),
     print_config: bool = typer.Option(False, "--print-config", help="print the effective config and exit"),
     format: str = typer.Option("auto", help="auto | jsonl | tsv | attentionxml"),

@@ -26,9 +26,9 @@ class ShortlistConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # Scoring every level-1 node through the sparse core beats a FAISS index over the rankers'
-    # columns at every size measured (bench/RESULTS.md: 0.11-0.42 ms exact vs 0.14-58 ms flat for 8-4096
-    # nodes over ~47k TF-IDF columns), so small levels get no index at all.
+    # Scoring every level-1 node through the sparse core beat a FAISS index over the rankers' columns
+    # at every size measured (bench/RESULTS.md, "level-1 FAISS vs exact sweep"), so small levels get
+    # no index at all.
     min_nodes: int = Field(4096, ge=0, description="write an index only when level 1 has at least this many nodes")
     exact_max_nodes: int = Field(4096, ge=0, description="flat (exact) index up to this many level-1 nodes")
     hnsw_m: int = Field(32, ge=4, description="HNSW graph degree")

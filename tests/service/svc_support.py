@@ -24,7 +24,7 @@ from training.config import TrainConfig
 from training.export import export_run
 from training.run import train_run
 from training.tree import TreeConfig
-from training.xlinear.train import XLinearConfig
+from training.xlinear.config import XLinearConfig
 
 TOPICS = {
     "lang::python": "python interpreter script module pip package",

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import time
 
 import numpy as np
 import scipy.sparse as sp
+from results import save_result  # bench/ is on sys.path when run as a script
 from sklearn.preprocessing import normalize
 
 from models.beam_search import RankerLevel, TreeIndex, beam_search
@@ -44,6 +46,7 @@ def main() -> None:
     ap.add_argument("--doc-nnz", type=int, default=100)
     ap.add_argument("--docs", type=int, default=500)
     ap.add_argument("--beam-size", type=int, default=10)
+    ap.add_argument("--result-name", default=None, help="bench/results/<name>.json (default: beam_1m for 1M labels)")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
 
@@ -51,7 +54,7 @@ def main() -> None:
     start = time.perf_counter()
     chain = build_tree(E, TreeConfig(branching=16, max_leaf_size=100), progress=True)
     tree_s = time.perf_counter() - start
-    tree_rss = rss_gb()
+    tree_rss, tree_load = rss_gb(), os.getloadavg()[0]
     sizes = [chain.level_size(t) for t in range(1, chain.depth + 1)]
     del E
 
@@ -75,14 +78,17 @@ def main() -> None:
     beam_search(X, levels, index, args.beam_size, 10)
     batch_s = time.perf_counter() - start
     result = {
-        "labels": args.labels, "tree_levels": sizes, "tree_build_s": round(tree_s, 2),
+        "labels": args.labels, "tree_levels": sizes, "tree_build_s": round(tree_s, 2), "load_after_tree": tree_load,
         "peak_rss_gb_after_tree": round(tree_rss, 2), "ranker_nnz": int(sum(l.W.nnz for l in levels)),
         "single_p50_ms": round(float(np.percentile(times, 50)) * 1e3, 3),
         "single_p99_ms": round(float(np.percentile(times, 99)) * 1e3, 3),
         "batch_docs_per_s": round(args.docs / batch_s, 1), "beam_size": args.beam_size,
-        "peak_rss_gb": round(rss_gb(), 2),
+        "peak_rss_gb": round(rss_gb(), 2), "args": vars(args),
     }
     print(json.dumps(result, indent=2))
+    n = args.labels
+    save_result(args.result_name or "beam_" + (f"{n // 10**6}m" if n % 10**6 == 0 else f"{n // 1000}k" if n % 1000 == 0
+                                              else str(n)), result)
 
 
 if __name__ == "__main__":

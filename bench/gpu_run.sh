@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the lent GPU machine (device tool): the CUDA tests, then XR-Linear vs frozen vs fine-tuned
 # XR-Transformer on debtags with fine-tuning and encoding on the GPU (rankers, export and evaluation on
-# its CPUs, onnxruntime). Writes logs and results.json to $OUT.
+# its CPUs, onnxruntime). Writes logs, results.json and the bench/results/ file ($RESULT_NAME.json) to $OUT;
+# copy that one into bench/results/ here and run bench/render_results.py.
 #
 # The machine has no network and no xtag dependencies beyond its own torch image, so it reads a folder
 # .gpu/ that git ignores and the call carries (64 MiB limit):
@@ -17,6 +18,7 @@ OUT=${OUT:-bench/out/gpu}
 PY=${PY:-python3}
 EPOCHS=${1:-3}
 STEPS=${2:-2000}
+RESULT_NAME=${RESULT_NAME:-xr_transformer_debtags_gpu}
 mkdir -p "$OUT"
 $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl \
     || exit 1
@@ -38,9 +40,10 @@ echo "cuda tests: ${SECONDS}s" | tee -a "$OUT/tests.log"
 SECONDS=0
 timeout "${XRT_TIMEOUT:-330}" $PY bench/xr_transformer_debtags.py --data .gpu/debtags --workdir /tmp/xrt \
     --encoder /tmp/minilm --device cuda --epochs "$EPOCHS" --finetune-steps "$STEPS" --threads "$(nproc)" \
-    --no-int8 --no-latency --variants xlinear,frozen,finetuned > "$OUT/xrt.log" 2>&1
+    --no-int8 --no-latency --variants xlinear,frozen,finetuned --result-name "$RESULT_NAME" > "$OUT/xrt.log" 2>&1
 echo "xr-transformer bench: rc $? in ${SECONDS}s" | tee -a "$OUT/xrt.log"
 tail -c 6000 "$OUT/xrt.log"
 cp /tmp/xrt/results.json "$OUT/results.json" 2>/dev/null
+cp "bench/results/$RESULT_NAME.json" "$OUT/" 2>/dev/null
 cp /tmp/xrt/finetuned-run/train_log.jsonl "$OUT/finetuned_train_log.jsonl" 2>/dev/null
 exit 0

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from results import save_result
 from service_latency import ROOT, _clients, free_port, start_server
 from training.data import load_corpus
 from xr_transformer_debtags import HttpPredict, ThreadServer, alternating
@@ -77,6 +78,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=300)
     ap.add_argument("--clients", default="6,8")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--result-name", default=None,
+                    help="bench/results/<name>.json (default: inline_vs_worker_<bundle folder name>)")
     args = ap.parse_args()
     texts = load_corpus(args.test).texts[:args.requests]
     bodies = [json.dumps({"text": t, "k": 5}).encode() for t in texts]
@@ -90,6 +93,8 @@ def main() -> None:
     print(json.dumps({k: v if k == "lone_client" else {"p50_ms": [r["p50_ms"] for r in v],
                                                        "req_per_s": [r["req_per_s"] for r in v]}
                       for k, v in results.items()}))
+    save_result(args.result_name or f"inline_vs_worker_{args.bundle.resolve().name}",
+                {"bundle": str(args.bundle), "requests": len(bodies), **results})
 
 
 if __name__ == "__main__":

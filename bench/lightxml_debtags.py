@@ -7,7 +7,8 @@ Every variant goes through the product path: `train_run` → `export_run` (one O
 checked) → `load_bundle` → `evaluate_bundle` on the 5,910-document test split, so the figures are
 those of the served bundle (onnxruntime + numpy). Model selection uses the run's own held-out
 validation split (5 % of train), never the test set. Also: single-text latency p50 at exactly
-128 tokens of `Predictor.predict` vs the bare ONNX forward. Results: <workdir>/results.json.
+128 tokens of `Predictor.predict` vs the bare ONNX forward. Results: <workdir>/results.json (accumulating
+over invocations: one variant or budget per run, then --latency-only) and bench/results/<--result-name>.json.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 
 from models.bundle import load_bundle
 from models.onnx_encoder import TextTokenizer
+from results import logged_commands, save_result
 from training.config import TrainConfig
 from training.lightxml.config import LightXMLConfig
 from training.data import load_corpus
@@ -84,6 +86,8 @@ def main() -> None:
     ap.add_argument("--lr-head", type=float, default=None, help="heads' learning rate (default: the paper's 1e-4)")
     ap.add_argument("--suffix", default="", help="appended to the variant names (runs with other budgets)")
     ap.add_argument("--latency-only", action="store_true", help="re-measure the latency of finished bundles")
+    ap.add_argument("--result-name", default=None,
+                    help="bench/results/<name>.json (default: lightxml_<data folder name>)")
     args = ap.parse_args()
     work = args.workdir
     work.mkdir(parents=True, exist_ok=True)
@@ -97,11 +101,14 @@ def main() -> None:
     lc.swa_start = args.swa_from * min(args.max_steps, per_epoch) / per_epoch
     results_path = work / "results.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    commands = logged_commands(work / "commands.json")  # results.json accumulates over invocations
+    result_name = args.result_name or f"lightxml_{args.data.resolve().name}"
     if args.latency_only:  # quieter machine later: all bundles re-measured in one run, one after the other
         for name in [n for n in results if n != "args"]:  # ("args": written by the first runs of this script)
             results[name]["latency"] = latencies(work / f"{name}-bundle", test.texts, args.latency_texts)
             print(json.dumps({name: results[name]["latency"]}), flush=True)
         results_path.write_text(json.dumps(results, indent=2))
+        save_result(result_name, results, command=commands)
         return
     for negatives in args.variants.split(","):
         name = negatives + args.suffix
@@ -123,6 +130,7 @@ def main() -> None:
         results_path.write_text(json.dumps(results, indent=2))
         print(json.dumps({name: entry["metrics"], "latency": entry["latency"]}), flush=True)
     print(json.dumps(results, indent=2))
+    save_result(result_name, results, command=commands)
 
 
 if __name__ == "__main__":

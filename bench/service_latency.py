@@ -28,6 +28,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from results import save_result  # noqa: E402
+
 from models.bundle import load_bundle  # noqa: E402
 from models.metrics import evaluate  # noqa: E402
 from models.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank  # noqa: E402
@@ -209,6 +211,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--result-name", default="service_latency", help="bench/results/<name>.json")
     args = ap.parse_args()
 
     bundle = load_bundle(args.bundle)
@@ -255,6 +258,8 @@ def main() -> None:
         print(f"{scheme:<14}" + "".join(f"{c['P@5']:>8.2f}/{c['macro-R@5']:<7.2f}" for c in cells))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
+    save_result(args.result_name, {**out, "requests": len(texts), "concurrency": args.concurrency, "k": args.k,
+                                   "test_documents": len(corpus)})
 
 
 if __name__ == "__main__":

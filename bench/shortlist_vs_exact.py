@@ -21,6 +21,8 @@ import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from results import save_result  # noqa: E402
+
 from models.beam_search import RankerLevel, score_candidates, top_k  # noqa: E402
 from models.xlinear.shortlist import FaissShortlist, ShortlistConfig  # noqa: E402
 
@@ -32,10 +34,12 @@ def main() -> None:
     ap.add_argument("--weights", type=int, default=64_000, help="nonzero ranker weights in the level")
     ap.add_argument("--docs", type=int, default=50)
     ap.add_argument("--beam", type=int, default=10)
+    ap.add_argument("--result-name", default="shortlist_vs_exact", help="bench/results/<name>.json")
     args = ap.parse_args()
     d = args.features
     docs = [sp.random(1, d, density=60 / d, format="csr", random_state=i, dtype=np.float32) for i in range(args.docs)]
     print("| level-1 nodes | indexed columns | exact p50 ms | flat FAISS p50 ms |\n|---:|---:|---:|---:|")
+    rows = []
     for K in (int(x) for x in args.nodes.split(",")):
         W = sp.random(K, d, density=min(1.0, args.weights / (K * d)), format="csr", random_state=1, dtype=np.float32)
         level = RankerLevel(W, np.zeros(K, np.float32))
@@ -51,6 +55,9 @@ def main() -> None:
                 index.search(x, args.beam)
                 flat.append(time.perf_counter() - t)
         print(f"| {K} | {index.info.columns} | {np.median(exact) * 1e3:.3f} | {np.median(flat) * 1e3:.3f} |", flush=True)
+        rows.append({"nodes": K, "indexed_columns": int(index.info.columns),
+                     "exact_p50_ms": float(np.median(exact) * 1e3), "flat_faiss_p50_ms": float(np.median(flat) * 1e3)})
+    save_result(args.result_name, {"args": vars(args), "levels": rows})
 
 
 if __name__ == "__main__":

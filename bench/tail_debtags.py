@@ -14,7 +14,8 @@ fit split (the encoder's cached embeddings of the training texts, checkpoints/xr
 the validation split. Deviation, stated in the results: the encoder itself was fine-tuned on all of TRAIN (up to
 steps × batch texts per level), so some validation texts were seen by the encoder, though not by the rankers.
 
-Writes results.json, results.md, tradeoff.png and buckets.png into --out.
+Writes results.json, results.md, tradeoff.png and buckets.png into --out, and the figures to
+bench/results/<--result-name>.json (default: the name of --out).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from models.beam_search import Predictions
 from models.macro_inference import OptimizeConfig, optimize
 from models.metrics import bucket_metrics, evaluate, frequency_buckets, relevance
 from models.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank
+from results import save_result  # bench/ is on sys.path when run as a script
 from training.calibrate import fit_bundle_calibration, write_calibration
 from training.config import TrainConfig
 from training.data import load_corpus
@@ -280,6 +282,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--transformer-run", type=Path, default=None,
                     help="XR-Transformer run whose fine-tuned encoder model A reuses (--full-bundle: its bundle)")
+    ap.add_argument("--result-name", default=None, help="bench/results/<name>.json (default: the name of --out)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     test = load_corpus(args.data / "test.jsonl.gz")
@@ -312,6 +315,7 @@ def main() -> None:
         plot_tradeoff(args.out / "tradeoff_full.png", results["full"].pop("_curves"), K,
                       f"debtags test, {args.full_bundle.name} (raw η): reweighting vs batch-level BCA / FW, alpha 0 → 1")
     (args.out / "results.json").write_text(json.dumps(results, indent=1, default=float))
+    save_result(args.result_name or args.out.resolve().name, json.loads((args.out / "results.json").read_text()))
     md = markdown(results)
     (args.out / "results.md").write_text(md)
     print(md)

@@ -1,7 +1,8 @@
 """Choose XR-Linear defaults on a validation split carved from the training set (never the test split).
 
 Usage: python bench/xlinear_validation.py --corpus ../shared/data/debtags/train.jsonl.gz
-Prints P@1/P@5/PSP@5 and training time per variant on a seeded 85/15 split of the training corpus.
+Prints P@1/P@5/PSP@5 and training time per variant on a seeded 85/15 split of the training corpus
+(also written to bench/results/<--result-name>.json).
 """
 
 from __future__ import annotations
@@ -9,13 +10,16 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 import numpy as np
+from results import save_result  # bench/ is on sys.path when run as a script
 
 from models.features import TfidfFeaturizer
 from models.metrics import evaluate, jain_propensities
 from training.data import build_vocab, load_corpus
-from training.xlinear.train import XLinearConfig, train_xlinear
+from training.xlinear.config import XLinearConfig
+from training.xlinear.train import train_xlinear
 
 VARIANTS = {
     "default": {},
@@ -39,6 +43,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpus", required=True)
     ap.add_argument("--variants", default=";".join(VARIANTS), help="';'-separated variant names")
+    ap.add_argument("--result-name", default=None,
+                    help="bench/results/<name>.json (default: xlinear_validation_<corpus folder name>)")
     args = ap.parse_args()
     corpus = load_corpus(args.corpus)
     rng = np.random.default_rng(0)
@@ -52,14 +58,20 @@ def main() -> None:
     Xval = featurizer.transform(val_texts)
     freq = np.asarray(Ytr.sum(axis=0)).ravel()
     prop = jain_propensities(freq, Ytr.shape[0])
+    rows = []
     for name in args.variants.split(";"):
         cfg = XLinearConfig.model_validate(VARIANTS[name])
         start = time.perf_counter()
         model = train_xlinear(X, Ytr, cfg, progress=False)
         seconds = time.perf_counter() - start
         m = evaluate(model.predict(Xval, k=5).labels, Yval, (1, 5), prop)
-        print(json.dumps({"variant": name, "train_s": round(seconds, 2),
-                          **{k: round(m[k], 2) for k in ("P@1", "P@5", "PSP@5", "macro-R@5")}}), flush=True)
+        rows.append({"variant": name, "train_s": round(seconds, 2),
+                     **{k: round(m[k], 2) for k in ("P@1", "P@5", "PSP@5", "macro-R@5")}})
+        print(json.dumps(rows[-1]), flush=True)
+        rows[-1]["config"] = VARIANTS[name]
+    save_result(args.result_name or f"xlinear_validation_{Path(args.corpus).resolve().parent.name}",
+                {"validation_fraction": 0.15, "seed": 0, "documents": [len(train_texts), len(val_texts)],
+                 "variants": rows})
 
 
 if __name__ == "__main__":

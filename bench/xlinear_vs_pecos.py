@@ -18,11 +18,13 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+from results import save_result  # bench/ is on sys.path when run as a script
 
 from models.features import TfidfFeaturizer
 from models.metrics import evaluate, jain_propensities
 from training.data import build_vocab, load_corpus
-from training.xlinear.train import XLinearConfig, train_xlinear
+from training.xlinear.config import XLinearConfig
+from training.xlinear.train import train_xlinear
 
 ROOT = Path(__file__).resolve().parent.parent
 PECOS_PY = ROOT / "bench" / ".venv-pecos" / "bin" / "python"
@@ -47,6 +49,8 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=ROOT / "bench" / "out" / "xlinear_vs_pecos")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="trainings per library; the median time counts")
+    ap.add_argument("--result-name", default=None,
+                    help="bench/results/<name>.json (default: xlinear_vs_pecos_<data folder name>)")
     args = ap.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     subprocess.run(["bash", str(ROOT / "bench" / "peers" / "setup_pecos.sh")], check=True)
@@ -97,9 +101,12 @@ def main() -> None:
               "pecos": {**{k: peer[k] for k in ("train_s", "docs_per_s", "single_p50_ms", "single_p99_ms",
                                                  "pecos_version")}, **{m: acc['pecos'][m] for m in METRICS}},
               "threads": args.threads, "repeats": args.repeats, "documents": [X.shape[0], Xt.shape[0]],
-              "features": X.shape[1], "labels": Y.shape[1]}
+              "features": X.shape[1], "labels": Y.shape[1],
+              "train_s_rounds": {"xtag": times, "pecos": peer_times},
+              "ratios": {k: ours[k] / peer[k] for k in ("train_s", "single_p50_ms", "single_p99_ms", "docs_per_s")}}
     (args.workdir / "result.json").write_text(json.dumps(result, indent=2))
     print(f"\nwritten {args.workdir / 'result.json'}", file=sys.stderr)
+    save_result(args.result_name or f"xlinear_vs_pecos_{args.data.resolve().name}", result)
 
 
 if __name__ == "__main__":

@@ -7,12 +7,15 @@ Every variant goes through the product path: `train_run` → `export_run` (ONNX 
 shortlist) → `load_bundle` → `evaluate_bundle`, so the accuracy figures are those of the served
 bundle (onnxruntime), not of the torch model. Also reports ONNX vs torch parity, single-text
 encoder latency (p50, exactly 128 tokens) for both, the int8 encoder's accuracy cost, and the
-predictor's overhead over the bare ONNX encoder. Results: <workdir>/results.json.
+predictor's overhead over the bare ONNX encoder. Results: <workdir>/results.json (accumulating over
+invocations) and bench/results/<--result-name>.json; a --latency-only run writes its own
+bench/results/xr_transformer_latency_<UTC time>.json, so repeated measurements add rows instead of replacing them.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import gzip
 import hashlib
 import json
@@ -27,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from models.bundle import load_bundle
+from results import logged_commands, save_result  # bench/ is on sys.path when run as a script
 from models.errors import XtagError
 from training.config import TrainConfig
 from training.xr_transformer.config import XRExportConfig, XRTransformerConfig
@@ -35,7 +39,7 @@ from training.evaluate import evaluate_bundle
 from training.export import export_run
 from training.run import train_run
 from training.tree import TreeConfig
-from training.xlinear.train import XLinearConfig
+from training.xlinear.config import XLinearConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 METRICS = ("P@1", "P@3", "P@5", "PSP@1", "PSP@3", "PSP@5")
@@ -300,6 +304,8 @@ def main() -> None:
     ap.add_argument("--no-int8", action="store_true", help="skip the int8 export and its evaluation")
     ap.add_argument("--no-latency", action="store_true",
                     help="skip the latency figures (e.g. on a GPU machine, whose CPU is not the serving target)")
+    ap.add_argument("--result-name", default=None, help="bench/results/<name>.json (default: xr_transformer_<data "
+                    "folder name>_<cpu|gpu>; with --latency-only xr_transformer_latency_<UTC time>)")
     args = ap.parse_args()
     if args.encoder_threads:
         import torch
@@ -329,14 +335,24 @@ def main() -> None:
     results_path = work / "results.json"
     if results_path.exists():
         results = {**json.loads(results_path.read_text()), "args": results["args"]}
+    machine = {"device": args.device}
+    if args.device == "cuda":
+        import torch
+
+        machine["gpu"] = torch.cuda.get_device_name(0)
     if args.latency_only:
+        measured = {}
         for name in args.variants.split(","):
             if name != "xlinear" and name in results:
-                results[name]["latency"] = latencies(work / f"{name}-run", work / f"{name}-bundle", test.texts,
-                                                     args.latency_texts)
+                results[name]["latency"] = measured[name] = latencies(work / f"{name}-run", work / f"{name}-bundle",
+                                                                      test.texts, args.latency_texts)
                 print(json.dumps({name: results[name]["latency"]}), flush=True)
         results_path.write_text(json.dumps(results, indent=2))
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+        save_result(args.result_name or f"xr_transformer_latency_{stamp}",
+                    {"latency": measured, "args": results["args"]}, machine=machine, benchmark="xr_transformer_latency")
         return
+    commands = logged_commands(work / "commands.json")  # results.json accumulates variants over invocations
     for name in args.variants.split(","):
         seed = work / "frozen-run" / "checkpoints" / "xr" / "emb_0.npy" if name.startswith("finetuned") else None
         entry = run_variant(name, config_of(name), work, seed if seed and seed.exists() else None,
@@ -363,6 +379,9 @@ def main() -> None:
     if len(shas) > 1:
         raise XtagError(f"variants were trained on different TF-IDF vocabularies: {shas}")
     print(json.dumps(results, indent=2))
+    device = "gpu" if args.device == "cuda" else "cpu"
+    save_result(args.result_name or f"xr_transformer_{args.data.resolve().name}_{device}", results, command=commands,
+                machine=machine)
 
 
 if __name__ == "__main__":

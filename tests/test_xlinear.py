@@ -7,7 +7,8 @@ from models.features import TfidfConfig, TfidfFeaturizer
 from models.metrics import evaluate
 from training.data import build_vocab, load_corpus
 from training.tree import TreeConfig
-from training.xlinear.config import XLinearConfig, train_xlinear
+from training.xlinear.config import XLinearConfig
+from training.xlinear.train import train_xlinear
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,374 @@
+"""Markdown tables of bench/RESULTS.md, one builder per benchmark, from the payloads in bench/results/*.json."""
+
+from __future__ import annotations
+
+import re
+
+METRICS = ("P@1", "P@3", "P@5", "PSP@1", "PSP@3", "PSP@5")
+
+
+# -- formatting ----------------------------------------------------------------------------------------------------
+
+def f2(x) -> str:
+    return "" if x is None else f"{x:.2f}"
+
+
+def f1(x) -> str:
+    return "" if x is None else f"{x:.1f}"
+
+
+def f0(x) -> str:
+    return "" if x is None else f"{x:.0f}"
+
+
+def thousands(x) -> str:
+    return "" if x is None else f"{x:,.0f}"
+
+
+def sig3(x) -> str:
+    """Three significant digits, trailing zeros kept (0.110, 16.1, 210)."""
+    return "" if x is None else format(x, "#.3g").rstrip(".")
+
+
+def e1(x) -> str:
+    return "" if x is None else f"{x:.1e}"
+
+
+def ms(x) -> str:
+    """Latencies: two decimals below 10 ms, one above."""
+    return "" if x is None else f"{x:.2f}" if x < 10 else f"{x:.1f}"
+
+
+def signed(x, fmt: str = ".2f") -> str:
+    return format(x, "+" + fmt).replace("-", "−")
+
+
+def bold(text: str) -> str:
+    return f"**{text}**" if text else text
+
+
+def table(header: list[str], align: str, rows: list[list[str]]) -> str:
+    """align: one letter per column, l or r."""
+    rule = "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"
+    line = lambda cells: "|" + "|".join(f" {c} " if c else " " for c in cells) + "|"  # noqa: E731
+    return "\n".join([line(header), rule] + [line(r) for r in rows])
+
+
+def bold_column_maxima(rows: list[list[str]], columns: range) -> None:
+    """Bold the highest figure of each column in place (ties: all of them)."""
+    for c in columns:
+        values = [float(r[c]) for r in rows if r[c]]
+        for r in rows:
+            if values and r[c] and float(r[c]) == max(values):
+                r[c] = bold(r[c])
+
+
+def get(d: dict | None, *keys):
+    """d[k1][k2]... or None where a level is missing."""
+    for k in keys:
+        if not isinstance(d, dict) or d.get(k) is None:
+            return None
+        d = d[k]
+    return d
+
+
+def payloads(docs: list[dict]) -> list[dict]:
+    return [d["result"] for d in docs]
+
+
+def one_result_each(build):
+    """A builder of one result's tables; files matched together by one marker get theirs one after the other."""
+    def per_file(docs: list[dict]) -> dict[str, str]:
+        out: dict[str, list[str]] = {}
+        for doc in docs:
+            for part, text in build(doc["result"]).items():
+                out.setdefault(part, []).append(text)
+        return {part: "\n\n".join(texts) for part, texts in out.items()}
+
+    per_file.__name__ = build.__name__
+    return per_file
+
+
+# -- XR-Linear ------------------------------------------------------------------------------------------------------
+
+@one_result_each
+def xlinear_vs_pecos(r: dict) -> dict[str, str]:
+    out = {}
+    ours, peer = r["xtag"], r["pecos"]
+    metrics = [m for m in ("P@1", "P@3", "P@5", "PSP@1", "PSP@3", "PSP@5", "nDCG@5", "macro-R@5") if m in ours]
+    version = f" {peer['pecos_version']}" if peer.get("pecos_version") else ""
+    out["accuracy"] = table(["metric", "xtag", f"PECOS{version}"], "lrr",
+                            [[m, f2(ours[m]), f2(peer[m])] for m in metrics])
+    ratios = r.get("ratios", {})
+    rows = []
+    for key, label, fmt in (("train_s", f"training s (tree + rankers, median of {r['repeats']})", f2),
+                            ("single_p50_ms", "single-document p50 ms (vectorisation excluded)", f2),
+                            ("single_p99_ms", "single-document p99 ms", f2),
+                            ("docs_per_s", "batch throughput, docs/s (whole test set)", thousands)):
+        rows.append([label, fmt(ours[key]), fmt(peer[key]), f2(ratios.get(key, ours[key] / peer[key]))])
+    out["speed"] = table(["", "xtag", "PECOS", "ratio"], "lrrr", rows)
+    return out
+
+
+def xlinear_validation(docs: list[dict]) -> dict[str, str]:
+    rows = [v for r in payloads(docs) for v in r["variants"]]
+    cols = [("P@1", "P@1", f2), ("P@5", "P@5", f2), ("PSP@5", "PSP@5", f2), ("macro-R@5", "macro-R@5", f2),
+            ("train_s", "training s", f1), ("note", "note", lambda x: x or "")]
+    cols = [c for c in cols if any(v.get(c[0]) is not None for v in rows)]
+    body = [[v.get("label", v["variant"])] + [fmt(v.get(key)) for key, _, fmt in cols] for v in rows]
+    return {"table": table(["variant"] + [h for _, h, _ in cols], "l" + "".join("l" if k == "note" else "r"
+                                                                                for k, _, _ in cols), body)}
+
+
+@one_result_each
+def beam_1m(r: dict) -> dict[str, str]:
+    out = {}
+    levels = list(r["tree_levels"])
+    if levels[-1] != r["labels"]:
+        levels.append(r["labels"])
+    load = f" (under load {r['load_after_tree']:.1f})" if r.get("load_after_tree") is not None else ""
+    out["table"] = table(["", ""], "ll", [
+        ["tree levels", " → ".join(f"{n:,}" for n in levels[:-1]) + f" clusters → {levels[-1]:,} labels"],
+        ["tree build (balanced 4/16-ary k-means, 20 iterations max)", f"{r['tree_build_s']:.0f} s{load}"],
+        ["peak RSS after the tree", f"{r['peak_rss_gb_after_tree']:.2f} GB"],
+        ["ranker weights held", (f"{r['ranker_nnz'] / 1e6:.1f} M" if r["ranker_nnz"] >= 1e6 else f"{r['ranker_nnz']:,}")
+         + f" non-zeros; peak RSS {r['peak_rss_gb']:.2f} GB"],
+        ["single-document beam search p50 / p99", f"{r['single_p50_ms']:.2f} / {r['single_p99_ms']:.2f} ms"],
+        ["batch beam search", f"{r['batch_docs_per_s']:,.0f} docs/s"],
+    ])
+    return out
+
+
+def shortlist_vs_exact(docs: list[dict]) -> dict[str, str]:
+    rows = [[f"{x['nodes']:,}", f"{x['indexed_columns']:,}", sig3(x["exact_p50_ms"]), sig3(x["flat_faiss_p50_ms"])]
+            for r in payloads(docs) for x in r["levels"]]
+    return {"table": table(["level-1 nodes", "indexed columns", "exact p50 ms", "flat FAISS p50 ms"], "rrrr", rows)}
+
+
+# -- service --------------------------------------------------------------------------------------------------------
+
+@one_result_each
+def service_latency(r: dict) -> dict[str, str]:
+    out = {}
+    lat = r["latency"]
+    rows = []
+    first = next(iter(lat.values()))
+    rows.append(["in-process `Predictor.predict` (one text, TF-IDF included)", ms(get(first, "in_process_ms", "p50")),
+                 ms(get(first, "in_process_ms", "p99")), ""])
+    for batching, figures in lat.items():
+        label = "micro-batching on (default)" if batching == "on" else f"micro-batching {batching}"
+        for key in sorted((k for k in figures if re.fullmatch(r"http_\d+_clients?_ms", k)),
+                          key=lambda k: int(k.split("_")[1])):
+            n = int(key.split("_")[1])
+            qps = get(figures, key, "qps")
+            rows.append([f"HTTP, {n} client{'s' if n > 1 else ''}, {label if n == 1 else label.split(' (')[0]}",
+                         ms(get(figures, key, "p50")), ms(get(figures, key, "p99")),
+                         f"{qps:,.0f} req/s" if qps is not None else ""])
+    out["latency"] = table(["", "p50 ms", "p99 ms", "throughput"], "lrrr", rows)
+    rw = r.get("reweighting")
+    if rw:
+        cells: dict[str, dict[float, dict]] = {}
+        for key, value in rw["table"].items():
+            scheme, alpha = key.rsplit("@", 1)
+            cells.setdefault(scheme, {})[float(alpha)] = value
+        alphas = sorted({a for row in cells.values() for a in row})
+        names = {"power": "power (β=0.5)"}  # the default β of models/reweighting.py, which the service uses
+        out["reweighting"] = table(
+            ["scheme"] + [f"α={a:g}" if i == 0 else f"{a:g}" for i, a in enumerate(alphas)], "l" * (1 + len(alphas)),
+            [[names.get(s, s)] + [f"{row[a]['P@5']:.2f} / {row[a]['macro-R@5']:.2f}" if a in row else ""
+                                  for a in alphas] for s, row in cells.items()])
+    return out
+
+
+@one_result_each
+def inline_vs_worker(r: dict) -> dict[str, str]:
+    out = {}
+    out["lone_client"] = table(
+        ["repeat", "in-process predict p50 ms", "`/v1/predict` inlined p50 ms", "via the worker p50 ms",
+         "inlined − worker ms"], "rrrrr",
+        [[str(i), f2(x.get("predict")), f2(x.get("http_inline")), f2(x.get("http_worker")),
+          signed(x["inline_minus_worker_ms"])] for i, x in enumerate(r.get("lone_client", []), 1)])
+    rows = []
+    for key, runs in r.items():
+        m = re.fullmatch(r"clients=(\d+) inline_max_texts=(\d+)", key)
+        if m:
+            rows.append([m[1], m[2], " / ".join(f2(x["p50_ms"]) for x in runs),
+                         " / ".join(f1(x["req_per_s"]) for x in runs),
+                         "; ".join(", ".join(f"{b}: {c}" for b, c in x.get("batch_sizes", {}).items()) for x in runs)])
+    out["closed_loop"] = table(["clients", "XTAG_INLINE_MAX_TEXTS", "p50 ms per run", "req/s per run",
+                                "predictor calls per batch size, per run"], "rrrrl", rows)
+    return out
+
+
+# -- tail labels ----------------------------------------------------------------------------------------------------
+
+def _change(row: dict, plain: dict) -> tuple[str, str]:
+    p = row.get("P@5_change", row["P@5"] - plain["P@5"])
+    pct = row.get("macro-R@5_change_pct", 100 * (row["macro-R@5"] / plain["macro-R@5"] - 1))
+    return f"{row['P@5']:.2f} ({signed(p)})", f"{row['macro-R@5']:.2f} ({signed(pct, '.1f')} %)"
+
+
+@one_result_each
+def tail_debtags(r: dict) -> dict[str, str]:
+    out = {}
+    models = [("B (served bundle, raw scores)", "B", r.get("full")),
+              ("A (calibrated)", "A", get(r, "calibrated", "study"))]
+    rows = []
+    for label, short, study in models:
+        if not study:
+            continue
+        plain = study["plain"]
+        first = True
+        for scheme, row in study["smallest_alpha"].items():
+            if row is None:
+                continue
+            rows.append([label if first else short,
+                         f"{plain['P@5']:.2f} / {plain['macro-R@5']:.2f}" if first else "",
+                         scheme, f"{row['alpha']:.2f}", *_change(row, plain)])
+            first = False
+    out["smallest_alpha"] = table(["model", "plain P@5 / macro-R@5", "scheme", "alpha", "P@5", "macro-R@5"],
+                                  "lllrrr", rows)
+    study = r["calibrated"]["study"]
+    fw = {x["alpha"]: x for x in study.get("fw", [])}
+    per_alpha = study["comparison"]["per_alpha"]
+    within = [x["bca"] for x in per_alpha if x["bca"]["P@5"] >= study["plain"]["P@5"] - 1.0]
+    headline = max(within, key=lambda b: b["macro-F1@5"])["alpha"] if within else None
+    rows = []
+    for x in per_alpha:
+        bca, best, f = x["bca"], x.get("best_reweighting"), fw.get(x["bca"]["alpha"], {})
+        rows.append([f"{bca['alpha']:g}", f2(bca["P@5"]),
+                     bold(f2(bca["macro-F1@5"])) if bca["alpha"] == headline else f2(bca["macro-F1@5"]),
+                     f2(bca["seconds"]), f"{best['scheme']} α={best['alpha']:g}" if best else "none",
+                     f2(best["macro-F1@5"]) if best else "", f2(f.get("macro-F1@5")), f2(f.get("seconds"))])
+    out["batch"] = table(["alpha", "BCA P@5", "BCA macro-F1@5", "BCA s", "best reweighting at ≥ P@5",
+                          "its macro-F1@5", "FW macro-F1@5", "FW s"], "rrrrlrrr", rows)
+    return out
+
+
+# -- transformers ---------------------------------------------------------------------------------------------------
+
+def _variants(result: dict) -> list[tuple[str, dict]]:
+    return [(name, v) for name, v in result.items() if isinstance(v, dict) and "metrics" in v]
+
+
+def _xrt_short_name(name: str, args: dict) -> str:
+    if name.startswith("finetuned"):
+        return "fine-tuned " + (name.split("-", 1)[1] if "-" in name else str(args.get("finetune_steps", "")))
+    return name
+
+
+def _xrt_label(name: str, args: dict) -> str:
+    if name == "xlinear":
+        return "XR-Linear (TF-IDF only)"
+    if name == "frozen":
+        return "XR-Transformer, frozen encoder"
+    return f"XR-Transformer, {_xrt_short_name(name, args)} steps/level"
+
+
+def _seconds(entry: dict):
+    return get(entry, "summary", "total_seconds") or entry.get("train_seconds_this_invocation")
+
+
+def xr_transformer_debtags(docs: list[dict]) -> dict[str, str]:
+    rows = []
+    for r in payloads(docs):
+        args = r.get("args", {})
+        for name, v in _variants(r):
+            s = v.get("stages")
+            train = f0(_seconds(v))
+            if s:
+                stages = ("finetune_seconds", "encode_seconds", "bootstrap_seconds", "ranker_seconds")
+                train += " = " + " + ".join(f0(s[k]) for k in stages)
+            rows.append([v.get("label", _xrt_label(name, args))] + [f2(v["metrics"][m]) for m in METRICS] + [train])
+            if v.get("int8_metrics"):
+                rows.append(["… int8 encoder"] + [f2(v["int8_metrics"][m]) for m in METRICS] + [""])
+    bold_column_maxima(rows, range(1, 1 + len(METRICS)))
+    out = {"accuracy": table(["variant", *METRICS, "training s = fine-tune + encode + bootstrap + rankers"],
+                             "l" + "r" * len(METRICS) + "l", rows)}
+    measured = [(r.get("args", {}), name, v) for r in payloads(docs) for name, v in _variants(r) if v.get("latency")]
+    if measured:
+        texts = next((get(v, "export", "parity_texts") for _, _, v in measured if get(v, "export", "parity_texts")), 64)
+        cols = [(f"ONNX vs torch max abs diff ({texts} texts)",
+                 lambda v: e1(get(v, "export", "parity", "max_abs_diff"))),
+                ("int8 vs fp32: max abs / cosine", lambda v: "" if get(v, "int8_export", "int8") is None else
+                 f"{v['int8_export']['int8']['vs_fp32']['max_abs_diff']:.3f} / "
+                 f"{v['int8_export']['int8']['vs_fp32']['mean_cosine']:.4f}"),
+                ("int8 top-5 agreement", lambda v: "" if get(v, "int8_export", "int8", "top5_agreement_vs_fp32") is None
+                 else f"{v['int8_export']['int8']['top5_agreement_vs_fp32']:.3f}")]
+        cols = [c for c in cols if any(c[1](v) for _, _, v in measured)]
+        lat = latency_columns([v["latency"] for _, _, v in measured], digits=1)
+        out["latency"] = table(["bundle"] + [h for h, _ in cols] + [h for h, _, _ in lat],
+                               "l" + "r" * (len(cols) + len(lat)),
+                               [[v.get("short_label", _xrt_short_name(name, args))] + [fn(v) for _, fn in cols]
+                                + [fmt(v["latency"].get(key)) for _, key, fmt in lat] for args, name, v in measured])
+    return out
+
+
+# Latency figures of bench/xr_transformer_debtags.py (current and earlier methods), in column order.
+LATENCY = (("torch ms", "torch_p50_ms", "1"), ("ONNX ms", "onnx_p50_ms", "d"), ("predict ms", "predict_p50_ms", "d"),
+           ("`/v1/predict` ms", "http_p50_ms", "d"), ("predict, no FAISS ms", "predict_no_faiss_p50_ms", "d"),
+           ("predict, flat FAISS level 1 ms", "predict_faiss_flat_p50_ms", "d"),
+           ("predict minus encoder ms", "predict_without_encoder_p50_ms", "2"),
+           ("predict − ONNX", "predict_overhead_over_onnx_ms", "2"),
+           ("HTTP − ONNX", "http_overhead_over_onnx_ms", "2"),
+           ("HTTP − ONNX, worker thread", "http_worker_overhead_over_onnx_ms", "2"),
+           ("separate: HTTP − ONNX", "http_separate_overhead_over_onnx_separate_ms", "2"))
+
+
+def latency_columns(latencies: list[dict], digits: int) -> list[tuple]:
+    """(header, key, formatter) of the LATENCY columns any of `latencies` has; "d" columns get `digits` decimals."""
+    fmts = {"1": f1, "2": f2, "d": f1 if digits == 1 else f2}
+    return [(h, key, fmts[d]) for h, key, d in LATENCY if any(x.get(key) is not None for x in latencies)]
+
+
+def xr_transformer_latency(docs: list[dict]) -> dict[str, str]:
+    """One row per run (and variant): a --latency-only invocation of bench/xr_transformer_debtags.py."""
+    measured = []
+    for doc in docs:
+        r = doc["result"]
+        run = str(r["run"]) if r.get("run") is not None else (doc["provenance"].get("date") or doc["name"])[:16]
+        measured += [(run.replace("T", " "), variant, lat) for variant, lat in r["latency"].items()]
+    several = len({v for _, v, _ in measured}) > 1
+    cols = latency_columns([lat for _, _, lat in measured], digits=2)
+    head = ["run"] + (["variant"] if several else []) + [h for h, _, _ in cols]
+    return {"table": table(head, "l" * (1 + several) + "r" * len(cols),
+                           [[run] + ([variant] if several else []) + [fmt(lat.get(key)) for _, key, fmt in cols]
+                            for run, variant, lat in measured])}
+
+
+def lightxml_debtags(docs: list[dict]) -> dict[str, str]:
+    rows = []
+    for r in payloads(docs):
+        for b in r.get("baselines", []):
+            t = b.get("training_s")
+            train = "–" if t is None else f0(t)
+            train += f" (fine-tune {b['finetune_s']:.0f})" if t is not None and b.get("finetune_s") else ""
+            rows.append([b["label"]] + [f2(b["metrics"][m]) for m in METRICS] + [train, b.get("epochs", "")])
+    measured = []
+    for r in payloads(docs):
+        for name, v in _variants(r):
+            t = v.get("training") or {}
+            batch = get(v, "args", "batch_size")
+            epochs = "" if t.get("epochs") is None else f"{t['epochs']:.3f}" + (
+                f" ({t['steps']} × {batch} texts)" if t.get("steps") is not None and batch else "")
+            rows.append([v.get("label", f"LightXML, {name}")] + [f2(v["metrics"][m]) for m in METRICS]
+                        + [f0(_seconds(v)), epochs])
+            if v.get("latency"):
+                measured.append((name, v))
+    out = {"accuracy": table(["model", *METRICS, "training s", "epochs"], "l" + "r" * (len(METRICS) + 1) + "l", rows)}
+    if measured:
+        texts = next((get(v, "export", "parity_texts") for _, v in measured if get(v, "export", "parity_texts")), 64)
+        out["latency"] = table(
+            ["bundle", f"ONNX vs torch max abs diff ({texts} texts): cluster scores / bottleneck",
+             "bare ONNX forward ms", "tokenise + forward ms", "`Predictor.predict` (k=5) ms"], "lrrrr",
+            [[v.get("short_label", name),
+              f"{e1(get(v, 'export', 'parity', 'cluster_scores', 'max_abs_diff'))} / "
+              f"{e1(get(v, 'export', 'parity', 'bottleneck', 'max_abs_diff'))}",
+              f1(v["latency"].get("onnx_forward_p50_ms")), f1(v["latency"].get("tokenize_and_forward_p50_ms")),
+              f1(v["latency"].get("predict_p50_ms"))] for name, v in measured])
+    return out
+
+
+BUILDERS = {f.__name__: f for f in (xlinear_vs_pecos, xlinear_validation, beam_1m, shortlist_vs_exact, service_latency,
+                                     inline_vs_worker, tail_debtags, xr_transformer_debtags, xr_transformer_latency,
+                                     lightxml_debtags)}

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from models.onnx_encoder import TextTokenizer
 from results import logged_commands, save_result
 from training.config import TrainConfig
 from training.lightxml.config import LightXMLConfig
+from training.loop import steps_per_epoch
 from training.data import load_corpus
 from training.evaluate import evaluate_bundle
 from training.run import train_run
@@ -96,7 +96,7 @@ def main() -> None:
     n_train = len(load_corpus(train_path))
     lc = LightXMLConfig(max_length=args.max_length, batch_size=args.batch_size, epochs=1, max_steps=args.max_steps,
                         device="cpu", swa_every=args.swa_every, eval_every=args.eval_every, checkpoint_every=100)
-    per_epoch = math.ceil((n_train - round(lc.val_fraction * n_train)) / args.batch_size)
+    per_epoch = steps_per_epoch(n_train - round(lc.val_fraction * n_train), 1, lc.batch_size, lc.grad_accum)
     # SWA "over the last epochs": with a step cap below one epoch, over the last third of the budget.
     lc.swa_start = args.swa_from * min(args.max_steps, per_epoch) / per_epoch
     results_path = work / "results.json"

@@ -9,8 +9,8 @@ from safetensors.numpy import load_file
 
 
 def test_clusters_are_two_level_and_balanced():
+    from training.lightxml.clusters import label_clusters
     from training.lightxml.config import LightXMLConfig
-    from training.lightxml.parts import label_clusters
 
     rng = np.random.default_rng(0)
     X = sp.random(200, 50, density=0.1, random_state=rng, format="csr", dtype=np.float32)
@@ -27,7 +27,7 @@ def test_clusters_are_two_level_and_balanced():
 def test_training_adds_true_clusters_and_prediction_does_not():
     from models.label_tree import ClusterChain
     from models.lightxml.model import LightXMLHeadConfig, LightXMLModel, cluster_members
-    from training.lightxml.parts import training_candidates
+    from training.lightxml.clusters import training_candidates
 
     chain = ClusterChain(ptrs=[np.array([0, 3]), np.array([0, 2, 4, 6])], leaf_labels=np.array([5, 0, 1, 4, 2, 3]))
     members = cluster_members(chain)  # clusters {5, 0}, {1, 4}, {2, 3}
@@ -119,8 +119,8 @@ def test_swa_is_the_running_mean_and_is_what_gets_saved(corpus_files, tiny_bert,
                                                         monkeypatch):
     import torch
 
-    from training.lightxml.parts import SWA
     from training.run import train_run
+    from training.swa import SWA
 
     net = torch.nn.Linear(2, 1)
     swa, seen = SWA(net), []
@@ -155,14 +155,13 @@ def test_selection_validates_exactly_the_weights_it_saves(corpus_files, tiny_ber
     (label embeddings included) — exactly the saved model, recomputed here from the run directory."""
     import torch
 
-    from models.lightxml.model import LightXMLModel
     from models.labels import LabelVocab
+    from models.lightxml.model import LightXMLModel
     from models.metrics import evaluate
     from models.onnx_encoder import TextTokenizer
     from training.data import load_corpus
-    from training.lightxml.train import net_outputs
     from training.lightxml.export import load_run_net
-    from training.lightxml.parts import validation_split
+    from training.lightxml.validation import net_outputs, validation_split
     from training.run import train_run
 
     config = lightxml_config(corpus_files[0], tiny_bert, epochs=3, eval_every=10, val_fraction=0.2, swa_start=1,

@@ -18,8 +18,8 @@ def test_bundle_layout_graph_and_parity(lightxml_bundle, corpus_files):
     import onnx
 
     from models.lightxml.model import OUTPUTS, LightXMLEncoder
-    from training.lightxml.train import net_outputs
     from training.lightxml.export import load_run_net
+    from training.lightxml.validation import net_outputs
 
     run, bundle = lightxml_bundle
     manifest = json.loads((bundle / "manifest.json").read_text())

@@ -1,7 +1,7 @@
 """Training checkpoints that a killed run resumes from exactly: model, optimiser, schedule, RNG, position.
 
-Torch files are safetensors and JSON, never pickle; a checkpoint is swapped in atomically. Shared by
-XR-Transformer's fine-tuning (training/finetune.py) and LightXML (training/lightxml.py).
+Torch files are safetensors and JSON, never pickle; a checkpoint is swapped in atomically. Written and
+read by the shared training loop (training/loop.py) for both transformer families.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class Checkpoint:
         self.source = folder  # where `state` found the newest complete checkpoint
 
     def save(self, net: nn.Module, opt, sched, state: dict, tensors: dict[str, torch.Tensor] | None = None) -> None:
-        """`tensors`: extra state of the trainer (e.g. SWA averages), read back by `tensors()`."""
+        """`tensors`: extra state of the loop's callbacks (e.g. SWA averages), read back by `tensors()`."""
         shutil.rmtree(self.tmp, ignore_errors=True)
         self.tmp.mkdir(parents=True)
         save_model(net, str(self.tmp / "model.safetensors"))

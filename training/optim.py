@@ -1,4 +1,4 @@
-"""Optimisation pieces both transformer trainers share: AdamW parameter groups, LR schedule, AMP, DDP wrap."""
+"""Optimisation pieces of the shared training loop (training/loop.py): AdamW groups, LR schedule, AMP, DDP wrap."""
 
 from __future__ import annotations
 

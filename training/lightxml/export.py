@@ -12,7 +12,6 @@ import json
 import shutil
 from pathlib import Path
 
-
 from models.errors import XtagError
 from models.lightxml.model import OUTPUTS, LightXMLEncoder, LightXMLModel
 from models.onnx_encoder import EncoderConfig, TextTokenizer
@@ -20,7 +19,7 @@ from training.config import TrainConfig
 from training.export import copy_run_model
 from training.lightxml.config import LightXMLExportConfig
 from training.lightxml.net import LightXMLNet
-from training.lightxml.parts import load_heads
+from training.lightxml.result import load_heads
 from training.onnx_export import embedding_diff, export_graph, top_agreement
 
 
@@ -38,9 +37,9 @@ def load_run_net(run_encoder: Path, attn_implementation: str | None = "eager") -
 
 def export_lightxml(run_model: Path, tmp: Path, config: LightXMLExportConfig) -> dict:
     """Write tmp/encoder/{model.onnx, tokenizer.json, config.json} and the label index; return the parity report."""
-    from training.lightxml.train import net_outputs
-
     import torch
+
+    from training.lightxml.validation import net_outputs
 
     run_encoder = run_model / "encoder"
     net, enc_config = load_run_net(run_encoder)

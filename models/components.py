@@ -49,10 +49,7 @@ def _text_encoder(path: Path, parts: Parts) -> None:
 
 
 def _label_tree(path: Path, parts: Parts) -> None:
-    try:
-        parts.chain = ClusterChain.load(path / "chain.npz")
-    except (OSError, ValueError, KeyError) as exc:
-        raise XtagError(f"{path}: cannot read the label tree ({exc})") from exc
+    parts.chain = ClusterChain.load_tree(path)
 
 
 def _rankers(path: Path, parts: Parts) -> None:

@@ -88,3 +88,11 @@ class ClusterChain:
         with np.load(path, allow_pickle=False) as z:
             n = sum(1 for k in z.files if k.startswith("ptr_"))
             return cls([z[f"ptr_{t}"].astype(np.int64) for t in range(n)], z["leaf_labels"].astype(np.int64))
+
+    @classmethod
+    def load_tree(cls, folder: Path) -> "ClusterChain":
+        """The bundle's label-tree component (folder/chain.npz), with a message naming it when unreadable."""
+        try:
+            return cls.load(folder / "chain.npz")
+        except (OSError, ValueError, KeyError) as exc:
+            raise XtagError(f"{folder}: cannot read the label tree ({exc})") from exc

@@ -48,7 +48,7 @@ def test_bundle_layout_graph_and_parity(lightxml_bundle, corpus_files):
 
 
 def test_export_refuses_a_graph_that_drifts_from_torch(lightxml_bundle, tmp_path, monkeypatch):
-    import training.lightxml.export as lightxml_export
+    import training.onnx_export as lightxml_export
     from models.errors import XtagError
     from training.export import export_run
 

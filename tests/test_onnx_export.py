@@ -52,16 +52,16 @@ def test_onnx_matches_torch_on_real_texts(xr_bundle, corpus_files):
 
 
 def test_export_refuses_an_encoder_that_drifts_from_torch(xr_bundle, tmp_path, monkeypatch):
-    import training.xr_transformer.export as onnx_export
+    import training.onnx_export as onnx_export
     from models.errors import XtagError
     from training.export import export_run
 
     run, bundle = xr_bundle
 
-    def drifting_export(transformer, ids, mask, path, opset):  # the real graph, plus 0.01 on every output
+    def drifting_export(module, ids, mask, path, opset, output_names):  # the real graph, plus 0.01 on every output
         add_drift(bundle / "encoder" / "model.onnx", path, "last_hidden_state", 0.01)
 
-    monkeypatch.setattr(onnx_export, "_onnx_export", drifting_export)
+    monkeypatch.setattr(onnx_export, "export_graph", drifting_export)
     with pytest.raises(XtagError, match="differs from torch by 0.01"):
         export_run(run, tmp_path / "bundle")
     assert not (tmp_path / "bundle").exists()

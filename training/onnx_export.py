@@ -9,6 +9,8 @@ onnxruntime runs faster on CPU than the SDPA export.
 from __future__ import annotations
 
 import io
+import json
+import shutil
 import warnings
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -16,6 +18,10 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
+
+from models.errors import XtagError
+from models.onnx_encoder import EncoderConfig, TextTokenizer
+from training.transformer_config import TransformerExportConfig
 
 
 def embedding_diff(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
@@ -39,3 +45,20 @@ def export_graph(module: nn.Module, ids: np.ndarray, mask: np.ndarray, path: Pat
                           str(path), dynamo=True, opset_version=opset, external_data=False,
                           input_names=["input_ids", "attention_mask"], output_names=output_names,
                           dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}), verbose=False)
+
+
+def write_graph(module: nn.Module, run_encoder: Path, out: Path, enc_config: EncoderConfig,
+                config: TransformerExportConfig, output_names: list[str]) -> tuple[TextTokenizer, list[str]]:
+    """out/{model.onnx, tokenizer.json, config.json} for a run's torch module; returns the tokenizer and the
+    run's sample texts the caller checks parity on."""
+    tokenizer = TextTokenizer.load(run_encoder / "tokenizer.json", enc_config.max_length)
+    texts = json.loads((run_encoder / "sample_texts.json").read_text())[:config.parity_texts]
+    if len(texts) < 2:
+        raise XtagError(f"{run_encoder}: the parity check needs at least 2 sample texts")
+    out.mkdir(parents=True, exist_ok=True)
+    # Example inputs of batch 2 and > 2 tokens, so neither axis is specialised to a constant.
+    ids, mask = tokenizer([texts[0] + " " + texts[1], texts[1]])
+    export_graph(module, ids, mask, out / "model.onnx", config.opset, output_names)
+    shutil.copyfile(run_encoder / "tokenizer.json", out / "tokenizer.json")
+    (out / "config.json").write_text(enc_config.model_copy(update={"opset": config.opset}).model_dump_json(indent=2))
+    return tokenizer, texts

@@ -130,11 +130,7 @@ class LightXMLModel:
     @classmethod
     def load(cls, folder: Path) -> "LightXMLModel":
         """Clusters and heads of a run or bundle folder (tree/, lightxml/)."""
-        try:
-            chain = ClusterChain.load(folder / "tree" / "chain.npz")
-        except (OSError, ValueError, KeyError) as exc:
-            raise XtagError(f"{folder}: cannot read the LightXML clusters ({exc})") from exc
-        return cls.load_heads(folder / "lightxml", chain)
+        return cls.load_heads(folder / "lightxml", ClusterChain.load_tree(folder / "tree"))
 
     @classmethod
     def load_heads(cls, folder: Path, chain: ClusterChain) -> "LightXMLModel":

@@ -64,11 +64,7 @@ class XLinearModel:
     @classmethod
     def load(cls, folder: Path) -> "XLinearModel":
         """The tree and rankers of a run or bundle folder (tree/, rankers/)."""
-        try:
-            chain = ClusterChain.load(folder / "tree" / "chain.npz")
-        except (OSError, ValueError, KeyError) as exc:
-            raise XtagError(f"{folder}: cannot read the label tree ({exc})") from exc
-        return cls.load_rankers(folder / "rankers", chain)
+        return cls.load_rankers(folder / "rankers", ClusterChain.load_tree(folder / "tree"))
 
     @classmethod
     def load_rankers(cls, folder: Path, chain: ClusterChain) -> "XLinearModel":

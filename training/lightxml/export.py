@@ -9,18 +9,17 @@ than `parity_tolerance` on either output; the report also gives the top-5 agreem
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from models.errors import XtagError
 from models.lightxml.model import OUTPUTS, LightXMLEncoder, LightXMLModel
-from models.onnx_encoder import EncoderConfig, TextTokenizer
+from models.onnx_encoder import EncoderConfig
 from training.config import TrainConfig
 from training.export import copy_run_model
 from training.lightxml.config import LightXMLExportConfig
 from training.lightxml.net import LightXMLNet
 from training.lightxml.result import load_heads
-from training.onnx_export import embedding_diff, export_graph, top_agreement
+from training.onnx_export import embedding_diff, top_agreement, write_graph
 
 
 def load_run_net(run_encoder: Path, attn_implementation: str | None = "eager") -> tuple[LightXMLNet, EncoderConfig]:
@@ -43,16 +42,8 @@ def export_lightxml(run_model: Path, tmp: Path, config: LightXMLExportConfig) ->
 
     run_encoder = run_model / "encoder"
     net, enc_config = load_run_net(run_encoder)
-    tokenizer = TextTokenizer.load(run_encoder / "tokenizer.json", enc_config.max_length)
-    texts = json.loads((run_encoder / "sample_texts.json").read_text())[:config.parity_texts]
-    if len(texts) < 2:
-        raise XtagError(f"{run_encoder}: the parity check needs at least 2 sample texts")
     out = tmp / "encoder"
-    out.mkdir(parents=True, exist_ok=True)
-    ids, mask = tokenizer([texts[0] + " " + texts[1], texts[1]])  # batch 2, > 2 tokens: no axis specialised
-    export_graph(net, ids, mask, out / "model.onnx", config.opset, list(OUTPUTS))
-    shutil.copyfile(run_encoder / "tokenizer.json", out / "tokenizer.json")
-    (out / "config.json").write_text(enc_config.model_copy(update={"opset": config.opset}).model_dump_json(indent=2))
+    tokenizer, texts = write_graph(net, run_encoder, out, enc_config, config, list(OUTPUTS))
 
     model = LightXMLModel.load(tmp)  # the run's numpy heads, re-saved with the export's FAISS threshold
     model = LightXMLModel(model.chain, model.labels.embeddings,

@@ -7,7 +7,6 @@ Pooling stays outside the graph (models/onnx_encoder.pool_numpy), as the bundle'
 from __future__ import annotations
 
 import json
-import shutil
 import warnings
 from pathlib import Path
 
@@ -17,13 +16,13 @@ from torch import nn
 
 from models.components import assemble, present
 from models.errors import XtagError
-from models.onnx_encoder import OnnxEncoder, TextTokenizer
+from models.onnx_encoder import OnnxEncoder
 from models.xlinear.model import XLinearModel
 from models.xlinear.shortlist import FaissShortlist, level1_recall
 from training.config import TrainConfig
 from training.encoder import encode_texts, load_trained
 from training.export import copy_run_model
-from training.onnx_export import embedding_diff, export_graph, top_agreement
+from training.onnx_export import embedding_diff, top_agreement, write_graph
 from training.xr_transformer.config import XRExportConfig
 
 
@@ -38,10 +37,6 @@ class _HiddenStates(nn.Module):
         return self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
 
-def _onnx_export(transformer: nn.Module, ids: np.ndarray, mask: np.ndarray, path: Path, opset: int) -> None:
-    export_graph(_HiddenStates(transformer), ids, mask, path, opset, ["last_hidden_state"])
-
-
 def export_encoder(run_encoder: Path, out: Path, config: XRExportConfig) -> tuple[dict, np.ndarray, np.ndarray]:
     """Write out/{model.onnx, tokenizer.json, config.json}; fail when ONNX and torch disagree beyond tolerance.
 
@@ -49,17 +44,8 @@ def export_encoder(run_encoder: Path, out: Path, config: XRExportConfig) -> tupl
     """
     encoder, enc_config = load_trained(run_encoder, attn_implementation="eager")
     encoder.eval()
-    tokenizer = TextTokenizer.load(run_encoder / "tokenizer.json", enc_config.max_length)
-    texts = json.loads((run_encoder / "sample_texts.json").read_text())[:config.parity_texts]
-    if len(texts) < 2:
-        raise XtagError(f"{run_encoder}: the parity check needs at least 2 sample texts")
-    out.mkdir(parents=True, exist_ok=True)
-    # Example inputs of batch 2 and > 2 tokens, so neither axis is specialised to a constant.
-    ids, mask = tokenizer([texts[0] + " " + texts[1], texts[1]])
-    _onnx_export(encoder.transformer, ids, mask, out / "model.onnx", config.opset)
-    shutil.copyfile(run_encoder / "tokenizer.json", out / "tokenizer.json")
-    enc_config = enc_config.model_copy(update={"opset": config.opset})
-    (out / "config.json").write_text(enc_config.model_dump_json(indent=2))
+    tokenizer, texts = write_graph(_HiddenStates(encoder.transformer), run_encoder, out, enc_config, config,
+                                   ["last_hidden_state"])
 
     reference = encode_texts(encoder, tokenizer, texts, 16, torch.device("cpu"))
     fp32 = OnnxEncoder.load(out).encode(texts)

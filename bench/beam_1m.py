@@ -78,17 +78,26 @@ def main() -> None:
     beam_search(X, levels, index, args.beam_size, 10)
     batch_s = time.perf_counter() - start
     result = {
-        "labels": args.labels, "tree_levels": sizes, "tree_build_s": round(tree_s, 2), "load_after_tree": tree_load,
-        "peak_rss_gb_after_tree": round(tree_rss, 2), "ranker_nnz": int(sum(l.W.nnz for l in levels)),
+        "labels": args.labels,
+        "tree_levels": sizes,
+        "tree_build_s": round(tree_s, 2),
+        "load_after_tree": tree_load,
+        "peak_rss_gb_after_tree": round(tree_rss, 2),
+        "ranker_nnz": int(sum(l.W.nnz for l in levels)),
         "single_p50_ms": round(float(np.percentile(times, 50)) * 1e3, 3),
         "single_p99_ms": round(float(np.percentile(times, 99)) * 1e3, 3),
-        "batch_docs_per_s": round(args.docs / batch_s, 1), "beam_size": args.beam_size,
-        "peak_rss_gb": round(rss_gb(), 2), "args": vars(args),
+        "batch_docs_per_s": round(args.docs / batch_s, 1),
+        "beam_size": args.beam_size,
+        "peak_rss_gb": round(rss_gb(), 2),
+        "args": vars(args),
     }
     print(json.dumps(result, indent=2))
     n = args.labels
-    save_result(args.result_name or "beam_" + (f"{n // 10**6}m" if n % 10**6 == 0 else f"{n // 1000}k" if n % 1000 == 0
-                                              else str(n)), result)
+    save_result(
+        args.result_name
+        or "beam_" + (f"{n // 10**6}m" if n % 10**6 == 0 else f"{n // 1000}k" if n % 1000 == 0 else str(n)),
+        result,
+    )
 
 
 if __name__ == "__main__":

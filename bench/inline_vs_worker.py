@@ -19,11 +19,11 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
-
 from results import save_result
 from service_latency import ROOT, _clients, free_port, start_server
-from training.data import load_corpus
 from xr_transformer_debtags import HttpPredict, ThreadServer, alternating
+
+from training.data import load_corpus
 
 
 def batch_sizes(port: int) -> dict[str, int]:
@@ -44,8 +44,11 @@ def lone_latency(bundle: Path, texts: list[str], repeats: int) -> list[dict]:
         with served.inlining_off():
             http(texts[i])
 
-    calls = {"predict": lambda i: served.predictor.predict([texts[i]], k=5), "http_inline": lambda i: http(texts[i]),
-             "http_worker": via_worker}
+    calls = {
+        "predict": lambda i: served.predictor.predict([texts[i]], k=5),
+        "http_inline": lambda i: http(texts[i]),
+        "http_worker": via_worker,
+    }
     out = []
     try:
         for _ in range(repeats):
@@ -64,8 +67,11 @@ def run(bundle: Path, inline: str, bodies: list[bytes], clients: int) -> dict:
     server = start_server(bundle, port, "on", XTAG_INLINE_MAX_TEXTS=inline)
     try:
         seconds, wall = asyncio.run(_clients(port, bodies, clients, "/v1/predict"))
-        return {"p50_ms": round(float(np.median(seconds)) * 1e3, 2), "req_per_s": round(len(bodies) / wall, 1),
-                "batch_sizes": batch_sizes(port)}
+        return {
+            "p50_ms": round(float(np.median(seconds)) * 1e3, 2),
+            "req_per_s": round(len(bodies) / wall, 1),
+            "batch_sizes": batch_sizes(port),
+        }
     finally:
         server.terminate()
         server.wait(10)
@@ -78,23 +84,33 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=300)
     ap.add_argument("--clients", default="6,8")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--result-name", default=None,
-                    help="bench/results/<name>.json (default: inline_vs_worker_<bundle folder name>)")
+    ap.add_argument(
+        "--result-name", default=None, help="bench/results/<name>.json (default: inline_vs_worker_<bundle folder name>)"
+    )
     args = ap.parse_args()
-    texts = load_corpus(args.test).texts[:args.requests]
+    texts = load_corpus(args.test).texts[: args.requests]
     bodies = [json.dumps({"text": t, "k": 5}).encode() for t in texts]
     results: dict = {"lone_client": lone_latency(args.bundle, texts[:200], args.repeats)}
     for clients in map(int, args.clients.split(",")):
         for _ in range(args.repeats):
-            for inline in (("1", "0") if _ % 2 else ("0", "1")):
+            for inline in ("1", "0") if _ % 2 else ("0", "1"):
                 r = run(args.bundle, inline, bodies, clients)
                 results.setdefault(f"clients={clients} inline_max_texts={inline}", []).append(r)
                 print(f"clients={clients} inline_max_texts={inline}: {r}", flush=True)
-    print(json.dumps({k: v if k == "lone_client" else {"p50_ms": [r["p50_ms"] for r in v],
-                                                       "req_per_s": [r["req_per_s"] for r in v]}
-                      for k, v in results.items()}))
-    save_result(args.result_name or f"inline_vs_worker_{args.bundle.resolve().name}",
-                {"bundle": str(args.bundle), "requests": len(bodies), **results})
+    print(
+        json.dumps(
+            {
+                k: v
+                if k == "lone_client"
+                else {"p50_ms": [r["p50_ms"] for r in v], "req_per_s": [r["req_per_s"] for r in v]}
+                for k, v in results.items()
+            }
+        )
+    )
+    save_result(
+        args.result_name or f"inline_vs_worker_{args.bundle.resolve().name}",
+        {"bundle": str(args.bundle), "requests": len(bodies), **results},
+    )
 
 
 if __name__ == "__main__":

@@ -19,17 +19,17 @@ import time
 from pathlib import Path
 
 import numpy as np
+from results import logged_commands, save_result
+from xr_transformer_debtags import LATENCY_TOKENS, METRICS, ROOT, run_variant, subset  # same path as XR-T
 
 from models.bundle import load_bundle
 from models.onnx_encoder import TextTokenizer
-from results import logged_commands, save_result
 from training.config import TrainConfig
-from training.lightxml.config import LightXMLConfig
-from training.loop import steps_per_epoch
 from training.data import load_corpus
 from training.evaluate import evaluate_bundle
+from training.lightxml.config import LightXMLConfig
+from training.loop import steps_per_epoch
 from training.run import train_run
-from xr_transformer_debtags import LATENCY_TOKENS, METRICS, ROOT, run_variant, subset  # same path as XR-T
 
 
 def p50_ms(call, n: int) -> float:
@@ -54,20 +54,29 @@ def latencies(bundle: Path, texts: list[str], n: int) -> dict:
     session = encoder.onnx.session
     feeds = [dict(zip(("input_ids", "attention_mask"), tok([t]))) for t in long]
     # One method at a time: interleaving lets one runtime's spinning threads slow the next.
-    p50 = {"onnx_forward": p50_ms(lambda i: session.run(None, feeds[i]), len(long)),
-           "tokenize_and_forward": p50_ms(lambda i: encoder.transform([long[i]]), len(long)),
-           "predict": p50_ms(lambda i: predictor.predict([long[i]], k=5), len(long))}
-    return {"texts": len(long), "tokens": LATENCY_TOKENS, **{f"{k}_p50_ms": round(v, 3) for k, v in p50.items()},
-            "predict_overhead_over_onnx_ms": round(p50["predict"] - p50["onnx_forward"], 3)}
+    p50 = {
+        "onnx_forward": p50_ms(lambda i: session.run(None, feeds[i]), len(long)),
+        "tokenize_and_forward": p50_ms(lambda i: encoder.transform([long[i]]), len(long)),
+        "predict": p50_ms(lambda i: predictor.predict([long[i]], k=5), len(long)),
+    }
+    return {
+        "texts": len(long),
+        "tokens": LATENCY_TOKENS,
+        **{f"{k}_p50_ms": round(v, 3) for k, v in p50.items()},
+        "predict_overhead_over_onnx_ms": round(p50["predict"] - p50["onnx_forward"], 3),
+    }
 
 
 def log_facts(run: Path) -> dict:
     events = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
     done = [e for e in events if e["event"] == "lightxml_done"]
-    return {"validations": [{k: e[k] for k in ("step", "P@1", "P@3", "P@5", "swa_models")}
-                            for e in events if e["event"] == "validate"],
-            "static_negatives_seconds": sum(e["seconds"] for e in events if e["event"] == "static_negatives"),
-            "training": done[-1] if done else None}
+    return {
+        "validations": [
+            {k: e[k] for k in ("step", "P@1", "P@3", "P@5", "swa_models")} for e in events if e["event"] == "validate"
+        ],
+        "static_negatives_seconds": sum(e["seconds"] for e in events if e["event"] == "static_negatives"),
+        "training": done[-1] if done else None,
+    }
 
 
 def main() -> None:
@@ -86,16 +95,25 @@ def main() -> None:
     ap.add_argument("--lr-head", type=float, default=None, help="heads' learning rate (default: the paper's 1e-4)")
     ap.add_argument("--suffix", default="", help="appended to the variant names (runs with other budgets)")
     ap.add_argument("--latency-only", action="store_true", help="re-measure the latency of finished bundles")
-    ap.add_argument("--result-name", default=None,
-                    help="bench/results/<name>.json (default: lightxml_<data folder name>)")
+    ap.add_argument(
+        "--result-name", default=None, help="bench/results/<name>.json (default: lightxml_<data folder name>)"
+    )
     args = ap.parse_args()
     work = args.workdir
     work.mkdir(parents=True, exist_ok=True)
     train_path = subset(args.data / "train.jsonl.gz", work / "train.jsonl", args.limit)
     test = load_corpus(subset(args.data / "test.jsonl.gz", work / "test.jsonl", args.limit))
     n_train = len(load_corpus(train_path))
-    lc = LightXMLConfig(max_length=args.max_length, batch_size=args.batch_size, epochs=1, max_steps=args.max_steps,
-                        device="cpu", swa_every=args.swa_every, eval_every=args.eval_every, checkpoint_every=100)
+    lc = LightXMLConfig(
+        max_length=args.max_length,
+        batch_size=args.batch_size,
+        epochs=1,
+        max_steps=args.max_steps,
+        device="cpu",
+        swa_every=args.swa_every,
+        eval_every=args.eval_every,
+        checkpoint_every=100,
+    )
     per_epoch = steps_per_epoch(n_train - round(lc.val_fraction * n_train), 1, lc.batch_size, lc.grad_accum)
     # SWA "over the last epochs": with a step cap below one epoch, over the last third of the budget.
     lc.swa_start = args.swa_from * min(args.max_steps, per_epoch) / per_epoch
@@ -112,8 +130,11 @@ def main() -> None:
         return
     for negatives in args.variants.split(","):
         name = negatives + args.suffix
-        config = TrainConfig(corpus=train_path, model="lightxml",
-                             lightxml=lc.model_copy(update={"negatives": negatives, "lr_head": args.lr_head}))
+        config = TrainConfig(
+            corpus=train_path,
+            model="lightxml",
+            lightxml=lc.model_copy(update={"negatives": negatives, "lr_head": args.lr_head}),
+        )
         run = work / f"{name}-run"
         if (run / "config.json").exists() and not (run / "model").is_dir():  # finish an interrupted run first
             train_run(config, run, resume=True, progress=True)

@@ -106,9 +106,10 @@ def render_block(spec: str, docs: dict[str, dict]) -> tuple[str, list[str], bool
     names = [n for n in docs if fnmatch.fnmatchcase(n, pattern)]
     if not names:
         raise RenderError(f"block {spec!r}: no bench/results/*.json matches {pattern!r}")
-    matched = sorted((docs[n] for n in names),
-                     key=lambda d: (d["provenance"].get("date") is not None, d["provenance"].get("date") or "",
-                                    natural(d["name"])))
+    matched = sorted(
+        (docs[n] for n in names),
+        key=lambda d: (d["provenance"].get("date") is not None, d["provenance"].get("date") or "", natural(d["name"])),
+    )
     kinds = {d["benchmark"] for d in matched}
     if len(kinds) > 1:
         raise RenderError(f"block {spec!r}: files of different benchmarks ({', '.join(sorted(kinds))})")
@@ -139,11 +140,15 @@ def render(markdown: str, docs: dict[str, dict]) -> str:
 
     out = MARKER.sub(replace, markdown)
     if set(docs) - used:
-        raise RenderError("results in no block of RESULTS.md (add a <!-- results:NAME --> block): "
-                          + ", ".join(sorted(set(docs) - used)))
+        raise RenderError(
+            "results in no block of RESULTS.md (add a <!-- results:NAME --> block): "
+            + ", ".join(sorted(set(docs) - used))
+        )
     if set(docs) - shown:
-        raise RenderError("results whose provenance no block shows (add <!-- results:NAME#provenance -->): "
-                          + ", ".join(sorted(set(docs) - shown)))
+        raise RenderError(
+            "results whose provenance no block shows (add <!-- results:NAME#provenance -->): "
+            + ", ".join(sorted(set(docs) - shown))
+        )
     return out
 
 
@@ -162,11 +167,15 @@ def main() -> int:
     if rendered == current:
         return 0
     if args.check:
-        diff = difflib.unified_diff(current.splitlines(), rendered.splitlines(), str(args.markdown), "rendered",
-                                    lineterm="", n=1)
+        diff = difflib.unified_diff(
+            current.splitlines(), rendered.splitlines(), str(args.markdown), "rendered", lineterm="", n=1
+        )
         print("\n".join(list(diff)[:60]), file=sys.stderr)
-        print(f"render_results: {args.markdown} differs from what {args.results}/*.json render to; "
-              f"run python bench/render_results.py", file=sys.stderr)
+        print(
+            f"render_results: {args.markdown} differs from what {args.results}/*.json render to; "
+            f"run python bench/render_results.py",
+            file=sys.stderr,
+        )
         return 1
     args.markdown.write_text(rendered)
     print(f"rewrote {args.markdown}", file=sys.stderr)

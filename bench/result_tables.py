@@ -9,6 +9,7 @@ METRICS = ("P@1", "P@3", "P@5", "PSP@1", "PSP@3", "PSP@5")
 
 # -- formatting ----------------------------------------------------------------------------------------------------
 
+
 def f2(x) -> str:
     return "" if x is None else f"{x:.2f}"
 
@@ -78,6 +79,7 @@ def payloads(docs: list[dict]) -> list[dict]:
 
 def one_result_each(build):
     """A builder of one result's tables; files matched together by one marker get theirs one after the other."""
+
     def per_file(docs: list[dict]) -> dict[str, str]:
         out: dict[str, list[str]] = {}
         for doc in docs:
@@ -91,20 +93,24 @@ def one_result_each(build):
 
 # -- XR-Linear ------------------------------------------------------------------------------------------------------
 
+
 @one_result_each
 def xlinear_vs_pecos(r: dict) -> dict[str, str]:
     out = {}
     ours, peer = r["xtag"], r["pecos"]
     metrics = [m for m in ("P@1", "P@3", "P@5", "PSP@1", "PSP@3", "PSP@5", "nDCG@5", "macro-R@5") if m in ours]
     version = f" {peer['pecos_version']}" if peer.get("pecos_version") else ""
-    out["accuracy"] = table(["metric", "xtag", f"PECOS{version}"], "lrr",
-                            [[m, f2(ours[m]), f2(peer[m])] for m in metrics])
+    out["accuracy"] = table(
+        ["metric", "xtag", f"PECOS{version}"], "lrr", [[m, f2(ours[m]), f2(peer[m])] for m in metrics]
+    )
     ratios = r.get("ratios", {})
     rows = []
-    for key, label, fmt in (("train_s", f"training s (tree + rankers, median of {r['repeats']})", f2),
-                            ("single_p50_ms", "single-document p50 ms (vectorisation excluded)", f2),
-                            ("single_p99_ms", "single-document p99 ms", f2),
-                            ("docs_per_s", "batch throughput, docs/s (whole test set)", thousands)):
+    for key, label, fmt in (
+        ("train_s", f"training s (tree + rankers, median of {r['repeats']})", f2),
+        ("single_p50_ms", "single-document p50 ms (vectorisation excluded)", f2),
+        ("single_p99_ms", "single-document p99 ms", f2),
+        ("docs_per_s", "batch throughput, docs/s (whole test set)", thousands),
+    ):
         rows.append([label, fmt(ours[key]), fmt(peer[key]), f2(ratios.get(key, ours[key] / peer[key]))])
     out["speed"] = table(["", "xtag", "PECOS", "ratio"], "lrrr", rows)
     return out
@@ -112,12 +118,21 @@ def xlinear_vs_pecos(r: dict) -> dict[str, str]:
 
 def xlinear_validation(docs: list[dict]) -> dict[str, str]:
     rows = [v for r in payloads(docs) for v in r["variants"]]
-    cols = [("P@1", "P@1", f2), ("P@5", "P@5", f2), ("PSP@5", "PSP@5", f2), ("macro-R@5", "macro-R@5", f2),
-            ("train_s", "training s", f1), ("note", "note", lambda x: x or "")]
+    cols = [
+        ("P@1", "P@1", f2),
+        ("P@5", "P@5", f2),
+        ("PSP@5", "PSP@5", f2),
+        ("macro-R@5", "macro-R@5", f2),
+        ("train_s", "training s", f1),
+        ("note", "note", lambda x: x or ""),
+    ]
     cols = [c for c in cols if any(v.get(c[0]) is not None for v in rows)]
     body = [[v.get("label", v["variant"])] + [fmt(v.get(key)) for key, _, fmt in cols] for v in rows]
-    return {"table": table(["variant"] + [h for _, h, _ in cols], "l" + "".join("l" if k == "note" else "r"
-                                                                                for k, _, _ in cols), body)}
+    return {
+        "table": table(
+            ["variant"] + [h for _, h, _ in cols], "l" + "".join("l" if k == "note" else "r" for k, _, _ in cols), body
+        )
+    }
 
 
 @one_result_each
@@ -127,25 +142,36 @@ def beam_1m(r: dict) -> dict[str, str]:
     if levels[-1] != r["labels"]:
         levels.append(r["labels"])
     load = f" (under load {r['load_after_tree']:.1f})" if r.get("load_after_tree") is not None else ""
-    out["table"] = table(["", ""], "ll", [
-        ["tree levels", " → ".join(f"{n:,}" for n in levels[:-1]) + f" clusters → {levels[-1]:,} labels"],
-        ["tree build (balanced 4/16-ary k-means, 20 iterations max)", f"{r['tree_build_s']:.0f} s{load}"],
-        ["peak RSS after the tree", f"{r['peak_rss_gb_after_tree']:.2f} GB"],
-        ["ranker weights held", (f"{r['ranker_nnz'] / 1e6:.1f} M" if r["ranker_nnz"] >= 1e6 else f"{r['ranker_nnz']:,}")
-         + f" non-zeros; peak RSS {r['peak_rss_gb']:.2f} GB"],
-        ["single-document beam search p50 / p99", f"{r['single_p50_ms']:.2f} / {r['single_p99_ms']:.2f} ms"],
-        ["batch beam search", f"{r['batch_docs_per_s']:,.0f} docs/s"],
-    ])
+    out["table"] = table(
+        ["", ""],
+        "ll",
+        [
+            ["tree levels", " → ".join(f"{n:,}" for n in levels[:-1]) + f" clusters → {levels[-1]:,} labels"],
+            ["tree build (balanced 4/16-ary k-means, 20 iterations max)", f"{r['tree_build_s']:.0f} s{load}"],
+            ["peak RSS after the tree", f"{r['peak_rss_gb_after_tree']:.2f} GB"],
+            [
+                "ranker weights held",
+                (f"{r['ranker_nnz'] / 1e6:.1f} M" if r["ranker_nnz"] >= 1e6 else f"{r['ranker_nnz']:,}")
+                + f" non-zeros; peak RSS {r['peak_rss_gb']:.2f} GB",
+            ],
+            ["single-document beam search p50 / p99", f"{r['single_p50_ms']:.2f} / {r['single_p99_ms']:.2f} ms"],
+            ["batch beam search", f"{r['batch_docs_per_s']:,.0f} docs/s"],
+        ],
+    )
     return out
 
 
 def shortlist_vs_exact(docs: list[dict]) -> dict[str, str]:
-    rows = [[f"{x['nodes']:,}", f"{x['indexed_columns']:,}", sig3(x["exact_p50_ms"]), sig3(x["flat_faiss_p50_ms"])]
-            for r in payloads(docs) for x in r["levels"]]
+    rows = [
+        [f"{x['nodes']:,}", f"{x['indexed_columns']:,}", sig3(x["exact_p50_ms"]), sig3(x["flat_faiss_p50_ms"])]
+        for r in payloads(docs)
+        for x in r["levels"]
+    ]
     return {"table": table(["level-1 nodes", "indexed columns", "exact p50 ms", "flat FAISS p50 ms"], "rrrr", rows)}
 
 
 # -- service --------------------------------------------------------------------------------------------------------
+
 
 @one_result_each
 def service_latency(r: dict) -> dict[str, str]:
@@ -153,17 +179,29 @@ def service_latency(r: dict) -> dict[str, str]:
     lat = r["latency"]
     rows = []
     first = next(iter(lat.values()))
-    rows.append(["in-process `Predictor.predict` (one text, TF-IDF included)", ms(get(first, "in_process_ms", "p50")),
-                 ms(get(first, "in_process_ms", "p99")), ""])
+    rows.append(
+        [
+            "in-process `Predictor.predict` (one text, TF-IDF included)",
+            ms(get(first, "in_process_ms", "p50")),
+            ms(get(first, "in_process_ms", "p99")),
+            "",
+        ]
+    )
     for batching, figures in lat.items():
         label = "micro-batching on (default)" if batching == "on" else f"micro-batching {batching}"
-        for key in sorted((k for k in figures if re.fullmatch(r"http_\d+_clients?_ms", k)),
-                          key=lambda k: int(k.split("_")[1])):
+        for key in sorted(
+            (k for k in figures if re.fullmatch(r"http_\d+_clients?_ms", k)), key=lambda k: int(k.split("_")[1])
+        ):
             n = int(key.split("_")[1])
             qps = get(figures, key, "qps")
-            rows.append([f"HTTP, {n} client{'s' if n > 1 else ''}, {label if n == 1 else label.split(' (')[0]}",
-                         ms(get(figures, key, "p50")), ms(get(figures, key, "p99")),
-                         f"{qps:,.0f} req/s" if qps is not None else ""])
+            rows.append(
+                [
+                    f"HTTP, {n} client{'s' if n > 1 else ''}, {label if n == 1 else label.split(' (')[0]}",
+                    ms(get(figures, key, "p50")),
+                    ms(get(figures, key, "p99")),
+                    f"{qps:,.0f} req/s" if qps is not None else "",
+                ]
+            )
     out["latency"] = table(["", "p50 ms", "p99 ms", "throughput"], "lrrr", rows)
     rw = r.get("reweighting")
     if rw:
@@ -174,9 +212,14 @@ def service_latency(r: dict) -> dict[str, str]:
         alphas = sorted({a for row in cells.values() for a in row})
         names = {"power": "power (β=0.5)"}  # the default β of models/reweighting.py, which the service uses
         out["reweighting"] = table(
-            ["scheme"] + [f"α={a:g}" if i == 0 else f"{a:g}" for i, a in enumerate(alphas)], "l" * (1 + len(alphas)),
-            [[names.get(s, s)] + [f"{row[a]['P@5']:.2f} / {row[a]['macro-R@5']:.2f}" if a in row else ""
-                                  for a in alphas] for s, row in cells.items()])
+            ["scheme"] + [f"α={a:g}" if i == 0 else f"{a:g}" for i, a in enumerate(alphas)],
+            "l" * (1 + len(alphas)),
+            [
+                [names.get(s, s)]
+                + [f"{row[a]['P@5']:.2f} / {row[a]['macro-R@5']:.2f}" if a in row else "" for a in alphas]
+                for s, row in cells.items()
+            ],
+        )
     return out
 
 
@@ -184,23 +227,54 @@ def service_latency(r: dict) -> dict[str, str]:
 def inline_vs_worker(r: dict) -> dict[str, str]:
     out = {}
     out["lone_client"] = table(
-        ["repeat", "in-process predict p50 ms", "`/v1/predict` inlined p50 ms", "via the worker p50 ms",
-         "inlined − worker ms"], "rrrrr",
-        [[str(i), f2(x.get("predict")), f2(x.get("http_inline")), f2(x.get("http_worker")),
-          signed(x["inline_minus_worker_ms"])] for i, x in enumerate(r.get("lone_client", []), 1)])
+        [
+            "repeat",
+            "in-process predict p50 ms",
+            "`/v1/predict` inlined p50 ms",
+            "via the worker p50 ms",
+            "inlined − worker ms",
+        ],
+        "rrrrr",
+        [
+            [
+                str(i),
+                f2(x.get("predict")),
+                f2(x.get("http_inline")),
+                f2(x.get("http_worker")),
+                signed(x["inline_minus_worker_ms"]),
+            ]
+            for i, x in enumerate(r.get("lone_client", []), 1)
+        ],
+    )
     rows = []
     for key, runs in r.items():
         m = re.fullmatch(r"clients=(\d+) inline_max_texts=(\d+)", key)
         if m:
-            rows.append([m[1], m[2], " / ".join(f2(x["p50_ms"]) for x in runs),
-                         " / ".join(f1(x["req_per_s"]) for x in runs),
-                         "; ".join(", ".join(f"{b}: {c}" for b, c in x.get("batch_sizes", {}).items()) for x in runs)])
-    out["closed_loop"] = table(["clients", "XTAG_INLINE_MAX_TEXTS", "p50 ms per run", "req/s per run",
-                                "predictor calls per batch size, per run"], "rrrrl", rows)
+            rows.append(
+                [
+                    m[1],
+                    m[2],
+                    " / ".join(f2(x["p50_ms"]) for x in runs),
+                    " / ".join(f1(x["req_per_s"]) for x in runs),
+                    "; ".join(", ".join(f"{b}: {c}" for b, c in x.get("batch_sizes", {}).items()) for x in runs),
+                ]
+            )
+    out["closed_loop"] = table(
+        [
+            "clients",
+            "XTAG_INLINE_MAX_TEXTS",
+            "p50 ms per run",
+            "req/s per run",
+            "predictor calls per batch size, per run",
+        ],
+        "rrrrl",
+        rows,
+    )
     return out
 
 
 # -- tail labels ----------------------------------------------------------------------------------------------------
+
 
 def _change(row: dict, plain: dict) -> tuple[str, str]:
     p = row.get("P@5_change", row["P@5"] - plain["P@5"])
@@ -211,8 +285,10 @@ def _change(row: dict, plain: dict) -> tuple[str, str]:
 @one_result_each
 def tail_debtags(r: dict) -> dict[str, str]:
     out = {}
-    models = [("B (served bundle, raw scores)", "B", r.get("full")),
-              ("A (calibrated)", "A", get(r, "calibrated", "study"))]
+    models = [
+        ("B (served bundle, raw scores)", "B", r.get("full")),
+        ("A (calibrated)", "A", get(r, "calibrated", "study")),
+    ]
     rows = []
     for label, short, study in models:
         if not study:
@@ -222,12 +298,19 @@ def tail_debtags(r: dict) -> dict[str, str]:
         for scheme, row in study["smallest_alpha"].items():
             if row is None:
                 continue
-            rows.append([label if first else short,
-                         f"{plain['P@5']:.2f} / {plain['macro-R@5']:.2f}" if first else "",
-                         scheme, f"{row['alpha']:.2f}", *_change(row, plain)])
+            rows.append(
+                [
+                    label if first else short,
+                    f"{plain['P@5']:.2f} / {plain['macro-R@5']:.2f}" if first else "",
+                    scheme,
+                    f"{row['alpha']:.2f}",
+                    *_change(row, plain),
+                ]
+            )
             first = False
-    out["smallest_alpha"] = table(["model", "plain P@5 / macro-R@5", "scheme", "alpha", "P@5", "macro-R@5"],
-                                  "lllrrr", rows)
+    out["smallest_alpha"] = table(
+        ["model", "plain P@5 / macro-R@5", "scheme", "alpha", "P@5", "macro-R@5"], "lllrrr", rows
+    )
     study = r["calibrated"]["study"]
     fw = {x["alpha"]: x for x in study.get("fw", [])}
     per_alpha = study["comparison"]["per_alpha"]
@@ -236,16 +319,37 @@ def tail_debtags(r: dict) -> dict[str, str]:
     rows = []
     for x in per_alpha:
         bca, best, f = x["bca"], x.get("best_reweighting"), fw.get(x["bca"]["alpha"], {})
-        rows.append([f"{bca['alpha']:g}", f2(bca["P@5"]),
-                     bold(f2(bca["macro-F1@5"])) if bca["alpha"] == headline else f2(bca["macro-F1@5"]),
-                     f2(bca["seconds"]), f"{best['scheme']} α={best['alpha']:g}" if best else "none",
-                     f2(best["macro-F1@5"]) if best else "", f2(f.get("macro-F1@5")), f2(f.get("seconds"))])
-    out["batch"] = table(["alpha", "BCA P@5", "BCA macro-F1@5", "BCA s", "best reweighting at ≥ P@5",
-                          "its macro-F1@5", "FW macro-F1@5", "FW s"], "rrrrlrrr", rows)
+        rows.append(
+            [
+                f"{bca['alpha']:g}",
+                f2(bca["P@5"]),
+                bold(f2(bca["macro-F1@5"])) if bca["alpha"] == headline else f2(bca["macro-F1@5"]),
+                f2(bca["seconds"]),
+                f"{best['scheme']} α={best['alpha']:g}" if best else "none",
+                f2(best["macro-F1@5"]) if best else "",
+                f2(f.get("macro-F1@5")),
+                f2(f.get("seconds")),
+            ]
+        )
+    out["batch"] = table(
+        [
+            "alpha",
+            "BCA P@5",
+            "BCA macro-F1@5",
+            "BCA s",
+            "best reweighting at ≥ P@5",
+            "its macro-F1@5",
+            "FW macro-F1@5",
+            "FW s",
+        ],
+        "rrrrlrrr",
+        rows,
+    )
     return out
 
 
 # -- transformers ---------------------------------------------------------------------------------------------------
+
 
 def _variants(result: dict) -> list[tuple[str, dict]]:
     return [(name, v) for name, v in result.items() if isinstance(v, dict) and "metrics" in v]
@@ -283,36 +387,65 @@ def xr_transformer_debtags(docs: list[dict]) -> dict[str, str]:
             if v.get("int8_metrics"):
                 rows.append(["… int8 encoder"] + [f2(v["int8_metrics"][m]) for m in METRICS] + [""])
     bold_column_maxima(rows, range(1, 1 + len(METRICS)))
-    out = {"accuracy": table(["variant", *METRICS, "training s = fine-tune + encode + bootstrap + rankers"],
-                             "l" + "r" * len(METRICS) + "l", rows)}
+    out = {
+        "accuracy": table(
+            ["variant", *METRICS, "training s = fine-tune + encode + bootstrap + rankers"],
+            "l" + "r" * len(METRICS) + "l",
+            rows,
+        )
+    }
     measured = [(r.get("args", {}), name, v) for r in payloads(docs) for name, v in _variants(r) if v.get("latency")]
     if measured:
         texts = next((get(v, "export", "parity_texts") for _, _, v in measured if get(v, "export", "parity_texts")), 64)
-        cols = [(f"ONNX vs torch max abs diff ({texts} texts)",
-                 lambda v: e1(get(v, "export", "parity", "max_abs_diff"))),
-                ("int8 vs fp32: max abs / cosine", lambda v: "" if get(v, "int8_export", "int8") is None else
-                 f"{v['int8_export']['int8']['vs_fp32']['max_abs_diff']:.3f} / "
-                 f"{v['int8_export']['int8']['vs_fp32']['mean_cosine']:.4f}"),
-                ("int8 top-5 agreement", lambda v: "" if get(v, "int8_export", "int8", "top5_agreement_vs_fp32") is None
-                 else f"{v['int8_export']['int8']['top5_agreement_vs_fp32']:.3f}")]
+        cols = [
+            (f"ONNX vs torch max abs diff ({texts} texts)", lambda v: e1(get(v, "export", "parity", "max_abs_diff"))),
+            (
+                "int8 vs fp32: max abs / cosine",
+                lambda v: (
+                    ""
+                    if get(v, "int8_export", "int8") is None
+                    else f"{v['int8_export']['int8']['vs_fp32']['max_abs_diff']:.3f} / "
+                    f"{v['int8_export']['int8']['vs_fp32']['mean_cosine']:.4f}"
+                ),
+            ),
+            (
+                "int8 top-5 agreement",
+                lambda v: (
+                    ""
+                    if get(v, "int8_export", "int8", "top5_agreement_vs_fp32") is None
+                    else f"{v['int8_export']['int8']['top5_agreement_vs_fp32']:.3f}"
+                ),
+            ),
+        ]
         cols = [c for c in cols if any(c[1](v) for _, _, v in measured)]
         lat = latency_columns([v["latency"] for _, _, v in measured], digits=1)
-        out["latency"] = table(["bundle"] + [h for h, _ in cols] + [h for h, _, _ in lat],
-                               "l" + "r" * (len(cols) + len(lat)),
-                               [[v.get("short_label", _xrt_short_name(name, args))] + [fn(v) for _, fn in cols]
-                                + [fmt(v["latency"].get(key)) for _, key, fmt in lat] for args, name, v in measured])
+        out["latency"] = table(
+            ["bundle"] + [h for h, _ in cols] + [h for h, _, _ in lat],
+            "l" + "r" * (len(cols) + len(lat)),
+            [
+                [v.get("short_label", _xrt_short_name(name, args))]
+                + [fn(v) for _, fn in cols]
+                + [fmt(v["latency"].get(key)) for _, key, fmt in lat]
+                for args, name, v in measured
+            ],
+        )
     return out
 
 
 # Latency figures of bench/xr_transformer_debtags.py (current and earlier methods), in column order.
-LATENCY = (("torch ms", "torch_p50_ms", "1"), ("ONNX ms", "onnx_p50_ms", "d"), ("predict ms", "predict_p50_ms", "d"),
-           ("`/v1/predict` ms", "http_p50_ms", "d"), ("predict, no FAISS ms", "predict_no_faiss_p50_ms", "d"),
-           ("predict, flat FAISS level 1 ms", "predict_faiss_flat_p50_ms", "d"),
-           ("predict minus encoder ms", "predict_without_encoder_p50_ms", "2"),
-           ("predict − ONNX", "predict_overhead_over_onnx_ms", "2"),
-           ("HTTP − ONNX", "http_overhead_over_onnx_ms", "2"),
-           ("HTTP − ONNX, worker thread", "http_worker_overhead_over_onnx_ms", "2"),
-           ("separate: HTTP − ONNX", "http_separate_overhead_over_onnx_separate_ms", "2"))
+LATENCY = (
+    ("torch ms", "torch_p50_ms", "1"),
+    ("ONNX ms", "onnx_p50_ms", "d"),
+    ("predict ms", "predict_p50_ms", "d"),
+    ("`/v1/predict` ms", "http_p50_ms", "d"),
+    ("predict, no FAISS ms", "predict_no_faiss_p50_ms", "d"),
+    ("predict, flat FAISS level 1 ms", "predict_faiss_flat_p50_ms", "d"),
+    ("predict minus encoder ms", "predict_without_encoder_p50_ms", "2"),
+    ("predict − ONNX", "predict_overhead_over_onnx_ms", "2"),
+    ("HTTP − ONNX", "http_overhead_over_onnx_ms", "2"),
+    ("HTTP − ONNX, worker thread", "http_worker_overhead_over_onnx_ms", "2"),
+    ("separate: HTTP − ONNX", "http_separate_overhead_over_onnx_separate_ms", "2"),
+)
 
 
 def latency_columns(latencies: list[dict], digits: int) -> list[tuple]:
@@ -331,9 +464,16 @@ def xr_transformer_latency(docs: list[dict]) -> dict[str, str]:
     several = len({v for _, v, _ in measured}) > 1
     cols = latency_columns([lat for _, _, lat in measured], digits=2)
     head = ["run"] + (["variant"] if several else []) + [h for h, _, _ in cols]
-    return {"table": table(head, "l" * (1 + several) + "r" * len(cols),
-                           [[run] + ([variant] if several else []) + [fmt(lat.get(key)) for _, key, fmt in cols]
-                            for run, variant, lat in measured])}
+    return {
+        "table": table(
+            head,
+            "l" * (1 + several) + "r" * len(cols),
+            [
+                [run] + ([variant] if several else []) + [fmt(lat.get(key)) for _, key, fmt in cols]
+                for run, variant, lat in measured
+            ],
+        )
+    }
 
 
 def lightxml_debtags(docs: list[dict]) -> dict[str, str]:
@@ -349,26 +489,58 @@ def lightxml_debtags(docs: list[dict]) -> dict[str, str]:
         for name, v in _variants(r):
             t = v.get("training") or {}
             batch = get(v, "args", "batch_size")
-            epochs = "" if t.get("epochs") is None else f"{t['epochs']:.3f}" + (
-                f" ({t['steps']} × {batch} texts)" if t.get("steps") is not None and batch else "")
-            rows.append([v.get("label", f"LightXML, {name}")] + [f2(v["metrics"][m]) for m in METRICS]
-                        + [f0(_seconds(v)), epochs])
+            epochs = (
+                ""
+                if t.get("epochs") is None
+                else f"{t['epochs']:.3f}"
+                + (f" ({t['steps']} × {batch} texts)" if t.get("steps") is not None and batch else "")
+            )
+            rows.append(
+                [v.get("label", f"LightXML, {name}")]
+                + [f2(v["metrics"][m]) for m in METRICS]
+                + [f0(_seconds(v)), epochs]
+            )
             if v.get("latency"):
                 measured.append((name, v))
     out = {"accuracy": table(["model", *METRICS, "training s", "epochs"], "l" + "r" * (len(METRICS) + 1) + "l", rows)}
     if measured:
         texts = next((get(v, "export", "parity_texts") for _, v in measured if get(v, "export", "parity_texts")), 64)
         out["latency"] = table(
-            ["bundle", f"ONNX vs torch max abs diff ({texts} texts): cluster scores / bottleneck",
-             "bare ONNX forward ms", "tokenise + forward ms", "`Predictor.predict` (k=5) ms"], "lrrrr",
-            [[v.get("short_label", name),
-              f"{e1(get(v, 'export', 'parity', 'cluster_scores', 'max_abs_diff'))} / "
-              f"{e1(get(v, 'export', 'parity', 'bottleneck', 'max_abs_diff'))}",
-              f1(v["latency"].get("onnx_forward_p50_ms")), f1(v["latency"].get("tokenize_and_forward_p50_ms")),
-              f1(v["latency"].get("predict_p50_ms"))] for name, v in measured])
+            [
+                "bundle",
+                f"ONNX vs torch max abs diff ({texts} texts): cluster scores / bottleneck",
+                "bare ONNX forward ms",
+                "tokenise + forward ms",
+                "`Predictor.predict` (k=5) ms",
+            ],
+            "lrrrr",
+            [
+                [
+                    v.get("short_label", name),
+                    f"{e1(get(v, 'export', 'parity', 'cluster_scores', 'max_abs_diff'))} / "
+                    f"{e1(get(v, 'export', 'parity', 'bottleneck', 'max_abs_diff'))}",
+                    f1(v["latency"].get("onnx_forward_p50_ms")),
+                    f1(v["latency"].get("tokenize_and_forward_p50_ms")),
+                    f1(v["latency"].get("predict_p50_ms")),
+                ]
+                for name, v in measured
+            ],
+        )
     return out
 
 
-BUILDERS = {f.__name__: f for f in (xlinear_vs_pecos, xlinear_validation, beam_1m, shortlist_vs_exact, service_latency,
-                                     inline_vs_worker, tail_debtags, xr_transformer_debtags, xr_transformer_latency,
-                                     lightxml_debtags)}
+BUILDERS = {
+    f.__name__: f
+    for f in (
+        xlinear_vs_pecos,
+        xlinear_validation,
+        beam_1m,
+        shortlist_vs_exact,
+        service_latency,
+        inline_vs_worker,
+        tail_debtags,
+        xr_transformer_debtags,
+        xr_transformer_latency,
+        lightxml_debtags,
+    )
+}

@@ -27,22 +27,37 @@ def _read(path: str) -> str:
 
 def machine_facts(**extra) -> dict:
     """CPU count and model, memory, platform, Python, versions of the numeric packages; `extra` added as given."""
-    cpu_model = next((line.split(":", 1)[1].strip() for line in _read("/proc/cpuinfo").splitlines()
-                      if line.startswith("model name")), platform.processor() or None)
-    mem_kb = next((int(line.split()[1]) for line in _read("/proc/meminfo").splitlines()
-                   if line.startswith("MemTotal:")), None)
+    cpu_model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in _read("/proc/cpuinfo").splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor() or None,
+    )
+    mem_kb = next(
+        (int(line.split()[1]) for line in _read("/proc/meminfo").splitlines() if line.startswith("MemTotal:")), None
+    )
     packages = {}
     for name in PACKAGES:
         try:
             packages[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             pass
-    return {"cpus": os.cpu_count(), "cpu_model": cpu_model, "memory_gb": round(mem_kb / 2**20, 1) if mem_kb else None,
-            "platform": platform.platform(), "python": platform.python_version(), "packages": packages, **extra}
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": cpu_model,
+        "memory_gb": round(mem_kb / 2**20, 1) if mem_kb else None,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "packages": packages,
+        **extra,
+    }
 
 
 def git_state() -> dict:
     """Commit of the working tree and whether tracked files differ from it (nulls outside a git checkout)."""
+
     def git(*args: str) -> str | None:
         try:
             done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10)
@@ -76,15 +91,21 @@ def logged_commands(log: Path) -> list[str]:
     return commands
 
 
-def save_result(name: str, payload: dict, command: str | list[str] | None = None, machine: dict | None = None,
-                benchmark: str | None = None, directory: Path = RESULTS_DIR) -> Path:
+def save_result(
+    name: str,
+    payload: dict,
+    command: str | list[str] | None = None,
+    machine: dict | None = None,
+    benchmark: str | None = None,
+    directory: Path = RESULTS_DIR,
+) -> Path:
     """Write <directory>/<name>.json and return its path. The file is
 
-        {"name": name, "benchmark": which renderer draws it (default: the running script's stem),
-         "provenance": {"command": argv as typed (or a list, when the payload spans several invocations),
-                        "date": UTC, "machine": machine_facts(**machine), "load_average": {"start", "end"},
-                        "git_commit", "git_dirty"},
-         "result": payload}
+    {"name": name, "benchmark": which renderer draws it (default: the running script's stem),
+     "provenance": {"command": argv as typed (or a list, when the payload spans several invocations),
+                    "date": UTC, "machine": machine_facts(**machine), "load_average": {"start", "end"},
+                    "git_commit", "git_dirty"},
+     "result": payload}
     """
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.json"

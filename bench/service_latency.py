@@ -45,7 +45,13 @@ def free_port() -> int:
 
 
 def start_server(bundle: Path, port: int, batching: str, **extra_env: str) -> subprocess.Popen:
-    env = {**os.environ, "XTAG_BATCHING": batching, "XTAG_LOG_LEVEL": "warning", "XTAG_MAX_BATCH_DOCUMENTS": "1024", **extra_env}
+    env = {
+        **os.environ,
+        "XTAG_BATCHING": batching,
+        "XTAG_LOG_LEVEL": "warning",
+        "XTAG_MAX_BATCH_DOCUMENTS": "1024",
+        **extra_env,
+    }
     code = f"from service.server import serve; serve({str(bundle)!r}, '127.0.0.1', {port}, 1)"
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env)
     deadline = time.time() + 60
@@ -68,7 +74,7 @@ class Conn:
         self.reader, self.writer = reader, writer
 
     @classmethod
-    async def open(cls, port: int) -> "Conn":
+    async def open(cls, port: int) -> Conn:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return cls(reader, writer)
@@ -131,8 +137,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _paired(port: int, predictor, texts: list[str], bodies: list[bytes], k: int,
-                  cpu: list[float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+async def _paired(
+    port: int, predictor, texts: list[str], bodies: list[bytes], k: int, cpu: list[float] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """One client; each text timed in-process and then over HTTP back to back, so machine load hits both alike."""
     conn = await Conn.open(port)
     inproc, http = np.zeros(len(texts)), np.zeros(len(texts))
@@ -159,28 +166,35 @@ def latency(port: int, pid: int, predictor, texts: list[str], k: int, concurrenc
     inproc, one = asyncio.run(_paired(port, predictor, texts, bodies, k, cpu))
     server_cpu = (cpu_seconds(pid) - server_cpu) / len(texts) * 1e3
     many, wall = asyncio.run(_clients(port, bodies, concurrency, "/v1/predict"))
-    return {"requests": len(texts),
-            "in_process_ms": {"p50": ms(inproc, 50), "p99": ms(inproc, 99)},
-            "http_1_client_ms": {"p50": ms(one, 50), "p99": ms(one, 99)},
-            f"http_{concurrency}_clients_ms": {"p50": ms(many, 50), "p99": ms(many, 99),
-                                               "qps": len(texts) / wall},
-            "http_overhead_p50_ms": ms(one, 50) - ms(inproc, 50),
-            "http_overhead_paired_median_ms": float(np.median(one - inproc) * 1e3),
-            "server_cpu_ms_per_request": server_cpu, "in_process_cpu_ms_per_predict": float(np.mean(cpu) * 1e3)}
+    return {
+        "requests": len(texts),
+        "in_process_ms": {"p50": ms(inproc, 50), "p99": ms(inproc, 99)},
+        "http_1_client_ms": {"p50": ms(one, 50), "p99": ms(one, 99)},
+        f"http_{concurrency}_clients_ms": {"p50": ms(many, 50), "p99": ms(many, 99), "qps": len(texts) / wall},
+        "http_overhead_p50_ms": ms(one, 50) - ms(inproc, 50),
+        "http_overhead_paired_median_ms": float(np.median(one - inproc) * 1e3),
+        "server_cpu_ms_per_request": server_cpu,
+        "in_process_cpu_ms_per_predict": float(np.mean(cpu) * 1e3),
+    }
 
 
 def throughput(port: int, predictor, texts: list[str], k: int, batch: int) -> dict:
-    chunks = [texts[i:i + batch] for i in range(0, len(texts), batch)]
-    bodies = [json.dumps({"documents": [{"id": i, "text": t} for i, t in enumerate(c)], "k": k}).encode()
-              for c in chunks]
+    chunks = [texts[i : i + batch] for i in range(0, len(texts), batch)]
+    bodies = [
+        json.dumps({"documents": [{"id": i, "text": t} for i, t in enumerate(c)], "k": k}).encode() for c in chunks
+    ]
     asyncio.run(_clients(port, bodies[:2], 1, "/v1/predict/batch"))
     s = time.perf_counter()
     for c in chunks:
         predictor.predict(c, k=k)
     inproc = time.perf_counter() - s
     _, wall = asyncio.run(_clients(port, bodies, 1, "/v1/predict/batch"))
-    return {"documents": len(texts), "batch": batch, "http_docs_per_s": len(texts) / wall,
-            "in_process_docs_per_s": len(texts) / inproc}
+    return {
+        "documents": len(texts),
+        "batch": batch,
+        "http_docs_per_s": len(texts) / wall,
+        "in_process_docs_per_s": len(texts) / inproc,
+    }
 
 
 def reweighting_table(bundle, corpus, k: int = 5) -> dict:
@@ -216,9 +230,14 @@ def main() -> None:
 
     bundle = load_bundle(args.bundle)
     corpus = load_corpus(args.test)
-    texts = corpus.texts[:args.requests]
-    out = {"bundle": str(args.bundle), "version": bundle.version, "cpus": os.cpu_count(),
-           "load_average": os.getloadavg(), "latency": {}}
+    texts = corpus.texts[: args.requests]
+    out = {
+        "bundle": str(args.bundle),
+        "version": bundle.version,
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "latency": {},
+    }
     for batching in ("off", "on"):
         port = free_port()
         server = start_server(args.bundle, port, batching)
@@ -232,34 +251,52 @@ def main() -> None:
     out["reweighting"] = rw = reweighting_table(bundle, corpus)
 
     c = args.concurrency
-    print(f"bundle {args.bundle} ({bundle.version}), {len(texts)} single-text requests, k={args.k}, "
-          f"{os.cpu_count()} CPUs, load average before {out['load_average'][0]:.2f}")
+    print(
+        f"bundle {args.bundle} ({bundle.version}), {len(texts)} single-text requests, k={args.k}, "
+        f"{os.cpu_count()} CPUs, load average before {out['load_average'][0]:.2f}"
+    )
     print(f"{'':34}{'p50 ms':>10}{'p99 ms':>10}")
     for batching, lat in out["latency"].items():
         print(f"-- server micro-batching {batching}")
-        print(f"{'  in-process Predictor.predict':34}{lat['in_process_ms']['p50']:10.3f}{lat['in_process_ms']['p99']:10.3f}")
-        print(f"{'  HTTP /v1/predict, 1 client':34}{lat['http_1_client_ms']['p50']:10.3f}"
-              f"{lat['http_1_client_ms']['p99']:10.3f}")
+        print(
+            f"{'  in-process Predictor.predict':34}{lat['in_process_ms']['p50']:10.3f}{lat['in_process_ms']['p99']:10.3f}"
+        )
+        print(
+            f"{'  HTTP /v1/predict, 1 client':34}{lat['http_1_client_ms']['p50']:10.3f}"
+            f"{lat['http_1_client_ms']['p99']:10.3f}"
+        )
         many = lat[f"http_{c}_clients_ms"]
-        print(f"{f'  HTTP /v1/predict, {c} clients':34}{many['p50']:10.3f}{many['p99']:10.3f}   ({many['qps']:.0f} req/s)")
-        print(f"  HTTP overhead p50: {lat['http_overhead_p50_ms']:.3f} ms "
-              f"(median of paired differences {lat['http_overhead_paired_median_ms']:.3f} ms)")
-        print(f"  CPU per request: server {lat['server_cpu_ms_per_request']:.3f} ms vs in-process predict "
-              f"{lat['in_process_cpu_ms_per_predict']:.3f} ms → {lat['server_cpu_ms_per_request'] - lat['in_process_cpu_ms_per_predict']:.3f} ms "
-              f"of server work besides the prediction (independent of waiting for a CPU)")
+        print(
+            f"{f'  HTTP /v1/predict, {c} clients':34}{many['p50']:10.3f}{many['p99']:10.3f}   ({many['qps']:.0f} req/s)"
+        )
+        print(
+            f"  HTTP overhead p50: {lat['http_overhead_p50_ms']:.3f} ms "
+            f"(median of paired differences {lat['http_overhead_paired_median_ms']:.3f} ms)"
+        )
+        print(
+            f"  CPU per request: server {lat['server_cpu_ms_per_request']:.3f} ms vs in-process predict "
+            f"{lat['in_process_cpu_ms_per_predict']:.3f} ms → {lat['server_cpu_ms_per_request'] - lat['in_process_cpu_ms_per_predict']:.3f} ms "
+            f"of server work besides the prediction (independent of waiting for a CPU)"
+        )
     thr = out["batch_throughput"]
-    print(f"/v1/predict/batch ({thr['batch']} docs/request): {thr['http_docs_per_s']:.0f} docs/s over HTTP vs "
-          f"{thr['in_process_docs_per_s']:.0f} docs/s in-process ({thr['documents']} docs)")
-    print(f"\nreweighting on {args.test.name}: {len(corpus)} docs, candidates k'={rw['candidates']}, "
-          f"beam {rw['default_beam']}→{rw['beam']}  (P@5 / macro-R@5, %)")
+    print(
+        f"/v1/predict/batch ({thr['batch']} docs/request): {thr['http_docs_per_s']:.0f} docs/s over HTTP vs "
+        f"{thr['in_process_docs_per_s']:.0f} docs/s in-process ({thr['documents']} docs)"
+    )
+    print(
+        f"\nreweighting on {args.test.name}: {len(corpus)} docs, candidates k'={rw['candidates']}, "
+        f"beam {rw['default_beam']}→{rw['beam']}  (P@5 / macro-R@5, %)"
+    )
     print(f"{'scheme':<14}" + "".join(f"{'α=' + str(a):>16}" for a in ALPHAS))
     for scheme in SCHEMES:
         cells = [rw["table"][f"{scheme}@{a}"] for a in ALPHAS]
         print(f"{scheme:<14}" + "".join(f"{c['P@5']:>8.2f}/{c['macro-R@5']:<7.2f}" for c in cells))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
-    save_result(args.result_name, {**out, "requests": len(texts), "concurrency": args.concurrency, "k": args.k,
-                                   "test_documents": len(corpus)})
+    save_result(
+        args.result_name,
+        {**out, "requests": len(texts), "concurrency": args.concurrency, "k": args.k, "test_documents": len(corpus)},
+    )
 
 
 if __name__ == "__main__":

@@ -54,9 +54,17 @@ def main() -> None:
                 t = time.perf_counter()
                 index.search(x, args.beam)
                 flat.append(time.perf_counter() - t)
-        print(f"| {K} | {index.info.columns} | {np.median(exact) * 1e3:.3f} | {np.median(flat) * 1e3:.3f} |", flush=True)
-        rows.append({"nodes": K, "indexed_columns": int(index.info.columns),
-                     "exact_p50_ms": float(np.median(exact) * 1e3), "flat_faiss_p50_ms": float(np.median(flat) * 1e3)})
+        print(
+            f"| {K} | {index.info.columns} | {np.median(exact) * 1e3:.3f} | {np.median(flat) * 1e3:.3f} |", flush=True
+        )
+        rows.append(
+            {
+                "nodes": K,
+                "indexed_columns": int(index.info.columns),
+                "exact_p50_ms": float(np.median(exact) * 1e3),
+                "flat_faiss_p50_ms": float(np.median(flat) * 1e3),
+            }
+        )
     save_result(args.result_name, {"args": vars(args), "levels": rows})
 
 

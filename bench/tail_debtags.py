@@ -28,15 +28,15 @@ import time
 from pathlib import Path
 
 import numpy as np
+from results import save_result  # bench/ is on sys.path when run as a script
+from xr_transformer_debtags import CachedEncoder  # bench/ is on sys.path when run as a script
 
 from models.bundle import Bundle, load_bundle
 from models.calibration import expected_calibration_error, scored_pairs
 from models.errors import XtagError
-from models.beam_search import Predictions
 from models.macro_inference import OptimizeConfig, optimize
 from models.metrics import bucket_metrics, evaluate, frequency_buckets, relevance
 from models.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank
-from results import save_result  # bench/ is on sys.path when run as a script
 from training.calibrate import fit_bundle_calibration, write_calibration
 from training.config import TrainConfig
 from training.data import load_corpus
@@ -44,7 +44,6 @@ from training.evaluate import predict_corpus
 from training.export import export_run
 from training.report import plot_buckets, plot_tradeoff
 from training.run import save_model, train_run
-from xr_transformer_debtags import CachedEncoder  # bench/ is on sys.path when run as a script
 
 K = 5
 RW_ALPHAS = tuple(round(a, 2) for a in np.arange(0.0, 1.0001, 0.05))
@@ -93,17 +92,18 @@ def calibrated_bundle(fit: Path, val: Path, out: Path, reference: Path) -> tuple
     return load_bundle(folder), info
 
 
-def transformer_model_a(train: Path, fit: Path, val: Path, out: Path, source_run: Path, fraction: float,
-                        seed: int, encoder: CachedEncoder) -> tuple[Bundle, dict]:
+def transformer_model_a(
+    train: Path, fit: Path, val: Path, out: Path, source_run: Path, fraction: float, seed: int, encoder: CachedEncoder
+) -> tuple[Bundle, dict]:
     """Model A for an XR-Transformer run: its fine-tuned encoder, TF-IDF and Φ_cat rankers refitted on the fit
     split, exported as a bundle and calibrated on the validation split (see the module docstring's caveat)."""
-    from models.xr_transformer.concat_features import concat_features
-    from training.encoder import load_tokenizer, load_trained
     from models.features import TfidfFeaturizer
     from models.xlinear.model import XLinearModel
+    from models.xr_transformer.concat_features import concat_features
     from training.data import build_vocab
-    from training.xr_transformer.train import SAMPLE_TEXTS, XRTransformerResult
+    from training.encoder import load_tokenizer, load_trained
     from training.xlinear.train import train_xlinear
+    from training.xr_transformer.train import SAMPLE_TEXTS, XRTransformerResult
 
     folder, run, info = out / "bundle", out / "run", {"encoder_from": str(source_run)}
     try:
@@ -117,7 +117,7 @@ def transformer_model_a(train: Path, fit: Path, val: Path, out: Path, source_run
         with gzip.open(train, "rt", encoding="utf-8") as fh:
             n_train = sum(1 for _ in fh)
         if E_all.shape[0] != n_train:
-            raise XtagError(f"{source_run}: {E_all.shape[0]} cached embeddings for {n_train} training texts")
+            raise XtagError(f"{source_run}: {E_all.shape[0]} cached embeddings for {n_train} training texts") from None
         corpus = load_corpus(fit)
         vocab = build_vocab(corpus)
         featurizer, X = TfidfFeaturizer.fit(corpus.texts, config.tfidf)
@@ -127,8 +127,7 @@ def transformer_model_a(train: Path, fit: Path, val: Path, out: Path, source_run
         model = XLinearModel(model.chain, model.levels, model.config.model_copy(update={"dense_features": E.shape[1]}))
         torch_encoder, enc_config = load_trained(source_run / "model" / "encoder")
         tokenizer = load_tokenizer(source_run / "model" / "encoder", enc_config.max_length)
-        result = XRTransformerResult(model, torch_encoder, tokenizer, enc_config,
-                                     corpus.texts[:SAMPLE_TEXTS])
+        result = XRTransformerResult(model, torch_encoder, tokenizer, enc_config, corpus.texts[:SAMPLE_TEXTS])
         shutil.rmtree(run, ignore_errors=True)
         run.mkdir(parents=True)
         config.save(run / "config.json")
@@ -164,32 +163,52 @@ def study(bundle: Bundle, test, calibrated: bool) -> dict:
     t1 = time.perf_counter()
     cand = predict_corpus(bundle, test.texts, k_cand, wide, False, calibrated=calibrated)
     t2 = time.perf_counter()
-    out: dict = {"documents": len(test), "candidates": k_cand, "candidate_beam": wide, "eta": "calibrated" if calibrated else "raw",
-                 "predict_seconds": round(t1 - t0, 2), "candidate_predict_seconds": round(t2 - t1, 2)}
+    out: dict = {
+        "documents": len(test),
+        "candidates": k_cand,
+        "candidate_beam": wide,
+        "eta": "calibrated" if calibrated else "raw",
+        "predict_seconds": round(t1 - t0, 2),
+        "candidate_predict_seconds": round(t2 - t1, 2),
+    }
     base = out["plain"] = point(plain.labels, Y)
     table = out["reweighting"] = {}
     for scheme in SCHEMES:
         w = label_weights(vocab.frequency_array, vocab.n_train_docs, scheme)
-        table[scheme] = [{"alpha": a, **(base if a == 0 else point(rerank(cand, gains_for(w, a), K)[0].labels, Y))}
-                         for a in RW_ALPHAS]
+        table[scheme] = [
+            {"alpha": a, **(base if a == 0 else point(rerank(cand, gains_for(w, a), K)[0].labels, Y))}
+            for a in RW_ALPHAS
+        ]
     out["smallest_alpha"] = {}
     for scheme, rows in table.items():
-        ok = [r for r in rows if r[f"macro-R@{K}"] >= (1 + LIFT) * base[f"macro-R@{K}"]
-              and r[f"P@{K}"] >= base[f"P@{K}"] - MAX_DROP]
+        ok = [
+            r
+            for r in rows
+            if r[f"macro-R@{K}"] >= (1 + LIFT) * base[f"macro-R@{K}"] and r[f"P@{K}"] >= base[f"P@{K}"] - MAX_DROP
+        ]
         out["smallest_alpha"][scheme] = ok[0] if ok else None
     for method in ("bca", "fw"):
         runs = out[method] = []
         for a in OPT_ALPHAS:
             res = optimize(cand.labels, cand.scores, K, L, OptimizeConfig(metric="macro-f1", alpha=a, method=method))
-            runs.append({"alpha": a, **point(res.labels, Y), "seconds": round(res.seconds, 2), "steps": res.steps,
-                         "stopped": res.stopped})
+            runs.append(
+                {
+                    "alpha": a,
+                    **point(res.labels, Y),
+                    "seconds": round(res.seconds, 2),
+                    "steps": res.steps,
+                    "stopped": res.stopped,
+                }
+            )
             if method == "bca" and a == OPT_ALPHAS[-1]:
                 out["buckets_plain"] = bucket_metrics(plain.labels, Y, K, frequency_buckets(vocab.frequency_array))
                 out["buckets_bca"] = bucket_metrics(res.labels, Y, K, frequency_buckets(vocab.frequency_array))
     out["comparison"] = compare(out)
-    out["_curves"] = {**{f"reweight {s}": rows for s, rows in table.items()},
-                      "BCA macro-F1": [{"alpha": 0.0, **base}] + out["bca"],
-                      "FW macro-F1": [{"alpha": 0.0, **base}] + out["fw"]}
+    out["_curves"] = {
+        **{f"reweight {s}": rows for s, rows in table.items()},
+        "BCA macro-F1": [{"alpha": 0.0, **base}] + out["bca"],
+        "FW macro-F1": [{"alpha": 0.0, **base}] + out["fw"],
+    }
     return out
 
 
@@ -200,8 +219,9 @@ def compare(res: dict) -> dict:
     for b in res["bca"]:
         rivals = [r for r in rw if r[f"P@{K}"] >= b[f"P@{K}"]]
         best = max(rivals, key=lambda r: r[f"macro-F1@{K}"]) if rivals else None
-        rows.append({"bca": b, "best_reweighting": best,
-                     "gain": b[f"macro-F1@{K}"] - best[f"macro-F1@{K}"] if best else None})
+        rows.append(
+            {"bca": b, "best_reweighting": best, "gain": b[f"macro-F1@{K}"] - best[f"macro-F1@{K}"] if best else None}
+        )
     base = res["plain"][f"P@{K}"]
     within = [r for r in rows if r["bca"][f"P@{K}"] >= base - MAX_DROP]
     head = max(within, key=lambda r: r["bca"][f"macro-F1@{K}"]) if within else None
@@ -218,58 +238,94 @@ def ece_study(bundle: Bundle, test) -> dict:
         raw = predict_corpus(bundle, test.texts, k, beam, False, calibrated=False)
         hits = relevance(raw.labels, Y)
         s, r = scored_pairs(raw.labels, raw.scores, hits)
-        out[name] = {"pairs": int(s.size), "positive_rate": float(r.mean()),
-                     "ece_raw": expected_calibration_error(s, r),
-                     "ece_calibrated": expected_calibration_error(p.calibration.apply(s), r)}
+        out[name] = {
+            "pairs": int(s.size),
+            "positive_rate": float(r.mean()),
+            "ece_raw": expected_calibration_error(s, r),
+            "ece_calibrated": expected_calibration_error(p.calibration.apply(s), r),
+        }
     return out
 
 
 def markdown(results: dict) -> str:
     lines = ["# Tail-label quality on debtags (test split)", ""]
     c = results["calibrated"]["setup"]
-    lines += [f"Model A: {c['model_a']} trained on TRAIN minus a {c['val_fraction']:.0%} validation split "
-              f"(training {c['trained']}), isotonic calibration fitted on that split "
-              f"({c['calibration']['pairs']} candidate pairs of {c['calibration']['documents']} documents).", ""]
-    lines += ["## Calibration (test split, ECE %, 15 bins)", "", "| pairs | count | positive rate | raw | calibrated |",
-              "|---|---:|---:|---:|---:|"]
+    lines += [
+        f"Model A: {c['model_a']} trained on TRAIN minus a {c['val_fraction']:.0%} validation split "
+        f"(training {c['trained']}), isotonic calibration fitted on that split "
+        f"({c['calibration']['pairs']} candidate pairs of {c['calibration']['documents']} documents).",
+        "",
+    ]
+    lines += [
+        "## Calibration (test split, ECE %, 15 bins)",
+        "",
+        "| pairs | count | positive rate | raw | calibrated |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for name, e in results["calibrated"]["ece"].items():
-        lines.append(f"| {name} | {e['pairs']} | {e['positive_rate']:.3f} | {e['ece_raw']:.2f} | {e['ece_calibrated']:.2f} |")
+        lines.append(
+            f"| {name} | {e['pairs']} | {e['positive_rate']:.3f} | {e['ece_raw']:.2f} | {e['ece_calibrated']:.2f} |"
+        )
     for key, res in results.items():
         if key == "calibrated":
             res = res["study"]
-        title = {"calibrated": "Model A, η = calibrated scores",
-                 "full": f"Model B ({c['model_b']}), η = raw scores"}[key]
+        title = {"calibrated": "Model A, η = calibrated scores", "full": f"Model B ({c['model_b']}), η = raw scores"}[
+            key
+        ]
         b = res["plain"]
-        lines += ["", f"## {title}", "",
-                  f"Plain top-{K}: P@5 {b['P@5']:.2f}, macro-R@5 {b['macro-R@5']:.2f}, macro-F1@5 {b['macro-F1@5']:.2f} "
-                  f"({res['documents']} documents; candidates: top {res['candidates']}, beam {res['candidate_beam']}).", "",
-                  "Reweighting (per document):", "", "| alpha | " + " | ".join(
-                      f"{s} P@5 | {s} mR@5 | {s} mF1@5" for s in SCHEMES) + " |",
-                  "|---:|" + "---:|" * (3 * len(SCHEMES))]
+        lines += [
+            "",
+            f"## {title}",
+            "",
+            f"Plain top-{K}: P@5 {b['P@5']:.2f}, macro-R@5 {b['macro-R@5']:.2f}, macro-F1@5 {b['macro-F1@5']:.2f} "
+            f"({res['documents']} documents; candidates: top {res['candidates']}, beam {res['candidate_beam']}).",
+            "",
+            "Reweighting (per document):",
+            "",
+            "| alpha | " + " | ".join(f"{s} P@5 | {s} mR@5 | {s} mF1@5" for s in SCHEMES) + " |",
+            "|---:|" + "---:|" * (3 * len(SCHEMES)),
+        ]
         for i, a in enumerate(RW_ALPHAS):
             cells = [f"{res['reweighting'][s][i][m]:.2f}" for s in SCHEMES for m in ("P@5", "macro-R@5", "macro-F1@5")]
             lines.append(f"| {a:g} | " + " | ".join(cells) + " |")
         lines += ["", f"Smallest alpha with macro-R@5 ≥ +{LIFT:.0%} relative and P@5 drop ≤ {MAX_DROP:g} point:", ""]
         for s, r in res["smallest_alpha"].items():
-            lines.append(f"- {s}: " + (f"alpha {r['alpha']:g}: P@5 {r['P@5']:.2f} ({r['P@5'] - b['P@5']:+.2f}), "
-                                         f"macro-R@5 {r['macro-R@5']:.2f} ({100 * (r['macro-R@5'] / b['macro-R@5'] - 1):+.1f} %)"
-                                         if r else "none in the grid"))
-        lines += ["", "Batch-level macro-F1@5 optimisation on the whole test set (wall time of the optimisation only):", "",
-                  "| alpha | BCA P@5 | BCA mF1@5 | BCA mR@5 | BCA s | best reweighting at ≥ P@5 | its mF1@5 | FW P@5 | FW mF1@5 | FW s |",
-                  "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+            lines.append(
+                f"- {s}: "
+                + (
+                    f"alpha {r['alpha']:g}: P@5 {r['P@5']:.2f} ({r['P@5'] - b['P@5']:+.2f}), "
+                    f"macro-R@5 {r['macro-R@5']:.2f} ({100 * (r['macro-R@5'] / b['macro-R@5'] - 1):+.1f} %)"
+                    if r
+                    else "none in the grid"
+                )
+            )
+        lines += [
+            "",
+            "Batch-level macro-F1@5 optimisation on the whole test set (wall time of the optimisation only):",
+            "",
+            "| alpha | BCA P@5 | BCA mF1@5 | BCA mR@5 | BCA s | best reweighting at ≥ P@5 | its mF1@5 | FW P@5 | FW mF1@5 | FW s |",
+            "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+        ]
         for row, fw in zip(res["comparison"]["per_alpha"], res["fw"]):
             bca, best = row["bca"], row["best_reweighting"]
             rival = f"{best['scheme']} α={best['alpha']:g}" if best else "none"
-            lines.append(f"| {bca['alpha']:g} | {bca['P@5']:.2f} | {bca['macro-F1@5']:.2f} | {bca['macro-R@5']:.2f} | "
-                         f"{bca['seconds']:.2f} | {rival} | {best['macro-F1@5'] if best else float('nan'):.2f} | "
-                         f"{fw['P@5']:.2f} | {fw['macro-F1@5']:.2f} | {fw['seconds']:.2f} |")
+            lines.append(
+                f"| {bca['alpha']:g} | {bca['P@5']:.2f} | {bca['macro-F1@5']:.2f} | {bca['macro-R@5']:.2f} | "
+                f"{bca['seconds']:.2f} | {rival} | {best['macro-F1@5'] if best else float('nan'):.2f} | "
+                f"{fw['P@5']:.2f} | {fw['macro-F1@5']:.2f} | {fw['seconds']:.2f} |"
+            )
         h = res["comparison"]["headline_within_1pt"]
         if h:
-            lines += ["", f"Headline: BCA alpha {h['bca']['alpha']:g}: macro-F1@5 {h['bca']['macro-F1@5']:.2f} at P@5 "
-                          f"{h['bca']['P@5']:.2f} in {h['bca']['seconds']:.2f} s, vs best reweighting at ≥ that P@5 "
-                          f"({h['best_reweighting']['scheme']} α={h['best_reweighting']['alpha']:g}) macro-F1@5 "
-                          f"{h['best_reweighting']['macro-F1@5']:.2f}: {h['gain']:+.2f} points."
-                      if h["best_reweighting"] else "", ""]
+            lines += [
+                "",
+                f"Headline: BCA alpha {h['bca']['alpha']:g}: macro-F1@5 {h['bca']['macro-F1@5']:.2f} at P@5 "
+                f"{h['bca']['P@5']:.2f} in {h['bca']['seconds']:.2f} s, vs best reweighting at ≥ that P@5 "
+                f"({h['best_reweighting']['scheme']} α={h['best_reweighting']['alpha']:g}) macro-F1@5 "
+                f"{h['best_reweighting']['macro-F1@5']:.2f}: {h['gain']:+.2f} points."
+                if h["best_reweighting"]
+                else "",
+                "",
+            ]
     return "\n".join(lines) + "\n"
 
 
@@ -280,8 +336,12 @@ def main() -> None:
     ap.add_argument("--full-bundle", type=Path, default=Path("bundles/debtags-xl"))
     ap.add_argument("--val-fraction", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--transformer-run", type=Path, default=None,
-                    help="XR-Transformer run whose fine-tuned encoder model A reuses (--full-bundle: its bundle)")
+    ap.add_argument(
+        "--transformer-run",
+        type=Path,
+        default=None,
+        help="XR-Transformer run whose fine-tuned encoder model A reuses (--full-bundle: its bundle)",
+    )
     ap.add_argument("--result-name", default=None, help="bench/results/<name>.json (default: the name of --out)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -294,10 +354,13 @@ def main() -> None:
         setup["model_a"] = "XR-Linear"
     else:
         encoder = CachedEncoder(load_bundle(args.full_bundle).predictor.featurizer.encoder)
-        bundle, setup = transformer_model_a(train, fit, val, args.out, args.transformer_run, args.val_fraction,
-                                            args.seed, encoder)
-        setup["model_a"] = (f"XR-Transformer (encoder of {args.transformer_run.name}, fine-tuned on all of TRAIN; "
-                            f"TF-IDF and Φ_cat rankers)")
+        bundle, setup = transformer_model_a(
+            train, fit, val, args.out, args.transformer_run, args.val_fraction, args.seed, encoder
+        )
+        setup["model_a"] = (
+            f"XR-Transformer (encoder of {args.transformer_run.name}, fine-tuned on all of TRAIN; "
+            f"TF-IDF and Φ_cat rankers)"
+        )
     setup["val_fraction"], setup["model_b"] = args.val_fraction, str(args.full_bundle)
     results: dict = {"calibrated": {"setup": setup, "ece": ece_study(bundle, test), "study": study(bundle, test, True)}}
     try:
@@ -308,12 +371,20 @@ def main() -> None:
     except XtagError as exc:
         print(f"skipping {args.full_bundle}: {exc}")
     a = results["calibrated"]["study"]
-    plot_tradeoff(args.out / "tradeoff.png", a.pop("_curves"), K,
-                  "debtags test, model A (calibrated η): reweighting vs batch-level BCA / FW, alpha 0 → 1")
+    plot_tradeoff(
+        args.out / "tradeoff.png",
+        a.pop("_curves"),
+        K,
+        "debtags test, model A (calibrated η): reweighting vs batch-level BCA / FW, alpha 0 → 1",
+    )
     plot_buckets(args.out / "buckets.png", a["buckets_plain"], K, a["buckets_bca"])
     if "full" in results:
-        plot_tradeoff(args.out / "tradeoff_full.png", results["full"].pop("_curves"), K,
-                      f"debtags test, {args.full_bundle.name} (raw η): reweighting vs batch-level BCA / FW, alpha 0 → 1")
+        plot_tradeoff(
+            args.out / "tradeoff_full.png",
+            results["full"].pop("_curves"),
+            K,
+            f"debtags test, {args.full_bundle.name} (raw η): reweighting vs batch-level BCA / FW, alpha 0 → 1",
+        )
     (args.out / "results.json").write_text(json.dumps(results, indent=1, default=float))
     save_result(args.result_name or args.out.resolve().name, json.loads((args.out / "results.json").read_text()))
     md = markdown(results)

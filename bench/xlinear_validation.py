@@ -43,8 +43,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpus", required=True)
     ap.add_argument("--variants", default=";".join(VARIANTS), help="';'-separated variant names")
-    ap.add_argument("--result-name", default=None,
-                    help="bench/results/<name>.json (default: xlinear_validation_<corpus folder name>)")
+    ap.add_argument(
+        "--result-name",
+        default=None,
+        help="bench/results/<name>.json (default: xlinear_validation_<corpus folder name>)",
+    )
     args = ap.parse_args()
     corpus = load_corpus(args.corpus)
     rng = np.random.default_rng(0)
@@ -65,13 +68,19 @@ def main() -> None:
         model = train_xlinear(X, Ytr, cfg, progress=False)
         seconds = time.perf_counter() - start
         m = evaluate(model.predict(Xval, k=5).labels, Yval, (1, 5), prop)
-        rows.append({"variant": name, "train_s": round(seconds, 2),
-                     **{k: round(m[k], 2) for k in ("P@1", "P@5", "PSP@5", "macro-R@5")}})
+        rows.append(
+            {
+                "variant": name,
+                "train_s": round(seconds, 2),
+                **{k: round(m[k], 2) for k in ("P@1", "P@5", "PSP@5", "macro-R@5")},
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
         rows[-1]["config"] = VARIANTS[name]
-    save_result(args.result_name or f"xlinear_validation_{Path(args.corpus).resolve().parent.name}",
-                {"validation_fraction": 0.15, "seed": 0, "documents": [len(train_texts), len(val_texts)],
-                 "variants": rows})
+    save_result(
+        args.result_name or f"xlinear_validation_{Path(args.corpus).resolve().parent.name}",
+        {"validation_fraction": 0.15, "seed": 0, "documents": [len(train_texts), len(val_texts)], "variants": rows},
+    )
 
 
 if __name__ == "__main__":

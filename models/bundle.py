@@ -42,14 +42,21 @@ def load_bundle(path: str | Path) -> Bundle:
         raise XtagError(f"{folder}: bundle directory not found")
     manifest = read_manifest(folder)
     if (folder / CALIBRATION_FILE).exists() and CALIBRATION_FILE not in manifest.get("files", {}):
-        raise XtagError(f"{folder}: {CALIBRATION_FILE} is not listed in the manifest; write it with "
-                        f"`xtag calibrate`, which also updates the manifest")
+        raise XtagError(
+            f"{folder}: {CALIBRATION_FILE} is not listed in the manifest; write it with "
+            f"`xtag calibrate`, which also updates the manifest"
+        )
     parts = assemble(folder, manifest["components"])
     if parts.featurizer is None or parts.model is None:
-        raise XtagError(f"{folder}: its components {[c['type'] for c in manifest['components']]} give no "
-                        f"featuriser or no model")
-    predictor = Predictor(featurizer=parts.featurizer, model=parts.model,
-                          vocab=LabelVocab.load(folder / "labels.json"), calibration=parts.calibration)
+        raise XtagError(
+            f"{folder}: its components {[c['type'] for c in manifest['components']]} give no featuriser or no model"
+        )
+    predictor = Predictor(
+        featurizer=parts.featurizer,
+        model=parts.model,
+        vocab=LabelVocab.load(folder / "labels.json"),
+        calibration=parts.calibration,
+    )
     if predictor.model.n_labels != len(predictor.vocab):
         raise XtagError(f"{folder}: model has {predictor.model.n_labels} labels, labels.json {len(predictor.vocab)}")
     return Bundle(folder, manifest, predictor, time.perf_counter() - start)

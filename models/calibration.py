@@ -37,7 +37,7 @@ class Calibration(BaseModel):
     _ya: np.ndarray = PrivateAttr()
 
     @model_validator(mode="after")
-    def _check(self) -> "Calibration":
+    def _check(self) -> Calibration:
         x, y = np.asarray(self.x, dtype=np.float64), np.asarray(self.y, dtype=np.float64)
         if x.shape != y.shape:
             raise ValueError(f"x has {len(x)} breakpoints, y {len(y)}")
@@ -61,7 +61,7 @@ class Calibration(BaseModel):
         path.write_text(self.model_dump_json(indent=1))
 
     @classmethod
-    def load(cls, path: Path) -> "Calibration":
+    def load(cls, path: Path) -> Calibration:
         try:
             return cls.model_validate(json.loads(path.read_text()))
         except (OSError, json.JSONDecodeError, ValidationError) as exc:
@@ -91,7 +91,6 @@ def expected_calibration_error(prob: np.ndarray, relevant: np.ndarray, n_bins: i
     if p.size == 0:
         return 0.0
     b = np.minimum((p * n_bins).astype(np.int64), n_bins - 1)
-    count = np.bincount(b, minlength=n_bins)
     gap = np.abs(np.bincount(b, weights=r, minlength=n_bins) - np.bincount(b, weights=p, minlength=n_bins))
     return float(100.0 * gap.sum() / p.size)  # Σ_b |Σ r − Σ p| / N = Σ_b (n_b/N)·|acc_b − conf_b|
 

@@ -9,9 +9,10 @@ their family's inference code when called: loading a TF-IDF bundle never imports
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from models.calibration import CALIBRATION_FILE, Calibration
 from models.errors import XtagError
@@ -100,8 +101,11 @@ COMPONENTS: dict[str, ComponentType] = {
 
 def present(folder: Path, types: tuple[str, ...]) -> list[dict[str, str]]:
     """The manifest entries of those component types whose file or folder exists in `folder`, in that order."""
-    return [{"type": t, "path": COMPONENTS[t].path} for t in (*types, "calibration")
-            if (folder / COMPONENTS[t].path).exists()]
+    return [
+        {"type": t, "path": COMPONENTS[t].path}
+        for t in (*types, "calibration")
+        if (folder / COMPONENTS[t].path).exists()
+    ]
 
 
 def assemble(folder: Path, components: list[dict[str, str]]) -> Parts:

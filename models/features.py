@@ -47,7 +47,7 @@ class TfidfFeaturizer:
         )
 
     @classmethod
-    def fit(cls, texts: list[str], config: TfidfConfig | None = None) -> tuple["TfidfFeaturizer", sp.csr_matrix]:
+    def fit(cls, texts: list[str], config: TfidfConfig | None = None) -> tuple[TfidfFeaturizer, sp.csr_matrix]:
         config = config or TfidfConfig()
         vectorizer = cls._vectorizer(config)
         try:
@@ -106,7 +106,7 @@ class TfidfFeaturizer:
         (folder / "config.json").write_text(self.config.model_dump_json(indent=2))
 
     @classmethod
-    def load(cls, folder: Path) -> "TfidfFeaturizer":
+    def load(cls, folder: Path) -> TfidfFeaturizer:
         try:
             config = TfidfConfig.model_validate_json((folder / "config.json").read_text())
             vocab = json.loads((folder / "vocabulary.json").read_text(encoding="utf-8"))

@@ -73,8 +73,9 @@ class ClusterChain:
     def level_targets(self, Y: sp.csr_matrix, t: int) -> sp.csr_matrix:
         """Y^(t): a document is positive for a node when any label below it is (max-pooling, eq. 5)."""
         anc = self.ancestors(t)
-        A = sp.csr_matrix((np.ones(len(anc), dtype=np.float32), (np.arange(len(anc)), anc)),
-                          shape=(self.n_labels, self.level_size(t)))
+        A = sp.csr_matrix(
+            (np.ones(len(anc), dtype=np.float32), (np.arange(len(anc)), anc)), shape=(self.n_labels, self.level_size(t))
+        )
         Yt = (Y @ A).tocsr()
         Yt.data[:] = 1.0
         return Yt
@@ -84,13 +85,13 @@ class ClusterChain:
         np.savez(path, leaf_labels=self.leaf_labels, **arrays)
 
     @classmethod
-    def load(cls, path: Path) -> "ClusterChain":
+    def load(cls, path: Path) -> ClusterChain:
         with np.load(path, allow_pickle=False) as z:
             n = sum(1 for k in z.files if k.startswith("ptr_"))
             return cls([z[f"ptr_{t}"].astype(np.int64) for t in range(n)], z["leaf_labels"].astype(np.int64))
 
     @classmethod
-    def load_tree(cls, folder: Path) -> "ClusterChain":
+    def load_tree(cls, folder: Path) -> ClusterChain:
         """The bundle's label-tree component (folder/chain.npz), with a message naming it when unreadable."""
         try:
             return cls.load(folder / "chain.npz")

@@ -35,7 +35,7 @@ class LabelVocab:
         path.write_text(json.dumps(payload, ensure_ascii=False))
 
     @classmethod
-    def load(cls, path: Path) -> "LabelVocab":
+    def load(cls, path: Path) -> LabelVocab:
         try:
             payload = json.loads(path.read_text(encoding="utf-8"))
             return cls(payload["names"], [int(f) for f in payload["frequencies"]], int(payload["n_train_docs"]))

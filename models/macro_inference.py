@@ -48,14 +48,15 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.errors import XtagError
 from models.beam_search import Predictions
+from models.errors import XtagError
 from models.reweighting import candidate_budget
 
 Metric = Literal["macro-f1", "macro-recall"]
@@ -118,7 +119,7 @@ class _Objective:
             raise XtagError(f"unknown metric {metric!r}; use one of {', '.join(METRICS)}")
         self.metric, self.alpha, self.p = metric, float(alpha), p
         self.w_prec = (1.0 - self.alpha) / (n * k)  # P@k = Σ t_j / (n k)
-        self.w_macro = self.alpha / m               # macro average over all m labels of the model
+        self.w_macro = self.alpha / m  # macro average over all m labels of the model
         self.inv_p = np.where(p > 0, 1.0 / np.maximum(p, _EPS), 0.0)
 
     def value(self, t: np.ndarray, q: np.ndarray) -> float:
@@ -145,7 +146,7 @@ class _Objective:
             live = den > 0
             safe = np.maximum(den, _EPS)
             a = np.where(live, 2.0 / safe, 0.0)
-            b = np.where(live, -2.0 * t / safe ** 2, 0.0)
+            b = np.where(live, -2.0 * t / safe**2, 0.0)
         else:
             a, b = self.inv_p, np.zeros_like(q)
         return self.w_prec + self.w_macro * a, self.w_macro * b
@@ -172,8 +173,10 @@ class _Batch:
         rows = np.arange(self.ids.shape[0])[:, None]
         ok = self.valid[rows, chosen]
         ids, eta = self.ids[rows, chosen][ok], self.eta[rows, chosen][ok]
-        return (np.bincount(ids, weights=eta, minlength=self.u + 1),
-                np.bincount(ids, minlength=self.u + 1).astype(np.float64))
+        return (
+            np.bincount(ids, weights=eta, minlength=self.u + 1),
+            np.bincount(ids, minlength=self.u + 1).astype(np.float64),
+        )
 
     def top_k(self, gains: np.ndarray) -> np.ndarray:
         """n × k positions of the best gains per row; padding only where a row has fewer than k candidates."""
@@ -181,7 +184,7 @@ class _Batch:
         K = g.shape[1]
         if K <= self.k:
             return np.broadcast_to(np.arange(K), (g.shape[0], K)).copy()
-        return np.argpartition(-g, self.k - 1, axis=1)[:, :self.k]
+        return np.argpartition(-g, self.k - 1, axis=1)[:, : self.k]
 
 
 def _prepare(candidate_ids: np.ndarray, eta: np.ndarray, k: int, n_labels: int) -> _Batch:
@@ -201,8 +204,9 @@ def _prepare(candidate_ids: np.ndarray, eta: np.ndarray, k: int, n_labels: int) 
     valid &= np.isfinite(scores)
     bad = valid & ((scores < -1e-6) | (scores > 1 + 1e-6))
     if bad.any():
-        raise XtagError("probability estimates must lie in [0, 1]; calibrate the bundle (xtag calibrate) or pass "
-                        "probabilities")
+        raise XtagError(
+            "probability estimates must lie in [0, 1]; calibrate the bundle (xtag calibrate) or pass probabilities"
+        )
     srt = np.sort(np.where(valid, ids, -1 - np.arange(ids.shape[1])[None, :]), axis=1)  # padding made unique
     if np.any(srt[:, 1:] == srt[:, :-1]):
         raise XtagError("a document's candidate list repeats a label")
@@ -298,7 +302,7 @@ def _fw(batch: _Batch, obj: _Objective, cfg: OptimizeConfig, start: float) -> tu
         if time.perf_counter() - start > cfg.max_seconds:
             stopped = "time"
             break
-        a, b = obj.gradient(t, q)                      # G = ∇Ψ(C) (eq. 4.23)
+        a, b = obj.gradient(t, q)  # G = ∇Ψ(C) (eq. 4.23)
         chosen = batch.top_k(a[ids] * batch.eta + b[ids])  # linear problem: top_k(a·η + b) (eq. 4.21-4.22)
         t_new, q_new = batch.counts(chosen)
         dt, dq = t_new - t, q_new - q
@@ -325,8 +329,9 @@ def _fw(batch: _Batch, obj: _Objective, cfg: OptimizeConfig, start: float) -> tu
     return chosen, history, steps, stopped
 
 
-def optimize(candidate_ids: np.ndarray, eta: np.ndarray, k: int, n_labels: int,
-             config: OptimizeConfig | None = None) -> OptimizeResult:
+def optimize(
+    candidate_ids: np.ndarray, eta: np.ndarray, k: int, n_labels: int, config: OptimizeConfig | None = None
+) -> OptimizeResult:
     """Choose k labels per document from its shortlist so that the batch's Ψ is (approximately) maximal."""
     cfg = config or OptimizeConfig()
     start = time.perf_counter()
@@ -346,14 +351,33 @@ def optimize(candidate_ids: np.ndarray, eta: np.ndarray, k: int, n_labels: int,
     t, q = batch.counts(chosen)
     labels, scores = _output(batch, chosen, n, k)
     u = batch.u
-    return OptimizeResult(labels=labels, scores=scores, objective_start=history[0], objective=obj.value(t, q),
-                          steps=steps, seconds=time.perf_counter() - start, stopped=stopped,
-                          label_ids=batch.label_ids, tp=t[:u], predicted=q[:u], positives=p[:u], history=history)
+    return OptimizeResult(
+        labels=labels,
+        scores=scores,
+        objective_start=history[0],
+        objective=obj.value(t, q),
+        steps=steps,
+        seconds=time.perf_counter() - start,
+        stopped=stopped,
+        label_ids=batch.label_ids,
+        tp=t[:u],
+        predicted=q[:u],
+        positives=p[:u],
+        history=history,
+    )
 
 
-def optimize_predictions(candidate_ids: np.ndarray, eta: np.ndarray, k: int, n_labels: int,
-                         metric: Metric = "macro-f1", alpha: float = 1.0, method: Method = "bca",
-                         max_seconds: float = DEFAULT_MAX_SECONDS, seed: int = 0) -> np.ndarray:
+def optimize_predictions(
+    candidate_ids: np.ndarray,
+    eta: np.ndarray,
+    k: int,
+    n_labels: int,
+    metric: Metric = "macro-f1",
+    alpha: float = 1.0,
+    method: Method = "bca",
+    max_seconds: float = DEFAULT_MAX_SECONDS,
+    seed: int = 0,
+) -> np.ndarray:
     """n × k label ids (best η first, -1 padding) maximising (1 − α)·P@k + α·metric over the batch."""
     cfg = OptimizeConfig(metric=metric, alpha=alpha, method=method, max_seconds=max_seconds, seed=seed)
     return optimize(candidate_ids, eta, k, n_labels, cfg).labels
@@ -368,8 +392,9 @@ def serving_config(metric: Metric, alpha: float, method: Method = "bca") -> Opti
     return OptimizeConfig(metric=metric, alpha=alpha, method=method, max_seconds=SERVING_MAX_SECONDS)
 
 
-def predict_optimized(predictor: _Predicts, texts: list[str], k: int, beam_size: int, n_labels: int,
-                      config: OptimizeConfig) -> Predictions:
+def predict_optimized(
+    predictor: _Predicts, texts: list[str], k: int, beam_size: int, n_labels: int, config: OptimizeConfig
+) -> Predictions:
     """Top-k per text chosen jointly over the batch (the service's "optimize" option).
 
     Shortlists are widened exactly like reweighting (candidate_budget); η are the predictor's scores,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path, PurePosixPath
 
@@ -41,22 +41,31 @@ def _version(package: str) -> str:
 
 def write_manifest(folder: Path, model_kind: str, name: str, extra: dict | None = None) -> dict:
     """Hash every file under `folder` and write manifest.json beside them, listing the components present."""
-    files = {str(p.relative_to(folder)): sha256(p)
-             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != "manifest.json"}
+    files = {
+        str(p.relative_to(folder)): sha256(p)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != "manifest.json"
+    }
     vocab = LabelVocab.load(folder / "labels.json")
     components = present(folder, family(model_kind).components)
-    runtime = {"onnxruntime", "tokenizers", "faiss-cpu"} if any(
-        c["type"] in ("text-encoder", "lightxml-encoder", "shortlist") for c in components) else set()
+    runtime = (
+        {"onnxruntime", "tokenizers", "faiss-cpu"}
+        if any(c["type"] in ("text-encoder", "lightxml-encoder", "shortlist") for c in components)
+        else set()
+    )
     manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "name": name,
         "model_kind": model_kind,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "label_count": len(vocab),
         "components": components,
-        "versions": {"xtag": _version("xtag"), "python": platform.python_version(),
-                     **{p: _version(p) for p in ("numpy", "scipy", "scikit-learn", *sorted(runtime))}},
+        "versions": {
+            "xtag": _version("xtag"),
+            "python": platform.python_version(),
+            **{p: _version(p) for p in ("numpy", "scipy", "scikit-learn", *sorted(runtime))},
+        },
         "files": files,
         **(extra or {}),
     }
@@ -101,9 +110,11 @@ def read_manifest(folder: Path) -> dict:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise XtagError(f"{path}: not an xtag bundle manifest")
     if manifest.get("format_version") not in READS_VERSIONS:
-        raise XtagError(f"{folder}: bundle format version {manifest.get('format_version')} is not supported "
-                        f"by this xtag (reads versions {', '.join(map(str, READS_VERSIONS))}); re-export the run "
-                        f"with this version")
+        raise XtagError(
+            f"{folder}: bundle format version {manifest.get('format_version')} is not supported "
+            f"by this xtag (reads versions {', '.join(map(str, READS_VERSIONS))}); re-export the run "
+            f"with this version"
+        )
     if manifest.get("model_kind") not in FAMILIES:
         raise XtagError(f"{folder}: unknown model kind {manifest.get('model_kind')!r}")
     files = manifest.get("files", {})

@@ -24,7 +24,7 @@ def _hits(pred: np.ndarray, Y: sp.csr_matrix) -> np.ndarray:
     Y = Y.tocsr()
     hits = np.zeros((n, k), dtype=bool)
     for i in range(n):  # rows are tiny (a few labels), so a set lookup per row is cheapest
-        true = Y.indices[Y.indptr[i]:Y.indptr[i + 1]]
+        true = Y.indices[Y.indptr[i] : Y.indptr[i + 1]]
         if len(true):
             hits[i] = np.isin(pred[i], true) & (pred[i] >= 0)
     return hits
@@ -49,8 +49,12 @@ def _macro(pred: np.ndarray, hits: np.ndarray, Y: sp.csr_matrix, k: int) -> dict
         prec = np.where(predicted > 0, tp / predicted, 0.0)
         rec = np.where(support > 0, tp / support, 0.0)
         f1 = np.where(predicted + support > 0, 2 * tp / (predicted + support), 0.0)
-    return {f"macro-P@{k}": 100 * prec.mean(), f"macro-R@{k}": 100 * rec.mean(),
-            f"macro-F1@{k}": 100 * f1.mean(), f"coverage@{k}": 100 * (tp > 0).mean()}
+    return {
+        f"macro-P@{k}": 100 * prec.mean(),
+        f"macro-R@{k}": 100 * rec.mean(),
+        f"macro-F1@{k}": 100 * f1.mean(),
+        f"coverage@{k}": 100 * (tp > 0).mean(),
+    }
 
 
 def per_label_counts(pred: np.ndarray, Y: sp.csr_matrix, k: int) -> dict[str, np.ndarray]:
@@ -59,9 +63,11 @@ def per_label_counts(pred: np.ndarray, Y: sp.csr_matrix, k: int) -> dict[str, np
     hits = _hits(pred[:, :k], Y)
     m, top = Y.shape[1], pred[:, :k]
     valid = top >= 0
-    return {"support": np.asarray(Y.sum(axis=0)).ravel().astype(np.int64),
-            "predicted": np.bincount(top[valid], minlength=m),
-            "tp": np.bincount(top[valid & hits], minlength=m)}
+    return {
+        "support": np.asarray(Y.sum(axis=0)).ravel().astype(np.int64),
+        "predicted": np.bincount(top[valid], minlength=m),
+        "tp": np.bincount(top[valid & hits], minlength=m),
+    }
 
 
 def evaluate(
@@ -90,8 +96,8 @@ def evaluate(
         # Ideal: each document's true labels sorted by 1/p, best first.
         ideal = np.zeros((n, kmax))
         for i in range(n):
-            w = np.sort(inv_p[Y.indices[Y.indptr[i]:Y.indptr[i + 1]]])[::-1][:kmax]
-            ideal[i, :len(w)] = w
+            w = np.sort(inv_p[Y.indices[Y.indptr[i] : Y.indptr[i + 1]]])[::-1][:kmax]
+            ideal[i, : len(w)] = w
     for k in ks:
         h = hits[:, :k]
         out[f"P@{k}"] = 100 * h.sum() / (n * k)
@@ -112,7 +118,7 @@ def evaluate(
 # --- Per-label and per-frequency-bucket views (evaluation reports) ---
 
 BUCKETS: tuple[str, ...] = ("head", "torso", "tail")
-HEAD_MASS = 0.5   # head: the most frequent labels, together the first 50 % of training label occurrences
+HEAD_MASS = 0.5  # head: the most frequent labels, together the first 50 % of training label occurrences
 TORSO_MASS = 0.8  # torso: the next 30 %; tail: the labels of the last 20 % (and labels never seen in training)
 
 
@@ -123,7 +129,9 @@ def relevance(pred: np.ndarray, Y: sp.csr_matrix) -> np.ndarray:
     return _hits(pred, Y)
 
 
-def frequency_buckets(frequencies: np.ndarray, head_mass: float = HEAD_MASS, torso_mass: float = TORSO_MASS) -> np.ndarray:
+def frequency_buckets(
+    frequencies: np.ndarray, head_mass: float = HEAD_MASS, torso_mass: float = TORSO_MASS
+) -> np.ndarray:
     """Bucket per label (0 head, 1 torso, 2 tail) by training frequency, with cut-offs on cumulative mass.
 
     Labels are sorted most frequent first; a label belongs to the bucket in which its share of the
@@ -163,8 +171,15 @@ def bucket_metrics(pred: np.ndarray, Y: sp.csr_matrix, k: int, buckets: np.ndarr
         sel = np.asarray(buckets) == b
         s, q, t = (float(c[key][sel].sum()) for key in ("support", "predicted", "tp"))
         mean = (lambda a: 100 * float(a[sel].mean())) if sel.any() else (lambda a: 0.0)
-        out[name] = {"labels": int(sel.sum()), "support": s, "predicted": q, "tp": t,
-                     f"micro-P@{k}": 100 * t / q if q else 0.0, f"micro-R@{k}": 100 * t / s if s else 0.0,
-                     f"macro-P@{k}": mean(c["precision"]), f"macro-R@{k}": mean(c["recall"]),
-                     f"macro-F1@{k}": mean(c["f1"])}
+        out[name] = {
+            "labels": int(sel.sum()),
+            "support": s,
+            "predicted": q,
+            "tp": t,
+            f"micro-P@{k}": 100 * t / q if q else 0.0,
+            f"micro-R@{k}": 100 * t / s if s else 0.0,
+            f"macro-P@{k}": mean(c["precision"]),
+            f"macro-R@{k}": mean(c["recall"]),
+            f"macro-F1@{k}": mean(c["f1"]),
+        }
     return out

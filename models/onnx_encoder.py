@@ -47,7 +47,7 @@ class TextTokenizer:
         tokenizer.no_padding()  # padding is done here, per batch, to the longest text
 
     @classmethod
-    def load(cls, path: Path, max_length: int) -> "TextTokenizer":
+    def load(cls, path: Path, max_length: int) -> TextTokenizer:
         try:
             return cls(Tokenizer.from_file(str(path)), max_length)
         except Exception as exc:  # tokenizers raises a plain Exception for unreadable files
@@ -63,8 +63,8 @@ class TextTokenizer:
         ids = np.full((len(encs), width), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(encs), width), dtype=np.int64)
         for i, e in enumerate(encs):
-            ids[i, :len(e.ids)] = e.ids
-            mask[i, :len(e.ids)] = 1
+            ids[i, : len(e.ids)] = e.ids
+            mask[i, : len(e.ids)] = 1
         return ids, mask
 
 
@@ -79,7 +79,7 @@ def pool_numpy(hidden: np.ndarray, mask: np.ndarray, pooling: Pooling) -> np.nda
 def length_sorted_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
     """Index batches of similar length: padding, not text, would otherwise dominate the cost."""
     order = np.argsort(-lengths, kind="stable")
-    return [order[lo:lo + batch_size] for lo in range(0, len(order), batch_size)]
+    return [order[lo : lo + batch_size] for lo in range(0, len(order), batch_size)]
 
 
 class OnnxEncoder:
@@ -94,7 +94,7 @@ class OnnxEncoder:
         return self.config.dim
 
     @classmethod
-    def load(cls, folder: Path, threads: int | None = None) -> "OnnxEncoder":
+    def load(cls, folder: Path, threads: int | None = None) -> OnnxEncoder:
         import onnxruntime as ort
 
         try:

@@ -8,9 +8,9 @@ from typing import Any, Protocol
 import numpy as np
 import scipy.sparse as sp
 
+from models.beam_search import Predictions
 from models.calibration import Calibration
 from models.errors import XtagError
-from models.beam_search import Predictions
 from models.labels import LabelVocab
 
 
@@ -46,8 +46,9 @@ class Predictor:
     def n_labels(self) -> int:
         return len(self.vocab)
 
-    def predict(self, texts: list[str], k: int = 10, beam_size: int | None = None,
-                calibrated: bool = True) -> Predictions:
+    def predict(
+        self, texts: list[str], k: int = 10, beam_size: int | None = None, calibrated: bool = True
+    ) -> Predictions:
         """Top-k for a batch of texts (a single document is a batch of one: same code path).
 
         Scores are calibrated probabilities when the bundle has a calibration (and `calibrated`);
@@ -66,5 +67,7 @@ class Predictor:
 
     def named(self, preds: Predictions) -> list[list[tuple[int, str, float]]]:
         """(label id, name, score) per document, best first, padding dropped."""
-        return [[(int(j), self.vocab.names[j], float(s)) for j, s in zip(row_l, row_s) if j >= 0]
-                for row_l, row_s in zip(preds.labels, preds.scores)]
+        return [
+            [(int(j), self.vocab.names[j], float(s)) for j, s in zip(row_l, row_s) if j >= 0]
+            for row_l, row_s in zip(preds.labels, preds.scores)
+        ]

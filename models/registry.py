@@ -35,16 +35,36 @@ class Family:
 FAMILIES: dict[str, Family] = {
     family.kind: family
     for family in (
-        Family("xlinear", None, "training.xlinear.config:XLinearConfig", "training.xlinear.train:train",
-               "training.xlinear.export:export", ("tfidf", "label-tree", "rankers"), batch_wait_ms=0.0,
-               distributed=False),
-        Family("xr-transformer", "xr_transformer", "training.xr_transformer.config:XRTransformerConfig",
-               "training.xr_transformer.train:train_xr_transformer", "training.xr_transformer.export:export",
-               ("tfidf", "text-encoder", "label-tree", "rankers", "shortlist"), batch_wait_ms=2.0,
-               distributed=True),
-        Family("lightxml", "lightxml", "training.lightxml.config:LightXMLConfig", "training.lightxml.train:train_lightxml",
-               "training.lightxml.export:export", ("lightxml-encoder", "label-tree", "lightxml-heads"),
-               batch_wait_ms=2.0, distributed=True),
+        Family(
+            "xlinear",
+            None,
+            "training.xlinear.config:XLinearConfig",
+            "training.xlinear.train:train",
+            "training.xlinear.export:export",
+            ("tfidf", "label-tree", "rankers"),
+            batch_wait_ms=0.0,
+            distributed=False,
+        ),
+        Family(
+            "xr-transformer",
+            "xr_transformer",
+            "training.xr_transformer.config:XRTransformerConfig",
+            "training.xr_transformer.train:train_xr_transformer",
+            "training.xr_transformer.export:export",
+            ("tfidf", "text-encoder", "label-tree", "rankers", "shortlist"),
+            batch_wait_ms=2.0,
+            distributed=True,
+        ),
+        Family(
+            "lightxml",
+            "lightxml",
+            "training.lightxml.config:LightXMLConfig",
+            "training.lightxml.train:train_lightxml",
+            "training.lightxml.export:export",
+            ("lightxml-encoder", "label-tree", "lightxml-heads"),
+            batch_wait_ms=2.0,
+            distributed=True,
+        ),
     )
 }
 

@@ -28,8 +28,8 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from models.errors import XtagError
 from models.beam_search import Predictions
+from models.errors import XtagError
 from models.metrics import jain_propensities
 
 Scheme = Literal["psp", "power", "macro-recall"]
@@ -44,8 +44,9 @@ class _Predicts(Protocol):
     def predict(self, texts: list[str], k: int = 10, beam_size: int | None = None) -> Predictions: ...
 
 
-def label_weights(frequencies: np.ndarray, n_docs: int, scheme: str, beta: float | None = None,
-                  A: float = 0.55, B: float = 1.5) -> np.ndarray:
+def label_weights(
+    frequencies: np.ndarray, n_docs: int, scheme: str, beta: float | None = None, A: float = 0.55, B: float = 1.5
+) -> np.ndarray:
     """Per-label weights w_j of a scheme, rescaled so that Σ_j n_j·w_j = Σ_j n_j (see the module docstring)."""
     n = np.maximum(np.asarray(frequencies, dtype=np.float64), 1.0)  # a label always has ≥ 1 training doc
     if n.ndim != 1 or n.size == 0:
@@ -60,7 +61,7 @@ def label_weights(frequencies: np.ndarray, n_docs: int, scheme: str, beta: float
         b = DEFAULT_BETA if beta is None else float(beta)
         if not np.isfinite(b) or b < 0:
             raise XtagError(f"reweight.beta must be a finite number ≥ 0, got {beta}")
-        w = n ** -b
+        w = n**-b
     elif scheme == "macro-recall":
         w = n_docs / n
     else:
@@ -102,8 +103,9 @@ def rerank(preds: Predictions, a: np.ndarray, k: int, b: np.ndarray | None = Non
     return Predictions(labels=out_l, scores=out_s.astype(np.float32)), out_g
 
 
-def predict_reweighted(predictor: _Predicts, texts: list[str], k: int, a: np.ndarray | None,
-                       beam_size: int, n_labels: int) -> Predictions:
+def predict_reweighted(
+    predictor: _Predicts, texts: list[str], k: int, a: np.ndarray | None, beam_size: int, n_labels: int
+) -> Predictions:
     """Predict top-k re-ranked by gains `a` (None = plain prediction, nothing widened)."""
     if a is None:
         return predictor.predict(texts, k=k, beam_size=beam_size)

@@ -42,8 +42,9 @@ class HotRoute(Route):
         return match, child
 
 
-def make_batcher(settings: Settings, kind: str, executor: Executor | None, on_batch,
-                 recent: RecentRequests) -> MicroBatcher | None:
+def make_batcher(
+    settings: Settings, kind: str, executor: Executor | None, on_batch, recent: RecentRequests
+) -> MicroBatcher | None:
     """The micro-batcher for a model kind, or None when batching is off."""
     if not settings.batching:
         return None
@@ -51,8 +52,15 @@ def make_batcher(settings: Settings, kind: str, executor: Executor | None, on_ba
     if wait is None:
         wait = family(kind).batch_wait_ms  # encoder bundles batch best with a short wait
     alone = (lambda: recent.in_flight <= 1) if executor is not None else None  # no executor: always inline
-    return MicroBatcher(executor, wait, settings.batch_max_documents, max(settings.inference_threads, 1), on_batch,
-                        alone=alone, inline_max_texts=settings.inline_max_texts)
+    return MicroBatcher(
+        executor,
+        wait,
+        settings.batch_max_documents,
+        max(settings.inference_threads, 1),
+        on_batch,
+        alone=alone,
+        inline_max_texts=settings.inline_max_texts,
+    )
 
 
 def _sighup(app: FastAPI) -> None:
@@ -62,6 +70,7 @@ def _sighup(app: FastAPI) -> None:
             log.info("SIGHUP reload: %s", summary)
         except XtagError as exc:
             log.error("SIGHUP reload failed, still serving the old model: %s", exc)
+
     task = asyncio.get_running_loop().create_task(reload())
     app.state.tasks.add(task)  # the loop keeps only a weak reference
     task.add_done_callback(app.state.tasks.discard)
@@ -106,9 +115,13 @@ async def _initial_load(app: FastAPI) -> None:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The service as an ASGI app; loads `settings.bundle` on startup (in the background by default)."""
     settings = settings or Settings()
-    app = FastAPI(title="xtag", version="1", lifespan=lifespan,
-                  description="Extreme multi-label tagging over HTTP: top-k labels for texts, with per-request "
-                              "macro-aware reweighting. Errors are application/problem+json.")
+    app = FastAPI(
+        title="xtag",
+        version="1",
+        lifespan=lifespan,
+        description="Extreme multi-label tagging over HTTP: top-k labels for texts, with per-request "
+        "macro-aware reweighting. Errors are application/problem+json.",
+    )
     app.state.settings = settings
     app.state.registry = ModelRegistry(settings.bundle, settings.warmup_text)
     app.state.metrics = metrics = Metrics()
@@ -116,8 +129,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.batcher = None
     app.state.tasks = set()
     # Predictor calls run here, off the event loop (cheaper per call than anyio's shared pool).
-    app.state.executor = (ThreadPoolExecutor(settings.inference_threads, thread_name_prefix="xtag-predict")
-                          if settings.inference_threads > 0 else None)
+    app.state.executor = (
+        ThreadPoolExecutor(settings.inference_threads, thread_name_prefix="xtag-predict")
+        if settings.inference_threads > 0
+        else None
+    )
 
     def on_swap(old, new) -> None:
         metrics.set_model(old, new)

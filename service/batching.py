@@ -30,9 +30,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
-
 from concurrent.futures import Executor
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -60,9 +59,16 @@ class _Pending:
 class MicroBatcher:
     """Per-key queues flushed into at most `max_running` concurrent predictor calls."""
 
-    def __init__(self, executor: Executor | None, max_wait_ms: float = 0.0, max_documents: int = 64, max_running: int = 1,
-                 on_batch: Callable[[int], None] | None = None, alone: Callable[[], bool] | None = None,
-                 inline_max_texts: int = 0):
+    def __init__(
+        self,
+        executor: Executor | None,
+        max_wait_ms: float = 0.0,
+        max_documents: int = 64,
+        max_running: int = 1,
+        on_batch: Callable[[int], None] | None = None,
+        alone: Callable[[], bool] | None = None,
+        inline_max_texts: int = 0,
+    ):
         self.executor = executor
         self.alone, self.inline_max_texts = alone, inline_max_texts  # no `alone` test: never inline
         self._concurrent_at = -float("inf")  # when concurrent traffic was last seen
@@ -186,8 +192,12 @@ class MicroBatcher:
             for item in live:
                 hi = lo + len(item.texts)
                 if not item.future.done():
-                    item.future.set_result(Predictions(labels=np.ascontiguousarray(preds.labels[lo:hi]),
-                                                       scores=np.ascontiguousarray(preds.scores[lo:hi])))
+                    item.future.set_result(
+                        Predictions(
+                            labels=np.ascontiguousarray(preds.labels[lo:hi]),
+                            scores=np.ascontiguousarray(preds.scores[lo:hi]),
+                        )
+                    )
                 lo = hi
         finally:
             self.running -= 1

@@ -17,8 +17,11 @@ from service.settings import Settings
 
 M = TypeVar("M", bound=BaseModel)
 
-api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False,
-                              description="needed on /v1/* when XTAG_API_KEY is set (or Authorization: Bearer KEY)")
+api_key_header = APIKeyHeader(
+    name="X-API-Key",
+    auto_error=False,
+    description="needed on /v1/* when XTAG_API_KEY is set (or Authorization: Bearer KEY)",
+)
 
 
 def settings(request: Request) -> Settings:
@@ -45,8 +48,12 @@ async def require_api_key(request: Request, _documented: str | None = Security(a
         auth = request.headers.get("authorization", "")
         given = auth[7:] if auth[:7].lower() == "bearer " else None
     if given is None or not hmac.compare_digest(given.encode(), expected.get_secret_value().encode()):
-        raise Problem(401, "unauthorized", "a valid API key is required in the X-API-Key header "
-                                           "(or Authorization: Bearer)", headers={"WWW-Authenticate": "Bearer"})
+        raise Problem(
+            401,
+            "unauthorized",
+            "a valid API key is required in the X-API-Key header (or Authorization: Bearer)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
 
 
 def _is_json(content_type: str) -> bool:
@@ -61,8 +68,9 @@ async def read_json(request: Request, optional: bool = False) -> object:
         return {}
     content_type = request.headers.get("content-type", "")
     if not _is_json(content_type):
-        raise Problem(415, "unsupported-media-type",
-                      f"the body must be application/json, got {content_type or 'no Content-Type'}")
+        raise Problem(
+            415, "unsupported-media-type", f"the body must be application/json, got {content_type or 'no Content-Type'}"
+        )
     try:
         body.decode("utf-8")
     except UnicodeDecodeError as exc:

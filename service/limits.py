@@ -19,9 +19,17 @@ class BodyLimitMiddleware:
 
     async def _reject(self, scope: Scope, send: Send, detail: str) -> None:
         body = problem_body(413, "body-too-large", detail, scope.get("path"))
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", MEDIA_TYPE.encode()), (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", MEDIA_TYPE.encode()),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -34,8 +42,12 @@ class BodyLimitMiddleware:
                 except ValueError:
                     declared = -1
                 if declared > self.limit:
-                    return await self._reject(scope, send, f"request body of {declared} bytes is over the limit of "
-                                                           f"{self.limit} bytes (XTAG_MAX_BODY_BYTES)")
+                    return await self._reject(
+                        scope,
+                        send,
+                        f"request body of {declared} bytes is over the limit of "
+                        f"{self.limit} bytes (XTAG_MAX_BODY_BYTES)",
+                    )
                 break
         received = 0
         started = False
@@ -59,5 +71,9 @@ class BodyLimitMiddleware:
             await self.app(scope, limited_receive, tracking_send)
         except BodyTooLarge:
             if not started:
-                await self._reject(scope, send, f"request body is over the limit of {self.limit} bytes "
-                                                f"(XTAG_MAX_BODY_BYTES); stopped reading at {received} bytes")
+                await self._reject(
+                    scope,
+                    send,
+                    f"request body is over the limit of {self.limit} bytes "
+                    f"(XTAG_MAX_BODY_BYTES); stopped reading at {received} bytes",
+                )

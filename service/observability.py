@@ -30,19 +30,36 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter("xtag_http_requests", "HTTP requests by endpoint, method and status",
-                                ["endpoint", "method", "status"], registry=r)
-        self.latency = Histogram("xtag_http_request_duration_seconds", "request latency by endpoint and status",
-                                 ["endpoint", "method", "status"], buckets=LATENCY_BUCKETS, registry=r)
-        self.in_flight = Gauge("xtag_http_requests_in_flight", "requests being handled",
-                               registry=r, multiprocess_mode="livesum")
-        self.batch_size = Histogram("xtag_predict_batch_documents", "documents per predictor call",
-                                    buckets=BATCH_BUCKETS, registry=r)
+        self.requests = Counter(
+            "xtag_http_requests",
+            "HTTP requests by endpoint, method and status",
+            ["endpoint", "method", "status"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "xtag_http_request_duration_seconds",
+            "request latency by endpoint and status",
+            ["endpoint", "method", "status"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "xtag_http_requests_in_flight", "requests being handled", registry=r, multiprocess_mode="livesum"
+        )
+        self.batch_size = Histogram(
+            "xtag_predict_batch_documents", "documents per predictor call", buckets=BATCH_BUCKETS, registry=r
+        )
         self.documents = Counter("xtag_predicted_documents", "documents tagged", registry=r)
-        self.model_info = Gauge("xtag_model_info", "the served model (value 1)", ["name", "version", "kind", "labels"],
-                                registry=r, multiprocess_mode="liveall")
-        self.model_load = Gauge("xtag_model_load_seconds", "load time of the served bundle", registry=r,
-                                multiprocess_mode="liveall")
+        self.model_info = Gauge(
+            "xtag_model_info",
+            "the served model (value 1)",
+            ["name", "version", "kind", "labels"],
+            registry=r,
+            multiprocess_mode="liveall",
+        )
+        self.model_load = Gauge(
+            "xtag_model_load_seconds", "load time of the served bundle", registry=r, multiprocess_mode="liveall"
+        )
         self.reloads = Counter("xtag_model_reloads", "bundle reloads by outcome", ["outcome"], registry=r)
 
     def set_model(self, old, new) -> None:
@@ -102,9 +119,15 @@ class RecentRequests:
         pct = {f"p{q}": (round(float(np.percentile(lat, q)), 3) if n else None) for q in (50, 90, 99)}
         errors5 = int((status >= 500).sum())
         errors4 = int((status >= 400).sum()) - errors5
-        return {"window_s": self.window, "requests": n, "qps": round(n / span, 3), "latency_ms": pct,
-                "errors_4xx": errors4, "errors_5xx": errors5,
-                "error_rate": round((errors4 + errors5) / n, 4) if n else 0.0}
+        return {
+            "window_s": self.window,
+            "requests": n,
+            "qps": round(n / span, 3),
+            "latency_ms": pct,
+            "errors_4xx": errors4,
+            "errors_5xx": errors5,
+            "error_rate": round((errors4 + errors5) / n, 4) if n else 0.0,
+        }
 
 
 class ObservabilityMiddleware:

@@ -28,15 +28,31 @@ class Problem(Exception):
 
 
 def problem_body(status: int, slug: str, detail: str, instance: str | None = None, **extra: Any) -> bytes:
-    body = {"type": f"urn:xtag:problem:{slug}", "title": HTTPStatus(status).phrase, "status": status,
-            "detail": detail, **({"instance": instance} if instance else {}), **extra}
+    body = {
+        "type": f"urn:xtag:problem:{slug}",
+        "title": HTTPStatus(status).phrase,
+        "status": status,
+        "detail": detail,
+        **({"instance": instance} if instance else {}),
+        **extra,
+    }
     return orjson.dumps(body)
 
 
-def problem_response(status: int, slug: str, detail: str, instance: str | None = None,
-                     headers: dict[str, str] | None = None, **extra: Any) -> Response:
-    return Response(problem_body(status, slug, detail, instance, **extra), status_code=status,
-                    media_type=MEDIA_TYPE, headers=headers)
+def problem_response(
+    status: int,
+    slug: str,
+    detail: str,
+    instance: str | None = None,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> Response:
+    return Response(
+        problem_body(status, slug, detail, instance, **extra),
+        status_code=status,
+        media_type=MEDIA_TYPE,
+        headers=headers,
+    )
 
 
 def _loc(loc: tuple) -> str:
@@ -48,8 +64,10 @@ def _loc(loc: tuple) -> str:
 
 def validation_problem(errors: list[dict], prefix: tuple = ()) -> Problem:
     """422 from pydantic errors: the detail lists `field: message` for each one."""
-    items = [{"loc": _loc(prefix + tuple(e.get("loc", ()))), "msg": e.get("msg", ""), "type": e.get("type", "")}
-             for e in errors]
+    items = [
+        {"loc": _loc(prefix + tuple(e.get("loc", ()))), "msg": e.get("msg", ""), "type": e.get("type", "")}
+        for e in errors
+    ]
     detail = "; ".join(f"{i['loc']}: {i['msg']}" for i in items) or "invalid request"
     return Problem(422, "validation-error", detail, errors=items)
 
@@ -88,5 +106,6 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return problem_response(500, "internal-error", f"internal error ({type(exc).__name__}); see the server log",
-                                request.url.path)
+        return problem_response(
+            500, "internal-error", f"internal error ({type(exc).__name__}); see the server log", request.url.path
+        )

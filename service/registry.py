@@ -11,9 +11,9 @@ from pathlib import Path
 import anyio.to_thread
 import numpy as np
 
+from models.beam_search import Predictions
 from models.bundle import Bundle, load_bundle
 from models.errors import XtagError
-from models.beam_search import Predictions
 from models.reweighting import gains_for, label_weights, predict_reweighted
 
 log = logging.getLogger("xtag.service")
@@ -107,6 +107,7 @@ class ModelRegistry:
             self.path, self.last_error = target, None
             for listener in self.listeners:
                 listener(old, new)
-            log.info("serving %s version %s (%d labels) from %s", new.bundle.name, new.bundle.version,
-                     new.n_labels, target)
+            log.info(
+                "serving %s version %s (%d labels) from %s", new.bundle.name, new.bundle.version, new.n_labels, target
+            )
             return old, new

@@ -13,8 +13,11 @@ def _not_blank(text: str) -> str:
     return text
 
 
-Text = Annotated[StrictStr, AfterValidator(_not_blank),
-                 Field(description="the document to tag; longer than XTAG_MAX_TEXT_CHARS gets 413")]
+Text = Annotated[
+    StrictStr,
+    AfterValidator(_not_blank),
+    Field(description="the document to tag; longer than XTAG_MAX_TEXT_CHARS gets 413"),
+]
 Number = StrictFloat | StrictInt
 
 
@@ -31,15 +34,24 @@ class Reweight(Strict):
 
     scheme: Literal["psp", "power", "macro-recall"]
     alpha: Annotated[Number, Field(ge=0.0, le=1.0, description="0 = plain scores, 1 = pure scheme")]
-    beta: Annotated[Number, Field(ge=0.0, le=10.0, description="exponent of the 'power' scheme "
-                                                                "(default 0.5); only for 'power'")] | None = None
+    beta: (
+        Annotated[
+            Number, Field(ge=0.0, le=10.0, description="exponent of the 'power' scheme (default 0.5); only for 'power'")
+        ]
+        | None
+    ) = None
 
 
 class PredictOptions(Strict):
     k: Annotated[StrictInt, Field(ge=1, description="labels per document (default 10, at most the label count)")] = 10
     beam_size: Annotated[StrictInt, Field(ge=1, description="beam width (default: the bundle's)")] | None = None
-    threshold: Annotated[Number, Field(ge=0.0, le=1.0, description="drop labels whose model score is "
-                                                                   "below this (after any re-ranking)")] | None = None
+    threshold: (
+        Annotated[
+            Number,
+            Field(ge=0.0, le=1.0, description="drop labels whose model score is below this (after any re-ranking)"),
+        ]
+        | None
+    ) = None
     reweight: Reweight | None = None
 
 
@@ -125,8 +137,10 @@ class ModelInfo(BaseModel):
 
 
 class ReloadRequest(Strict):
-    bundle: StrictStr | None = Field(None, description="bundle directory to switch to (default: the configured "
-                                                       "one, re-read); only with a single worker")
+    bundle: StrictStr | None = Field(
+        None,
+        description="bundle directory to switch to (default: the configured one, re-read); only with a single worker",
+    )
 
 
 class ReloadResponse(BaseModel):

@@ -28,10 +28,17 @@ def _fastest(module: str, fallback: str, name: str) -> str:
 
 
 def uvicorn_options(settings: Settings) -> dict:
-    options = {"host": settings.host, "port": settings.port, "log_level": settings.log_level,
-               "access_log": settings.access_log, "http": _fastest("httptools", "h11", "httptools"),
-               "loop": _fastest("uvloop", "asyncio", "uvloop"), "timeout_keep_alive": 30,
-               "server_header": False, "proxy_headers": False}
+    options = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": settings.log_level,
+        "access_log": settings.access_log,
+        "http": _fastest("httptools", "h11", "httptools"),
+        "loop": _fastest("uvloop", "asyncio", "uvloop"),
+        "timeout_keep_alive": 30,
+        "server_header": False,
+        "proxy_headers": False,
+    }
     if "timeout_worker_healthcheck" in inspect.signature(uvicorn.Config).parameters:
         # how long a restarted worker may take to load its bundle before the old one is kept
         options["timeout_worker_healthcheck"] = settings.worker_start_timeout_s
@@ -46,8 +53,13 @@ def _export(settings: Settings) -> None:
         os.environ[f"XTAG_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def serve(bundle: str | Path | None = None, host: str | None = None, port: int | None = None,
-          workers: int | None = None, **overrides) -> None:
+def serve(
+    bundle: str | Path | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    workers: int | None = None,
+    **overrides,
+) -> None:
     """Serve `bundle` (or XTAG_BUNDLE); explicit arguments win over XTAG_* variables and .env."""
     given = {"bundle": bundle, "host": host, "port": port, "workers": workers, **overrides}
     settings = Settings(**{k: v for k, v in given.items() if v is not None})
@@ -55,6 +67,7 @@ def serve(bundle: str | Path | None = None, host: str | None = None, port: int |
         raise XtagError("no bundle to serve: give BUNDLE or set XTAG_BUNDLE")
     if settings.workers == 1:
         from service.app import create_app
+
         uvicorn.run(create_app(settings), **uvicorn_options(settings))
         return
     # Workers must hold their model before they count as started, so that a rolling restart on SIGHUP

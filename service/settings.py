@@ -16,32 +16,56 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     workers: int = Field(1, ge=1, description="uvicorn worker processes (each holds its own model)")
-    api_key: SecretStr | None = Field(None, description="require this key in X-API-Key (or Authorization: "
-                                                        "Bearer) on /v1/*; /health, /ready, /metrics stay open")
-    max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024, description="larger request bodies get 413 "
-                                                                     "before they are read whole")
+    api_key: SecretStr | None = Field(
+        None,
+        description="require this key in X-API-Key (or Authorization: "
+        "Bearer) on /v1/*; /health, /ready, /metrics stay open",
+    )
+    max_body_bytes: int = Field(
+        2 * 1024 * 1024, ge=1024, description="larger request bodies get 413 before they are read whole"
+    )
     max_text_chars: int = Field(100_000, ge=1, description="a longer text gets 413 (not truncated)")
     max_batch_documents: int = Field(256, ge=1, description="most documents in one /v1/predict/batch")
     max_k: int = Field(1000, ge=1, description="largest k a request may ask for (also capped at the label count)")
     max_beam_size: int = Field(512, ge=1, description="largest beam_size a request may ask for")
-    batching: bool = Field(True, description="micro-batch concurrent requests into shared predictor calls "
-                                             "(service/batching.py); throughput figures in bench/RESULTS.md")
-    batch_max_wait_ms: float | None = Field(None, ge=0, le=1000, description="longest a request waits for "
-                                            "company; default: the model family's batch_wait_ms (models/registry.py)")
+    batching: bool = Field(
+        True,
+        description="micro-batch concurrent requests into shared predictor calls "
+        "(service/batching.py); throughput figures in bench/RESULTS.md",
+    )
+    batch_max_wait_ms: float | None = Field(
+        None,
+        ge=0,
+        le=1000,
+        description="longest a request waits for "
+        "company; default: the model family's batch_wait_ms (models/registry.py)",
+    )
     batch_max_documents: int = Field(64, ge=1, description="texts per shared predictor call")
-    inference_threads: int = Field(1, ge=0, description="predictor calls running at once (worker threads); "
-                                                        "0 = run them on the event loop itself")
-    inline_max_texts: int = Field(1, ge=0, description="a sequential client's request of at most this many "
-                                                       "texts runs on the event loop instead of a worker thread, "
-                                                       "saving two thread hand-offs (bench/RESULTS.md); "
-                                                       "the loop is blocked meanwhile, hence the cap; "
-                                                       "0 = never")
-    load_in_background: bool = Field(True, description="answer /health at once and /ready (503) until the "
-                                                       "bundle is loaded and warmed up; False = load before "
-                                                       "accepting connections (multi-worker restarts need it)")
-    worker_start_timeout_s: int = Field(300, ge=1, description="with several workers: how long a worker restarted "
-                                                              "by SIGHUP may take to load before the restart is "
-                                                              "abandoned and the old worker kept")
+    inference_threads: int = Field(
+        1, ge=0, description="predictor calls running at once (worker threads); 0 = run them on the event loop itself"
+    )
+    inline_max_texts: int = Field(
+        1,
+        ge=0,
+        description="a sequential client's request of at most this many "
+        "texts runs on the event loop instead of a worker thread, "
+        "saving two thread hand-offs (bench/RESULTS.md); "
+        "the loop is blocked meanwhile, hence the cap; "
+        "0 = never",
+    )
+    load_in_background: bool = Field(
+        True,
+        description="answer /health at once and /ready (503) until the "
+        "bundle is loaded and warmed up; False = load before "
+        "accepting connections (multi-worker restarts need it)",
+    )
+    worker_start_timeout_s: int = Field(
+        300,
+        ge=1,
+        description="with several workers: how long a worker restarted "
+        "by SIGHUP may take to load before the restart is "
+        "abandoned and the old worker kept",
+    )
     warmup_text: str = "warm-up prediction: a command line tool written in C to convert images"
     sighup_reload: bool = Field(True, description="reload the bundle on SIGHUP (main thread only)")
     stats_window_s: float = Field(60.0, gt=0, description="window of the dashboard's QPS and percentiles")

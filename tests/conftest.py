@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import socket
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,13 @@ def make_rows(n: int, seed: int = 0) -> list[dict]:
     return rows
 
 
+def free_port() -> int:
+    """A TCP port nobody listens on now: two test runs at once must not share torchrun's rendezvous port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
@@ -49,8 +57,10 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 @pytest.fixture(scope="session")
 def corpus_files(tmp_path_factory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("corpus")
-    return (write_jsonl(folder / "train.jsonl", make_rows(400, seed=1)),
-            write_jsonl(folder / "test.jsonl", make_rows(120, seed=2)))
+    return (
+        write_jsonl(folder / "train.jsonl", make_rows(400, seed=1)),
+        write_jsonl(folder / "test.jsonl", make_rows(120, seed=2)),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -64,8 +74,11 @@ def tiny_bundle(corpus_files, tmp_path_factory) -> Path:
     from training.xlinear.config import XLinearConfig
 
     folder = tmp_path_factory.mktemp("model")
-    config = TrainConfig(corpus=corpus_files[0], tfidf=TfidfConfig(min_df=1),
-                         xlinear=XLinearConfig(n_jobs=1, tree=TreeConfig(branching=2, max_leaf_size=4)))
+    config = TrainConfig(
+        corpus=corpus_files[0],
+        tfidf=TfidfConfig(min_df=1),
+        xlinear=XLinearConfig(n_jobs=1, tree=TreeConfig(branching=2, max_leaf_size=4)),
+    )
     train_run(config, folder / "run", progress=False)
     export_run(folder / "run", folder / "bundle")
     return folder / "bundle"
@@ -87,14 +100,22 @@ def tiny_bert(corpus_files, tmp_path_factory) -> Path:
     tok.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=300, special_tokens=specials))
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
     tok.decoder = decoders.WordPiece()
     folder = tmp_path_factory.mktemp("tiny-bert")
     tok.save(str(folder / "tokenizer.json"))
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64)
+    config = BertConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     BertModel(config).save_pretrained(str(folder))
     return folder
 
@@ -104,17 +125,28 @@ def make_xr_config(corpus: Path, encoder: Path, **xr):
     from models.features import TfidfConfig
     from models.xlinear.shortlist import ShortlistConfig
     from training.config import TrainConfig
-    from training.xr_transformer.config import XRExportConfig, XRTransformerConfig
     from training.tree import TreeConfig
     from training.xlinear.config import XLinearConfig
+    from training.xr_transformer.config import XRExportConfig, XRTransformerConfig
 
-    settings = {"encoder": encoder, "max_length": 32, "epochs": 1, "batch_size": 32, "device": "cpu",
-                "tree": TreeConfig(branching=2, max_leaf_size=4), "log_every": 5,
-                "export": XRExportConfig(shortlist_config=ShortlistConfig(min_nodes=0)),  # tiny tree, index anyway
-                **xr}
-    return TrainConfig(corpus=corpus, model="xr-transformer", tfidf=TfidfConfig(min_df=1),
-                       xlinear=XLinearConfig(n_jobs=1, tree=TreeConfig(branching=2, max_leaf_size=4)),
-                       xr_transformer=XRTransformerConfig(**settings))
+    settings = {
+        "encoder": encoder,
+        "max_length": 32,
+        "epochs": 1,
+        "batch_size": 32,
+        "device": "cpu",
+        "tree": TreeConfig(branching=2, max_leaf_size=4),
+        "log_every": 5,
+        "export": XRExportConfig(shortlist_config=ShortlistConfig(min_nodes=0)),  # tiny tree, index anyway
+        **xr,
+    }
+    return TrainConfig(
+        corpus=corpus,
+        model="xr-transformer",
+        tfidf=TfidfConfig(min_df=1),
+        xlinear=XLinearConfig(n_jobs=1, tree=TreeConfig(branching=2, max_leaf_size=4)),
+        xr_transformer=XRTransformerConfig(**settings),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -146,11 +178,27 @@ def make_lightxml_config(corpus: Path, encoder: Path, **lx):
     from training.config import TrainConfig
     from training.lightxml.config import LightXMLConfig
 
-    settings = {"encoder": encoder, "max_length": 32, "last_layers": 2, "dropout": 0.1, "cluster_size": 3,
-                "flat_max_labels": 0, "top_clusters": 2, "hidden_dim": 16, "epochs": 8, "batch_size": 16,
-                "lr": 5e-3, "swa_start": 6, "swa_every": 4, "device": "cpu", "log_every": 5, **lx}
-    return TrainConfig(corpus=corpus, model="lightxml", tfidf=TfidfConfig(min_df=1),
-                       lightxml=LightXMLConfig(**settings))
+    settings = {
+        "encoder": encoder,
+        "max_length": 32,
+        "last_layers": 2,
+        "dropout": 0.1,
+        "cluster_size": 3,
+        "flat_max_labels": 0,
+        "top_clusters": 2,
+        "hidden_dim": 16,
+        "epochs": 8,
+        "batch_size": 16,
+        "lr": 5e-3,
+        "swa_start": 6,
+        "swa_every": 4,
+        "device": "cpu",
+        "log_every": 5,
+        **lx,
+    }
+    return TrainConfig(
+        corpus=corpus, model="lightxml", tfidf=TfidfConfig(min_df=1), lightxml=LightXMLConfig(**settings)
+    )
 
 
 @pytest.fixture(scope="session")

@@ -13,8 +13,11 @@ def test_bundle_is_data_only_and_self_describing(tiny_bundle):
     assert {p.suffix for p in files} <= {".json", ".npz", ".npy"}
     manifest = json.loads((tiny_bundle / "manifest.json").read_text())
     assert manifest["format_version"] == 2 and manifest["model_kind"] == "xlinear"
-    assert manifest["components"] == [{"type": "tfidf", "path": "features/tfidf"}, {"type": "label-tree", "path": "tree"},
-                                      {"type": "rankers", "path": "rankers"}]
+    assert manifest["components"] == [
+        {"type": "tfidf", "path": "features/tfidf"},
+        {"type": "label-tree", "path": "tree"},
+        {"type": "rankers", "path": "rankers"},
+    ]
     assert manifest["label_count"] == 12
     assert set(manifest["files"]) == {str(p.relative_to(tiny_bundle)) for p in files} - {"manifest.json"}
     assert {"numpy", "scipy", "scikit-learn", "xtag"} <= set(manifest["versions"])

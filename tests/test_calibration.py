@@ -3,9 +3,9 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import make_rows, write_jsonl
 from typer.testing import CliRunner
 
-from conftest import make_rows, write_jsonl
 from models.bundle import load_bundle
 from models.calibration import Calibration, expected_calibration_error, fit_isotonic
 from models.errors import XtagError
@@ -16,7 +16,7 @@ def miscalibrated(n: int, seed: int):
     """True probabilities p; the scores a model would give, p ** 0.25 (over-confident); outcomes ~ Bernoulli(p)."""
     rng = np.random.default_rng(seed)
     p = rng.random(n)
-    return p ** 0.25, rng.random(n) < p
+    return p**0.25, rng.random(n) < p
 
 
 def test_isotonic_is_monotone_and_lowers_ece_on_held_out_data():

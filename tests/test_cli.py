@@ -10,8 +10,25 @@ runner = CliRunner()
 def test_train_export_evaluate_predict(corpus_files, tmp_path):
     train, test = corpus_files
     run, bundle = tmp_path / "run", tmp_path / "bundle"
-    r = runner.invoke(app, ["train", "--corpus", str(train), "--model", "xlinear", "--out", str(run),
-                            "--max-leaf-size", "4", "--branching", "2", "--threads", "1", "--no-progress"])
+    r = runner.invoke(
+        app,
+        [
+            "train",
+            "--corpus",
+            str(train),
+            "--model",
+            "xlinear",
+            "--out",
+            str(run),
+            "--max-leaf-size",
+            "4",
+            "--branching",
+            "2",
+            "--threads",
+            "1",
+            "--no-progress",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert (run / "config.json").exists() and (run / "model" / "manifest.json").exists() is False
     log = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
@@ -21,8 +38,9 @@ def test_train_export_evaluate_predict(corpus_files, tmp_path):
     assert r.exit_code == 0, r.output
 
     metrics_path = tmp_path / "metrics.json"
-    r = runner.invoke(app, ["evaluate", str(bundle), "--corpus", str(test), "--json", str(metrics_path),
-                            "--no-progress"])
+    r = runner.invoke(
+        app, ["evaluate", str(bundle), "--corpus", str(test), "--json", str(metrics_path), "--no-progress"]
+    )
     assert r.exit_code == 0, r.output
     assert "PSP" in r.output and "macro-F1" in r.output
     metrics = json.loads(metrics_path.read_text())
@@ -32,8 +50,9 @@ def test_train_export_evaluate_predict(corpus_files, tmp_path):
     assert r.exit_code == 0 and r.output.splitlines()[0].endswith("net::mail")
 
     preds = tmp_path / "preds.jsonl"
-    r = runner.invoke(app, ["predict", str(bundle), "--corpus", str(test), "--k", "10", "--out", str(preds),
-                            "--no-progress"])
+    r = runner.invoke(
+        app, ["predict", str(bundle), "--corpus", str(test), "--k", "10", "--out", str(preds), "--no-progress"]
+    )
     assert r.exit_code == 0, r.output
     rows = [json.loads(line) for line in preds.read_text().splitlines()]
     assert len(rows) == 120 and rows[0]["id"] == "doc0"
@@ -42,8 +61,16 @@ def test_train_export_evaluate_predict(corpus_files, tmp_path):
 
 
 def test_resume_needs_same_config_and_existing_runs_are_protected(corpus_files, tmp_path):
-    args = ["train", "--corpus", str(corpus_files[0]), "--out", str(tmp_path / "run"), "--threads", "1",
-            "--no-progress"]
+    args = [
+        "train",
+        "--corpus",
+        str(corpus_files[0]),
+        "--out",
+        str(tmp_path / "run"),
+        "--threads",
+        "1",
+        "--no-progress",
+    ]
     assert runner.invoke(app, args).exit_code == 0
     r = runner.invoke(app, args)
     assert r.exit_code == 2 and "--resume" in r.output

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import free_port
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -46,9 +47,11 @@ def test_amp_is_bf16_or_scaled_fp16_on_cuda_and_off_on_cpu():
     assert out.dtype == gpu.dtype
 
 
-def test_xr_transformer_fine_tunes_on_cuda_with_amp_and_exports_a_cpu_bundle(corpus_files, tiny_bert, xr_config,
-                                                                              tmp_path):
+def test_xr_transformer_fine_tunes_on_cuda_with_amp_and_exports_a_cpu_bundle(
+    corpus_files, tiny_bert, xr_config, tmp_path
+):
     from conftest import train_and_export
+
     from models.bundle import load_bundle
     from training.data import load_corpus
     from training.evaluate import evaluate_bundle
@@ -68,15 +71,25 @@ def test_cuda_fine_tuning_is_what_makes_the_embedding_tag(corpus_files, tiny_ber
     """As the CPU test: rankers on the [CLS] vector alone, frozen vs fine-tuned on CUDA with AMP."""
     from test_xr_transformer import dense_only_p_at_1
 
-    frozen = dense_only_p_at_1(corpus_files, tiny_bert, tmp_path / "frozen", epochs=0, device="cpu",
-                               export=no_faiss_export())
-    tuned = dense_only_p_at_1(corpus_files, tiny_bert, tmp_path / "tuned", epochs=2, lr_encoder=2e-3,
-                              device="cuda", amp=True, export=no_faiss_export())
+    frozen = dense_only_p_at_1(
+        corpus_files, tiny_bert, tmp_path / "frozen", epochs=0, device="cpu", export=no_faiss_export()
+    )
+    tuned = dense_only_p_at_1(
+        corpus_files,
+        tiny_bert,
+        tmp_path / "tuned",
+        epochs=2,
+        lr_encoder=2e-3,
+        device="cuda",
+        amp=True,
+        export=no_faiss_export(),
+    )
     assert frozen < 30 and tuned > frozen + 15, (frozen, tuned)
 
 
 def test_lightxml_learns_on_cuda_with_amp(corpus_files, tiny_bert, lightxml_config, tmp_path):
     from conftest import train_and_export
+
     from models.bundle import load_bundle
     from training.data import load_corpus
     from training.evaluate import evaluate_bundle
@@ -91,19 +104,40 @@ def test_lightxml_learns_on_cuda_with_amp(corpus_files, tiny_bert, lightxml_conf
     assert all(np.isfinite(e["loss"]) for e in events_of(run) if e["event"] == "step")
 
 
-@pytest.mark.skipif(shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None
-                    and shutil.which("torchrun") is None, reason="torchrun not installed")
+@pytest.mark.skipif(
+    shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None and shutil.which("torchrun") is None,
+    reason="torchrun not installed",
+)
 def test_torchrun_on_cuda_uses_nccl(corpus_files, tiny_bert, xr_config, tmp_path):
     """Every visible GPU as one process (one GPU: a world of 1, which still goes through torchrun's env)."""
     gpus = torch.cuda.device_count()
-    config = xr_config(corpus_files[0], tiny_bert, device="cuda", epochs=1, max_steps=3, batch_size=8,
-                       export=no_faiss_export())
+    config = xr_config(
+        corpus_files[0], tiny_bert, device="cuda", epochs=1, max_steps=3, batch_size=8, export=no_faiss_export()
+    )
     (tmp_path / "config.json").write_text(config.model_dump_json())
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
-    result = subprocess.run([torchrun, "--nproc-per-node", str(gpus), "--master-port", "29544", "-m",
-                             "xtag.cli", "train", "--config", str(tmp_path / "config.json"), "--out",
-                             str(tmp_path / "run"), "--no-progress"],
-                            cwd=ROOT, env={**os.environ}, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            torchrun,
+            "--nproc-per-node",
+            str(gpus),
+            "--master-port",
+            str(free_port()),
+            "-m",
+            "xtag.cli",
+            "train",
+            "--config",
+            str(tmp_path / "config.json"),
+            "--out",
+            str(tmp_path / "run"),
+            "--no-progress",
+        ],
+        cwd=ROOT,
+        env={**os.environ},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     encoder = next(e for e in events_of(tmp_path / "run") if e["event"] == "encoder")
     assert encoder["world_size"] == gpus and encoder["device"].startswith("cuda")

@@ -18,13 +18,16 @@ def test_jsonl_gz_with_ids_and_line_numbers(tmp_path):
     assert corpus.labels == [["b", "a"], ["a"]]
 
 
-@pytest.mark.parametrize("line, why", [
-    ("{not json", "bad JSON"),
-    ('{"text": "", "labels": ["a"]}', "no text"),
-    ('{"text": "x y", "labels": []}', "no labels"),
-    ('{"text": "x y", "labels": "a"}', "labels must be a list"),
-    ('["text"]', "JSON object"),
-])
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        ("{not json", "bad JSON"),
+        ('{"text": "", "labels": ["a"]}', "no text"),
+        ('{"text": "x y", "labels": []}', "no labels"),
+        ('{"text": "x y", "labels": "a"}', "labels must be a list"),
+        ('["text"]', "JSON object"),
+    ],
+)
 def test_malformed_row_names_file_and_line(tmp_path, line, why):
     path = tmp_path / "c.jsonl"
     path.write_text('{"text": "fine", "labels": ["a"]}\n' + line + "\n")

@@ -7,10 +7,14 @@ from models.label_tree import ClusterChain
 
 def random_model(rng, n_features=30):
     # Root → 3 clusters → 8 labels (sizes 3, 3, 2), labels stored in a shuffled order.
-    chain = ClusterChain(ptrs=[np.array([0, 3]), np.array([0, 3, 6, 8])],
-                         leaf_labels=rng.permutation(8))
-    levels = [RankerLevel(sp.random(n, n_features, density=0.5, random_state=rng, format="csr", dtype=np.float32),
-                          rng.normal(size=n).astype(np.float32)) for n in (3, 8)]
+    chain = ClusterChain(ptrs=[np.array([0, 3]), np.array([0, 3, 6, 8])], leaf_labels=rng.permutation(8))
+    levels = [
+        RankerLevel(
+            sp.random(n, n_features, density=0.5, random_state=rng, format="csr", dtype=np.float32),
+            rng.normal(size=n).astype(np.float32),
+        )
+        for n in (3, 8)
+    ]
     return chain, levels
 
 
@@ -45,7 +49,7 @@ def test_narrow_beam_only_returns_labels_under_kept_clusters():
     for row in pred.labels:
         valid = row[row >= 0]
         assert len(set(cluster_of_label[valid])) == 1
-        assert len(valid) <= 3 and (row[len(valid):] == -1).all()  # padded when fewer than k
+        assert len(valid) <= 3 and (row[len(valid) :] == -1).all()  # padded when fewer than k
 
 
 def test_single_document_path_equals_batch_path():
@@ -61,9 +65,12 @@ def test_single_document_path_equals_batch_path():
 
 def test_candidate_path_for_large_levels_matches_full_product(monkeypatch):
     import models.beam_search as inference
+
     rng = np.random.default_rng(3)
-    level = RankerLevel(sp.random(50, 30, density=0.4, random_state=rng, format="csr", dtype=np.float32),
-                        rng.normal(size=50).astype(np.float32))
+    level = RankerLevel(
+        sp.random(50, 30, density=0.4, random_state=rng, format="csr", dtype=np.float32),
+        rng.normal(size=50).astype(np.float32),
+    )
     X = sp.random(12, 30, density=0.3, random_state=rng, format="csr", dtype=np.float32)
     cand = rng.integers(0, 50, size=(12, 7))
     cand[3, 2:] = -1  # padding
@@ -73,7 +80,9 @@ def test_candidate_path_for_large_levels_matches_full_product(monkeypatch):
     level = RankerLevel(level.W, level.bias)
     assert np.allclose(score_candidates(X, level, cand)[valid], full[valid], atol=1e-5)  # batch path
     for i in range(12):  # few-document gather path
-        assert np.allclose(score_candidates(X[i], level, cand[i:i + 1])[valid[i:i + 1]], full[i][valid[i]], atol=1e-5)
+        assert np.allclose(
+            score_candidates(X[i], level, cand[i : i + 1])[valid[i : i + 1]], full[i][valid[i]], atol=1e-5
+        )
 
 
 def test_top_k_orders_and_pads():
@@ -85,8 +94,10 @@ def test_top_k_orders_and_pads():
 def test_saturated_scores_are_ranked_by_margin():
     # One cluster, three labels whose margins (2, 5, 1.5) all saturate l3-hinge at exactly 1.0.
     chain = ClusterChain(ptrs=[np.array([0, 1]), np.array([0, 3])], leaf_labels=np.array([0, 1, 2]))
-    levels = [RankerLevel(sp.csr_matrix(np.ones((1, 1), np.float32)), np.array([5.0], np.float32)),
-              RankerLevel(sp.csr_matrix(np.zeros((3, 1), np.float32)), np.array([2.0, 5.0, 1.5], np.float32))]
+    levels = [
+        RankerLevel(sp.csr_matrix(np.ones((1, 1), np.float32)), np.array([5.0], np.float32)),
+        RankerLevel(sp.csr_matrix(np.zeros((3, 1), np.float32)), np.array([2.0, 5.0, 1.5], np.float32)),
+    ]
     pred = beam_search(sp.csr_matrix(np.ones((1, 1), np.float32)), levels, TreeIndex(chain), 1, 3)
     assert pred.scores[0].tolist() == [1.0, 1.0, 1.0]
     assert pred.labels[0].tolist() == [1, 0, 2]

@@ -37,8 +37,9 @@ def test_training_adds_true_clusters_and_prediction_does_not():
     assert got == {5, 0, 1, 4, 2, 3} and y[0][list(labels[0]).index(3)] == 1 and y.sum() == 1
     labels, valid, _ = training_candidates(np.array([[2, 0]]), [np.array([2])], members, [np.array([3])])
     assert sorted(labels[0][valid[0] > 0]) == [0, 2, 3, 5]  # a true cluster already on top is not repeated
-    model = LightXMLModel(chain, np.ones((6, 2), np.float32),
-                          LightXMLHeadConfig(beam_size=2, n_clusters=3, n_labels=6, dim=2))
+    model = LightXMLModel(
+        chain, np.ones((6, 2), np.float32), LightXMLHeadConfig(beam_size=2, n_clusters=3, n_labels=6, dim=2)
+    )
     cand, _ = model.candidates(scores, 2)
     assert set(cand[0][cand[0] >= 0]) == {5, 0, 1, 4}  # at prediction: only the top-b clusters
 
@@ -59,20 +60,31 @@ def _record_candidates(monkeypatch):
 
 
 @pytest.mark.parametrize("negatives", ["dynamic", "static"])
-def test_negatives_are_redrawn_every_step_only_when_dynamic(negatives, corpus_files, tiny_bert, lightxml_config,
-                                                            tmp_path, monkeypatch):
+def test_negatives_are_redrawn_every_step_only_when_dynamic(
+    negatives, corpus_files, tiny_bert, lightxml_config, tmp_path, monkeypatch
+):
     from training.run import train_run
 
     calls = _record_candidates(monkeypatch)
-    config = lightxml_config(corpus_files[0], tiny_bert, epochs=3, negatives=negatives, static_warmup=0.34,
-                             batch_size=400, val_fraction=0.0, swa_start=3)
+    config = lightxml_config(
+        corpus_files[0],
+        tiny_bert,
+        epochs=3,
+        negatives=negatives,
+        static_warmup=0.34,
+        batch_size=400,
+        val_fraction=0.0,
+        swa_start=3,
+    )
     train_run(config, tmp_path / "run", progress=False)
     assert calls, "the discriminator never got candidates"
-    for top, true_clusters, positives, (labels, valid, y) in calls:
+    for top, _true_clusters, positives, (labels, valid, y) in calls:
         for row in range(len(top)):
             cand = set(labels[row][valid[row] > 0])
             assert positives[row] <= cand  # every positive label is a candidate in training
-            assert np.array_equal(y[row][valid[row] > 0] > 0, [c in positives[row] for c in labels[row][valid[row] > 0]])
+            assert np.array_equal(
+                y[row][valid[row] > 0] > 0, [c in positives[row] for c in labels[row][valid[row] > 0]]
+            )
     # One full batch per step: the same documents in another order, so compare the multisets of top clusters.
     sets = [sorted(map(tuple, np.sort(c[0], axis=1))) for c in calls]
     if negatives == "static":
@@ -83,13 +95,15 @@ def test_negatives_are_redrawn_every_step_only_when_dynamic(negatives, corpus_fi
     assert (sets[0] != sets[-1]) == (negatives == "dynamic")
 
 
-def test_static_negatives_cover_exactly_the_texts_still_to_be_visited(corpus_files, tiny_bert, lightxml_config,
-                                                                     tmp_path, monkeypatch):
+def test_static_negatives_cover_exactly_the_texts_still_to_be_visited(
+    corpus_files, tiny_bert, lightxml_config, tmp_path, monkeypatch
+):
     from training.run import train_run
 
     calls = _record_candidates(monkeypatch)
-    config = lightxml_config(corpus_files[0], tiny_bert, epochs=1, max_steps=6, negatives="static",
-                             static_warmup=0.5, swa_start=1)
+    config = lightxml_config(
+        corpus_files[0], tiny_bert, epochs=1, max_steps=6, negatives="static", static_warmup=0.5, swa_start=1
+    )
     train_run(config, tmp_path / "run", progress=False)
     fixed = np.load(tmp_path / "run" / "checkpoints" / "lightxml" / "static_top.npy")
     assert len(calls) == 3 and (fixed >= 0).all(axis=1).sum() == 3 * 16  # steps 4-6 of 16 texts each
@@ -115,8 +129,9 @@ def test_training_learns_far_above_chance(lightxml_bundle, corpus_files):
     assert done["validation_documents"] == 20 and done["train_documents"] == 380 and done["swa_models"] > 1
 
 
-def test_swa_is_the_running_mean_and_is_what_gets_saved(corpus_files, tiny_bert, lightxml_config, tmp_path,
-                                                        monkeypatch):
+def test_swa_is_the_running_mean_and_is_what_gets_saved(
+    corpus_files, tiny_bert, lightxml_config, tmp_path, monkeypatch
+):
     import torch
 
     from training.run import train_run
@@ -164,8 +179,9 @@ def test_selection_validates_exactly_the_weights_it_saves(corpus_files, tiny_ber
     from training.lightxml.validation import net_outputs, validation_split
     from training.run import train_run
 
-    config = lightxml_config(corpus_files[0], tiny_bert, epochs=3, eval_every=10, val_fraction=0.2, swa_start=1,
-                             swa_every=3)
+    config = lightxml_config(
+        corpus_files[0], tiny_bert, epochs=3, eval_every=10, val_fraction=0.2, swa_start=1, swa_every=3
+    )
     run = tmp_path / "run"
     train_run(config, run, progress=False)
     events = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
@@ -174,21 +190,28 @@ def test_selection_validates_exactly_the_weights_it_saves(corpus_files, tiny_ber
     train = load_corpus(corpus_files[0])
     _, val = validation_split(len(train), 0.2, 0)
     net, enc = load_run_net(run / "model" / "encoder", None)
-    out = net_outputs(net, TextTokenizer.load(run / "model" / "encoder" / "tokenizer.json", enc.max_length),
-                      [train.texts[i] for i in val], torch.device("cpu"), False)
+    out = net_outputs(
+        net,
+        TextTokenizer.load(run / "model" / "encoder" / "tokenizer.json", enc.max_length),
+        [train.texts[i] for i in val],
+        torch.device("cpu"),
+        False,
+    )
     model = LightXMLModel.load(run / "model")
     Y, _ = train.label_matrix(LabelVocab.load(run / "model" / "labels.json"))
     got = evaluate(model.predict(out, k=5).labels, Y[val], (1, 3, 5))
     assert [best[k] for k in ("P@1", "P@3", "P@5")] == [round(got[k], 3) for k in ("P@1", "P@3", "P@5")]
 
 
-def test_interrupted_run_resumes_to_the_uninterrupted_weights(corpus_files, tiny_bert, lightxml_config, tmp_path,
-                                                               monkeypatch):
+def test_interrupted_run_resumes_to_the_uninterrupted_weights(
+    corpus_files, tiny_bert, lightxml_config, tmp_path, monkeypatch
+):
     from training.checkpoint import Checkpoint
     from training.run import train_run
 
-    config = lightxml_config(corpus_files[0], tiny_bert, epochs=2, checkpoint_every=7, swa_start=1, swa_every=3,
-                             eval_every=5)
+    config = lightxml_config(
+        corpus_files[0], tiny_bert, epochs=2, checkpoint_every=7, swa_start=1, swa_every=3, eval_every=5
+    )
     real = Checkpoint.save
 
     def save_then_die(self, net, opt, sched, state, tensors=None):
@@ -220,10 +243,34 @@ def test_cli_maps_the_xr_transformer_flags(corpus_files, tiny_bert):
 
     from xtag.cli import app
 
-    result = CliRunner().invoke(app, ["train", "--corpus", str(corpus_files[0]), "--model", "lightxml", "--encoder",
-                                      str(tiny_bert), "--max-length", "48", "--epochs", "3", "--batch-size", "8",
-                                      "--device", "cpu", "--print-config"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "--corpus",
+            str(corpus_files[0]),
+            "--model",
+            "lightxml",
+            "--encoder",
+            str(tiny_bert),
+            "--max-length",
+            "48",
+            "--epochs",
+            "3",
+            "--batch-size",
+            "8",
+            "--device",
+            "cpu",
+            "--print-config",
+        ],
+    )
     assert result.exit_code == 0, result.output
     lx = json.loads(result.output)["lightxml"]
-    assert (lx["max_length"], lx["epochs"], lx["batch_size"], lx["device"], lx["lr"], lx["last_layers"]) == \
-        (48, 3, 8, "cpu", 1e-4, 5)
+    assert (lx["max_length"], lx["epochs"], lx["batch_size"], lx["device"], lx["lr"], lx["last_layers"]) == (
+        48,
+        3,
+        8,
+        "cpu",
+        1e-4,
+        5,
+    )

@@ -10,8 +10,11 @@ import pytest
 from conftest import NO_TORCH, add_drift
 
 ROOT = Path(__file__).resolve().parent.parent
-TEXTS = ["shooter weapons arena frag multiplayer", "python module pip interpreter script",
-         "email smtp imap mailbox inbox http server"]
+TEXTS = [
+    "shooter weapons arena frag multiplayer",
+    "python module pip interpreter script",
+    "email smtp imap mailbox inbox http server",
+]
 
 
 def test_bundle_layout_graph_and_parity(lightxml_bundle, corpus_files):
@@ -24,14 +27,23 @@ def test_bundle_layout_graph_and_parity(lightxml_bundle, corpus_files):
     run, bundle = lightxml_bundle
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert manifest["model_kind"] == "lightxml"
-    assert {"encoder/model.onnx", "encoder/tokenizer.json", "encoder/config.json", "tree/chain.npz",
-            "lightxml/config.json", "lightxml/label_embeddings.npy", "labels.json"} <= set(manifest["files"])
+    assert {
+        "encoder/model.onnx",
+        "encoder/tokenizer.json",
+        "encoder/config.json",
+        "tree/chain.npz",
+        "lightxml/config.json",
+        "lightxml/label_embeddings.npy",
+        "labels.json",
+    } <= set(manifest["files"])
     assert not any(f.startswith("features/") or f.endswith((".pkl", ".pt", ".bin")) for f in manifest["files"])
     report = manifest["export"]
     assert all(report["parity"][o]["max_abs_diff"] <= 1e-4 for o in OUTPUTS) and report["opset"] == 18
     graph = onnx.load(str(bundle / "encoder" / "model.onnx")).graph
-    assert [o.name for o in graph.output] == list(OUTPUTS) and [i.name for i in graph.input] == \
-        ["input_ids", "attention_mask"]
+    assert [o.name for o in graph.output] == list(OUTPUTS) and [i.name for i in graph.input] == [
+        "input_ids",
+        "attention_mask",
+    ]
     for value in graph.input:
         dims = value.type.tensor_type.shape.dim
         assert dims[0].dim_param and dims[1].dim_param, f"{value.name} has a fixed batch or sequence axis"
@@ -64,8 +76,8 @@ def test_export_refuses_a_graph_that_drifts_from_torch(lightxml_bundle, tmp_path
 
 
 def test_faiss_label_index_scores_like_numpy():
-    from models.lightxml.label_index import LabelIndex
     from models.label_tree import ClusterChain
+    from models.lightxml.label_index import LabelIndex
     from models.lightxml.model import LightXMLHeadConfig, LightXMLModel, LightXMLOutputs
 
     rng = np.random.default_rng(3)
@@ -77,8 +89,9 @@ def test_faiss_label_index_scores_like_numpy():
     assert np.allclose(LabelIndex(E, use_faiss=True).scores(h, labels), LabelIndex(E).scores(h, labels), atol=1e-5)
     out = LightXMLOutputs(rng.normal(size=(7, K)).astype(np.float32), h)
     plain = LightXMLModel(chain, E, LightXMLHeadConfig(beam_size=3, n_clusters=K, n_labels=L, dim=dim))
-    faiss = LightXMLModel(chain, E, LightXMLHeadConfig(beam_size=3, n_clusters=K, n_labels=L, dim=dim,
-                                                       faiss_min_labels=L))
+    faiss = LightXMLModel(
+        chain, E, LightXMLHeadConfig(beam_size=3, n_clusters=K, n_labels=L, dim=dim, faiss_min_labels=L)
+    )
     assert faiss.labels.index is not None and plain.labels.index is None
     a, b = plain.predict(out, k=6), faiss.predict(out, k=6)
     assert np.array_equal(a.labels, b.labels) and np.allclose(a.scores, b.scores, atol=1e-6)
@@ -103,6 +116,7 @@ def test_service_serves_lightxml_like_the_predictor(lightxml_bundle):
             if client.get("/ready").status_code == 200:
                 break
             import time
+
             time.sleep(0.05)
         assert client.get("/ready").status_code == 200
         expected = b.predictor.named(b.predictor.predict(TEXTS, k=3))
@@ -122,7 +136,9 @@ def test_service_serves_lightxml_like_the_predictor(lightxml_bundle):
         assert model["kind"] == "lightxml" and model["label_count"] == 12 and model["default_beam_size"] == 2
 
 
-TORCH_FREE = NO_TORCH + """
+TORCH_FREE = (
+    NO_TORCH
+    + """
 import json
 from models.bundle import load_bundle
 b = load_bundle(sys.argv[1])
@@ -130,14 +146,20 @@ p = b.predictor.predict(json.loads(sys.argv[2]), k=3)
 print(json.dumps({"labels": p.labels.tolist(), "scores": p.scores.tolist(),
                   "torch": sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "transformers"))}))
 """
+)
 
 
 def test_lightxml_bundle_serves_with_torch_unimportable(lightxml_bundle):
     from models.bundle import load_bundle
 
     _, bundle = lightxml_bundle
-    result = subprocess.run([sys.executable, "-c", TORCH_FREE, str(bundle), json.dumps(TEXTS)], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", TORCH_FREE, str(bundle), json.dumps(TEXTS)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout.splitlines()[-1])
     expected = load_bundle(bundle).predictor.predict(TEXTS, k=3)

@@ -11,8 +11,8 @@ PRED = np.array([[2, 3, 0], [3, 1, -1]])
 
 def test_precision_ndcg_recall_by_hand():
     m = evaluate(PRED, Y, ks=(1, 2, 3))
-    assert m["P@1"] == pytest.approx(50.0)            # hit, miss
-    assert m["P@2"] == pytest.approx(50.0)            # (1 + 1) / 4
+    assert m["P@1"] == pytest.approx(50.0)  # hit, miss
+    assert m["P@2"] == pytest.approx(50.0)  # (1 + 1) / 4
     assert m["P@3"] == pytest.approx(100 * 3 / 6)
     d = 1 / np.log2(3)
     # doc0 @2: dcg 1, idcg 1 + d; doc1 @2: dcg d, idcg 1
@@ -44,12 +44,13 @@ def test_psp_is_normalised_by_the_ideal_ranking():
 
 def test_jain_propensity_formula():
     p = jain_propensities(np.array([0, 10, 1000]), n_docs=10000)
-    C = (np.log(10000) - 1) * 2.5 ** 0.55
+    C = (np.log(10000) - 1) * 2.5**0.55
     assert p[1] == pytest.approx(1 / (1 + C * np.exp(-0.55 * np.log(11.5))))
     assert p[0] < p[1] < p[2] < 1
 
 
 def test_too_few_predictions_is_an_error():
     from models.errors import XtagError
+
     with pytest.raises(XtagError, match="at least 5"):
         evaluate(PRED, Y, ks=(5,))

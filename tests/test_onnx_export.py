@@ -19,8 +19,13 @@ def test_bundle_layout_and_dynamic_axes(xr_bundle):
 
     _, bundle = xr_bundle
     manifest = json.loads((bundle / "manifest.json").read_text())
-    assert {"encoder/model.onnx", "encoder/tokenizer.json", "encoder/config.json", "shortlist/faiss.index",
-            "shortlist/config.json"} <= set(manifest["files"])
+    assert {
+        "encoder/model.onnx",
+        "encoder/tokenizer.json",
+        "encoder/config.json",
+        "shortlist/faiss.index",
+        "shortlist/config.json",
+    } <= set(manifest["files"])
     assert {"onnxruntime", "tokenizers", "faiss-cpu"} <= set(manifest["versions"])
     graph = onnx.load(str(bundle / "encoder" / "model.onnx")).graph
     for value in [*graph.input, *graph.output]:
@@ -36,8 +41,8 @@ def test_bundle_layout_and_dynamic_axes(xr_bundle):
 def test_onnx_matches_torch_on_real_texts(xr_bundle, corpus_files):
     import torch
 
-    from training.encoder import encode_texts, load_trained
     from models.onnx_encoder import OnnxEncoder
+    from training.encoder import encode_texts, load_trained
 
     run, bundle = xr_bundle
     report = json.loads((bundle / "manifest.json").read_text())["export"]["parity"]
@@ -67,7 +72,9 @@ def test_export_refuses_an_encoder_that_drifts_from_torch(xr_bundle, tmp_path, m
     assert not (tmp_path / "bundle").exists()
 
 
-TORCH_FREE = NO_TORCH + """
+TORCH_FREE = (
+    NO_TORCH
+    + """
 try:
     import torch
     raise SystemExit("torch was importable")
@@ -78,11 +85,13 @@ b = load_bundle(sys.argv[1])
 print(b.predictor.named(b.predictor.predict(["shooter weapons arena frag multiplayer"], k=1))[0][0][1])
 print(sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "transformers")))
 """
+)
 
 
 def test_bundle_serves_with_torch_unimportable(xr_bundle):
     _, bundle = xr_bundle
-    result = subprocess.run([sys.executable, "-c", TORCH_FREE, str(bundle)], cwd=ROOT, capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", TORCH_FREE, str(bundle)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["game::fps", "[]"]

@@ -26,7 +26,9 @@ def test_bucket_and_per_label_metrics_agree_with_the_macro_metrics():
     pred[0, 4] = -1
     m = evaluate(pred, Y, (5,))
     c = per_label_metrics(pred, Y, 5)
-    assert 100 * c["f1"].mean() == pytest.approx(m["macro-F1@5"]) and 100 * c["recall"].mean() == pytest.approx(m["macro-R@5"])
+    assert 100 * c["f1"].mean() == pytest.approx(m["macro-F1@5"]) and 100 * c["recall"].mean() == pytest.approx(
+        m["macro-R@5"]
+    )
     buckets = frequency_buckets(rng.integers(1, 100, 30))
     b = bucket_metrics(pred, Y, 5, buckets)
     assert sum(row["labels"] for row in b.values()) == 30
@@ -38,16 +40,49 @@ def test_bucket_and_per_label_metrics_agree_with_the_macro_metrics():
 def test_evaluate_writes_per_label_csv_plots_json_and_optimised_metrics(tiny_bundle, corpus_files, tmp_path):
     runner = CliRunner()
     out = tmp_path / "report"
-    r = runner.invoke(app, ["evaluate", str(tiny_bundle), "--corpus", str(corpus_files[1]), "--no-progress",
-                            "--at-10", "--per-label", str(out / "labels.csv"), "--plots", str(out / "plots"),
-                            "--optimize", "macro-f1", "--optimize-alpha", "0.5", "--optimize-method", "fw",
-                            "--json", str(out / "m.json")])
+    r = runner.invoke(
+        app,
+        [
+            "evaluate",
+            str(tiny_bundle),
+            "--corpus",
+            str(corpus_files[1]),
+            "--no-progress",
+            "--at-10",
+            "--per-label",
+            str(out / "labels.csv"),
+            "--plots",
+            str(out / "plots"),
+            "--optimize",
+            "macro-f1",
+            "--optimize-alpha",
+            "0.5",
+            "--optimize-method",
+            "fw",
+            "--json",
+            str(out / "m.json"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "@10" in r.output and "tail" in r.output and "optimised (fw, macro-f1" in r.output and "ECE@5" in r.output
     with open(out / "labels.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
-    assert list(rows[0]) == ["label", "train_frequency", "bucket", "support", "predicted", "tp", "precision", "recall",
-                             "f1", "opt_predicted", "opt_tp", "opt_precision", "opt_recall", "opt_f1"]
+    assert list(rows[0]) == [
+        "label",
+        "train_frequency",
+        "bucket",
+        "support",
+        "predicted",
+        "tp",
+        "precision",
+        "recall",
+        "f1",
+        "opt_predicted",
+        "opt_tp",
+        "opt_precision",
+        "opt_recall",
+        "opt_f1",
+    ]
     assert len(rows) == 12 and {row["bucket"] for row in rows} == {"head", "torso", "tail"}
     tail = next(row for row in rows if row["label"] == "role::tail")
     assert tail["bucket"] == "tail" and int(tail["support"]) == 8

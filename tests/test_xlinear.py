@@ -19,12 +19,12 @@ def data(corpus_files):
     return X, train.label_matrix(vocab)[0], featurizer.transform(test.texts), test.label_matrix(vocab)[0]
 
 
-@pytest.mark.parametrize("negatives, loss", [("tfn", "squared-hinge"), ("tfn+man", "squared-hinge"),
-                                             ("man", "logistic")])
+@pytest.mark.parametrize(
+    "negatives, loss", [("tfn", "squared-hinge"), ("tfn+man", "squared-hinge"), ("man", "logistic")]
+)
 def test_learns_separable_topics(data, negatives, loss):
     X, Y, Xt, Yt = data
-    config = XLinearConfig(negatives=negatives, loss=loss, n_jobs=2,
-                           tree=TreeConfig(branching=2, max_leaf_size=3))
+    config = XLinearConfig(negatives=negatives, loss=loss, n_jobs=2, tree=TreeConfig(branching=2, max_leaf_size=3))
     model = train_xlinear(X, Y, config, progress=False)
     assert model.chain.depth >= 3
     m = evaluate(model.predict(Xt, k=3).labels, Yt, (1, 3))

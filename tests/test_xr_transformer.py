@@ -14,9 +14,16 @@ runner = CliRunner()
 
 # Root → 2 clusters → 5 labels: cluster 0 holds labels 3, 0; cluster 1 holds labels 1, 4, 2.
 CHAIN = ClusterChain(ptrs=[np.array([0, 2]), np.array([0, 2, 5])], leaf_labels=np.array([3, 0, 1, 4, 2]))
-Y = sp.csr_matrix(np.array([[1, 1, 0, 1, 0],    # labels 0, 1, 3: cluster 0 twice, cluster 1 once
-                            [0, 0, 1, 0, 0],    # label 2: cluster 1
-                            [0, 0, 0, 1, 0]], dtype=np.float32))
+Y = sp.csr_matrix(
+    np.array(
+        [
+            [1, 1, 0, 1, 0],  # labels 0, 1, 3: cluster 0 twice, cluster 1 once
+            [0, 0, 1, 0, 0],  # label 2: cluster 1
+            [0, 0, 0, 1, 0],
+        ],
+        dtype=np.float32,
+    )
+)
 
 
 def test_relevance_counts_children_and_normalises_rows():
@@ -93,6 +100,7 @@ def test_fine_tuned_bundle_tags_and_logs_every_level(xr_bundle, corpus_files, ti
 def dense_only_p_at_1(corpus_files, encoder, folder, **xr) -> float:
     """P@1 of an XR-Transformer bundle whose rankers see the [CLS] embedding alone (no TF-IDF block)."""
     from conftest import make_xr_config, train_and_export
+
     from models.bundle import load_bundle
     from training.data import load_corpus
     from training.evaluate import evaluate_bundle
@@ -119,10 +127,35 @@ def test_frozen_mode_and_int8_export_through_the_cli(corpus_files, tiny_bert, tm
     train, _ = corpus_files
     run, bundle = tmp_path / "run", tmp_path / "bundle"
     (tmp_path / "c.json").write_text(json.dumps({"xr_transformer": {"export": {"quantize": True}}}))
-    result = runner.invoke(app, ["train", "--corpus", str(train), "--config", str(tmp_path / "c.json"), "--model",
-                                 "xr-transformer", "--encoder", str(tiny_bert), "--max-length", "32", "--epochs", "0",
-                                 "--batch-size", "8", "--device", "cpu", "--branching", "2", "--max-leaf-size", "4",
-                                 "--out", str(run), "--no-progress"])
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "--corpus",
+            str(train),
+            "--config",
+            str(tmp_path / "c.json"),
+            "--model",
+            "xr-transformer",
+            "--encoder",
+            str(tiny_bert),
+            "--max-length",
+            "32",
+            "--epochs",
+            "0",
+            "--batch-size",
+            "8",
+            "--device",
+            "cpu",
+            "--branching",
+            "2",
+            "--max-leaf-size",
+            "4",
+            "--out",
+            str(run),
+            "--no-progress",
+        ],
+    )
     assert result.exit_code == 0, result.output
     config = json.loads((run / "config.json").read_text())
     assert config["xr_transformer"]["epochs"] == 0 and config["xr_transformer"]["max_length"] == 32
@@ -149,10 +182,10 @@ def test_xr_flags_need_the_xr_model_and_yaml_config_works(corpus_files, tmp_path
     train, _ = corpus_files
     result = runner.invoke(app, ["train", "--corpus", str(train), "--epochs", "1", "--print-config"])
     assert result.exit_code == 2 and "need a transformer model: xr-transformer or lightxml" in result.output
-    (tmp_path / "c.yaml").write_text(f"corpus: {train}\nmodel: xr-transformer\nxr_transformer:\n  epochs: 0\n"
-                                     "  pooling: cls\n")
-    result = runner.invoke(app, ["train", "--config", str(tmp_path / "c.yaml"), "--max-length", "48",
-                                 "--print-config"])
+    (tmp_path / "c.yaml").write_text(
+        f"corpus: {train}\nmodel: xr-transformer\nxr_transformer:\n  epochs: 0\n  pooling: cls\n"
+    )
+    result = runner.invoke(app, ["train", "--config", str(tmp_path / "c.yaml"), "--max-length", "48", "--print-config"])
     assert result.exit_code == 0, result.output
     printed = json.loads(result.output)
     assert printed["xr_transformer"]["pooling"] == "cls" and printed["xr_transformer"]["max_length"] == 48

@@ -5,14 +5,19 @@ import pytest
 import scipy.sparse as sp
 
 import models.beam_search as inference
-from models.xr_transformer.concat_features import concat_features
 from models.beam_search import RankerLevel, TreeIndex, beam_search, score_candidates
 from models.label_tree import ClusterChain
+from models.xr_transformer.concat_features import concat_features
 
 
 def phi_cat_level(rng, nodes, sparse_dim=300, dense_dim=16):
-    W = sp.hstack([sp.random(nodes, sparse_dim, density=0.05, random_state=rng, dtype=np.float32),
-                   sp.random(nodes, dense_dim, density=0.7, random_state=rng, dtype=np.float32)], format="csr")
+    W = sp.hstack(
+        [
+            sp.random(nodes, sparse_dim, density=0.05, random_state=rng, dtype=np.float32),
+            sp.random(nodes, dense_dim, density=0.7, random_state=rng, dtype=np.float32),
+        ],
+        format="csr",
+    )
     return RankerLevel(W, rng.normal(size=nodes).astype(np.float32))
 
 
@@ -44,8 +49,9 @@ def test_model_with_dense_features_predicts_like_the_plain_sparse_model():
     levels = [phi_cat_level(rng, 3), phi_cat_level(rng, 9)]
     X = phi_cat_docs(rng, 25)
     plain = beam_search(X, levels, TreeIndex(chain), 2, 4)
-    model = XLinearModel(chain, [RankerLevel(lv.W, lv.bias) for lv in levels],
-                         RankerConfig(n_features=316, dense_features=16))
+    model = XLinearModel(
+        chain, [RankerLevel(lv.W, lv.bias) for lv in levels], RankerConfig(n_features=316, dense_features=16)
+    )
     assert all(level.dense is not None for level in model.levels)
     for rows in (slice(0, 1), slice(0, 25)):
         got = model.predict(X[rows], k=4, beam_size=2)
@@ -67,10 +73,10 @@ class FixedEncoder:
 def test_served_phi_cat_blocks_predict_like_the_training_matrix(with_tfidf):
     """ConcatFeaturizer hands beam search TF-IDF and embedding apart (SplitFeatures); predictions, for one
     document and for batches on both sides of the gather threshold, equal those on `concat_features`'s CSR."""
-    from models.xr_transformer.concat_features import ConcatFeaturizer
-    from models.features import TfidfConfig, TfidfFeaturizer
     from models.beam_search import SplitFeatures
+    from models.features import TfidfConfig, TfidfFeaturizer
     from models.xlinear.model import RankerConfig, XLinearModel
+    from models.xr_transformer.concat_features import ConcatFeaturizer
     from tests.conftest import make_rows
 
     rng = np.random.default_rng(3)
@@ -81,9 +87,12 @@ def test_served_phi_cat_blocks_predict_like_the_training_matrix(with_tfidf):
     featurizer = ConcatFeaturizer(tfidf if with_tfidf else None, encoder)
     d = tfidf.dim if with_tfidf else 0
     chain = ClusterChain(ptrs=[np.array([0, 3]), np.array([0, 3, 6, 9])], leaf_labels=rng.permutation(9))
-    levels = [phi_cat_level(rng, nodes, d, dense) if d else
-              RankerLevel(sp.csr_matrix(rng.normal(size=(nodes, dense)).astype(np.float32)), np.zeros(nodes, np.float32))
-              for nodes in (3, 9)]
+    levels = [
+        phi_cat_level(rng, nodes, d, dense)
+        if d
+        else RankerLevel(sp.csr_matrix(rng.normal(size=(nodes, dense)).astype(np.float32)), np.zeros(nodes, np.float32))
+        for nodes in (3, 9)
+    ]
     model = XLinearModel(chain, levels, RankerConfig(n_features=d + dense, dense_features=dense))
     for batch in (texts[:1], texts[:5], texts):
         split = featurizer.transform(batch)

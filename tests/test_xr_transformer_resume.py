@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import free_port
 from safetensors.numpy import load_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,16 +23,29 @@ def encoder_weights(run: Path) -> dict:
 
 def test_killed_run_resumes_to_the_uninterrupted_result(corpus_files, tiny_bert, xr_config, tmp_path):
     from training.run import train_run
-
     from training.tree import TreeConfig
 
-    config = xr_config(corpus_files[0], tiny_bert, epochs=1, checkpoint_every=2,
-                       tree=TreeConfig(branching=2, max_leaf_size=6))  # fine-tuning levels: 2 clusters, 12 labels
+    config = xr_config(
+        corpus_files[0], tiny_bert, epochs=1, checkpoint_every=2, tree=TreeConfig(branching=2, max_leaf_size=6)
+    )  # fine-tuning levels: 2 clusters, 12 labels
     (tmp_path / "config.json").write_text(config.model_dump_json())
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "xtag.cli", "train", "--config", str(tmp_path / "config.json"),
-                             "--out", str(killed), "--no-progress"], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "xtag.cli",
+            "train",
+            "--config",
+            str(tmp_path / "config.json"),
+            "--out",
+            str(killed),
+            "--no-progress",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     state = killed / "checkpoints" / "xr" / "current" / "state.json"
     deadline = time.monotonic() + 120
     while not state.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -43,7 +57,7 @@ def test_killed_run_resumes_to_the_uninterrupted_result(corpus_files, tiny_bert,
     assert "done" not in {e["event"] for e in log} and not (killed / "model").exists()
 
     train_run(config, killed, resume=True, progress=False)
-    resumed = [json.loads(line) for line in (killed / "train_log.jsonl").read_text().splitlines()][len(log):]
+    resumed = [json.loads(line) for line in (killed / "train_log.jsonl").read_text().splitlines()][len(log) :]
     assert any(e["event"] == "resume" and e.get("step", 0) > 0 for e in resumed)  # mid-level, not from scratch
 
     train_run(config, tmp_path / "straight", progress=False)
@@ -64,16 +78,35 @@ def test_resume_refuses_a_different_config(corpus_files, tiny_bert, xr_config, t
         train_run(other, tmp_path / "run", resume=True, progress=False)
 
 
-@pytest.mark.skipif(shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None,
-                    reason="torchrun not installed")
+@pytest.mark.skipif(
+    shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None, reason="torchrun not installed"
+)
 def test_torchrun_two_processes_on_cpu(corpus_files, tiny_bert, xr_config, tmp_path):
     config = xr_config(corpus_files[0], tiny_bert, epochs=1, max_steps=3, batch_size=8, grad_accum=2)
     (tmp_path / "config.json").write_text(config.model_dump_json())
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node", "2",
-                             "--master-port", "29533", "-m", "xtag.cli", "train", "--config",
-                             str(tmp_path / "config.json"), "--out", str(tmp_path / "run"), "--no-progress"],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    result = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "torchrun"),
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(free_port()),
+            "-m",
+            "xtag.cli",
+            "train",
+            "--config",
+            str(tmp_path / "config.json"),
+            "--out",
+            str(tmp_path / "run"),
+            "--no-progress",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     events = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
     assert next(e for e in events if e["event"] == "encoder")["world_size"] == 2

@@ -10,12 +10,19 @@ from models.xlinear.shortlist import FaissShortlist, ShortlistConfig, level1_rec
 
 def wide_model(rng, n_features=400, clusters=300, per_cluster=3):
     """A tree whose first level is wide (as with a flat cluster matcher), with sparse random rankers."""
-    chain = ClusterChain(ptrs=[np.array([0, clusters]), np.arange(0, clusters * per_cluster + 1, per_cluster)],
-                         leaf_labels=rng.permutation(clusters * per_cluster))
-    levels = [RankerLevel(sp.random(n, n_features, density=0.05, random_state=rng, format="csr", dtype=np.float32),
-                          rng.normal(scale=0.1, size=n).astype(np.float32)) for n in (clusters, clusters * per_cluster)]
+    chain = ClusterChain(
+        ptrs=[np.array([0, clusters]), np.arange(0, clusters * per_cluster + 1, per_cluster)],
+        leaf_labels=rng.permutation(clusters * per_cluster),
+    )
+    levels = [
+        RankerLevel(
+            sp.random(n, n_features, density=0.05, random_state=rng, format="csr", dtype=np.float32),
+            rng.normal(scale=0.1, size=n).astype(np.float32),
+        )
+        for n in (clusters, clusters * per_cluster)
+    ]
     W1 = levels[0].W.tolil()
-    W1[:, n_features - 50:] = 0  # features no level-1 ranker uses: the index leaves them out
+    W1[:, n_features - 50 :] = 0  # features no level-1 ranker uses: the index leaves them out
     levels[0] = RankerLevel(W1.tocsr(), levels[0].bias)
     return chain, levels
 
@@ -80,7 +87,6 @@ def test_bundle_shortlist_equals_exact_scoring(xr_bundle, corpus_files):
 
 def test_export_skips_the_index_when_level_1_is_small(xr_bundle, tmp_path):
     """By default (min_nodes) a small level 1 is scored exactly: the bundle has no shortlist and says why."""
-    import json
     import shutil
 
     from models.bundle import load_bundle

@@ -25,12 +25,22 @@ from training.evaluate import predict_corpus
 
 # Fit on the candidates macro-aware inference sees (reweighting's widened shortlist for k ≤ 10).
 CALIBRATION_K = 10
-_MANIFEST_CORE = {"format", "format_version", "name", "model_kind", "created", "label_count", "components",
-                  "versions", "files"}
+_MANIFEST_CORE = {
+    "format",
+    "format_version",
+    "name",
+    "model_kind",
+    "created",
+    "label_count",
+    "components",
+    "versions",
+    "files",
+}
 
 
-def candidate_pairs(bundle: Bundle, corpus: Corpus, beam_size: int | None = None, progress: bool = False,
-                    calibrated: bool = False) -> tuple[np.ndarray, np.ndarray, int]:
+def candidate_pairs(
+    bundle: Bundle, corpus: Corpus, beam_size: int | None = None, progress: bool = False, calibrated: bool = False
+) -> tuple[np.ndarray, np.ndarray, int]:
     """(score, relevant) over each document's widened candidate list; also the list length used."""
     p = bundle.predictor
     beam = beam_size or p.model.config.beam_size
@@ -41,16 +51,24 @@ def candidate_pairs(bundle: Bundle, corpus: Corpus, beam_size: int | None = None
     return s, r, k_cand
 
 
-def fit_bundle_calibration(bundle: Bundle, corpus: Corpus, beam_size: int | None = None,
-                           progress: bool = False) -> Calibration:
+def fit_bundle_calibration(
+    bundle: Bundle, corpus: Corpus, beam_size: int | None = None, progress: bool = False
+) -> Calibration:
     """Isotonic calibration of the bundle's raw scores on `corpus` (a validation split, never test)."""
     if len(corpus) == 0:
         raise XtagError("the calibration corpus is empty")
     s, r, k_cand = candidate_pairs(bundle, corpus, beam_size, progress)
     if r.sum() == 0 or r.all():
         raise XtagError("calibration needs both relevant and irrelevant candidates in the validation corpus")
-    info = {"corpus": corpus.source, "documents": len(corpus), "pairs": int(s.size), "candidates_per_doc": k_cand,
-            "positive_rate": float(r.mean()), "ece_bins": 15, "ece_before_fit": expected_calibration_error(s, r)}
+    info = {
+        "corpus": corpus.source,
+        "documents": len(corpus),
+        "pairs": int(s.size),
+        "candidates_per_doc": k_cand,
+        "positive_rate": float(r.mean()),
+        "ece_bins": 15,
+        "ece_before_fit": expected_calibration_error(s, r),
+    }
     cal = fit_isotonic(s, r, info)
     cal.fitted_on["ece_after_fit"] = expected_calibration_error(cal.apply(s), r)
     return cal

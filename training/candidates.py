@@ -8,7 +8,7 @@ import scipy.sparse as sp
 
 def csr_row(M: sp.csr_matrix, i: int) -> np.ndarray:
     """Column ids of row i of a CSR matrix (a text's shortlist, positives or clusters)."""
-    return M.indices[M.indptr[i]:M.indptr[i + 1]]
+    return M.indices[M.indptr[i] : M.indptr[i + 1]]
 
 
 def pad_rows(rows: list[np.ndarray], positives: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -19,6 +19,6 @@ def pad_rows(rows: list[np.ndarray], positives: list[np.ndarray]) -> tuple[np.nd
     valid = np.zeros((len(rows), width), dtype=np.float32)
     y = np.zeros((len(rows), width), dtype=np.float32)
     for i, (r, pos) in enumerate(zip(rows, positives)):
-        ids[i, :len(r)], valid[i, :len(r)] = r, 1.0
-        y[i, :len(r)] = np.isin(r, pos)
+        ids[i, : len(r)], valid[i, : len(r)] = r, 1.0
+        y[i, : len(r)] = np.isin(r, pos)
     return ids, valid, y

@@ -30,8 +30,9 @@ def save_optimizer(opt: torch.optim.Optimizer, folder: Path) -> None:
     tensors, scalars = {}, {}
     for pid, state in sd["state"].items():
         for key, value in state.items():
-            (tensors if torch.is_tensor(value) else scalars)[f"{pid}.{key}"] = \
+            (tensors if torch.is_tensor(value) else scalars)[f"{pid}.{key}"] = (
                 value.detach().contiguous() if torch.is_tensor(value) else value
+            )
     save_file(tensors, str(folder / "optimizer.safetensors"))
     (folder / "optimizer.json").write_text(json.dumps({"param_groups": sd["param_groups"], "scalars": scalars}))
 

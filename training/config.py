@@ -26,8 +26,9 @@ class _CommonConfig(BaseModel):
     skip_bad_rows: bool = False
     model: str = Field(DEFAULT_KIND, description=f"model kind: {' | '.join(FAMILIES)}")
     tfidf: TfidfConfig = Field(default_factory=TfidfConfig)
-    xlinear: XLinearConfig = Field(default_factory=XLinearConfig,
-                                   description="rankers (for xr-transformer: the final rankers on Φ_cat)")
+    xlinear: XLinearConfig = Field(
+        default_factory=XLinearConfig, description="rankers (for xr-transformer: the final rankers on Φ_cat)"
+    )
 
     @field_validator("model")
     @classmethod
@@ -36,7 +37,7 @@ class _CommonConfig(BaseModel):
         return kind
 
     @model_validator(mode="after")
-    def _family_section(self) -> "_CommonConfig":
+    def _family_section(self) -> _CommonConfig:
         chosen = FAMILIES[self.model]
         for other in FAMILIES.values():
             if other.section and other is not chosen and getattr(self, other.section) is not None:
@@ -55,11 +56,13 @@ class _CommonConfig(BaseModel):
         path.write_text(self.model_dump_json(indent=2))
 
     @classmethod
-    def load(cls, path: Path) -> "TrainConfig":
+    def load(cls, path: Path) -> TrainConfig:
         return cls.model_validate_json(path.read_text())
 
 
 TrainConfig = create_model(
-    "TrainConfig", __base__=_CommonConfig, __doc__="A training run's whole configuration.",
+    "TrainConfig",
+    __base__=_CommonConfig,
+    __doc__="A training run's whole configuration.",
     **{f.section: (f.resolve("config") | None, None) for f in FAMILIES.values() if f.section},
 )

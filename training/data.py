@@ -6,9 +6,10 @@ import gzip
 import io
 import json
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -42,7 +43,9 @@ class Corpus:
             indices.extend(ids)
             indptr.append(len(indices))
         data = np.ones(len(indices), dtype=np.float32)
-        Y = sp.csr_matrix((data, np.asarray(indices, dtype=np.int64), np.asarray(indptr)), shape=(len(self), len(vocab)))
+        Y = sp.csr_matrix(
+            (data, np.asarray(indices, dtype=np.int64), np.asarray(indptr)), shape=(len(self), len(vocab))
+        )
         return Y, unknown
 
 
@@ -78,9 +81,7 @@ def detect_format(path: Path) -> CorpusFormat:
         return "tsv"
     if name.endswith("_texts.txt") or name.endswith("texts.txt"):
         return "attentionxml"
-    raise XtagError(
-        f"{path}: cannot tell the corpus format from the name; use --format jsonl|tsv|attentionxml"
-    )
+    raise XtagError(f"{path}: cannot tell the corpus format from the name; use --format jsonl|tsv|attentionxml")
 
 
 class _Reader:

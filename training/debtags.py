@@ -10,8 +10,9 @@ import json
 import lzma
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 import lz4.frame
 

@@ -29,7 +29,7 @@ class DistContext:
         return self.world > 1
 
     @classmethod
-    def init(cls, device: str) -> "DistContext":
+    def init(cls, device: str) -> DistContext:
         """Pick the device; under torchrun (WORLD_SIZE > 1) also join the process group."""
         world = int(os.environ.get("WORLD_SIZE", "1"))
         rank = int(os.environ.get("RANK", "0"))
@@ -60,14 +60,14 @@ class DistContext:
             return part
         size = -(-n // self.world)
         padded = np.zeros((size, part.shape[1]), dtype=np.float32)
-        padded[:len(part)] = part
+        padded[: len(part)] = part
         local = torch.from_numpy(padded).to(self.device)
         pieces = [torch.empty_like(local) for _ in range(self.world)]
         dist.all_gather(pieces, local)
         out = np.empty((n, part.shape[1]), dtype=np.float32)
         for r, piece in enumerate(pieces):
             rows = np.arange(r, n, self.world)
-            out[rows] = piece[:len(rows)].cpu().numpy()
+            out[rows] = piece[: len(rows)].cpu().numpy()
         return out
 
     def close(self) -> None:

@@ -47,7 +47,7 @@ class TextEncoder(nn.Module):
         super().__init__()
         self.transformer, self.pooling, self.source = transformer, pooling, source
         pooler = getattr(transformer, "pooler", None)  # BERT's [CLS] pooler head: our pooling never uses it,
-        if isinstance(pooler, nn.Module):               # and DDP refuses parameters that get no gradient
+        if isinstance(pooler, nn.Module):  # and DDP refuses parameters that get no gradient
             pooler.requires_grad_(False)
 
     @property
@@ -55,8 +55,7 @@ class TextEncoder(nn.Module):
         return int(self.transformer.config.hidden_size)
 
     @classmethod
-    def from_pretrained(cls, model_dir: Path, pooling: Pooling, attn_implementation: str | None = None
-                        ) -> "TextEncoder":
+    def from_pretrained(cls, model_dir: Path, pooling: Pooling, attn_implementation: str | None = None) -> TextEncoder:
         from transformers import AutoModel
         from transformers.utils import logging as hf_logging
 
@@ -88,8 +87,16 @@ def load_trained(folder: Path, attn_implementation: str | None = None) -> tuple[
 
 
 @torch.inference_mode()
-def run_batched(module: nn.Module, tokenizer: TextTokenizer, texts: list[str], batch_size: int, device: torch.device,
-                amp: bool = False, progress: bool = False, desc: str = "encode") -> tuple[np.ndarray, ...]:
+def run_batched(
+    module: nn.Module,
+    tokenizer: TextTokenizer,
+    texts: list[str],
+    batch_size: int,
+    device: torch.device,
+    amp: bool = False,
+    progress: bool = False,
+    desc: str = "encode",
+) -> tuple[np.ndarray, ...]:
     """`module(ids, mask)` over texts batched by similar length, eval mode for the duration; each output
     (one tensor or a tuple of them, rows = texts) as a float32 array in the order of `texts`."""
     was_training = module.training
@@ -109,9 +116,16 @@ def run_batched(module: nn.Module, tokenizer: TextTokenizer, texts: list[str], b
     return tuple(outs)
 
 
-def encode_texts(encoder: nn.Module, tokenizer: TextTokenizer, texts: list[str], batch_size: int,
-                 device: torch.device, amp: bool = False, progress: bool = False, desc: str = "encode"
-                 ) -> np.ndarray:
+def encode_texts(
+    encoder: nn.Module,
+    tokenizer: TextTokenizer,
+    texts: list[str],
+    batch_size: int,
+    device: torch.device,
+    amp: bool = False,
+    progress: bool = False,
+    desc: str = "encode",
+) -> np.ndarray:
     """n × dim float32 embeddings, batched by similar length; eval mode for the duration."""
     if not texts:
         dim = encoder.dim if hasattr(encoder, "dim") else encoder.module.dim

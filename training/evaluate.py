@@ -7,16 +7,22 @@ from collections.abc import Iterator
 import numpy as np
 from tqdm.auto import tqdm
 
-from models.bundle import Bundle
 from models.beam_search import Predictions
+from models.bundle import Bundle
 from models.metrics import evaluate, jain_propensities
 from training.data import Corpus
 
 BATCH = 2048
 
 
-def predict_corpus(bundle: Bundle, texts: list[str], k: int, beam_size: int | None = None,
-                   progress: bool = True, calibrated: bool = True) -> Predictions:
+def predict_corpus(
+    bundle: Bundle,
+    texts: list[str],
+    k: int,
+    beam_size: int | None = None,
+    progress: bool = True,
+    calibrated: bool = True,
+) -> Predictions:
     """Batched prediction over many texts, with a progress bar (raw model scores with calibrated=False)."""
     parts = list(_batches(bundle, texts, k, beam_size, progress, calibrated))
     if not parts:
@@ -27,13 +33,19 @@ def predict_corpus(bundle: Bundle, texts: list[str], k: int, beam_size: int | No
 def _batches(bundle, texts, k, beam_size, progress, calibrated=True) -> Iterator[Predictions]:
     with tqdm(total=len(texts), desc="predict", unit="doc", disable=not progress) as bar:
         for lo in range(0, len(texts), BATCH):
-            yield bundle.predictor.predict(texts[lo:lo + BATCH], k=k, beam_size=beam_size, calibrated=calibrated)
+            yield bundle.predictor.predict(texts[lo : lo + BATCH], k=k, beam_size=beam_size, calibrated=calibrated)
             bar.update(min(BATCH, len(texts) - lo))
 
 
-def evaluate_bundle(bundle: Bundle, corpus: Corpus, ks: tuple[int, ...] = (1, 3, 5),
-                    beam_size: int | None = None, A: float = 0.55, B: float = 1.5,
-                    progress: bool = True) -> tuple[dict[str, float], dict]:
+def evaluate_bundle(
+    bundle: Bundle,
+    corpus: Corpus,
+    ks: tuple[int, ...] = (1, 3, 5),
+    beam_size: int | None = None,
+    A: float = 0.55,
+    B: float = 1.5,
+    progress: bool = True,
+) -> tuple[dict[str, float], dict]:
     """Metrics (percent) plus facts about the run: unknown test labels, documents, timing."""
     vocab = bundle.predictor.vocab
     Y, unknown = corpus.label_matrix(vocab)

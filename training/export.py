@@ -24,8 +24,9 @@ def copy_run_model(run_model: Path, tmp: Path, leave_out: tuple[str, ...] = ()) 
     shutil.copytree(run_model, tmp, ignore=lambda folder, names: list(leave_out) if Path(folder) == run_model else [])
 
 
-def export_run(run: Path, out: Path, name: str | None = None, overwrite: bool = False,
-               shortlist_min_nodes: int | None = None) -> dict:
+def export_run(
+    run: Path, out: Path, name: str | None = None, overwrite: bool = False, shortlist_min_nodes: int | None = None
+) -> dict:
     """Write the run's final model as a bundle in `out`, with its manifest, and load it back as a check.
 
     `shortlist_min_nodes` overrides the run's `export.shortlist_config.min_nodes` (families that write a
@@ -46,11 +47,16 @@ def export_run(run: Path, out: Path, name: str | None = None, overwrite: bool = 
     shutil.rmtree(tmp, ignore_errors=True)
     report = family(config.model).resolve("export")(model, tmp, config)
     summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
-    manifest = write_manifest(tmp, config.model, name or run.name, extra={
-        "feature_config": {"tfidf": config.tfidf.model_dump()} if (tmp / "features" / "tfidf").is_dir() else {},
-        "training": {"config": json.loads(config.model_dump_json()), "summary": summary},
-        **({"export": report} if report else {}),
-    })
+    manifest = write_manifest(
+        tmp,
+        config.model,
+        name or run.name,
+        extra={
+            "feature_config": {"tfidf": config.tfidf.model_dump()} if (tmp / "features" / "tfidf").is_dir() else {},
+            "training": {"config": json.loads(config.model_dump_json()), "summary": summary},
+            **({"export": report} if report else {}),
+        },
+    )
     load_bundle(tmp)  # refuse to publish a bundle that does not load
     tmp.rename(out)
     return manifest

@@ -59,7 +59,7 @@ def epoch_order(rows: np.ndarray, seed: list[int], world: int) -> np.ndarray:
     """An epoch's rows, shuffled by a generator seeded per epoch and cut to a multiple of the world size
     (rank r trains on [r::world]): a resumed or repeated run visits the same rows in the same order."""
     perm = rows[np.random.default_rng(seed).permutation(len(rows))]
-    return perm[:len(perm) - len(perm) % world]
+    return perm[: len(perm) - len(perm) % world]
 
 
 @dataclass
@@ -86,8 +86,13 @@ class Budget:
     def of(cls, n: int, world: int, tc: TransformerConfig) -> Budget:
         """`tc.epochs` epochs over n rows, capped at `tc.max_steps` optimiser steps."""
         per_epoch = steps_per_epoch(n, world, tc.batch_size, tc.grad_accum)
-        return cls(epochs=tc.epochs, batches=batches_per_epoch(n, world, tc.batch_size), grad_accum=tc.grad_accum,
-                   per_epoch=per_epoch, total=min(tc.epochs * per_epoch, tc.max_steps or 1 << 62))
+        return cls(
+            epochs=tc.epochs,
+            batches=batches_per_epoch(n, world, tc.batch_size),
+            grad_accum=tc.grad_accum,
+            per_epoch=per_epoch,
+            total=min(tc.epochs * per_epoch, tc.max_steps or 1 << 62),
+        )
 
     def walk(self, at: Position) -> Iterator[tuple[int, int, bool]]:
         """(epoch, micro-batch, whether it ends an optimiser step) of every micro-batch from `at` to the end."""
@@ -131,12 +136,26 @@ class TrainingLoop:
     another scope is not resumed; `log_fields(loop)` adds the family's fields to `step` events.
     """
 
-    def __init__(self, net: nn.Module, opt: torch.optim.Optimizer, budget: Budget, tc: TransformerConfig,
-                 ctx: DistContext, ckpt: Checkpoint, order: Callable[[int], np.ndarray], *,
-                 lr_lambda: Callable[[int], float] = lambda step: 1.0, callbacks: Sequence[Callback] = (),
-                 scope: dict | None = None, log_fields: Callable[[TrainingLoop], dict] = lambda loop: {},
-                 find_unused: bool = False, name: str = "training", desc: str = "train", progress: bool = True,
-                 log: Callable[[dict], None] = lambda e: None):
+    def __init__(
+        self,
+        net: nn.Module,
+        opt: torch.optim.Optimizer,
+        budget: Budget,
+        tc: TransformerConfig,
+        ctx: DistContext,
+        ckpt: Checkpoint,
+        order: Callable[[int], np.ndarray],
+        *,
+        lr_lambda: Callable[[int], float] = lambda step: 1.0,
+        callbacks: Sequence[Callback] = (),
+        scope: dict | None = None,
+        log_fields: Callable[[TrainingLoop], dict] = lambda loop: {},
+        find_unused: bool = False,
+        name: str = "training",
+        desc: str = "train",
+        progress: bool = True,
+        log: Callable[[dict], None] = lambda e: None,
+    ):
         self.net, self.opt, self.budget, self.tc, self.ctx, self.ckpt = net, opt, budget, tc, ctx, ckpt
         self.order, self.callbacks, self.scope, self.log_fields = order, list(callbacks), scope or {}, log_fields
         self.name, self.desc, self.progress, self.log = name, desc, progress, log
@@ -152,7 +171,7 @@ class TrainingLoop:
         for epoch, b, _ in self.budget.walk(at):
             if epoch != order_epoch:
                 order, order_epoch = self.order(epoch), epoch
-            out.append(order[world * b * size:world * (b + 1) * size])  # = the ranks' [r::world] batches b
+            out.append(order[world * b * size : world * (b + 1) * size])  # = the ranks' [r::world] batches b
         return np.unique(np.concatenate(out)) if out else np.empty(0, np.int64)
 
     def resume(self) -> bool:
@@ -182,15 +201,20 @@ class TrainingLoop:
         Returns the steps taken, the final loss EMA and the seconds it took."""
         tc, ctx, budget = self.tc, self.ctx, self.budget
         self.resume()
-        bar = tqdm(total=budget.total, initial=self.pos.step, desc=self.desc, unit="step",
-                   disable=not (self.progress and ctx.is_main))
+        bar = tqdm(
+            total=budget.total,
+            initial=self.pos.step,
+            desc=self.desc,
+            unit="step",
+            disable=not (self.progress and ctx.is_main),
+        )
         tick, docs, start = time.perf_counter(), 0, time.perf_counter()
         ema, batches, batches_epoch = self.pos.loss_ema, [], None
         self.model.train()
         for epoch, b, boundary in budget.walk(self.pos):
             if epoch != batches_epoch:
-                local = self.order(epoch)[ctx.rank::ctx.world]
-                batches = [local[lo:lo + tc.batch_size] for lo in range(0, len(local), tc.batch_size)]
+                local = self.order(epoch)[ctx.rank :: ctx.world]
+                batches = [local[lo : lo + tc.batch_size] for lo in range(0, len(local), tc.batch_size)]
                 batches_epoch = epoch
             idx = batches[b]
             # DDP all-reduces gradients only on the micro-batch that ends an accumulation.
@@ -211,8 +235,17 @@ class TrainingLoop:
             bar.set_postfix(loss=f"{ema:.4f}", docs_s=f"{rate:.1f}")
             bar.update(1)
             if ctx.is_main and pos.step % tc.log_every == 0:
-                self.log({"event": "step", **self.scope, "epoch": epoch, "step": pos.step, "loss": round(ema, 6),
-                          **self.log_fields(self), "docs_per_s": round(rate, 2)})
+                self.log(
+                    {
+                        "event": "step",
+                        **self.scope,
+                        "epoch": epoch,
+                        "step": pos.step,
+                        "loss": round(ema, 6),
+                        **self.log_fields(self),
+                        "docs_per_s": round(rate, 2),
+                    }
+                )
                 tick, docs = time.perf_counter(), 0
             for cb in self.callbacks:
                 cb.on_evaluate(self)

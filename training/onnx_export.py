@@ -35,24 +35,39 @@ def top_agreement(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.mean([len(set(x[x >= 0]) & set(y[y >= 0])) / max(len(x[x >= 0]), 1) for x, y in zip(a, b)]))
 
 
-def export_graph(module: nn.Module, ids: np.ndarray, mask: np.ndarray, path: Path, opset: int,
-                 output_names: list[str]) -> None:
+def export_graph(
+    module: nn.Module, ids: np.ndarray, mask: np.ndarray, path: Path, opset: int, output_names: list[str]
+) -> None:
     """(input_ids, attention_mask) → `output_names`, with dynamic `batch` and `sequence` axes on the inputs."""
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence")
     with warnings.catch_warnings(), redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
-        torch.onnx.export(module.eval(), (torch.from_numpy(ids), torch.from_numpy(mask)),
-                          str(path), dynamo=True, opset_version=opset, external_data=False,
-                          input_names=["input_ids", "attention_mask"], output_names=output_names,
-                          dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}), verbose=False)
+        torch.onnx.export(
+            module.eval(),
+            (torch.from_numpy(ids), torch.from_numpy(mask)),
+            str(path),
+            dynamo=True,
+            opset_version=opset,
+            external_data=False,
+            input_names=["input_ids", "attention_mask"],
+            output_names=output_names,
+            dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}),
+            verbose=False,
+        )
 
 
-def write_graph(module: nn.Module, run_encoder: Path, out: Path, enc_config: EncoderConfig,
-                config: TransformerExportConfig, output_names: list[str]) -> tuple[TextTokenizer, list[str]]:
+def write_graph(
+    module: nn.Module,
+    run_encoder: Path,
+    out: Path,
+    enc_config: EncoderConfig,
+    config: TransformerExportConfig,
+    output_names: list[str],
+) -> tuple[TextTokenizer, list[str]]:
     """out/{model.onnx, tokenizer.json, config.json} for a run's torch module; returns the tokenizer and the
     run's sample texts the caller checks parity on."""
     tokenizer = TextTokenizer.load(run_encoder / "tokenizer.json", enc_config.max_length)
-    texts = json.loads((run_encoder / "sample_texts.json").read_text())[:config.parity_texts]
+    texts = json.loads((run_encoder / "sample_texts.json").read_text())[: config.parity_texts]
     if len(texts) < 2:
         raise XtagError(f"{run_encoder}: the parity check needs at least 2 sample texts")
     out.mkdir(parents=True, exist_ok=True)

@@ -17,8 +17,10 @@ def decay_groups(module: nn.Module, lr: float, weight_decay: float) -> list[dict
         if not param.requires_grad:
             continue
         (no_decay if param.ndim < 2 or "norm" in name.lower() else decay).append(param)
-    return [{"params": decay, "lr": lr, "weight_decay": weight_decay},
-            {"params": no_decay, "lr": lr, "weight_decay": 0.0}]
+    return [
+        {"params": decay, "lr": lr, "weight_decay": weight_decay},
+        {"params": no_decay, "lr": lr, "weight_decay": 0.0},
+    ]
 
 
 def lr_factor(step: int, total: int, warmup: int, schedule: str) -> float:
@@ -57,5 +59,6 @@ def ddp_wrap(net: nn.Module, ctx: DistContext, find_unused: bool = False) -> nn.
     """The module to call in the training loop: DDP under torchrun, the bare net otherwise."""
     if not ctx.active:
         return net
-    return nn.parallel.DistributedDataParallel(net, device_ids=[ctx.device.index] if ctx.device.type == "cuda"
-                                               else None, find_unused_parameters=find_unused)
+    return nn.parallel.DistributedDataParallel(
+        net, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None, find_unused_parameters=find_unused
+    )

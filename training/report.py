@@ -19,12 +19,21 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field
 
+from models.beam_search import Predictions
 from models.bundle import Bundle
 from models.calibration import expected_calibration_error, scored_pairs
-from models.beam_search import Predictions
 from models.macro_inference import OptimizeConfig, optimize
-from models.metrics import (BUCKETS, HEAD_MASS, TORSO_MASS, bucket_metrics, evaluate, frequency_buckets,
-                            jain_propensities, per_label_metrics, relevance)
+from models.metrics import (
+    BUCKETS,
+    HEAD_MASS,
+    TORSO_MASS,
+    bucket_metrics,
+    evaluate,
+    frequency_buckets,
+    jain_propensities,
+    per_label_metrics,
+    relevance,
+)
 from models.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank
 from training.data import Corpus
 from training.evaluate import predict_corpus
@@ -73,8 +82,15 @@ class Report:
         return {k: round(float(v), 4) for k, v in out.items()}
 
 
-def tradeoff_curves(plain: Predictions, candidates: Predictions, Y: sp.csr_matrix, frequencies: np.ndarray,
-                    n_docs: int, k: int, alphas: tuple[float, ...] = DEFAULT_ALPHAS) -> dict[str, list[dict[str, float]]]:
+def tradeoff_curves(
+    plain: Predictions,
+    candidates: Predictions,
+    Y: sp.csr_matrix,
+    frequencies: np.ndarray,
+    n_docs: int,
+    k: int,
+    alphas: tuple[float, ...] = DEFAULT_ALPHAS,
+) -> dict[str, list[dict[str, float]]]:
     """P@k, macro-recall@k and macro-F1@k of per-document reweighting per scheme and alpha (alpha 0 = plain)."""
     curves: dict[str, list[dict[str, float]]] = {}
     for scheme in SCHEMES:
@@ -83,26 +99,51 @@ def tradeoff_curves(plain: Predictions, candidates: Predictions, Y: sp.csr_matri
         for alpha in alphas:
             labels = plain.labels if alpha == 0 else rerank(candidates, gains_for(w, alpha), k)[0].labels
             m = evaluate(labels[:, :k], Y, (k,))
-            points.append({"alpha": float(alpha), f"P@{k}": m[f"P@{k}"], f"macro-R@{k}": m[f"macro-R@{k}"],
-                           f"macro-F1@{k}": m[f"macro-F1@{k}"]})
+            points.append(
+                {
+                    "alpha": float(alpha),
+                    f"P@{k}": m[f"P@{k}"],
+                    f"macro-R@{k}": m[f"macro-R@{k}"],
+                    f"macro-F1@{k}": m[f"macro-F1@{k}"],
+                }
+            )
         curves[scheme] = points
     return curves
 
 
-def optimized_curve(candidates: Predictions, Y: sp.csr_matrix, k: int, n_labels: int, config: OptimizeConfig,
-                    alphas: tuple[float, ...] = OPTIMIZED_CURVE_ALPHAS) -> list[dict[str, float]]:
+def optimized_curve(
+    candidates: Predictions,
+    Y: sp.csr_matrix,
+    k: int,
+    n_labels: int,
+    config: OptimizeConfig,
+    alphas: tuple[float, ...] = OPTIMIZED_CURVE_ALPHAS,
+) -> list[dict[str, float]]:
     """The same points for batch-level optimisation of config.metric mixed with P@k (alpha 0 = plain top-k)."""
     points = []
     for alpha in alphas:
         res = optimize(candidates.labels, candidates.scores, k, n_labels, config.model_copy(update={"alpha": alpha}))
         m = evaluate(res.labels, Y, (k,))
-        points.append({"alpha": float(alpha), f"P@{k}": m[f"P@{k}"], f"macro-R@{k}": m[f"macro-R@{k}"],
-                       f"macro-F1@{k}": m[f"macro-F1@{k}"], "seconds": res.seconds})
+        points.append(
+            {
+                "alpha": float(alpha),
+                f"P@{k}": m[f"P@{k}"],
+                f"macro-R@{k}": m[f"macro-R@{k}"],
+                f"macro-F1@{k}": m[f"macro-F1@{k}"],
+                "seconds": res.seconds,
+            }
+        )
     return points
 
 
-def write_per_label_csv(path: Path, names: list[str], frequencies: np.ndarray, buckets: np.ndarray,
-                        plain: dict[str, np.ndarray], optimized: dict[str, np.ndarray] | None = None) -> None:
+def write_per_label_csv(
+    path: Path,
+    names: list[str],
+    frequencies: np.ndarray,
+    buckets: np.ndarray,
+    plain: dict[str, np.ndarray],
+    optimized: dict[str, np.ndarray] | None = None,
+) -> None:
     """One row per label: name, training frequency, bucket, support, predicted, tp, precision, recall, f1
     (fractions), and the same counts and rates of the optimised predictions as opt_* columns."""
     cols = ["predicted", "tp", "precision", "recall", "f1"]
@@ -116,8 +157,11 @@ def write_per_label_csv(path: Path, names: list[str], frequencies: np.ndarray, b
         for j, name in enumerate(names):
             row = [name, int(frequencies[j]), BUCKETS[buckets[j]], int(plain["support"][j])]
             for src in [plain] + ([optimized] if optimized is not None else []):
-                row += [int(src["predicted"][j]), int(src["tp"][j]),
-                        *(round(float(src[c][j]), 6) for c in ("precision", "recall", "f1"))]
+                row += [
+                    int(src["predicted"][j]),
+                    int(src["tp"][j]),
+                    *(round(float(src[c][j]), 6) for c in ("precision", "recall", "f1")),
+                ]
             w.writerow(row)
 
 
@@ -130,24 +174,36 @@ def _pyplot():
     return plt
 
 
-def plot_buckets(path: Path, buckets: dict[str, dict[str, float]], k: int,
-                 optimized: dict[str, dict[str, float]] | None = None) -> None:
+def plot_buckets(
+    path: Path, buckets: dict[str, dict[str, float]], k: int, optimized: dict[str, dict[str, float]] | None = None
+) -> None:
     """Grouped bars: macro-precision and macro-recall at k per frequency bucket (optimised beside, hatched)."""
     plt = _pyplot()
     series = [("plain", buckets)] + ([("optimised", optimized)] if optimized else [])
-    bars = [(f"{metric[6]} {tag}", [src[b][f"{metric}@{k}"] for b in BUCKETS], hatch)
-            for tag, src, hatch in ((t, s, "//" if t == "optimised" else "") for t, s in series)
-            for metric in ("macro-P", "macro-R")]
+    bars = [
+        (f"{metric[6]} {tag}", [src[b][f"{metric}@{k}"] for b in BUCKETS], hatch)
+        for tag, src, hatch in ((t, s, "//" if t == "optimised" else "") for t, s in series)
+        for metric in ("macro-P", "macro-R")
+    ]
     fig, ax = plt.subplots(figsize=(7, 4))
     x, width = np.arange(len(BUCKETS)), 0.8 / len(bars)
     for i, (label, values, hatch) in enumerate(bars):
-        ax.bar(x + (i - (len(bars) - 1) / 2) * width, values, width, label=f"macro-{label}", hatch=hatch,
-               color=f"C{i % 2}", alpha=0.55 if hatch else 0.9)
+        ax.bar(
+            x + (i - (len(bars) - 1) / 2) * width,
+            values,
+            width,
+            label=f"macro-{label}",
+            hatch=hatch,
+            color=f"C{i % 2}",
+            alpha=0.55 if hatch else 0.9,
+        )
     ax.set_xticks(x, [f"{b}\n({int(buckets[b]['labels'])} labels)" for b in BUCKETS])
     ax.set_ylabel(f"% @ {k}")
-    ax.set_title(f"Precision and recall by label frequency (cumulative training mass "
-                 f"{int(HEAD_MASS * 100)}/{int((TORSO_MASS - HEAD_MASS) * 100)}/{int(round((1 - TORSO_MASS) * 100))} %)",
-                 fontsize=9)
+    ax.set_title(
+        f"Precision and recall by label frequency (cumulative training mass "
+        f"{int(HEAD_MASS * 100)}/{int((TORSO_MASS - HEAD_MASS) * 100)}/{int(round((1 - TORSO_MASS) * 100))} %)",
+        fontsize=9,
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -164,8 +220,13 @@ def plot_tradeoff(path: Path, curves: dict[str, list[dict[str, float]]], k: int,
             xs, ys = [p[metric] for p in points], [p[f"P@{k}"] for p in points]
             ax.plot(xs, ys, marker="o", ms=3, color=f"C{i}", label=name)
             ax.annotate(f"α={points[-1]['alpha']:g}", (xs[-1], ys[-1]), fontsize=7, color=f"C{i}")
-        ax.plot([curves[next(iter(curves))][0][metric]], [curves[next(iter(curves))][0][f"P@{k}"]], "k*", ms=10,
-                label="plain top-k")
+        ax.plot(
+            [curves[next(iter(curves))][0][metric]],
+            [curves[next(iter(curves))][0][f"P@{k}"]],
+            "k*",
+            ms=10,
+            label="plain top-k",
+        )
         ax.set_xlabel(f"{metric} (%)")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(f"P@{k} (%)")
@@ -203,9 +264,18 @@ def build_report(bundle: Bundle, corpus: Corpus, config: ReportConfig, progress:
     calibration = {f"ECE@{k}": expected_calibration_error(*scored_pairs(top, plain.scores[:, :k], hits))}
     if p.calibration is not None:
         calibration[f"ECE@{k}-uncalibrated"] = expected_calibration_error(*scored_pairs(top, raw.scores[:, :k], hits))
-    report = Report(metrics=metrics, buckets=bucket_metrics(plain.labels, Y, k, buckets), calibration=calibration,
-                    info={"documents": len(corpus), "unknown_label_mentions": unknown, "skipped_rows": corpus.skipped,
-                          "calibrated": p.calibration is not None, "report_k": k})
+    report = Report(
+        metrics=metrics,
+        buckets=bucket_metrics(plain.labels, Y, k, buckets),
+        calibration=calibration,
+        info={
+            "documents": len(corpus),
+            "unknown_label_mentions": unknown,
+            "skipped_rows": corpus.skipped,
+            "calibrated": p.calibration is not None,
+            "report_k": k,
+        },
+    )
     opt_counts = None
     if config.optimize is not None or config.plots is not None:
         k_cand, wide = candidate_budget(max(max(ks), k), beam, L)
@@ -219,22 +289,34 @@ def build_report(bundle: Bundle, corpus: Corpus, config: ReportConfig, progress:
                 report.optimized.update(evaluate(res.labels, Y, (kk,), propensity))
             if kk == k:
                 opt_labels = res.labels
-            report.optimize_runs.append({"k": kk, "seconds": round(res.seconds, 3), "steps": res.steps,
-                                         "stopped": res.stopped, "objective_start": res.objective_start,
-                                         "objective": res.objective})
+            report.optimize_runs.append(
+                {
+                    "k": kk,
+                    "seconds": round(res.seconds, 3),
+                    "steps": res.steps,
+                    "stopped": res.stopped,
+                    "objective_start": res.objective_start,
+                    "objective": res.objective,
+                }
+            )
         report.optimized_buckets = bucket_metrics(opt_labels, Y, k, buckets)
         opt_counts = per_label_metrics(opt_labels, Y, k)
     if config.per_label is not None:
-        write_per_label_csv(config.per_label, vocab.names, freq, buckets, per_label_metrics(plain.labels, Y, k),
-                            opt_counts)
+        write_per_label_csv(
+            config.per_label, vocab.names, freq, buckets, per_label_metrics(plain.labels, Y, k), opt_counts
+        )
         report.files.append(config.per_label)
     if config.plots is not None:
         report.tradeoff = tradeoff_curves(plain, cand, Y, freq, vocab.n_train_docs, k, config.alphas)
         curves = dict(report.tradeoff)
         if config.optimize is not None:
-            curves[f"{config.optimize.method} {config.optimize.metric}"] = optimized_curve(cand, Y, k, L, config.optimize)
-        for name, draw in (("buckets.png", lambda f: plot_buckets(f, report.buckets, k, report.optimized_buckets)),
-                           ("tradeoff.png", lambda f: plot_tradeoff(f, curves, k))):
+            curves[f"{config.optimize.method} {config.optimize.metric}"] = optimized_curve(
+                cand, Y, k, L, config.optimize
+            )
+        for name, draw in (
+            ("buckets.png", lambda f: plot_buckets(f, report.buckets, k, report.optimized_buckets)),
+            ("tradeoff.png", lambda f: plot_tradeoff(f, curves, k)),
+        ):
             draw(config.plots / name)
             report.files.append(config.plots / name)
     return report

@@ -62,13 +62,20 @@ def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bo
     log({"event": "features", "dim": featurizer.dim, "nnz": int(X.nnz), "seconds": time.perf_counter() - t})
 
     t = time.perf_counter()
-    result = family(config.model).resolve("train")(corpus.texts, X, Y, config, out / "checkpoints",
-                                                   progress=progress, log=log)
+    result = family(config.model).resolve("train")(
+        corpus.texts, X, Y, config, out / "checkpoints", progress=progress, log=log
+    )
     train_seconds = time.perf_counter() - t
 
     save_model(out, vocab, featurizer, result)
-    summary = {"model": config.model, "documents": len(corpus), "labels": len(vocab), **result.summary(),
-               "model_seconds": round(train_seconds, 3), "total_seconds": round(time.perf_counter() - start, 3)}
+    summary = {
+        "model": config.model,
+        "documents": len(corpus),
+        "labels": len(vocab),
+        **result.summary(),
+        "model_seconds": round(train_seconds, 3),
+        "total_seconds": round(time.perf_counter() - start, 3),
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     log({"event": "done", **summary})
     return summary
@@ -91,8 +98,10 @@ def _helper_rank(config: TrainConfig, out: Path, progress: bool) -> None:
     """A torchrun rank > 0: same data and features as rank 0, joins fine-tuning, then leaves."""
     fam = family(config.model)
     if not fam.distributed:
-        raise XtagError(f"torchrun with several processes only applies to "
-                        f"{' or '.join(f.kind for f in FAMILIES.values() if f.distributed)}")
+        raise XtagError(
+            f"torchrun with several processes only applies to "
+            f"{' or '.join(f.kind for f in FAMILIES.values() if f.distributed)}"
+        )
     corpus = load_corpus(config.corpus, config.format, skip_bad=config.skip_bad_rows)
     vocab = build_vocab(corpus)
     _, X = TfidfFeaturizer.fit(corpus.texts, config.tfidf)

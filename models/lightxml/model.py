@@ -14,10 +14,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.special import expit
 
-from models.errors import XtagError
 from models.beam_search import Predictions, top_k
-from models.lightxml.label_index import LabelIndex
+from models.errors import XtagError
 from models.label_tree import ClusterChain
+from models.lightxml.label_index import LabelIndex
 from models.onnx_encoder import OnnxEncoder, length_sorted_batches
 
 OUTPUTS = ("cluster_scores", "bottleneck")  # the ONNX graph's outputs, in this order
@@ -51,7 +51,7 @@ class LightXMLEncoder:
         self.batch_size = onnx.batch_size
 
     @classmethod
-    def load(cls, folder: Path, threads: int | None = None) -> "LightXMLEncoder":
+    def load(cls, folder: Path, threads: int | None = None) -> LightXMLEncoder:
         onnx = OnnxEncoder.load(folder, threads)
         names = [o.name for o in onnx.session.get_outputs()]
         if names != list(OUTPUTS):
@@ -84,10 +84,14 @@ class LightXMLModel:
 
     def __init__(self, chain: ClusterChain, embeddings: np.ndarray, config: LightXMLHeadConfig):
         if chain.depth != 2 or chain.level_size(1) != config.n_clusters or chain.n_labels != config.n_labels:
-            raise XtagError(f"LightXML clusters: depth {chain.depth}, {chain.level_size(1)} clusters, "
-                            f"{chain.n_labels} labels; config says {config.n_clusters} clusters, {config.n_labels}")
+            raise XtagError(
+                f"LightXML clusters: depth {chain.depth}, {chain.level_size(1)} clusters, "
+                f"{chain.n_labels} labels; config says {config.n_clusters} clusters, {config.n_labels}"
+            )
         if embeddings.shape != (config.n_labels, config.dim):
-            raise XtagError(f"label embeddings have shape {embeddings.shape}, expected ({config.n_labels}, {config.dim})")
+            raise XtagError(
+                f"label embeddings have shape {embeddings.shape}, expected ({config.n_labels}, {config.dim})"
+            )
         self.chain, self.config = chain, config
         self.labels = LabelIndex(embeddings.astype(np.float32), use_faiss=config.n_labels >= config.faiss_min_labels)
         self.member_labels = cluster_members(chain)
@@ -104,8 +108,11 @@ class LightXMLModel:
         """
         beam = min(beam, self.config.n_clusters)
         rows = np.arange(cluster_scores.shape[0])[:, None]
-        part = np.argpartition(-cluster_scores, beam - 1, axis=1)[:, :beam] \
-            if beam < cluster_scores.shape[1] else np.broadcast_to(np.arange(beam), cluster_scores.shape)
+        part = (
+            np.argpartition(-cluster_scores, beam - 1, axis=1)[:, :beam]
+            if beam < cluster_scores.shape[1]
+            else np.broadcast_to(np.arange(beam), cluster_scores.shape)
+        )
         labels = self.member_labels[part].reshape(len(part), -1)
         prob = np.repeat(expit(cluster_scores[rows, part]).astype(np.float32), self.member_labels.shape[1], axis=1)
         return labels, prob
@@ -113,8 +120,10 @@ class LightXMLModel:
     def predict(self, outputs: LightXMLOutputs, k: int = 10, beam_size: int | None = None) -> Predictions:
         g, h = outputs.cluster_scores, outputs.bottleneck
         if g.shape[1] != self.config.n_clusters or h.shape[1] != self.config.dim:
-            raise XtagError(f"graph outputs have {g.shape[1]} clusters / dim {h.shape[1]}, the model expects "
-                            f"{self.config.n_clusters} / {self.config.dim}")
+            raise XtagError(
+                f"graph outputs have {g.shape[1]} clusters / dim {h.shape[1]}, the model expects "
+                f"{self.config.n_clusters} / {self.config.dim}"
+            )
         labels, prob = self.candidates(g, max(beam_size or self.config.beam_size, 1))
         scores = prob * expit(self.labels.scores(h.astype(np.float32), labels))
         scores = np.where(labels >= 0, scores, -np.inf).astype(np.float32)
@@ -128,12 +137,12 @@ class LightXMLModel:
         (folder / "lightxml" / "config.json").write_text(self.config.model_dump_json(indent=2))
 
     @classmethod
-    def load(cls, folder: Path) -> "LightXMLModel":
+    def load(cls, folder: Path) -> LightXMLModel:
         """Clusters and heads of a run or bundle folder (tree/, lightxml/)."""
         return cls.load_heads(folder / "lightxml", ClusterChain.load_tree(folder / "tree"))
 
     @classmethod
-    def load_heads(cls, folder: Path, chain: ClusterChain) -> "LightXMLModel":
+    def load_heads(cls, folder: Path, chain: ClusterChain) -> LightXMLModel:
         """The lightxml/ component (head config, label embeddings) over already loaded clusters."""
         try:
             config = LightXMLHeadConfig.model_validate_json((folder / "config.json").read_text())

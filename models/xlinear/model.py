@@ -8,8 +8,8 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.errors import XtagError
 from models.beam_search import FirstLevelSearch, PostProcessor, Predictions, RankerLevel, TreeIndex, beam_search
+from models.errors import XtagError
 from models.label_tree import ClusterChain
 
 
@@ -27,14 +27,20 @@ class RankerConfig(BaseModel):
 class XLinearModel:
     """Tree + rankers; `first_level` (a FAISS shortlist from the bundle) replaces level-1 scoring when set."""
 
-    def __init__(self, chain: ClusterChain, levels: list[RankerLevel], config: RankerConfig,
-                 first_level: FirstLevelSearch | None = None):
+    def __init__(
+        self,
+        chain: ClusterChain,
+        levels: list[RankerLevel],
+        config: RankerConfig,
+        first_level: FirstLevelSearch | None = None,
+    ):
         if len(levels) != chain.depth:
             raise XtagError(f"model has {len(levels)} ranker levels for a tree of depth {chain.depth}")
         for t, level in enumerate(levels, start=1):
             if level.n_nodes != chain.level_size(t) or level.W.shape[1] != config.n_features:
-                raise XtagError(f"ranker level {t} has shape {level.W.shape}, expected "
-                                f"({chain.level_size(t)}, {config.n_features})")
+                raise XtagError(
+                    f"ranker level {t} has shape {level.W.shape}, expected ({chain.level_size(t)}, {config.n_features})"
+                )
         self.chain, self.levels, self.config = chain, levels, config
         if config.dense_features:
             for level in levels:
@@ -50,8 +56,7 @@ class XLinearModel:
         if X.shape[1] != self.config.n_features:
             raise XtagError(f"features have {X.shape[1]} columns, the model expects {self.config.n_features}")
         beam = max(beam_size or self.config.beam_size, 1)
-        return beam_search(X, self.levels, self.tree, beam, k, self.config.post_processor,
-                           first_level=self.first_level)
+        return beam_search(X, self.levels, self.tree, beam, k, self.config.post_processor, first_level=self.first_level)
 
     def save(self, folder: Path) -> None:
         (folder / "tree").mkdir(parents=True, exist_ok=True)
@@ -62,12 +67,12 @@ class XLinearModel:
         (folder / "rankers" / "config.json").write_text(self.config.model_dump_json(indent=2))
 
     @classmethod
-    def load(cls, folder: Path) -> "XLinearModel":
+    def load(cls, folder: Path) -> XLinearModel:
         """The tree and rankers of a run or bundle folder (tree/, rankers/)."""
         return cls.load_rankers(folder / "rankers", ClusterChain.load_tree(folder / "tree"))
 
     @classmethod
-    def load_rankers(cls, folder: Path, chain: ClusterChain) -> "XLinearModel":
+    def load_rankers(cls, folder: Path, chain: ClusterChain) -> XLinearModel:
         """The rankers/ component over an already loaded tree."""
         try:
             config = RankerConfig.model_validate_json((folder / "config.json").read_text())
@@ -79,9 +84,14 @@ class XLinearModel:
 
 def save_level(level: RankerLevel, path: Path) -> None:
     W = level.W.tocsr()
-    np.savez(path, data=W.data.astype(np.float32), indices=W.indices.astype(np.int32),
-             indptr=W.indptr.astype(np.int64), shape=np.asarray(W.shape, dtype=np.int64),
-             bias=level.bias.astype(np.float32))
+    np.savez(
+        path,
+        data=W.data.astype(np.float32),
+        indices=W.indices.astype(np.int32),
+        indptr=W.indptr.astype(np.int64),
+        shape=np.asarray(W.shape, dtype=np.int64),
+        bias=level.bias.astype(np.float32),
+    )
 
 
 def load_level(path: Path) -> RankerLevel:

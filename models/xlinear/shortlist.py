@@ -14,8 +14,8 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.errors import XtagError
 from models.beam_search import RankerLevel
+from models.errors import XtagError
 
 # Queries are densified in chunks of at most this many entries (documents × indexed columns).
 QUERY_CHUNK_ENTRIES = 8_000_000
@@ -62,7 +62,7 @@ class FaissShortlist:
             index.hnsw.efSearch = max(info.config.ef_search, 1)
 
     @classmethod
-    def build(cls, level: RankerLevel, n_features: int, config: ShortlistConfig | None = None) -> "FaissShortlist":
+    def build(cls, level: RankerLevel, n_features: int, config: ShortlistConfig | None = None) -> FaissShortlist:
         import faiss
 
         config = config or ShortlistConfig()
@@ -76,8 +76,9 @@ class FaissShortlist:
             index, kind = faiss.IndexHNSWFlat(d, config.hnsw_m, faiss.METRIC_INNER_PRODUCT), "hnsw"
             index.hnsw.efConstruction = config.ef_construction
         index.add(np.ascontiguousarray(vectors))
-        info = ShortlistInfo(index=kind, nodes=level.n_nodes, columns=len(columns), n_features=n_features,
-                             config=config)
+        info = ShortlistInfo(
+            index=kind, nodes=level.n_nodes, columns=len(columns), n_features=n_features, config=config
+        )
         return cls(index, columns, info)
 
     def search(self, X: sp.csr_matrix, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -90,7 +91,7 @@ class FaissShortlist:
         width = len(self.columns) + 1
         chunk = max(1, QUERY_CHUNK_ENTRIES // width)
         for lo in range(0, n, chunk):
-            rows = X if n <= chunk else X[lo:lo + chunk]  # slicing builds a new scipy matrix: skip it
+            rows = X if n <= chunk else X[lo : lo + chunk]  # slicing builds a new scipy matrix: skip it
             q = np.zeros((rows.shape[0], width), dtype=np.float32)
             q[:, -1] = 1.0  # the bias column
             pos = self.position[rows.indices]
@@ -98,7 +99,7 @@ class FaissShortlist:
             row_of = np.repeat(np.arange(rows.shape[0]), np.diff(rows.indptr))
             q[row_of[keep], pos[keep]] = rows.data[keep]
             D, I = self.index.search(q, k)
-            nodes[lo:lo + chunk], scores[lo:lo + chunk] = I, D
+            nodes[lo : lo + chunk], scores[lo : lo + chunk] = I, D
         return nodes, np.where(nodes >= 0, scores, -np.inf).astype(np.float32)
 
     def save(self, folder: Path) -> None:
@@ -110,7 +111,7 @@ class FaissShortlist:
         (folder / "config.json").write_text(self.info.model_dump_json(indent=2))
 
     @classmethod
-    def load(cls, folder: Path) -> "FaissShortlist":
+    def load(cls, folder: Path) -> FaissShortlist:
         import faiss
 
         try:
@@ -120,8 +121,10 @@ class FaissShortlist:
         except (OSError, ValueError, RuntimeError) as exc:
             raise XtagError(f"{folder}: cannot read the FAISS shortlist ({exc})") from exc
         if index.d != len(columns) + 1 or index.ntotal != info.nodes:
-            raise XtagError(f"{folder}: index holds {index.ntotal} vectors of size {index.d}, "
-                            f"config says {info.nodes} of size {len(columns) + 1}")
+            raise XtagError(
+                f"{folder}: index holds {index.ntotal} vectors of size {index.d}, "
+                f"config says {info.nodes} of size {len(columns) + 1}"
+            )
         return cls(index, columns, info)
 
 

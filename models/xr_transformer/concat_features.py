@@ -12,8 +12,8 @@ from typing import Protocol
 import numpy as np
 import scipy.sparse as sp
 
-from models.features import TfidfFeaturizer
 from models.beam_search import GATHER_MAX_DOCS, CsrArrays, SplitFeatures
+from models.features import TfidfFeaturizer
 
 
 class DenseEncoder(Protocol):
@@ -42,8 +42,9 @@ def concat_features(X_tfidf: sp.csr_matrix | None, E: np.ndarray) -> sp.csr_matr
     E = _unit_rows(E)
     n, dim = E.shape
     if X_tfidf is None:
-        return sp.csr_matrix((E.ravel(), np.tile(np.arange(dim, dtype=np.int32), n),
-                              np.arange(0, n * dim + 1, dim)), shape=(n, dim))
+        return sp.csr_matrix(
+            (E.ravel(), np.tile(np.arange(dim, dtype=np.int32), n), np.arange(0, n * dim + 1, dim)), shape=(n, dim)
+        )
     X = X_tfidf.tocsr()
     d, counts = X.shape[1], np.diff(X.indptr)
     indptr = X.indptr.astype(np.int64) + np.arange(n + 1) * dim
@@ -76,6 +77,9 @@ class ConcatFeaturizer:
             data = _row_normalised(data, indptr)
         else:
             data, indices, indptr = np.empty(0, np.float32), np.empty(0, np.int32), np.zeros(n + 1, np.int32)
-        sparse = (CsrArrays(data, indices, indptr, (n, d + dim)) if n <= GATHER_MAX_DOCS
-                  else sp.csr_matrix((data, indices, indptr), shape=(n, d + dim)))
+        sparse = (
+            CsrArrays(data, indices, indptr, (n, d + dim))
+            if n <= GATHER_MAX_DOCS
+            else sp.csr_matrix((data, indices, indptr), shape=(n, d + dim))
+        )
         return SplitFeatures(sparse, E, d)

@@ -28,19 +28,33 @@ async def reload_model(request_app, bundle: str | None = None) -> dict:
         raise
     state.metrics.reloads.labels("ok").inc()
     status = "unchanged" if old is not None and old.bundle.version == new.bundle.version else "reloaded"
-    return {"status": status, "model": new.ref, "previous": old.ref if old else None,
-            "took_ms": round((time.perf_counter() - start) * 1e3, 3)}
+    return {
+        "status": status,
+        "model": new.ref,
+        "previous": old.ref if old else None,
+        "took_ms": round((time.perf_counter() - start) * 1e3, 3),
+    }
 
 
-@router.post("/v1/admin/reload", response_model=ReloadResponse, openapi_extra=openapi_body(ReloadRequest, False),
-             summary="Reload the bundle (or switch to another); the old one keeps serving if the new one fails",
-             responses={409: {"description": "bundle switch asked of a multi-worker server"},
-                        422: {"description": "the new bundle did not load or warm up; the old one still serves"}})
+@router.post(
+    "/v1/admin/reload",
+    response_model=ReloadResponse,
+    openapi_extra=openapi_body(ReloadRequest, False),
+    summary="Reload the bundle (or switch to another); the old one keeps serving if the new one fails",
+    responses={
+        409: {"description": "bundle switch asked of a multi-worker server"},
+        422: {"description": "the new bundle did not load or warm up; the old one still serves"},
+    },
+)
 async def reload(request: Request, body: ReloadRequest = Depends(json_body(ReloadRequest, optional=True))) -> dict:
     settings = request.app.state.settings
     if body.bundle is not None and settings.workers > 1:
-        raise Problem(409, "multi-worker", "switching to another bundle path needs a single worker; with several, "
-                                           "update the configured path (XTAG_BUNDLE) and restart, or reload it in place")
+        raise Problem(
+            409,
+            "multi-worker",
+            "switching to another bundle path needs a single worker; with several, "
+            "update the configured path (XTAG_BUNDLE) and restart, or reload it in place",
+        )
     try:
         summary = await reload_model(request.app, body.bundle)
     except XtagError as exc:

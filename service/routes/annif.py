@@ -24,10 +24,14 @@ def project_id(model: ServedModel) -> str:
 
 
 def project(request: Request, model: ServedModel) -> dict:
-    return {"project_id": project_id(model), "name": model.bundle.name,
-            "language": request.app.state.settings.annif_language,
-            "backend": {"backend_id": f"xtag-{model.kind}"}, "is_trained": True,
-            "modification_time": model.bundle.manifest.get("created")}
+    return {
+        "project_id": project_id(model),
+        "name": model.bundle.name,
+        "language": request.app.state.settings.annif_language,
+        "backend": {"backend_id": f"xtag-{model.kind}"},
+        "is_trained": True,
+        "modification_time": model.bundle.manifest.get("created"),
+    }
 
 
 def _project(request: Request, pid: str) -> ServedModel:
@@ -49,15 +53,21 @@ def _number(raw: str | None, name: str, cast, lo: float, hi: float, default):
     return value
 
 
-async def _suggest(request: Request, model: ServedModel, texts: list[str], limit_raw, threshold_raw) -> list[list[dict]]:
+async def _suggest(
+    request: Request, model: ServedModel, texts: list[str], limit_raw, threshold_raw
+) -> list[list[dict]]:
     """Annif semantics: limit (default 10) and threshold (default 0) filter; blank texts get no results."""
     s = request.app.state.settings
     limit = min(_number(limit_raw, "limit", int, 1, s.max_k, 10), model.n_labels)
     threshold = _number(threshold_raw, "threshold", float, 0.0, 1.0, 0.0)
     for i, text in enumerate(texts):
         if len(text) > s.max_text_chars:
-            raise Problem(413, "text-too-long", f"documents[{i}].text has {len(text)} characters; the limit is "
-                                                f"{s.max_text_chars} (XTAG_MAX_TEXT_CHARS)")
+            raise Problem(
+                413,
+                "text-too-long",
+                f"documents[{i}].text has {len(text)} characters; the limit is "
+                f"{s.max_text_chars} (XTAG_MAX_TEXT_CHARS)",
+            )
     todo = [i for i, t in enumerate(texts) if t.strip()]
     rows = await predict_rows(request, model, [texts[i] for i in todo], limit, None, None, threshold) if todo else []
     prefix = s.annif_uri_prefix
@@ -99,17 +109,38 @@ async def get_project(request: Request, project_id: str) -> dict:
     return project(request, _project(request, project_id))
 
 
-@router.post("/v1/projects/{project_id}/suggest", summary="Annif suggest (form-encoded text, limit, threshold)",
-             openapi_extra={"requestBody": {"required": True, "content": {"application/x-www-form-urlencoded": {
-                 "schema": {"type": "object", "required": ["text"], "properties": {
-                     "text": {"type": "string"}, "limit": {"type": "integer", "default": 10},
-                     "threshold": {"type": "number", "default": 0}, "language": {"type": "string"}}}}}}})
+@router.post(
+    "/v1/projects/{project_id}/suggest",
+    summary="Annif suggest (form-encoded text, limit, threshold)",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/x-www-form-urlencoded": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["text"],
+                        "properties": {
+                            "text": {"type": "string"},
+                            "limit": {"type": "integer", "default": 10},
+                            "threshold": {"type": "number", "default": 0},
+                            "language": {"type": "string"},
+                        },
+                    }
+                }
+            },
+        }
+    },
+)
 async def suggest(request: Request, project_id: str):
     model = _project(request, project_id)
     content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if content_type not in FORM_TYPES:
-        raise Problem(415, "unsupported-media-type", f"suggest takes a form ({FORM_TYPES[0]}), got "
-                                                     f"{content_type or 'no Content-Type'}")
+        raise Problem(
+            415,
+            "unsupported-media-type",
+            f"suggest takes a form ({FORM_TYPES[0]}), got {content_type or 'no Content-Type'}",
+        )
     form = await _form(request, content_type)
     text = form.get("text")
     if not isinstance(text, str):
@@ -118,14 +149,20 @@ async def suggest(request: Request, project_id: str):
     return JSONBytes({"results": rows[0]})
 
 
-@router.post("/v1/projects/{project_id}/suggest-batch", openapi_extra=openapi_body(AnnifBatchRequest),
-             summary="Annif suggest-batch (JSON documents; limit, threshold as query parameters)")
-async def suggest_batch(request: Request, project_id: str,
-                        body: AnnifBatchRequest = Depends(json_body(AnnifBatchRequest))):
+@router.post(
+    "/v1/projects/{project_id}/suggest-batch",
+    openapi_extra=openapi_body(AnnifBatchRequest),
+    summary="Annif suggest-batch (JSON documents; limit, threshold as query parameters)",
+)
+async def suggest_batch(
+    request: Request, project_id: str, body: AnnifBatchRequest = Depends(json_body(AnnifBatchRequest))
+):
     model = _project(request, project_id)
     limit = request.app.state.settings.max_batch_documents
     if len(body.documents) > limit:
-        raise Problem(400, "bad-request", f"documents: {len(body.documents)} documents, the maximum per batch is {limit}")
+        raise Problem(
+            400, "bad-request", f"documents: {len(body.documents)} documents, the maximum per batch is {limit}"
+        )
     q = request.query_params
     rows = await _suggest(request, model, [d.text for d in body.documents], q.get("limit"), q.get("threshold"))
     return JSONBytes([{"document_id": d.document_id, "results": r} for d, r in zip(body.documents, rows)])

@@ -16,8 +16,11 @@ async def health() -> dict:
     return {"status": "ok"}
 
 
-@router.get("/ready", summary="Readiness: 200 once the bundle is loaded and a warm-up prediction succeeded, else 503",
-            responses={503: {"description": "not ready", "content": {"application/problem+json": {}}}})
+@router.get(
+    "/ready",
+    summary="Readiness: 200 once the bundle is loaded and a warm-up prediction succeeded, else 503",
+    responses={503: {"description": "not ready", "content": {"application/problem+json": {}}}},
+)
 async def ready(request: Request):
     registry = request.app.state.registry
     model = registry.current

@@ -15,23 +15,37 @@ router = APIRouter(tags=["model"])
 
 
 @router.get("/v1/labels", response_model=LabelsPage, summary="Label names, paged, optionally filtered")
-async def labels(model: ServedModel = Depends(served_model),
-                 q: Annotated[str | None, Query(max_length=200, description="case-insensitive substring")] = None,
-                 offset: Annotated[int, Query(ge=0)] = 0,
-                 limit: Annotated[int, Query(ge=1, le=1000)] = 50) -> dict:
+async def labels(
+    model: ServedModel = Depends(served_model),
+    q: Annotated[str | None, Query(max_length=200, description="case-insensitive substring")] = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+) -> dict:
     ids = range(model.n_labels) if not q else [i for i, n in enumerate(model.lower_names) if q.lower() in n]
-    page = ids[offset:offset + limit]
+    page = ids[offset : offset + limit]
     freqs = model.bundle.predictor.vocab.frequencies
-    return {"total": len(ids), "offset": offset, "limit": limit,
-            "labels": [{"id": i, "name": model.names[i], "frequency": freqs[i]} for i in page]}
+    return {
+        "total": len(ids),
+        "offset": offset,
+        "limit": limit,
+        "labels": [{"id": i, "name": model.names[i], "frequency": freqs[i]} for i in page],
+    }
 
 
 def model_info(model: ServedModel) -> dict:
     b = model.bundle
-    return {"name": b.name, "version": b.version, "kind": model.kind, "path": str(b.path),
-            "label_count": model.n_labels, "default_beam_size": model.default_beam,
-            "load_seconds": round(b.load_seconds, 4), "warmup_ms": round(model.warmup_ms, 3),
-            "loaded_at": model.loaded_at, "manifest": b.manifest}
+    return {
+        "name": b.name,
+        "version": b.version,
+        "kind": model.kind,
+        "path": str(b.path),
+        "label_count": model.n_labels,
+        "default_beam_size": model.default_beam,
+        "load_seconds": round(b.load_seconds, 4),
+        "warmup_ms": round(model.warmup_ms, 3),
+        "loaded_at": model.loaded_at,
+        "manifest": b.manifest,
+    }
 
 
 @router.get("/v1/model", response_model=ModelInfo, summary="The served bundle: manifest, label count, load time")
@@ -50,8 +64,13 @@ async def stats(request: Request, top: Annotated[int, Query(ge=1, le=100)] = 10)
     if model is not None:
         counts = model.predicted
         best = np.argsort(-counts, kind="stable")[:top]
-        out["top_labels"] = [{"id": int(j), "name": model.names[j], "count": int(counts[j])}
-                             for j in best if counts[j] > 0]
-        out["model"] = {**model.ref, "kind": model.kind, "label_count": model.n_labels,
-                        "load_seconds": round(model.bundle.load_seconds, 4)}
+        out["top_labels"] = [
+            {"id": int(j), "name": model.names[j], "count": int(counts[j])} for j in best if counts[j] > 0
+        ]
+        out["model"] = {
+            **model.ref,
+            "kind": model.kind,
+            "label_count": model.n_labels,
+            "load_seconds": round(model.bundle.load_seconds, 4),
+        }
     return out

@@ -20,9 +20,17 @@ from service.schemas import BatchRequest, BatchResponse, PredictOptions, Predict
 
 router = APIRouter(tags=["predict"])
 HOT_ROUTES = ("/v1/predict", "/v1/predict/batch")
-ERRORS = {c: {"description": d, "content": {"application/problem+json": {}}} for c, d in
-          ((400, "invalid JSON or UTF-8"), (401, "missing API key"), (413, "body or text too large"),
-           (415, "not application/json"), (422, "invalid field"), (503, "no model loaded yet"))}
+ERRORS = {
+    c: {"description": d, "content": {"application/problem+json": {}}}
+    for c, d in (
+        (400, "invalid JSON or UTF-8"),
+        (401, "missing API key"),
+        (413, "body or text too large"),
+        (415, "not application/json"),
+        (422, "invalid field"),
+        (503, "no model loaded yet"),
+    )
+}
 
 
 class JSONBytes(Response):
@@ -32,22 +40,32 @@ class JSONBytes(Response):
         return orjson.dumps(content)
 
 
-def check_options(request: Request, model: ServedModel, opts: PredictOptions, texts: list[str],
-                  what: str) -> tuple[int, int | None, np.ndarray | None]:
+def check_options(
+    request: Request, model: ServedModel, opts: PredictOptions, texts: list[str], what: str
+) -> tuple[int, int | None, np.ndarray | None]:
     """Limits that depend on the settings or the model: text length (413), k and beam (422), reweighting."""
     s = request.app.state.settings
     for i, text in enumerate(texts):
         if len(text) > s.max_text_chars:
-            raise Problem(413, "text-too-long", f"{what.format(i=i)} has {len(text)} characters; the limit is "
-                                                f"{s.max_text_chars} (XTAG_MAX_TEXT_CHARS)")
+            raise Problem(
+                413,
+                "text-too-long",
+                f"{what.format(i=i)} has {len(text)} characters; the limit is {s.max_text_chars} (XTAG_MAX_TEXT_CHARS)",
+            )
     k = opts.k if "k" in opts.model_fields_set else min(opts.k, model.n_labels)
     k_max = min(model.n_labels, s.max_k)
     if k > k_max:
-        raise Problem(422, "validation-error", f"k: {k} is above the maximum of {k_max} (the model has "
-                                               f"{model.n_labels} labels; XTAG_MAX_K={s.max_k})")
+        raise Problem(
+            422,
+            "validation-error",
+            f"k: {k} is above the maximum of {k_max} (the model has {model.n_labels} labels; XTAG_MAX_K={s.max_k})",
+        )
     if opts.beam_size is not None and opts.beam_size > s.max_beam_size:
-        raise Problem(422, "validation-error", f"beam_size: {opts.beam_size} is above the maximum of "
-                                               f"{s.max_beam_size} (XTAG_MAX_BEAM_SIZE)")
+        raise Problem(
+            422,
+            "validation-error",
+            f"beam_size: {opts.beam_size} is above the maximum of {s.max_beam_size} (XTAG_MAX_BEAM_SIZE)",
+        )
     try:
         a = reweight_gains(model, opts.reweight)
     except XtagError as exc:
@@ -61,8 +79,16 @@ def reweight_gains(model: ServedModel, rw: Reweight | None) -> np.ndarray | None
     return model.gains(rw.scheme, float(rw.alpha), None if rw.beta is None else float(rw.beta))
 
 
-async def predict_rows(request: Request, model: ServedModel, texts: list[str], k: int, beam: int | None,
-                       a: np.ndarray | None, threshold: float | None, rw_key: tuple = ()) -> list[list[dict]]:
+async def predict_rows(
+    request: Request,
+    model: ServedModel,
+    texts: list[str],
+    k: int,
+    beam: int | None,
+    a: np.ndarray | None,
+    threshold: float | None,
+    rw_key: tuple = (),
+) -> list[list[dict]]:
     """Top-k rows of {id, name, score} for `texts`, through the micro-batcher when it is on."""
     run = partial(model.predict, k=k, beam_size=beam, a=a)
     batcher = request.app.state.batcher
@@ -77,8 +103,10 @@ async def predict_rows(request: Request, model: ServedModel, texts: list[str], k
 def label_rows(model: ServedModel, preds, threshold: float | None) -> list[list[dict]]:
     """{id, name, score} per document, padding and scores under `threshold` dropped."""
     names, cut = model.names, -1.0 if threshold is None else float(threshold)
-    return [[{"id": j, "name": names[j], "score": s} for j, s in zip(row_l, row_s) if j >= 0 and s >= cut]
-            for row_l, row_s in zip(preds.labels.tolist(), preds.scores.tolist())]
+    return [
+        [{"id": j, "name": names[j], "score": s} for j, s in zip(row_l, row_s) if j >= 0 and s >= cut]
+        for row_l, row_s in zip(preds.labels.tolist(), preds.scores.tolist())
+    ]
 
 
 def _rw_key(opts: PredictOptions) -> tuple:
@@ -86,8 +114,13 @@ def _rw_key(opts: PredictOptions) -> tuple:
     return () if rw is None else (rw.scheme, float(rw.alpha), rw.beta)
 
 
-@router.post("/v1/predict", response_model=PredictResponse, responses=ERRORS, openapi_extra=openapi_body(PredictRequest),
-             summary="Top-k labels for one text")
+@router.post(
+    "/v1/predict",
+    response_model=PredictResponse,
+    responses=ERRORS,
+    openapi_extra=openapi_body(PredictRequest),
+    summary="Top-k labels for one text",
+)
 async def predict(request: Request) -> Response:
     start = time.perf_counter()
     await require_api_key(request)  # served as a plain Starlette route too (app.py): no Depends on the hot path
@@ -98,8 +131,13 @@ async def predict(request: Request) -> Response:
     return JSONBytes({"labels": rows[0], "model": model.ref, "took_ms": round((time.perf_counter() - start) * 1e3, 3)})
 
 
-@router.post("/v1/predict/batch", response_model=BatchResponse, responses=ERRORS,
-             openapi_extra=openapi_body(BatchRequest), summary="Top-k labels for many texts, in input order")
+@router.post(
+    "/v1/predict/batch",
+    response_model=BatchResponse,
+    responses=ERRORS,
+    openapi_extra=openapi_body(BatchRequest),
+    summary="Top-k labels for many texts, in input order",
+)
 async def predict_batch(request: Request) -> Response:
     start = time.perf_counter()
     await require_api_key(request)
@@ -107,8 +145,11 @@ async def predict_batch(request: Request) -> Response:
     model = served_model(request)
     limit = request.app.state.settings.max_batch_documents
     if len(body.documents) > limit:
-        raise Problem(422, "validation-error", f"documents: {len(body.documents)} documents, the maximum per batch "
-                                               f"is {limit} (XTAG_MAX_BATCH_DOCUMENTS)")
+        raise Problem(
+            422,
+            "validation-error",
+            f"documents: {len(body.documents)} documents, the maximum per batch is {limit} (XTAG_MAX_BATCH_DOCUMENTS)",
+        )
     texts = [d.text for d in body.documents]
     k, beam, a = check_options(request, model, body, texts, "documents[{i}].text")
     if body.optimize is None:
@@ -119,19 +160,27 @@ async def predict_batch(request: Request) -> Response:
     return JSONBytes({"results": results, "model": model.ref, "took_ms": round((time.perf_counter() - start) * 1e3, 3)})
 
 
-async def optimized_rows(request: Request, model: ServedModel, body: BatchRequest, texts: list[str], k: int,
-                         beam: int | None) -> list[list[dict]]:
+async def optimized_rows(
+    request: Request, model: ServedModel, body: BatchRequest, texts: list[str], k: int, beam: int | None
+) -> list[list[dict]]:
     """The batch's top-k sets chosen jointly for a macro metric; never micro-batched with other requests,
     because the optimum depends on exactly this batch."""
     if body.reweight is not None:
         raise Problem(422, "validation-error", "reweight and optimize are alternatives: give one of them")
     if len(texts) > SERVING_MAX_DOCS:
-        raise Problem(422, "validation-error", f"optimize: at most {SERVING_MAX_DOCS} documents per batch, "
-                                               f"got {len(texts)}")
+        raise Problem(
+            422, "validation-error", f"optimize: at most {SERVING_MAX_DOCS} documents per batch, got {len(texts)}"
+        )
     opt = body.optimize
     config = serving_config(opt.metric, float(opt.alpha), opt.method)
-    run = partial(predict_optimized, model.bundle.predictor, k=k, beam_size=beam or model.default_beam,
-                  n_labels=model.n_labels, config=config)
+    run = partial(
+        predict_optimized,
+        model.bundle.predictor,
+        k=k,
+        beam_size=beam or model.default_beam,
+        n_labels=model.n_labels,
+        config=config,
+    )
     request.app.state.metrics.observe_batch(len(texts))
     preds = await run_off_loop(request.app.state.executor, run, texts)
     return label_rows(model, preds, body.threshold)

@@ -49,8 +49,13 @@ def tiny_corpus(variant: int = 0) -> list[dict]:
         text = f"{TOPICS[a]} {TOPICS[b].split()[i % 6]} doc{i % 5} tool"
         rows.append({"id": f"d{i}", "text": text, "labels": labels})
     for i in range(2):
-        rows.append({"id": f"tail{i}", "text": f"{TAIL[1]} {TOPICS['works-with::image']} tool",
-                     "labels": [TAIL[0], "works-with::image"]})
+        rows.append(
+            {
+                "id": f"tail{i}",
+                "text": f"{TAIL[1]} {TOPICS['works-with::image']} tool",
+                "labels": [TAIL[0], "works-with::image"],
+            }
+        )
     return rows
 
 
@@ -85,14 +90,16 @@ class LiveServer:
 
     def __init__(self, settings: Settings):
         from service.server import uvicorn_options
+
         self.settings = settings.model_copy(update={"port": free_port(), "host": "127.0.0.1"})
         self.url = f"http://127.0.0.1:{self.settings.port}"
         self.app = create_app(self.settings)
-        self.server = uvicorn.Server(uvicorn.Config(self.app, **{**uvicorn_options(self.settings),
-                                                                 "log_level": "warning"}))
+        self.server = uvicorn.Server(
+            uvicorn.Config(self.app, **{**uvicorn_options(self.settings), "log_level": "warning"})
+        )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
-    def __enter__(self) -> "LiveServer":
+    def __enter__(self) -> LiveServer:
         self.thread.start()
         deadline = time.time() + 20
         while time.time() < deadline:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from svc_support import bundles, live_server  # noqa: F401  (pytest fixtures)
 
 annif_client = pytest.importorskip("annif_client", reason="annif-client is a dev extra: pip install -e .[dev]")
@@ -25,8 +24,9 @@ def test_annif_client_talks_to_xtag(live_server):
     assert results[0]["uri"] == "works-with::db" and {"uri", "label", "notation", "score"} <= set(results[0])
     assert [r["score"] for r in results] == sorted((r["score"] for r in results), reverse=True)
     cut = results[1]["score"]
-    assert [r["label"] for r in annif.suggest("tiny-a", "sql database query table", threshold=cut)] == \
-        [r["label"] for r in results if r["score"] >= cut]
+    assert [r["label"] for r in annif.suggest("tiny-a", "sql database query table", threshold=cut)] == [
+        r["label"] for r in results if r["score"] >= cut
+    ]
 
     class File:  # the client also accepts a file-like object
         def read(self):
@@ -34,8 +34,11 @@ def test_annif_client_talks_to_xtag(live_server):
 
     assert annif.suggest("tiny-a", File(), limit=1)[0]["label"] == "use::gaming"
 
-    docs = [{"document_id": "d1", "text": "python script module"}, {"text": "audio music player"},
-            {"document_id": "d3", "text": ""}]
+    docs = [
+        {"document_id": "d1", "text": "python script module"},
+        {"text": "audio music player"},
+        {"document_id": "d3", "text": ""},
+    ]
     batch = annif.suggest_batch("tiny-a", docs, limit=2)
     assert [d["document_id"] for d in batch] == ["d1", None, "d3"]
     assert batch[0]["results"][0]["label"] == "lang::python" and len(batch[0]["results"]) == 2

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from svc_support import bundles, client, make_client  # noqa: F401  (pytest fixtures)
+
 from models.bundle import load_bundle
 from models.reweighting import gains_for, label_weights, predict_reweighted
-from svc_support import bundles, client, make_client  # noqa: F401  (pytest fixtures)
 
 TAIL_TEXT = "quasar telescope image tool"
 
@@ -34,8 +35,12 @@ def test_threshold_drops_low_scores(client):
 
 
 def test_batch_keeps_input_order_and_ids(client):
-    docs = [{"id": "x", "text": "python script"}, {"text": "game arcade puzzle"}, {"id": 7, "text": "sql database"},
-            {"text": "python script"}]
+    docs = [
+        {"id": "x", "text": "python script"},
+        {"text": "game arcade puzzle"},
+        {"id": 7, "text": "sql database"},
+        {"text": "python script"},
+    ]
     r = client.post("/v1/predict/batch", json={"documents": docs, "k": 2})
     assert r.status_code == 200
     results = r.json()["results"]
@@ -67,8 +72,9 @@ def test_alpha_zero_is_exactly_the_plain_ranking(client):
 
 
 def test_power_beta_is_accepted_for_power(client):
-    r = client.post("/v1/predict", json={"text": TAIL_TEXT, "k": 3,
-                                         "reweight": {"scheme": "power", "alpha": 1, "beta": 2}})
+    r = client.post(
+        "/v1/predict", json={"text": TAIL_TEXT, "k": 3, "reweight": {"scheme": "power", "alpha": 1, "beta": 2}}
+    )
     assert r.status_code == 200 and r.json()["labels"][0]["name"] == "role::rare-thing"
 
 
@@ -119,7 +125,11 @@ def test_api_key(make_client):
     assert c.post("/v1/predict", json=body, headers={"X-API-Key": "s3cret"}).status_code == 200
     assert c.post("/v1/predict", json=body, headers={"Authorization": "Bearer s3cret"}).status_code == 200
     assert c.post("/v1/predict/batch", json={"documents": [{"text": "python"}]}).status_code == 401
-    assert c.post("/v1/predict/batch", json={"documents": [{"text": "python"}]},
-                  headers={"X-API-Key": "s3cret"}).status_code == 200
+    assert (
+        c.post(
+            "/v1/predict/batch", json={"documents": [{"text": "python"}]}, headers={"X-API-Key": "s3cret"}
+        ).status_code
+        == 200
+    )
     assert c.get("/v1/labels").status_code == 401
     assert c.post("/v1/admin/reload").status_code == 401

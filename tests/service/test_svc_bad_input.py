@@ -7,7 +7,6 @@ import socket
 import time
 
 import pytest
-
 from svc_support import bundles, client, make_client  # noqa: F401  (pytest fixtures)
 
 OK = {"text": "python script", "k": 2}
@@ -23,47 +22,53 @@ def assert_problem(r, status: int, *words: str) -> dict:
     return body
 
 
-@pytest.mark.parametrize("body, words", [
-    ({"text": ""}, ["text", "empty"]),
-    ({"text": "   \n\t "}, ["text", "whitespace"]),
-    ({"text": 5}, ["text", "string"]),
-    ({"text": None}, ["text", "string"]),
-    ({"text": ["a", "b"]}, ["text", "string"]),
-    ({}, ["text", "required"]),
-    ({"text": "a", "k": 0}, ["k", "greater than or equal to 1"]),
-    ({"text": "a", "k": -3}, ["k"]),
-    ({"text": "a", "k": 10}, ["k", "above the maximum of 9"]),
-    ({"text": "a", "k": "5"}, ["k", "integer"]),
-    ({"text": "a", "k": 2.5}, ["k", "integer"]),
-    ({"text": "a", "k": True}, ["k", "integer"]),
-    ({"text": "a", "beam_size": 0}, ["beam_size"]),
-    ({"text": "a", "beam_size": 100000}, ["beam_size", "XTAG_MAX_BEAM_SIZE"]),
-    ({"text": "a", "threshold": 1.5}, ["threshold"]),
-    ({"text": "a", "threshold": "high"}, ["threshold"]),
-    ({"text": "a", "colour": "red"}, ["colour", "Extra inputs"]),
-    ({"text": "a", "reweight": {"scheme": "psp", "alpha": 0.5, "gamma": 1}}, ["reweight.gamma", "Extra inputs"]),
-    ({"text": "a", "reweight": {"scheme": "inverse", "alpha": 0.5}}, ["reweight.scheme"]),
-    ({"text": "a", "reweight": {"scheme": "psp", "alpha": 1.5}}, ["reweight.alpha"]),
-    ({"text": "a", "reweight": {"scheme": "psp", "alpha": -0.1}}, ["reweight.alpha"]),
-    ({"text": "a", "reweight": {"scheme": "psp"}}, ["reweight.alpha", "required"]),
-    ({"text": "a", "reweight": {"scheme": "psp", "alpha": "half"}}, ["reweight.alpha"]),
-    ({"text": "a", "reweight": {"scheme": "psp", "alpha": 0.5, "beta": 1}}, ["beta", "power"]),
-    ({"text": "a", "reweight": {"scheme": "power", "alpha": 0.5, "beta": -1}}, ["reweight.beta"]),
-    ({"text": "a", "reweight": "psp"}, ["reweight"]),
-])
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ({"text": ""}, ["text", "empty"]),
+        ({"text": "   \n\t "}, ["text", "whitespace"]),
+        ({"text": 5}, ["text", "string"]),
+        ({"text": None}, ["text", "string"]),
+        ({"text": ["a", "b"]}, ["text", "string"]),
+        ({}, ["text", "required"]),
+        ({"text": "a", "k": 0}, ["k", "greater than or equal to 1"]),
+        ({"text": "a", "k": -3}, ["k"]),
+        ({"text": "a", "k": 10}, ["k", "above the maximum of 9"]),
+        ({"text": "a", "k": "5"}, ["k", "integer"]),
+        ({"text": "a", "k": 2.5}, ["k", "integer"]),
+        ({"text": "a", "k": True}, ["k", "integer"]),
+        ({"text": "a", "beam_size": 0}, ["beam_size"]),
+        ({"text": "a", "beam_size": 100000}, ["beam_size", "XTAG_MAX_BEAM_SIZE"]),
+        ({"text": "a", "threshold": 1.5}, ["threshold"]),
+        ({"text": "a", "threshold": "high"}, ["threshold"]),
+        ({"text": "a", "colour": "red"}, ["colour", "Extra inputs"]),
+        ({"text": "a", "reweight": {"scheme": "psp", "alpha": 0.5, "gamma": 1}}, ["reweight.gamma", "Extra inputs"]),
+        ({"text": "a", "reweight": {"scheme": "inverse", "alpha": 0.5}}, ["reweight.scheme"]),
+        ({"text": "a", "reweight": {"scheme": "psp", "alpha": 1.5}}, ["reweight.alpha"]),
+        ({"text": "a", "reweight": {"scheme": "psp", "alpha": -0.1}}, ["reweight.alpha"]),
+        ({"text": "a", "reweight": {"scheme": "psp"}}, ["reweight.alpha", "required"]),
+        ({"text": "a", "reweight": {"scheme": "psp", "alpha": "half"}}, ["reweight.alpha"]),
+        ({"text": "a", "reweight": {"scheme": "psp", "alpha": 0.5, "beta": 1}}, ["beta", "power"]),
+        ({"text": "a", "reweight": {"scheme": "power", "alpha": 0.5, "beta": -1}}, ["reweight.beta"]),
+        ({"text": "a", "reweight": "psp"}, ["reweight"]),
+    ],
+)
 def test_invalid_predict_fields_are_422(client, body, words):
     assert_problem(client.post("/v1/predict", json=body), 422, *words)
 
 
-@pytest.mark.parametrize("body, words", [
-    ({"documents": []}, ["documents", "at least 1"]),
-    ({"documents": "python"}, ["documents"]),
-    ({"documents": [{"text": "ok"}, {"text": " "}]}, ["documents[1].text", "empty"]),
-    ({"documents": [{"text": "ok", "lang": "en"}]}, ["documents[0].lang", "Extra inputs"]),
-    ({"documents": [{"id": 1.5, "text": "ok"}]}, ["documents[0].id"]),
-    ({"documents": [{"text": "ok"}], "k": 0}, ["k"]),
-    ({"documents": [{"text": "ok"}] * 9}, ["documents", "maximum per batch is 8"]),
-])
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ({"documents": []}, ["documents", "at least 1"]),
+        ({"documents": "python"}, ["documents"]),
+        ({"documents": [{"text": "ok"}, {"text": " "}]}, ["documents[1].text", "empty"]),
+        ({"documents": [{"text": "ok", "lang": "en"}]}, ["documents[0].lang", "Extra inputs"]),
+        ({"documents": [{"id": 1.5, "text": "ok"}]}, ["documents[0].id"]),
+        ({"documents": [{"text": "ok"}], "k": 0}, ["k"]),
+        ({"documents": [{"text": "ok"}] * 9}, ["documents", "maximum per batch is 8"]),
+    ],
+)
 def test_invalid_batches_are_422(make_client, body, words):
     c = make_client(max_batch_documents=8)
     assert_problem(c.post("/v1/predict/batch", json=body), 422, *words)
@@ -80,8 +85,11 @@ def test_over_long_text_is_413(make_client):
 def test_body_over_the_limit_is_413(make_client):
     c = make_client(max_body_bytes=2048)
     big = json.dumps({"text": "python " * 400}).encode()
-    assert_problem(c.post("/v1/predict", content=big, headers={"content-type": "application/json"}),
-                   413, "over the limit of 2048 bytes")
+    assert_problem(
+        c.post("/v1/predict", content=big, headers={"content-type": "application/json"}),
+        413,
+        "over the limit of 2048 bytes",
+    )
 
     def chunks():  # no Content-Length: the limit is enforced while reading
         yield b'{"text": "'
@@ -89,18 +97,23 @@ def test_body_over_the_limit_is_413(make_client):
             yield b"python " * 20
         yield b'"}'
 
-    assert_problem(c.post("/v1/predict", content=chunks(), headers={"content-type": "application/json"}),
-                   413, "over the limit")
+    assert_problem(
+        c.post("/v1/predict", content=chunks(), headers={"content-type": "application/json"}), 413, "over the limit"
+    )
 
 
 def test_body_over_the_limit_is_rejected_before_it_is_read(bundles):
     """A live server answers 413 on the headers alone, while the client has sent none of the body."""
     from svc_support import LiveServer
+
     from service.settings import Settings
+
     with LiveServer(Settings(_env_file=None, bundle=bundles["a"], max_body_bytes=4096)) as server:
         with socket.create_connection(("127.0.0.1", server.settings.port), timeout=5) as s:
-            s.sendall(b"POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      b"Content-Length: 500000000\r\n\r\n")
+            s.sendall(
+                b"POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 500000000\r\n\r\n"
+            )
             start, data = time.time(), b""
             while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
                 chunk = s.recv(65536)
@@ -131,13 +144,16 @@ def test_json_with_charset_and_vendor_types_is_accepted(client):
         assert client.post("/v1/predict", content=json.dumps(OK), headers={"content-type": ct}).status_code == 200
 
 
-@pytest.mark.parametrize("raw, status, word", [
-    (b'{"text": "abc"', 400, "JSON"),
-    (b"", 400, "JSON"),
-    (b"NaN", 400, "JSON"),
-    (b'["python script"]', 422, "dictionary"),
-    (b'"python script"', 422, "dictionary"),
-])
+@pytest.mark.parametrize(
+    "raw, status, word",
+    [
+        (b'{"text": "abc"', 400, "JSON"),
+        (b"", 400, "JSON"),
+        (b"NaN", 400, "JSON"),
+        (b'["python script"]', 422, "dictionary"),
+        (b'"python script"', 422, "dictionary"),
+    ],
+)
 def test_malformed_json(client, raw, status, word):
     r = client.post("/v1/predict", content=raw, headers={"content-type": "application/json"})
     assert_problem(r, status, word)
@@ -163,7 +179,7 @@ def test_annif_bad_input(client):
     form = {"content-type": "application/x-www-form-urlencoded"}
     for raw in (b"text=caf%E9+db", b"text=caf\xe9 db"):  # Latin-1 é, percent-encoded and raw: not UTF-8
         assert_problem(client.post("/v1/projects/tiny-a/suggest", content=raw, headers=form), 400, "UTF-8")
-    ok = client.post("/v1/projects/tiny-a/suggest", content="text=caf%C3%A9+sql+database&limit=2".encode(), headers=form)
+    ok = client.post("/v1/projects/tiny-a/suggest", content=b"text=caf%C3%A9+sql+database&limit=2", headers=form)
     assert ok.status_code == 200 and len(ok.json()["results"]) == 2
     assert_problem(client.post("/v1/projects/nope/suggest", data={"text": "a"}), 404, "nope")
     assert_problem(client.get("/v1/projects/nope"), 404, "nope")

@@ -10,12 +10,12 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import numpy as np
 import pytest
+from svc_support import bundles, client, make_client  # noqa: F401  (pytest fixtures)
 
 from models.beam_search import Predictions
 from service.app import create_app
 from service.batching import MicroBatcher
 from service.settings import Settings
-from svc_support import bundles, client, make_client  # noqa: F401  (pytest fixtures)
 
 
 class Echo:
@@ -170,8 +170,9 @@ def test_an_error_reaches_every_waiter_and_the_batcher_recovers(executor):
 
 def test_the_service_batches_concurrent_http_requests(bundles):
     """Through the app: 16 concurrent /v1/predict calls with a 30 ms window share few predictor calls, answers unchanged."""
-    app = create_app(Settings(_env_file=None, bundle=bundles["a"], batching=True, batch_max_wait_ms=30,
-                              load_in_background=False))
+    app = create_app(
+        Settings(_env_file=None, bundle=bundles["a"], batching=True, batch_max_wait_ms=30, load_in_background=False)
+    )
 
     async def main():
         await app.state.registry.load()
@@ -186,25 +187,35 @@ def test_the_service_batches_concurrent_http_requests(bundles):
     rs, solo, metrics = asyncio.run(main())
     assert [r.status_code for r in rs] == [200] * 16
     assert [r.json()["labels"] for r in rs] == solo
-    count = next(float(line.split()[-1]) for line in metrics.splitlines()
-                 if line.startswith("xtag_predict_batch_documents_count"))
-    total = next(float(line.split()[-1]) for line in metrics.splitlines()
-                 if line.startswith("xtag_predict_batch_documents_sum"))
+    count = next(
+        float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith("xtag_predict_batch_documents_count")
+    )
+    total = next(
+        float(line.split()[-1]) for line in metrics.splitlines() if line.startswith("xtag_predict_batch_documents_sum")
+    )
     # warm-up does not go through the batcher; 16 concurrent + 16 sequential requests = 32 documents
     assert total == 32 and count <= 16 + 3
 
 
-@pytest.mark.parametrize("overrides", [{"batching": False}, {"inference_threads": 0},
-                                       {"batching": False, "inference_threads": 0}])
+@pytest.mark.parametrize(
+    "overrides", [{"batching": False}, {"inference_threads": 0}, {"batching": False, "inference_threads": 0}]
+)
 def test_every_execution_mode_gives_the_same_answers(make_client, client, overrides):
     """Batching off, predictions on the event loop itself, or both: same labels as the default (batched, threaded)."""
     other = make_client(**overrides)
     for text in ("python script game", "quasar telescope image tool", "sql database"):
         body = {"text": text, "k": 4, "reweight": {"scheme": "psp", "alpha": 0.5}}
-        assert other.post("/v1/predict", json=body).json()["labels"] == client.post("/v1/predict", json=body).json()["labels"]
+        assert (
+            other.post("/v1/predict", json=body).json()["labels"]
+            == client.post("/v1/predict", json=body).json()["labels"]
+        )
     docs = {"documents": [{"text": "python"}, {"text": "audio music"}], "k": 2}
-    assert other.post("/v1/predict/batch", json=docs).json()["results"] == \
-        client.post("/v1/predict/batch", json=docs).json()["results"]
+    assert (
+        other.post("/v1/predict/batch", json=docs).json()["results"]
+        == client.post("/v1/predict/batch", json=docs).json()["results"]
+    )
 
 
 def test_a_sequential_clients_small_requests_run_on_the_loop_and_anything_else_in_a_worker(executor):

@@ -10,13 +10,13 @@ from urllib.parse import quote_plus
 
 import httpx
 import pytest
-
 from svc_support import bundles, live_server  # noqa: F401  (pytest fixtures)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 IN_CI = os.environ.get("CI") == "true"  # CI installs chromium (scripts/setup.sh): there a skip would hide a failure
-pytestmark = pytest.mark.skipif(CHROMIUM is None and not IN_CI,
-                                reason="Debian's chromium is not installed (apt-get install chromium)")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None and not IN_CI, reason="Debian's chromium is not installed (apt-get install chromium)"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -59,10 +59,25 @@ class Figures(HTMLParser):
 
 def dump_dom(url: str, profile) -> Figures:
     out = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
-         f"--user-data-dir={profile}", "--virtual-time-budget=5000", "--dump-dom", url],
-        capture_output=True, text=True, timeout=60)
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+            f"--user-data-dir={profile}",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     parser = Figures()
     parser.feed(out.stdout)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
-
 from svc_support import bundles, client, make_client  # noqa: F401  (pytest fixtures)
 
 
@@ -64,6 +63,7 @@ def test_stats_feed_has_qps_percentiles_errors_and_top_labels(client):
 
 def test_stats_window_forgets_old_requests_and_wraps_around():
     from service.observability import RecentRequests
+
     r = RecentRequests(window=60, capacity=8)
     for i in range(20):  # more than the capacity: only the last 8 remain
         r.add(0.001 * (i + 1), 200 if i % 4 else 500)

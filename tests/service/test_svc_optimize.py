@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from svc_support import bundles, client, make_client, tiny_corpus  # noqa: F401  (pytest fixtures)
+
 from models.bundle import load_bundle
 from models.macro_inference import predict_optimized, serving_config
-from svc_support import bundles, client, make_client, tiny_corpus  # noqa: F401  (pytest fixtures)
 
 
 def batch(n: int = 40) -> list[dict]:
@@ -13,14 +14,21 @@ def batch(n: int = 40) -> list[dict]:
 
 def test_optimize_returns_the_joint_top_k_in_input_order(client, bundles):
     docs = batch()
-    r = client.post("/v1/predict/batch", json={"documents": docs, "k": 2,
-                                               "optimize": {"metric": "macro-f1", "alpha": 1.0}})
+    r = client.post(
+        "/v1/predict/batch", json={"documents": docs, "k": 2, "optimize": {"metric": "macro-f1", "alpha": 1.0}}
+    )
     assert r.status_code == 200, r.text
     results = r.json()["results"]
     assert [x["id"] for x in results] == [d["id"] for d in docs]
     predictor = load_bundle(bundles["a"]).predictor
-    expected = predict_optimized(predictor, [d["text"] for d in docs], 2, predictor.model.config.beam_size,
-                                 predictor.n_labels, serving_config("macro-f1", 1.0))
+    expected = predict_optimized(
+        predictor,
+        [d["text"] for d in docs],
+        2,
+        predictor.model.config.beam_size,
+        predictor.n_labels,
+        serving_config("macro-f1", 1.0),
+    )
     got = [[label["id"] for label in x["labels"]] for x in results]
     assert got == [[j for j in row if j >= 0] for row in expected.labels.tolist()]
 
@@ -28,8 +36,9 @@ def test_optimize_returns_the_joint_top_k_in_input_order(client, bundles):
 def test_optimize_spreads_predictions_over_more_labels_than_plain_top_k(client):
     docs = batch()
     plain = client.post("/v1/predict/batch", json={"documents": docs, "k": 1}).json()["results"]
-    opt = client.post("/v1/predict/batch", json={"documents": docs, "k": 1,
-                                                 "optimize": {"metric": "macro-recall", "alpha": 1.0}}).json()["results"]
+    opt = client.post(
+        "/v1/predict/batch", json={"documents": docs, "k": 1, "optimize": {"metric": "macro-recall", "alpha": 1.0}}
+    ).json()["results"]
     distinct = lambda rows: len({label["id"] for x in rows for label in x["labels"]})  # noqa: E731
     assert distinct(opt) >= distinct(plain)
 
@@ -39,7 +48,9 @@ def test_optimize_rejects_bad_parameters_and_combination_with_reweight(client):
     for bad in ({"metric": "accuracy"}, {"metric": "macro-f1", "alpha": 2}, {"metric": "macro-f1", "x": 1}):
         r = client.post("/v1/predict/batch", json={"documents": docs, "optimize": bad})
         assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json"
-    r = client.post("/v1/predict/batch", json={"documents": docs, "optimize": {"metric": "macro-f1"},
-                                               "reweight": {"scheme": "psp", "alpha": 0.5}})
+    r = client.post(
+        "/v1/predict/batch",
+        json={"documents": docs, "optimize": {"metric": "macro-f1"}, "reweight": {"scheme": "psp", "alpha": 0.5}},
+    )
     assert r.status_code == 422 and "alternatives" in r.json()["detail"]
     assert r.json()["status"] == 422

@@ -5,10 +5,11 @@ from __future__ import annotations
 import threading
 import time
 
+from svc_support import LiveServer, bundles, client, make_client, wait_ready  # noqa: F401  (pytest fixtures)
+
 from models.bundle import load_bundle
 from service import registry
 from service.settings import Settings
-from svc_support import LiveServer, bundles, client, make_client, wait_ready  # noqa: F401  (pytest fixtures)
 
 
 def version(path) -> str:
@@ -64,8 +65,11 @@ def test_reload_switches_to_a_new_bundle(client, bundles):
 
 
 def test_a_bad_bundle_is_refused_and_the_old_one_keeps_serving(client, bundles, tmp_path):
-    for bad, words in ((bundles["broken"], "checksum mismatch"), (tmp_path, "no manifest.json"),
-                       (tmp_path / "missing", "not found")):
+    for bad, words in (
+        (bundles["broken"], "checksum mismatch"),
+        (tmp_path, "no manifest.json"),
+        (tmp_path / "missing", "not found"),
+    ):
         r = client.post("/v1/admin/reload", json={"bundle": str(bad)})
         assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json"
         assert words in r.json()["detail"] and "still serving tiny-a" in r.json()["detail"]
@@ -106,8 +110,8 @@ def test_sighup_reloads_the_configured_path(bundles, tmp_path):
     import sys
 
     import httpx
-
     from svc_support import free_port
+
     link = tmp_path / "current"
     link.symlink_to(bundles["a"])
     port = free_port()
@@ -116,6 +120,7 @@ def test_sighup_reloads_the_configured_path(bundles, tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=os.getcwd())
     url = f"http://127.0.0.1:{port}"
     try:
+
         def model_name(timeout=20.0, want=None):
             deadline = time.time() + timeout
             while time.time() < deadline:
@@ -149,6 +154,7 @@ def test_sighup_reloads_the_configured_path(bundles, tmp_path):
 def test_live_server_reload_under_load(bundles):
     """Over real HTTP: concurrent clients see no error while the admin endpoint switches bundles."""
     import httpx
+
     with LiveServer(Settings(_env_file=None, bundle=bundles["a"])) as server:
         errors, done = [], threading.Event()
 

@@ -5,11 +5,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.errors import XtagError
 from models.beam_search import Predictions
+from models.errors import XtagError
 from models.metrics import jain_propensities
 from models.reweighting import (
-    BEAM_FACTOR, CANDIDATE_FACTOR, MIN_CANDIDATES, candidate_budget, gains_for, label_weights, predict_reweighted, rerank,
+    BEAM_FACTOR,
+    CANDIDATE_FACTOR,
+    MIN_CANDIDATES,
+    candidate_budget,
+    gains_for,
+    label_weights,
+    predict_reweighted,
+    rerank,
 )
 
 FREQ = np.array([1000, 100, 10, 1, 50], dtype=np.float64)
@@ -43,12 +50,15 @@ def test_alpha_interpolates_between_plain_and_scheme():
     assert np.allclose(gains_for(w, 0.25), 0.75 + 0.25 * w)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"scheme": "nope"}, "unknown reweighting scheme"),
-    ({"scheme": "psp", "beta": 1.0}, "only applies to the 'power'"),
-    ({"scheme": "power", "beta": -1.0}, "beta must be"),
-    ({"scheme": "power", "beta": float("nan")}, "beta must be"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"scheme": "nope"}, "unknown reweighting scheme"),
+        ({"scheme": "psp", "beta": 1.0}, "only applies to the 'power'"),
+        ({"scheme": "power", "beta": -1.0}, "beta must be"),
+        ({"scheme": "power", "beta": float("nan")}, "beta must be"),
+    ],
+)
 def test_invalid_parameters_raise_xtag_error(kwargs, message):
     with pytest.raises(XtagError, match=message):
         label_weights(FREQ, N, **kwargs)

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-
 from svc_support import bundles, free_port  # noqa: F401  (pytest fixtures)
 
 XTAG = Path(sys.executable).with_name("xtag")
@@ -41,6 +40,7 @@ def wait_for(predicate, timeout: float = 40.0) -> bool:
 
 def test_multi_worker_serve_and_rolling_sighup(bundles, tmp_path):
     from models.bundle import load_bundle
+
     va, vb = load_bundle(bundles["a"]).version, load_bundle(bundles["b"]).version
     link = tmp_path / "current"
     link.symlink_to(bundles["a"])
@@ -49,15 +49,23 @@ def test_multi_worker_serve_and_rolling_sighup(bundles, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XTAG_", "PROMETHEUS_MULTIPROC_DIR"))}
     env["XTAG_LOG_LEVEL"] = "warning"
     log = tmp_path / "serve.log"
-    proc = subprocess.Popen([str(XTAG), "serve", str(link), "--host", "127.0.0.1", "--port", str(port),
-                             "--workers", "2"], env=env, cwd=tmp_path, stderr=log.open("w"))
+    proc = subprocess.Popen(
+        [str(XTAG), "serve", str(link), "--host", "127.0.0.1", "--port", str(port), "--workers", "2"],
+        env=env,
+        cwd=tmp_path,
+        stderr=log.open("w"),
+    )
     try:
         assert wait_for(lambda: len(model_info(url)) == 2, 60), log.read_text()[-3000:]
         assert set(model_info(url).values()) == {va}
         for _ in range(20):
             assert httpx.post(url + "/v1/predict", json={"text": "python script"}).status_code == 200
-        total = sum(s.value for f in text_string_to_metric_families(httpx.get(url + "/metrics").text)
-                    for s in f.samples if s.name == "xtag_predicted_documents_total")
+        total = sum(
+            s.value
+            for f in text_string_to_metric_families(httpx.get(url + "/metrics").text)
+            for s in f.samples
+            if s.name == "xtag_predicted_documents_total"
+        )
         assert total == 20  # counted across both workers
 
         # a bundle switch by path needs a single worker
@@ -79,8 +87,9 @@ def test_multi_worker_serve_and_rolling_sighup(bundles, tmp_path):
         link.unlink()
         link.symlink_to(bundles["b"])
         proc.send_signal(signal.SIGHUP)
-        assert wait_for(lambda: set(model_info(url).values()) == {vb} and len(model_info(url)) == 2, 90), \
+        assert wait_for(lambda: set(model_info(url).values()) == {vb} and len(model_info(url)) == 2, 90), (
             log.read_text()[-3000:]
+        )
         assert not set(model_info(url)) & set(before), "workers were not replaced"
         assert httpx.post(url + "/v1/predict", json={"text": "python script"}).json()["model"]["version"] == vb
     finally:

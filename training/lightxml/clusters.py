@@ -27,8 +27,9 @@ def label_clusters(X: sp.csr_matrix, Y: sp.csr_matrix, lc: LightXMLConfig) -> Cl
     return ClusterChain(ptrs=[np.array([0, len(leaves) - 1]), leaves], leaf_labels=tree.leaf_labels)
 
 
-def training_candidates(top: np.ndarray, true_clusters: list[np.ndarray], members: np.ndarray,
-                        positives: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def training_candidates(
+    top: np.ndarray, true_clusters: list[np.ndarray], members: np.ndarray, positives: list[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Eq. 2 in training: labels of each row's top clusters plus its true clusters (duplicates removed).
 
     Returns (labels, valid mask, targets), each rows × max candidates; padded entries hold label 0

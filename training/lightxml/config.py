@@ -21,21 +21,39 @@ class LightXMLConfig(TransformerConfig):
     last_layers: int = Field(5, ge=1, description="[CLS] vectors of the last N layers, concatenated")
     dropout: float = Field(0.5, ge=0, lt=1, description="dropout on the concatenated [CLS] vectors")
     cluster_size: int = Field(100, ge=1, description="C: at most this many labels per cluster")
-    flat_max_labels: int = Field(5000, ge=0, description="up to this many labels, one label per cluster (as the "
-                                                         "paper does for Eurlex-4K .. Wiki10-31K)")
-    top_clusters: int = Field(10, ge=1, description="b: the generator's top clusters whose labels the "
-                                                    "discriminator scores (training and default prediction)")
+    flat_max_labels: int = Field(
+        5000,
+        ge=0,
+        description="up to this many labels, one label per cluster (as the paper does for Eurlex-4K .. Wiki10-31K)",
+    )
+    top_clusters: int = Field(
+        10,
+        ge=1,
+        description="b: the generator's top clusters whose labels the "
+        "discriminator scores (training and default prediction)",
+    )
     hidden_dim: int = Field(300, ge=1, description="bottleneck = label-embedding dimension")
-    negatives: Literal["dynamic", "static"] = Field("dynamic", description="dynamic: re-drawn by the generator every "
-                                                    "step (eq. 2); static: drawn once after a generator-only phase")
-    static_warmup: float = Field(0.5, gt=0, lt=1, description="static: fraction of the steps training the "
-                                                              "generator alone before the negatives are fixed")
+    negatives: Literal["dynamic", "static"] = Field(
+        "dynamic",
+        description="dynamic: re-drawn by the generator every "
+        "step (eq. 2); static: drawn once after a generator-only phase",
+    )
+    static_warmup: float = Field(
+        0.5,
+        gt=0,
+        lt=1,
+        description="static: fraction of the steps training the generator alone before the negatives are fixed",
+    )
     epochs: int = Field(5, ge=1)
     batch_size: int = Field(16, ge=1, description="texts per step and device")
     lr: float = Field(1e-4, gt=0, description="constant AdamW learning rate (paper)")
-    lr_head: float | None = Field(None, gt=0, description="learning rate of the generator, bottleneck and label "
-                                                         "embeddings (default: lr, as the paper; short CPU budgets "
-                                                         "may want more, as XR-Transformer's heads use 1e-3)")
+    lr_head: float | None = Field(
+        None,
+        gt=0,
+        description="learning rate of the generator, bottleneck and label "
+        "embeddings (default: lr, as the paper; short CPU budgets "
+        "may want more, as XR-Transformer's heads use 1e-3)",
+    )
     max_grad_norm: float | None = Field(None, gt=0, description="gradient clipping (the paper does not clip)")
     swa_start: float = Field(1.0, ge=0, description="epoch (fractions allowed) from which weights are averaged")
     swa_every: int = Field(200, ge=1, description="optimiser steps between SWA updates")

@@ -46,8 +46,11 @@ def export_lightxml(run_model: Path, tmp: Path, config: LightXMLExportConfig) ->
     tokenizer, texts = write_graph(net, run_encoder, out, enc_config, config, list(OUTPUTS))
 
     model = LightXMLModel.load(tmp)  # the run's numpy heads, re-saved with the export's FAISS threshold
-    model = LightXMLModel(model.chain, model.labels.embeddings,
-                          model.config.model_copy(update={"faiss_min_labels": config.faiss_min_labels}))
+    model = LightXMLModel(
+        model.chain,
+        model.labels.embeddings,
+        model.config.model_copy(update={"faiss_min_labels": config.faiss_min_labels}),
+    )
     for name in ("label_embeddings.npy", "labels.faiss"):
         (tmp / "lightxml" / name).unlink(missing_ok=True)
     model.save(tmp)
@@ -56,13 +59,19 @@ def export_lightxml(run_model: Path, tmp: Path, config: LightXMLExportConfig) ->
     onnx = LightXMLEncoder.load(out).transform(texts)
     parity = {name: embedding_diff(getattr(onnx, name), getattr(reference, name)) for name in OUTPUTS}
     worst = max(p["max_abs_diff"] for p in parity.values())
-    report = {"opset": config.opset, "parity_texts": len(texts), "parity_tolerance": config.parity_tolerance,
-              "parity": parity, "label_index": "faiss" if model.labels.index is not None else "numpy",
-              "top5_agreement_vs_torch": top_agreement(model.predict(onnx, k=5).labels,
-                                                         model.predict(reference, k=5).labels)}
+    report = {
+        "opset": config.opset,
+        "parity_texts": len(texts),
+        "parity_tolerance": config.parity_tolerance,
+        "parity": parity,
+        "label_index": "faiss" if model.labels.index is not None else "numpy",
+        "top5_agreement_vs_torch": top_agreement(model.predict(onnx, k=5).labels, model.predict(reference, k=5).labels),
+    }
     if not worst <= config.parity_tolerance:
-        raise XtagError(f"ONNX graph differs from torch by {worst:.3g} on {len(texts)} texts "
-                        f"(tolerance {config.parity_tolerance}); refusing to export")
+        raise XtagError(
+            f"ONNX graph differs from torch by {worst:.3g} on {len(texts)} texts "
+            f"(tolerance {config.parity_tolerance}); refusing to export"
+        )
     return report
 
 

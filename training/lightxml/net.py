@@ -7,7 +7,7 @@ cluster logits (eq. 1's G(e) before the sigmoid) and the bottleneck σ(W_h e + b
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -16,15 +16,16 @@ from models.errors import XtagError
 
 
 class LightXMLNet(nn.Module):
-    def __init__(self, transformer: nn.Module, n_clusters: int, n_labels: int, last_layers: int, dropout: float,
-                 hidden_dim: int):
+    def __init__(
+        self, transformer: nn.Module, n_clusters: int, n_labels: int, last_layers: int, dropout: float, hidden_dim: int
+    ):
         super().__init__()
         layers = int(transformer.config.num_hidden_layers)
         if last_layers > layers:
             raise XtagError(f"last_layers={last_layers}, but the encoder has only {layers} layers")
         self.transformer, self.last_layers = transformer, last_layers
         pooler = getattr(transformer, "pooler", None)  # BERT's pooler head is unused: DDP refuses gradient-less
-        if isinstance(pooler, nn.Module):                # parameters
+        if isinstance(pooler, nn.Module):  # parameters
             pooler.requires_grad_(False)
         width = last_layers * int(transformer.config.hidden_size)
         self.dropout = nn.Dropout(dropout)
@@ -39,8 +40,9 @@ class LightXMLNet(nn.Module):
 
     def represent(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """e = [e_1, …, e_N]: the [CLS] state of each of the last N layers, concatenated, then dropout."""
-        states = self.transformer(input_ids=input_ids, attention_mask=attention_mask,
-                                  output_hidden_states=True).hidden_states
+        states = self.transformer(
+            input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True
+        ).hidden_states
         e = torch.cat([states[-i][:, 0] for i in range(1, self.last_layers + 1)], dim=-1)
         return self.dropout(e)
 
@@ -59,4 +61,6 @@ class LightXMLNet(nn.Module):
 
     def label_logits(self, bottleneck: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Eq. 4 before its outer sigmoid: E[labels] · bottleneck, per row (labels padded with any valid id)."""
-        return torch.einsum("bmh,bh->bm", self.label_embeddings(labels), bottleneck.to(self.label_embeddings.weight.dtype))
+        return torch.einsum(
+            "bmh,bh->bm", self.label_embeddings(labels), bottleneck.to(self.label_embeddings.weight.dtype)
+        )

@@ -18,8 +18,10 @@ HEADS_FILE = "heads.safetensors"
 
 def save_heads(net: LightXMLNet, folder: Path) -> None:
     """Generator, bottleneck and label embeddings (the transformer is saved as a Hugging Face directory)."""
-    save_file({k: v.detach().contiguous() for k, v in net.state_dict().items() if not k.startswith("transformer.")},
-              str(folder / HEADS_FILE))
+    save_file(
+        {k: v.detach().contiguous() for k, v in net.state_dict().items() if not k.startswith("transformer.")},
+        str(folder / HEADS_FILE),
+    )
 
 
 def load_heads(net: LightXMLNet, folder: Path) -> None:
@@ -61,5 +63,10 @@ class LightXMLResult:
 
 
 def net_shape(net: LightXMLNet) -> dict:
-    return {"n_clusters": net.generator.out_features, "n_labels": net.label_embeddings.num_embeddings,
-            "last_layers": net.last_layers, "dropout": net.dropout.p, "hidden_dim": net.bottleneck.out_features}
+    return {
+        "n_clusters": net.generator.out_features,
+        "n_labels": net.label_embeddings.num_embeddings,
+        "last_layers": net.last_layers,
+        "dropout": net.dropout.p,
+        "hidden_dim": net.bottleneck.out_features,
+    }

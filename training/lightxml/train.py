@@ -55,22 +55,46 @@ class Trainer(Callback):
     """State of one LightXML run: Algorithm 1's loss for the shared loop (training/loop.py), which `fit` runs
     (resumable) with SWA, model selection and, as this object's own callback, the switch to static negatives."""
 
-    def __init__(self, net: LightXMLNet, chain: ClusterChain, texts: list[str], Y: sp.csr_matrix,
-                 tokenizer: TextTokenizer, lc: LightXMLConfig, ctx: DistContext, folder: Path, progress: bool,
-                 log: Callable[[dict], None]):
+    def __init__(
+        self,
+        net: LightXMLNet,
+        chain: ClusterChain,
+        texts: list[str],
+        Y: sp.csr_matrix,
+        tokenizer: TextTokenizer,
+        lc: LightXMLConfig,
+        ctx: DistContext,
+        folder: Path,
+        progress: bool,
+        log: Callable[[dict], None],
+    ):
         self.net, self.chain, self.texts, self.tokenizer, self.lc, self.ctx = net, chain, texts, tokenizer, lc, ctx
         self.folder, self.progress, self.log = folder, progress, log
         self.Y, self.Yc = Y.tocsr(), chain.level_targets(Y, 1)
         self.train_idx, val_idx = validation_split(len(texts), lc.val_fraction, lc.seed)
         self.members = cluster_members(chain)
         self.budget = Budget.of(len(self.train_idx), ctx.world, lc)
-        self.head = LightXMLHeadConfig(beam_size=lc.top_clusters, n_clusters=chain.level_size(1),
-                                       n_labels=chain.n_labels, dim=lc.hidden_dim,
-                                       faiss_min_labels=lc.export.faiss_min_labels)
+        self.head = LightXMLHeadConfig(
+            beam_size=lc.top_clusters,
+            n_clusters=chain.level_size(1),
+            n_labels=chain.n_labels,
+            dim=lc.hidden_dim,
+            faiss_min_labels=lc.export.faiss_min_labels,
+        )
         self.swa = SWA(net, start=int(math.ceil(lc.swa_start * self.budget.per_epoch)), every=lc.swa_every)
-        self.selection = ModelSelection(net, self.swa, tokenizer, [texts[i] for i in val_idx], self.Y[val_idx],
-                                        lambda E: LightXMLModel(chain, E, self.head), lc.eval_every or
-                                        self.budget.per_epoch, folder / "best.safetensors", ctx, lc.amp, log)
+        self.selection = ModelSelection(
+            net,
+            self.swa,
+            tokenizer,
+            [texts[i] for i in val_idx],
+            self.Y[val_idx],
+            lambda E: LightXMLModel(chain, E, self.head),
+            lc.eval_every or self.budget.per_epoch,
+            folder / "best.safetensors",
+            ctx,
+            lc.amp,
+            log,
+        )
         # Static negatives: the generator trains alone (no discriminator loss) for the first `static_from` steps.
         self.static_from = int(lc.static_warmup * self.budget.total) if lc.negatives == "static" else 0
         self.fixed_top: np.ndarray | None = None  # static negatives: each training text's top clusters, fixed
@@ -79,17 +103,23 @@ class Trainer(Callback):
     # --- one step -------------------------------------------------------------------------------------
     def _picker(self, idx: np.ndarray, use_d: bool):
         """The candidate function forward() calls with the generator logits (dynamic) or ignores (static)."""
+
         def pick(g: torch.Tensor):
             if not use_d:
                 return None
             b = min(self.lc.top_clusters, g.shape[1])
-            top = (self.fixed_top[idx] if self.fixed_top is not None
-                   else torch.topk(g.detach().float(), b, dim=1).indices.cpu().numpy())
+            top = (
+                self.fixed_top[idx]
+                if self.fixed_top is not None
+                else torch.topk(g.detach().float(), b, dim=1).indices.cpu().numpy()
+            )
             if (top < 0).any():
                 raise XtagError("static negatives were not computed for a training text (resumed with another budget?)")
-            labels, valid, y = training_candidates(top, [csr_row(self.Yc, i) for i in idx], self.members,
-                                                   [csr_row(self.Y, i) for i in idx])
+            labels, valid, y = training_candidates(
+                top, [csr_row(self.Yc, i) for i in idx], self.members, [csr_row(self.Y, i) for i in idx]
+            )
             return tuple(torch.from_numpy(a).to(g.device) for a in (labels, valid, y))
+
         return pick
 
     def step_loss(self, model, idx: np.ndarray) -> tuple[torch.Tensor, float]:
@@ -97,8 +127,11 @@ class Trainer(Callback):
         ids, mask = self.tokenizer([self.texts[i] for i in idx])
         yc = torch.from_numpy(self.Yc[idx].toarray()).to(self.ctx.device)
         use_d = not self.static_from or self.fixed_top is not None
-        g, d, cand = model(torch.from_numpy(ids).to(self.ctx.device), torch.from_numpy(mask).to(self.ctx.device),
-                           self._picker(idx, use_d))
+        g, d, cand = model(
+            torch.from_numpy(ids).to(self.ctx.device),
+            torch.from_numpy(mask).to(self.ctx.device),
+            self._picker(idx, use_d),
+        )
         loss_g = F.binary_cross_entropy_with_logits(g.float(), yc)
         loss_d = torch.zeros((), device=g.device)
         if cand is not None:
@@ -109,8 +142,12 @@ class Trainer(Callback):
         return loss_g + loss_d, self.parts[0] + self.parts[1]
 
     def log_fields(self, loop: TrainingLoop) -> dict:
-        return {"loss_g": round(self.parts[0], 6), "loss_d": round(self.parts[1], 6), "lr": loop.sched.get_last_lr()[0],
-                "swa_models": self.swa.count}
+        return {
+            "loss_g": round(self.parts[0], 6),
+            "loss_d": round(self.parts[1], 6),
+            "lr": loop.sched.get_last_lr()[0],
+            "swa_models": self.swa.count,
+        }
 
     # --- static negatives ------------------------------------------------------------------------------
     def on_step(self, loop: TrainingLoop) -> None:
@@ -134,44 +171,82 @@ class Trainer(Callback):
             return
         start = time.perf_counter()
         rows = loop.upcoming(loop.pos)
-        mine = rows[self.ctx.rank::self.ctx.world]
+        mine = rows[self.ctx.rank :: self.ctx.world]
         b = min(self.lc.top_clusters, self.chain.level_size(1))
         top = np.zeros((0, b), dtype=np.int64)
         if len(mine):
-            g = net_outputs(self.net, self.tokenizer, [self.texts[i] for i in mine], self.ctx.device, self.lc.amp,
-                            self.progress and self.ctx.is_main, "static negatives").cluster_scores
+            g = net_outputs(
+                self.net,
+                self.tokenizer,
+                [self.texts[i] for i in mine],
+                self.ctx.device,
+                self.lc.amp,
+                self.progress and self.ctx.is_main,
+                "static negatives",
+            ).cluster_scores
             top = np.argpartition(-g, b - 1, axis=1)[:, :b] if b < g.shape[1] else np.tile(np.arange(b), (len(g), 1))
         self.fixed_top = np.full((len(self.texts), b), -1, dtype=np.int64)
         self.fixed_top[rows] = self.ctx.gather_rows(top.astype(np.float32), len(rows)).astype(np.int64)
         if self.ctx.is_main:
             np.save(path, self.fixed_top)
-            self.log({"event": "static_negatives", "documents": len(rows), "seconds": round(time.perf_counter() - start, 3)})
+            self.log(
+                {"event": "static_negatives", "documents": len(rows), "seconds": round(time.perf_counter() - start, 3)}
+            )
         self.ctx.barrier()
 
     # --- the loop --------------------------------------------------------------------------------------
     def fit(self) -> dict:
         lc, net, budget = self.lc, self.net, self.budget
-        heads = [g for m in (net.generator, net.bottleneck, net.label_embeddings)
-                 for g in decay_groups(m, lc.lr_head or lc.lr, lc.weight_decay)]
+        heads = [
+            g
+            for m in (net.generator, net.bottleneck, net.label_embeddings)
+            for g in decay_groups(m, lc.lr_head or lc.lr, lc.weight_decay)
+        ]
         opt = torch.optim.AdamW(decay_groups(net.transformer, lc.lr, lc.weight_decay) + heads)
         # The paper's constant rate (the loop's default schedule). Static negatives: the discriminator gets no
         # gradient in the generator-only phase, which DDP must be told.
-        loop = TrainingLoop(net, opt, budget, lc, self.ctx, Checkpoint(self.folder / "current"),
-                            order=lambda epoch: epoch_order(self.train_idx, [lc.seed, epoch], self.ctx.world),
-                            callbacks=[self.swa, self, self.selection], log_fields=self.log_fields,
-                            find_unused=bool(self.static_from), name="lightxml", desc=f"lightxml ({lc.negatives})",
-                            progress=self.progress, log=self.log)
+        loop = TrainingLoop(
+            net,
+            opt,
+            budget,
+            lc,
+            self.ctx,
+            Checkpoint(self.folder / "current"),
+            order=lambda epoch: epoch_order(self.train_idx, [lc.seed, epoch], self.ctx.world),
+            callbacks=[self.swa, self, self.selection],
+            log_fields=self.log_fields,
+            find_unused=bool(self.static_from),
+            name="lightxml",
+            desc=f"lightxml ({lc.negatives})",
+            progress=self.progress,
+            log=self.log,
+        )
         stats = loop.run(self.step_loss)
         self.selection.finish()
         best, steps = self.selection.best, stats["steps"]
-        return {"steps": steps, "epochs": round(steps / budget.per_epoch, 3), "steps_per_epoch": budget.per_epoch,
-                "loss": stats["loss"], "seconds": stats["seconds"], "swa_models": self.swa.count, "best": best,
-                "train_documents": len(self.train_idx), "validation_documents": len(self.selection.texts),
-                "negatives": lc.negatives}
+        return {
+            "steps": steps,
+            "epochs": round(steps / budget.per_epoch, 3),
+            "steps_per_epoch": budget.per_epoch,
+            "loss": stats["loss"],
+            "seconds": stats["seconds"],
+            "swa_models": self.swa.count,
+            "best": best,
+            "train_documents": len(self.train_idx),
+            "validation_documents": len(self.selection.texts),
+            "negatives": lc.negatives,
+        }
 
 
-def train_lightxml(texts: list[str], X: sp.csr_matrix, Y: sp.csr_matrix, config: TrainConfig, checkpoint_dir: Path,
-                   progress: bool = True, log: Callable[[dict], None] = lambda e: None) -> LightXMLResult | None:
+def train_lightxml(
+    texts: list[str],
+    X: sp.csr_matrix,
+    Y: sp.csr_matrix,
+    config: TrainConfig,
+    checkpoint_dir: Path,
+    progress: bool = True,
+    log: Callable[[dict], None] = lambda e: None,
+) -> LightXMLResult | None:
     """Train LightXML; returns None on DDP ranks other than 0."""
     lc = config.lightxml
     folder = checkpoint_dir / "lightxml"
@@ -182,10 +257,21 @@ def train_lightxml(texts: list[str], X: sp.csr_matrix, Y: sp.csr_matrix, config:
         chain.save(chain_path)
     tokenizer = load_tokenizer(lc.encoder, lc.max_length)
     transformer = TextEncoder.from_pretrained(lc.encoder, "cls").transformer
-    net = LightXMLNet(transformer, chain.level_size(1), chain.n_labels, lc.last_layers, lc.dropout,
-                      lc.hidden_dim).to(ctx.device)
-    log({"event": "lightxml", "encoder": str(lc.encoder), "clusters": chain.level_size(1), "labels": chain.n_labels,
-         "width": net.width, "device": str(ctx.device), "world_size": ctx.world, "negatives": lc.negatives})
+    net = LightXMLNet(transformer, chain.level_size(1), chain.n_labels, lc.last_layers, lc.dropout, lc.hidden_dim).to(
+        ctx.device
+    )
+    log(
+        {
+            "event": "lightxml",
+            "encoder": str(lc.encoder),
+            "clusters": chain.level_size(1),
+            "labels": chain.n_labels,
+            "width": net.width,
+            "device": str(ctx.device),
+            "world_size": ctx.world,
+            "negatives": lc.negatives,
+        }
+    )
     trainer = Trainer(net, chain, texts, Y, tokenizer, lc, ctx, folder, progress, log)
     done = folder / "done.json"
     if done.is_file():  # resuming a finished run: its selected weights, no retraining
@@ -205,7 +291,8 @@ def train_lightxml(texts: list[str], X: sp.csr_matrix, Y: sp.csr_matrix, config:
     log({"event": "lightxml_done", **{k: v for k, v in stats.items() if k != "loss"}})
     ctx.close()
     net = net.cpu().eval()
-    enc_config = EncoderConfig(max_length=lc.max_length, pooling="cls", features="dense", dim=net.width,
-                               source=str(lc.encoder))
+    enc_config = EncoderConfig(
+        max_length=lc.max_length, pooling="cls", features="dense", dim=net.width, source=str(lc.encoder)
+    )
     sample = random.Random(lc.seed).sample(texts, min(SAMPLE_TEXTS, len(texts)))
     return LightXMLResult(net, chain, tokenizer, enc_config, trainer.head, sample, stats)

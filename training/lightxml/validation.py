@@ -29,8 +29,15 @@ def validation_split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np
     return np.sort(perm[n_val:]), np.sort(perm[:n_val])
 
 
-def net_outputs(net: LightXMLNet, tokenizer: TextTokenizer, texts: list[str], device: torch.device, amp: bool,
-                progress: bool = False, desc: str = "lightxml") -> LightXMLOutputs:
+def net_outputs(
+    net: LightXMLNet,
+    tokenizer: TextTokenizer,
+    texts: list[str],
+    device: torch.device,
+    amp: bool,
+    progress: bool = False,
+    desc: str = "lightxml",
+) -> LightXMLOutputs:
     """Cluster logits and bottleneck vectors of the net in eval mode (no dropout), as the ONNX graph gives."""
     g, h = run_batched(net, tokenizer, texts, EVAL_BATCH, device, amp, progress, desc)
     return LightXMLOutputs(g, h)
@@ -40,9 +47,20 @@ class ModelSelection(Callback):
     """Validates every `every` steps, at each epoch's end and at the last step (rank 0); keeps the weights
     (averaged once SWA runs) with the best mean P@1/3/5 in `path`. No validation texts: never validates."""
 
-    def __init__(self, net: LightXMLNet, swa: SWA, tokenizer: TextTokenizer, texts: list[str], Y: sp.csr_matrix,
-                 model: Callable[[np.ndarray], LightXMLModel], every: int, path: Path, ctx: DistContext, amp: bool,
-                 log: Callable[[dict], None]):
+    def __init__(
+        self,
+        net: LightXMLNet,
+        swa: SWA,
+        tokenizer: TextTokenizer,
+        texts: list[str],
+        Y: sp.csr_matrix,
+        model: Callable[[np.ndarray], LightXMLModel],
+        every: int,
+        path: Path,
+        ctx: DistContext,
+        amp: bool,
+        log: Callable[[dict], None],
+    ):
         self.net, self.swa, self.tokenizer, self.texts, self.Y, self.model = net, swa, tokenizer, texts, Y, model
         self.every, self.path, self.ctx, self.amp, self.log = every, path, ctx, amp, log
         self.best: dict | None = None
@@ -69,8 +87,16 @@ class ModelSelection(Callback):
             metrics = self.validate()
             score = float(np.mean(list(metrics.values())))
             improved = best is None or score > best["score"]
-            self.log({"event": "validate", "step": step, "epoch": epoch, **metrics, "swa_models": self.swa.count,
-                      "best": improved})
+            self.log(
+                {
+                    "event": "validate",
+                    "step": step,
+                    "epoch": epoch,
+                    **metrics,
+                    "swa_models": self.swa.count,
+                    "best": improved,
+                }
+            )
             if improved:
                 self.swa.swap()
                 save_model(self.net, str(self.path))

@@ -19,7 +19,8 @@ class XLinearConfig(BaseModel):
     max_iter: int = Field(100, ge=1)
     threshold: float = Field(0.1, ge=0, description="prune weights with |w| below this")
     negatives: Literal["tfn", "man", "tfn+man"] = Field(
-        "tfn", description="teacher-forced (true parents), matcher-aware (top of level above), or both")
+        "tfn", description="teacher-forced (true parents), matcher-aware (top of level above), or both"
+    )
     man_k: int | None = Field(None, ge=1, description="matcher-aware shortlist size; default: beam_size")
     beam_size: int = Field(10, ge=1)
     post_processor: PostProcessor = "l3-hinge"

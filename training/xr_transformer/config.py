@@ -36,6 +36,8 @@ class XRTransformerConfig(TransformerConfig):
     shortlist_k: int = Field(10, ge=1, description="k of eq. 7: previous level's top-k kept in M^(t)")
     bootstrap: bool = Field(True, description="initialise each level's head by eq. 11")
     encode_batch_size: int = Field(64, ge=1)
-    tree: TreeConfig = Field(default_factory=lambda: TreeConfig(branching=32, max_leaf_size=32),
-                             description="preliminary tree (TF-IDF PIFA) giving the fine-tuning resolutions")
+    tree: TreeConfig = Field(
+        default_factory=lambda: TreeConfig(branching=32, max_leaf_size=32),
+        description="preliminary tree (TF-IDF PIFA) giving the fine-tuning resolutions",
+    )
     export: XRExportConfig = Field(default_factory=XRExportConfig)

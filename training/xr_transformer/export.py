@@ -44,17 +44,24 @@ def export_encoder(run_encoder: Path, out: Path, config: XRExportConfig) -> tupl
     """
     encoder, enc_config = load_trained(run_encoder, attn_implementation="eager")
     encoder.eval()
-    tokenizer, texts = write_graph(_HiddenStates(encoder.transformer), run_encoder, out, enc_config, config,
-                                   ["last_hidden_state"])
+    tokenizer, texts = write_graph(
+        _HiddenStates(encoder.transformer), run_encoder, out, enc_config, config, ["last_hidden_state"]
+    )
 
     reference = encode_texts(encoder, tokenizer, texts, 16, torch.device("cpu"))
     fp32 = OnnxEncoder.load(out).encode(texts)
     parity = embedding_diff(fp32, reference)
-    report = {"opset": config.opset, "parity_texts": len(texts), "parity_tolerance": config.parity_tolerance,
-              "parity": parity}
+    report = {
+        "opset": config.opset,
+        "parity_texts": len(texts),
+        "parity_tolerance": config.parity_tolerance,
+        "parity": parity,
+    }
     if not parity["max_abs_diff"] <= config.parity_tolerance:
-        raise XtagError(f"ONNX encoder differs from torch by {parity['max_abs_diff']:.3g} on {len(texts)} "
-                        f"texts (tolerance {config.parity_tolerance}); refusing to export")
+        raise XtagError(
+            f"ONNX encoder differs from torch by {parity['max_abs_diff']:.3g} on {len(texts)} "
+            f"texts (tolerance {config.parity_tolerance}); refusing to export"
+        )
     return report, fp32, reference
 
 
@@ -89,14 +96,16 @@ def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:
     X = _featurizer(tmp).transform(texts)
     if xc.export.quantize:  # accuracy cost: embedding drift and top-5 agreement with the fp32 encoder
         fp32_top = model.predict(X, k=5).labels
-        report["int8"] = quantize(tmp / "encoder", texts[:len(fp32)], fp32, reference)
+        report["int8"] = quantize(tmp / "encoder", texts[: len(fp32)], fp32, reference)
         X = _featurizer(tmp).transform(texts)
         report["int8"]["top5_agreement_vs_fp32"] = top_agreement(model.predict(X, k=5).labels, fp32_top)
         report["int8"]["agreement_texts"] = len(texts)
     nodes, min_nodes = model.levels[0].n_nodes, xc.export.shortlist_config.min_nodes
     if xc.export.shortlist and nodes < min_nodes:
-        report["shortlist"] = {"skipped": f"level 1 has {nodes} nodes, fewer than min_nodes={min_nodes}: "
-                                          f"exact scoring in the inference core is faster"}
+        report["shortlist"] = {
+            "skipped": f"level 1 has {nodes} nodes, fewer than min_nodes={min_nodes}: "
+            f"exact scoring in the inference core is faster"
+        }
     elif xc.export.shortlist:
         shortlist = FaissShortlist.build(model.levels[0], model.config.n_features, xc.export.shortlist_config)
         beam = model.config.beam_size

@@ -56,7 +56,7 @@ def batch_targets(p: LevelProblem, idx: np.ndarray, neg_weight: float) -> tuple[
     cand, valid, y = pad_rows(rows, [csr_row(p.Y, i) for i in idx])
     weight = valid * np.float32(neg_weight)
     for j, (i, r) in enumerate(zip(idx, rows)):
-        rel = dict(zip(csr_row(p.R, i), p.R.data[p.R.indptr[i]:p.R.indptr[i + 1]]))
+        rel = dict(zip(csr_row(p.R, i), p.R.data[p.R.indptr[i] : p.R.indptr[i + 1]]))
         where = np.flatnonzero(y[j])
         weight[j, where] = [rel.get(r[w], 1.0) for w in where]
     return cand, y, weight
@@ -69,13 +69,26 @@ def pointwise_loss(scores: torch.Tensor, y: torch.Tensor, kind: str) -> torch.Te
 
 
 def make_optimizer(net: XRNet, xc: XRTransformerConfig) -> torch.optim.AdamW:
-    return torch.optim.AdamW([*decay_groups(net.encoder, xc.lr_encoder, xc.weight_decay),
-                              {"params": [net.weight, net.bias], "lr": xc.lr_head, "weight_decay": 0.0}])
+    return torch.optim.AdamW(
+        [
+            *decay_groups(net.encoder, xc.lr_encoder, xc.weight_decay),
+            {"params": [net.weight, net.bias], "lr": xc.lr_head, "weight_decay": 0.0},
+        ]
+    )
 
 
-def finetune_level(net: XRNet, problem: LevelProblem, texts: list[str], tokenizer: TextTokenizer,
-                   xc: XRTransformerConfig, ctx: DistContext, ckpt: Checkpoint, depth: int,
-                   progress: bool = True, log: Callable[[dict], None] = lambda e: None) -> dict:
+def finetune_level(
+    net: XRNet,
+    problem: LevelProblem,
+    texts: list[str],
+    tokenizer: TextTokenizer,
+    xc: XRTransformerConfig,
+    ctx: DistContext,
+    ckpt: Checkpoint,
+    depth: int,
+    progress: bool = True,
+    log: Callable[[dict], None] = lambda e: None,
+) -> dict:
     """Optimise eq. 9 for `xc.epochs` epochs (or `xc.max_steps` steps), resuming from `ckpt` if it holds this level."""
     t, n = problem.level, len(texts)
     budget = Budget.of(n, ctx.world, xc)
@@ -92,9 +105,20 @@ def finetune_level(net: XRNet, problem: LevelProblem, texts: list[str], tokenize
         lr = loop.sched.get_last_lr()
         return {"lr_encoder": lr[0], "lr_head": lr[2]}
 
-    loop = TrainingLoop(net, make_optimizer(net, xc), budget, xc, ctx, ckpt,
-                        order=lambda epoch: epoch_order(np.arange(n), [xc.seed, t, epoch], ctx.world),
-                        lr_lambda=lambda s: lr_factor(s, budget.total, warmup, xc.schedule), scope={"level": t},
-                        log_fields=lrs, name=f"fine-tuning level {t}", desc=f"fine-tune level {t}/{depth}",
-                        progress=progress, log=log)
+    loop = TrainingLoop(
+        net,
+        make_optimizer(net, xc),
+        budget,
+        xc,
+        ctx,
+        ckpt,
+        order=lambda epoch: epoch_order(np.arange(n), [xc.seed, t, epoch], ctx.world),
+        lr_lambda=lambda s: lr_factor(s, budget.total, warmup, xc.schedule),
+        scope={"level": t},
+        log_fields=lrs,
+        name=f"fine-tuning level {t}",
+        desc=f"fine-tune level {t}/{depth}",
+        progress=progress,
+        log=log,
+    )
     return loop.run(loss)

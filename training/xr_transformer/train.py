@@ -68,8 +68,9 @@ def relevance(chain: ClusterChain, Y: sp.csr_matrix, t: int) -> sp.csr_matrix:
     against `neg_weight` (α) for negatives while nodes with more positive children weigh more.
     """
     anc = chain.ancestors(t)
-    A = sp.csr_matrix((np.ones(len(anc), np.float32), (np.arange(len(anc)), anc)),
-                      shape=(chain.n_labels, chain.level_size(t)))
+    A = sp.csr_matrix(
+        (np.ones(len(anc), np.float32), (np.arange(len(anc)), anc)), shape=(chain.n_labels, chain.level_size(t))
+    )
     R = (Y.astype(np.float32) @ A).tocsr()
     sums = np.asarray(R.sum(axis=1)).ravel()
     counts = np.diff(R.indptr)
@@ -84,8 +85,8 @@ def top_k_parents(E: np.ndarray, W: np.ndarray, b: np.ndarray, k: int, chunk: in
     k = min(k, K)
     cols = np.empty((n, k), dtype=np.int64)
     for lo in range(0, n, chunk):
-        S = E[lo:lo + chunk] @ W.T + b
-        cols[lo:lo + chunk] = np.argpartition(-S, k - 1, axis=1)[:, :k]
+        S = E[lo : lo + chunk] @ W.T + b
+        cols[lo : lo + chunk] = np.argpartition(-S, k - 1, axis=1)[:, :k]
     rows = np.repeat(np.arange(n), k)
     return sp.csr_matrix((np.ones(n * k, np.float32), (rows, cols.ravel())), shape=(n, K))
 
@@ -99,30 +100,58 @@ def shortlist(chain: ClusterChain, Y: sp.csr_matrix, t: int, P: sp.csr_matrix | 
         parents = (chain.level_targets(Y, t - 1) + P).tocsr()
         parents.data[:] = 1.0
     par = chain.parents(t)
-    C = sp.csr_matrix((np.ones(len(par), np.float32), (par, np.arange(len(par)))),
-                      shape=(chain.level_size(t - 1) if t > 1 else 1, len(par)))
+    C = sp.csr_matrix(
+        (np.ones(len(par), np.float32), (par, np.arange(len(par)))),
+        shape=(chain.level_size(t - 1) if t > 1 else 1, len(par)),
+    )
     M = (parents @ C).tocsr()
     M.data[:] = 1.0
     M.sort_indices()
     return parents, M
 
 
-def bootstrap_head(E: np.ndarray, chain: ClusterChain, Y: sp.csr_matrix, t: int, parents: sp.csr_matrix,
-                   R: sp.csr_matrix, xc: XRTransformerConfig, n_jobs: int) -> tuple[np.ndarray, np.ndarray]:
+def bootstrap_head(
+    E: np.ndarray,
+    chain: ClusterChain,
+    Y: sp.csr_matrix,
+    t: int,
+    parents: sp.csr_matrix,
+    R: sp.csr_matrix,
+    xc: XRTransformerConfig,
+    n_jobs: int,
+) -> tuple[np.ndarray, np.ndarray]:
     """W_init^(t) (eq. 11): cost-sensitive liblinear rankers on the previous encoder's embeddings."""
-    solver = XLinearConfig(loss="squared-hinge" if xc.loss == "squared-hinge" else "logistic", threshold=0.0,
-                           n_jobs=n_jobs)
+    solver = XLinearConfig(
+        loss="squared-hinge" if xc.loss == "squared-hinge" else "logistic", threshold=0.0, n_jobs=n_jobs
+    )
     solver.tree.seed = xc.seed
-    level = train_level(sp.csr_matrix(E), chain.level_targets(Y, t), parents.tocsc(), chain.ptrs[t - 1], solver,
-                        desc=f"bootstrap level {t}", progress=False, relevance=R, neg_weight=xc.neg_weight)
+    level = train_level(
+        sp.csr_matrix(E),
+        chain.level_targets(Y, t),
+        parents.tocsc(),
+        chain.ptrs[t - 1],
+        solver,
+        desc=f"bootstrap level {t}",
+        progress=False,
+        relevance=R,
+        neg_weight=xc.neg_weight,
+    )
     return level.W.toarray().astype(np.float32), level.bias.astype(np.float32)
 
 
 class Embeddings:
     """Embeddings of all training texts under the encoder after level t, cached as emb_t.npy for resume."""
 
-    def __init__(self, folder: Path, texts: list[str], tokenizer: TextTokenizer, xc: XRTransformerConfig,
-                 ctx: DistContext, progress: bool, log: Callable[[dict], None]):
+    def __init__(
+        self,
+        folder: Path,
+        texts: list[str],
+        tokenizer: TextTokenizer,
+        xc: XRTransformerConfig,
+        ctx: DistContext,
+        progress: bool,
+        log: Callable[[dict], None],
+    ):
         self.folder, self.texts, self.tokenizer, self.xc, self.ctx = folder, texts, tokenizer, xc, ctx
         self.progress, self.log = progress, log
 
@@ -132,8 +161,16 @@ class Embeddings:
             return np.load(path, allow_pickle=False)
         start = time.perf_counter()
         mine = self.ctx.shard(len(self.texts))
-        part = encode_texts(encoder, self.tokenizer, [self.texts[i] for i in mine], self.xc.encode_batch_size,
-                            self.ctx.device, self.xc.amp, self.progress and self.ctx.is_main, f"encode (level {t})")
+        part = encode_texts(
+            encoder,
+            self.tokenizer,
+            [self.texts[i] for i in mine],
+            self.xc.encode_batch_size,
+            self.ctx.device,
+            self.xc.amp,
+            self.progress and self.ctx.is_main,
+            f"encode (level {t})",
+        )
         E = self.ctx.gather_rows(part, len(self.texts))
         seconds = time.perf_counter() - start
         if self.ctx.is_main:
@@ -142,15 +179,31 @@ class Embeddings:
             for old in self.folder.glob("emb_*.npy"):
                 if old != path:
                     old.unlink()
-            self.log({"event": "encode", "level": t, "documents": len(self.texts), "seconds": round(seconds, 3),
-                      "docs_per_s": round(len(self.texts) / max(seconds, 1e-9), 2)})
+            self.log(
+                {
+                    "event": "encode",
+                    "level": t,
+                    "documents": len(self.texts),
+                    "seconds": round(seconds, 3),
+                    "docs_per_s": round(len(self.texts) / max(seconds, 1e-9), 2),
+                }
+            )
         self.ctx.barrier()
         return E
 
 
-def multi_resolution_finetune(encoder: TextEncoder, texts: list[str], X: sp.csr_matrix, Y: sp.csr_matrix,
-                              tokenizer: TextTokenizer, config: TrainConfig, ctx: DistContext, folder: Path,
-                              progress: bool, log: Callable[[dict], None]) -> np.ndarray:
+def multi_resolution_finetune(
+    encoder: TextEncoder,
+    texts: list[str],
+    X: sp.csr_matrix,
+    Y: sp.csr_matrix,
+    tokenizer: TextTokenizer,
+    config: TrainConfig,
+    ctx: DistContext,
+    folder: Path,
+    progress: bool,
+    log: Callable[[dict], None],
+) -> np.ndarray:
     """Algorithm 2's fine-tuning loop over the preliminary tree; returns the final training embeddings."""
     xc = config.xr_transformer
     embed = Embeddings(folder, texts, tokenizer, xc, ctx, progress, log)
@@ -185,8 +238,15 @@ def multi_resolution_finetune(encoder: TextEncoder, texts: list[str], X: sp.csr_
         else:  # other ranks get rank 0's head when DDP wraps the model
             W0, b0 = np.zeros((K, encoder.dim), np.float32), np.zeros(K, np.float32)
         net = XRNet(encoder, W0, b0).to(ctx.device)
-        log({"event": "bootstrap", "level": t, "nodes": K, "seconds": round(time.perf_counter() - start, 3),
-             "shortlist_mean": round(M.nnz / M.shape[0], 2)})
+        log(
+            {
+                "event": "bootstrap",
+                "level": t,
+                "nodes": K,
+                "seconds": round(time.perf_counter() - start, 3),
+                "shortlist_mean": round(M.nnz / M.shape[0], 2),
+            }
+        )
         problem = LevelProblem(level=t, Y=chain.level_targets(Y, t), R=R, M=M)
         stats = finetune_level(net, problem, texts, tokenizer, xc, ctx, ckpt, chain.depth, progress, log)
         head = (net.weight.detach().cpu().numpy(), net.bias.detach().cpu().numpy())
@@ -203,17 +263,31 @@ def multi_resolution_finetune(encoder: TextEncoder, texts: list[str], X: sp.csr_
     return embed.get(encoder, chain.depth)
 
 
-def train_xr_transformer(texts: list[str], X: sp.csr_matrix, Y: sp.csr_matrix, config: TrainConfig,
-                         checkpoint_dir: Path, progress: bool = True, log: Callable[[dict], None] = lambda e: None
-                         ) -> XRTransformerResult | None:
+def train_xr_transformer(
+    texts: list[str],
+    X: sp.csr_matrix,
+    Y: sp.csr_matrix,
+    config: TrainConfig,
+    checkpoint_dir: Path,
+    progress: bool = True,
+    log: Callable[[dict], None] = lambda e: None,
+) -> XRTransformerResult | None:
     """Train an XR-Transformer; returns None on DDP ranks other than 0 (they only help fine-tune)."""
     xc = config.xr_transformer
     folder = checkpoint_dir / "xr"
     ctx = start_run(xc, folder)
     tokenizer = load_tokenizer(xc.encoder, xc.max_length)
     encoder = TextEncoder.from_pretrained(xc.encoder, xc.pooling).to(ctx.device)
-    log({"event": "encoder", "source": str(xc.encoder), "dim": encoder.dim, "device": str(ctx.device),
-         "world_size": ctx.world, "epochs": xc.epochs})
+    log(
+        {
+            "event": "encoder",
+            "source": str(xc.encoder),
+            "dim": encoder.dim,
+            "device": str(ctx.device),
+            "world_size": ctx.world,
+            "epochs": xc.epochs,
+        }
+    )
     start = time.perf_counter()
     if xc.epochs > 0:
         E = multi_resolution_finetune(encoder, texts, X, Y, tokenizer, config, ctx, folder, progress, log)
@@ -224,13 +298,20 @@ def train_xr_transformer(texts: list[str], X: sp.csr_matrix, Y: sp.csr_matrix, c
         ctx.close()
         return None
     Phi = concat_features(X if xc.features == "tfidf+dense" else None, E)
-    log({"event": "features", "what": "phi_cat", "dim": Phi.shape[1], "nnz": int(Phi.nnz),
-         "finetune_seconds": round(finetune_seconds, 3)})
-    model = train_xlinear(Phi, Y, config.xlinear, checkpoint_dir=checkpoint_dir / "rankers", progress=progress,
-                          log=log)
+    log(
+        {
+            "event": "features",
+            "what": "phi_cat",
+            "dim": Phi.shape[1],
+            "nnz": int(Phi.nnz),
+            "finetune_seconds": round(finetune_seconds, 3),
+        }
+    )
+    model = train_xlinear(Phi, Y, config.xlinear, checkpoint_dir=checkpoint_dir / "rankers", progress=progress, log=log)
     model = XLinearModel(model.chain, model.levels, model.config.model_copy(update={"dense_features": E.shape[1]}))
     ctx.close()
-    enc_config = EncoderConfig(max_length=xc.max_length, pooling=xc.pooling, features=xc.features,
-                               dim=encoder.dim, source=str(xc.encoder))
+    enc_config = EncoderConfig(
+        max_length=xc.max_length, pooling=xc.pooling, features=xc.features, dim=encoder.dim, source=str(xc.encoder)
+    )
     sample = random.Random(xc.seed).sample(texts, min(SAMPLE_TEXTS, len(texts)))
     return XRTransformerResult(model, encoder.cpu(), tokenizer, enc_config, sample)

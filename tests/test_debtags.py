@@ -11,7 +11,7 @@ import lz4.frame
 import pytest
 
 from models.errors import XtagError
-from training import debtags
+from training import apt_corpus, debtags
 
 PACKAGES = """\
 Package: delta
@@ -112,12 +112,12 @@ def test_build_corpus_rows_split_dedup_and_stats(tmp_path: Path, compress: bool)
 
     for split in ("train", "test"):
         ids = [r["id"] for r in read_rows(tmp_path / "out" / f"{split}.jsonl.gz")]
-        assert all(debtags.is_test(i) == (split == "test") for i in ids)
+        assert all(apt_corpus.is_test(i) == (split == "test") for i in ids)
         order = [p for p in ("delta", "alpha", "bare", "untranslated") if p in ids]
         assert ids == order  # same order as the Packages list
     assert stats == {
-        "train": sum(not debtags.is_test(i) for i in by_id),
-        "test": sum(debtags.is_test(i) for i in by_id),
+        "train": sum(not apt_corpus.is_test(i) for i in by_id),
+        "test": sum(apt_corpus.is_test(i) for i in by_id),
         "labels": 5,
         "dropped_duplicates": 1,
         "no_tags": 1,
@@ -131,7 +131,7 @@ def test_split_rule_is_sha1_mod_5() -> None:
 
     names = [f"pkg{i}" for i in range(200)]
     expected = [n for n in names if int(hashlib.sha1(n.encode()).hexdigest(), 16) % 5 == 0]
-    assert [n for n in names if debtags.is_test(n)] == expected
+    assert [n for n in names if apt_corpus.is_test(n)] == expected
     assert 0 < len(expected) < 200
 
 
@@ -148,7 +148,7 @@ def test_find_lists_prefers_main_archive_and_its_translation(tmp_path: Path) -> 
     small = "deb.debian.org_debian-security_dists_bookworm-security_main"
     (lists / f"{small}_binary-amd64_Packages.lz4").write_bytes(lz4.frame.compress(b"Package: x\n"))
     (lists / f"{small}_i18n_Translation-en.lz4").write_bytes(lz4.frame.compress(b"Package: x\n"))
-    pkg, tr = debtags.find_lists(lists)
+    pkg, tr = apt_corpus.find_lists(lists)
     assert pkg.name == f"{APT}_binary-amd64_Packages.lz4"
     assert tr.name == f"{APT}_i18n_Translation-en.lz4"
 
@@ -164,9 +164,9 @@ def test_missing_translation_names_it_and_the_fix(tmp_path: Path) -> None:
 def test_missing_packages_and_missing_dir(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(XtagError, match="Packages"):
-        debtags.find_lists(tmp_path / "empty")
+        apt_corpus.find_lists(tmp_path / "empty")
     with pytest.raises(XtagError, match="no such apt lists directory"):
-        debtags.find_lists(tmp_path / "nope")
+        apt_corpus.find_lists(tmp_path / "nope")
 
 
 def test_update_apt_lists_failure_is_xtag_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -176,14 +176,14 @@ def test_update_apt_lists_failure_is_xtag_error(monkeypatch: pytest.MonkeyPatch)
         calls.append(cmd)
         return subprocess.CompletedProcess(cmd, 100, "", "E: Could not open lock file")
 
-    monkeypatch.setattr(debtags.subprocess, "run", fake_run)
+    monkeypatch.setattr(apt_corpus.subprocess, "run", fake_run)
     with pytest.raises(XtagError, match="lock file"):
-        debtags.update_apt_lists()
+        apt_corpus.update_apt_lists()
     assert calls == [["apt-get", "update", "-o", "Acquire::Languages=en"]]
 
     def missing(cmd: list[str], **kwargs: object) -> None:
         raise FileNotFoundError(cmd[0])
 
-    monkeypatch.setattr(debtags.subprocess, "run", missing)
+    monkeypatch.setattr(apt_corpus.subprocess, "run", missing)
     with pytest.raises(XtagError, match="apt-get not found"):
-        debtags.update_apt_lists()
+        apt_corpus.update_apt_lists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -25,22 +26,45 @@ def _fail(exc: Exception) -> None:
     raise typer.Exit(2)
 
 
-@data_app.command("debtags")
-def data_debtags(
-    out: Path = typer.Option(..., help="folder for train.jsonl.gz and test.jsonl.gz"),
-    lists: Path = typer.Option(Path("/var/lib/apt/lists"), help="apt lists folder"),
-    update: bool = typer.Option(False, help="run `apt-get update -o Acquire::Languages=en` first (root)"),
-) -> None:
-    """Rebuild the debtags corpus from a Debian machine's apt lists (Packages ⨝ Translation-en)."""
-    from training.debtags import build_debtags_corpus, update_apt_lists
+_OUT_HELP = "folder for train.jsonl.gz and test.jsonl.gz"
+_LISTS_HELP = "apt lists folder"
+_UPDATE_HELP = "run `apt-get update -o Acquire::Languages=en` first (root)"
+
+
+def _build_apt_corpus(build: Callable[[Path, Path], dict], lists: Path, out: Path, update: bool) -> None:
+    from training.apt_corpus import update_apt_lists
 
     try:
         if update:
             update_apt_lists()
-        stats = build_debtags_corpus(lists, out)
+        stats = build(lists, out)
     except XtagError as exc:
         _fail(exc)
     typer.echo(json.dumps(stats))
+
+
+@data_app.command("debtags")
+def data_debtags(
+    out: Path = typer.Option(..., help=_OUT_HELP),
+    lists: Path = typer.Option(Path("/var/lib/apt/lists"), help=_LISTS_HELP),
+    update: bool = typer.Option(False, help=_UPDATE_HELP),
+) -> None:
+    """Rebuild the debtags corpus from a Debian machine's apt lists (Packages ⨝ Translation-en)."""
+    from training.debtags import build_debtags_corpus
+
+    _build_apt_corpus(build_debtags_corpus, lists, out, update)
+
+
+@data_app.command("debdeps")
+def data_debdeps(
+    out: Path = typer.Option(..., help=_OUT_HELP),
+    lists: Path = typer.Option(Path("/var/lib/apt/lists"), help=_LISTS_HELP),
+    update: bool = typer.Option(False, help=_UPDATE_HELP),
+) -> None:
+    """Rebuild the debdeps corpus (labels: Depends, Pre-Depends, Recommends) from the apt lists, like debtags."""
+    from training.debdeps import build_debdeps_corpus
+
+    _build_apt_corpus(build_debdeps_corpus, lists, out, update)
 
 
 def _read_config(path: Path) -> dict:

@@ -57,6 +57,7 @@ def _rankers(path: Path, parts: Parts) -> None:
     from models.xlinear.model import XLinearModel
 
     parts.model = XLinearModel.load_rankers(path, parts.need("chain", "rankers"))
+    parts.model.prepare()  # the compiled engine's layout and kernels, before any request
 
 
 def _shortlist(path: Path, parts: Parts) -> None:

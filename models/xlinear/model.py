@@ -1,4 +1,9 @@
-"""An XR-Linear model as data: the cluster chain plus one sparse linear ranker per tree level."""
+"""An XR-Linear model as data: the cluster chain plus one sparse linear ranker per tree level.
+
+Predictions come from the compiled engine (models/engine/), over the rankers rearranged into its
+chunked layout; models/beam_search.py stays the reference it is tested against, and what the trainer's
+matcher-aware negatives use on partially trained trees.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.beam_search import FirstLevelSearch, PostProcessor, Predictions, RankerLevel, TreeIndex, beam_search
+from models.beam_search import FirstLevelSearch, PostProcessor, Predictions, RankerLevel, TreeIndex
 from models.errors import XtagError
 from models.label_tree import ClusterChain
 
@@ -47,6 +52,24 @@ class XLinearModel:
                 level.set_dense_tail(config.n_features - config.dense_features)
         self.first_level = first_level
         self.tree = TreeIndex(chain)
+        self._compiled = None
+
+    @property
+    def compiled(self):
+        """The rankers in the compiled engine's layout (models.engine.CompiledLevels), built on first use."""
+        if self._compiled is None:
+            from models.engine import CompiledLevels
+
+            self._compiled = CompiledLevels.build(self.levels, self.chain)
+        return self._compiled
+
+    def prepare(self) -> float:
+        """Build the engine layout and compile its kernels now, so that no request waits for either (bundle
+        loading calls this); returns the seconds the kernels took to compile or load from numba's cache."""
+        from models.engine import warm_up
+
+        _ = self.compiled
+        return warm_up()
 
     @property
     def n_labels(self) -> int:
@@ -55,8 +78,10 @@ class XLinearModel:
     def predict(self, X: sp.csr_matrix, k: int = 10, beam_size: int | None = None) -> Predictions:
         if X.shape[1] != self.config.n_features:
             raise XtagError(f"features have {X.shape[1]} columns, the model expects {self.config.n_features}")
+        from models.engine import engine_beam_search
+
         beam = max(beam_size or self.config.beam_size, 1)
-        return beam_search(X, self.levels, self.tree, beam, k, self.config.post_processor, first_level=self.first_level)
+        return engine_beam_search(X, self.compiled, beam, k, self.config.post_processor, first_level=self.first_level)
 
     def save(self, folder: Path) -> None:
         (folder / "tree").mkdir(parents=True, exist_ok=True)

@@ -101,3 +101,19 @@ def test_component_paths_must_stay_inside_the_bundle(tiny_bundle, tmp_path):
     (b / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(XtagError, match="is not one of"):
         load_bundle(b)
+
+
+def test_engine_layout_ships_in_the_bundle_and_is_memory_mapped(tiny_bundle):
+    """Export writes the compiled engine's layout; loading maps it (worker processes share its pages) and it
+    predicts exactly what the layout rebuilt from the weights predicts."""
+    from models.engine import CompiledLevels, engine_beam_search
+
+    assert (tiny_bundle / "rankers" / "engine" / "layout.json").is_file()
+    bundle = load_bundle(tiny_bundle)
+    model = bundle.predictor.model
+    assert any(isinstance(a.base, np.memmap) for a in model.compiled.arrays if a.size)
+    X = bundle.predictor.featurizer.transform(["shooter weapons arena frag", "genome protein dna", "nothing known"])
+    rebuilt = CompiledLevels.build(model.levels, model.chain)
+    a, b = model.predict(X, k=4), engine_beam_search(X, rebuilt, model.config.beam_size, 4, model.config.post_processor)
+    np.testing.assert_array_equal(a.labels, b.labels)
+    np.testing.assert_array_equal(a.scores, b.scores)

@@ -8,8 +8,10 @@ numpy path does. Built once per loaded model from the `RankerLevel`s and the `Cl
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -24,6 +26,12 @@ HASH_MULTIPLIER = 2654435761  # Fibonacci hashing: slot = top bits of (feature Â
 # document; debdeps (2, 32, 512 groups) -25% with levels 1-3 feature-major, but slower with the 512-group
 # leaf level too (its rows are long), so large levels stay chunked only. Costs a second copy of those levels.
 FEATURE_MAJOR_MAX_CHUNKS = 64
+# The names of CompiledLevels.arrays, in order: the files of a saved layout (rankers/engine/NAME.npy in a bundle).
+ARRAY_NAMES = (
+    "chunk_base", "node_base", "chunk_child0", "chunk_nchild", "chunk_fptr", "feat_id", "feat_eptr", "ent_child",
+    "ent_w", "chunk_hptr", "chunk_hshift", "table", "bias", "dense", "fm_base", "fm_ptr", "fm_node", "fm_w",
+)  # fmt: skip
+LAYOUT_FILE = "layout.json"
 
 
 @njit()
@@ -158,3 +166,31 @@ class CompiledLevels:
         assert arrays[13].shape[1] == dims
         width = int(nchild_all.max()) if len(nchild_all) else 0
         return cls(chain.depth, sparse_cols, start, chain.leaf_labels.astype(np.int64), width, fm_nodes, arrays)
+
+    def save(self, folder: Path) -> None:
+        """One uncompressed .npy per array plus layout.json: what `load` maps into memory."""
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, array in zip(ARRAY_NAMES, (*self.arrays,)):
+            np.save(folder / f"{name}.npy", np.ascontiguousarray(array))
+        np.save(folder / "leaf_labels.npy", self.leaf_labels)
+        meta = {"depth": self.depth, "n_features": self.n_features, "dense_start": self.dense_start,
+                "max_width": self.max_width, "max_feature_major_nodes": self.max_feature_major_nodes}  # fmt: skip
+        (folder / LAYOUT_FILE).write_text(json.dumps(meta, indent=2))
+
+    @classmethod
+    def load(cls, folder: Path) -> CompiledLevels:
+        """The saved layout, memory-mapped copy-on-write: processes serving one bundle share its pages (the
+        kernels never write to them), loading costs no parse or copy, and arrays stay writeable as the kernels'
+        compiled signatures expect."""
+        meta = json.loads((folder / LAYOUT_FILE).read_text())
+        arrays = tuple(_mapped(folder / f"{name}.npy") for name in ARRAY_NAMES)
+        return cls(
+            meta["depth"], meta["n_features"], meta["dense_start"], _mapped(folder / "leaf_labels.npy"),
+            meta["max_width"], meta["max_feature_major_nodes"], arrays,
+        )  # fmt: skip
+
+
+def _mapped(path: Path) -> np.ndarray:
+    """A plain ndarray view of the file's pages (np.memmap's subclass is not what numba compiled for)."""
+    array = np.load(path, mmap_mode="c", allow_pickle=False)
+    return np.asarray(array) if array.size else np.array(array)

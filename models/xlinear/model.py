@@ -17,6 +17,8 @@ from models.beam_search import FirstLevelSearch, PostProcessor, Predictions, Ran
 from models.errors import XtagError
 from models.label_tree import ClusterChain
 
+ENGINE_DIR = "engine"  # rankers/engine/: the compiled engine's layout, written by export, memory-mapped at load
+
 
 class RankerConfig(BaseModel):
     """How a bundle's rankers are combined at prediction time (stored as rankers/config.json)."""
@@ -98,13 +100,29 @@ class XLinearModel:
 
     @classmethod
     def load_rankers(cls, folder: Path, chain: ClusterChain) -> XLinearModel:
-        """The rankers/ component over an already loaded tree."""
+        """The rankers/ component over an already loaded tree; its engine layout is memory-mapped when the
+        bundle has one (so worker processes share it), else built from the weights."""
         try:
             config = RankerConfig.model_validate_json((folder / "config.json").read_text())
             levels = [load_level(folder / f"level_{t}.npz") for t in range(1, chain.depth + 1)]
         except (OSError, ValueError, KeyError) as exc:
             raise XtagError(f"{folder}: cannot read the XR-Linear rankers ({exc})") from exc
-        return cls(chain, levels, config)
+        model = cls(chain, levels, config)
+        if (folder / ENGINE_DIR).is_dir():
+            from models.engine import CompiledLevels
+
+            try:
+                compiled = CompiledLevels.load(folder / ENGINE_DIR)
+            except (OSError, ValueError, KeyError) as exc:
+                raise XtagError(f"{folder / ENGINE_DIR}: cannot read the engine layout ({exc})") from exc
+            if compiled.depth != chain.depth or len(compiled.leaf_labels) != chain.n_labels:
+                raise XtagError(f"{folder / ENGINE_DIR}: engine layout does not match the tree")
+            model._compiled = compiled
+        return model
+
+    def save_engine_layout(self, rankers: Path) -> None:
+        """rankers/engine/: the layout `load_rankers` maps instead of rebuilding it (bundles only, not runs)."""
+        self.compiled.save(rankers / ENGINE_DIR)
 
 
 def save_level(level: RankerLevel, path: Path) -> None:

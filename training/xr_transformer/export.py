@@ -93,6 +93,7 @@ def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:
     report, fp32, reference = export_encoder(run_model / "encoder", tmp / "encoder", xc.export)
     texts = json.loads((run_model / "encoder" / "sample_texts.json").read_text())
     model = XLinearModel.load(tmp)
+    model.save_engine_layout(tmp / "rankers")
     X = _featurizer(tmp).transform(texts)
     if xc.export.quantize:  # accuracy cost: embedding drift and top-5 agreement with the fp32 encoder
         fp32_top = model.predict(X, k=5).labels

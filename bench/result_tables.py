@@ -98,6 +98,17 @@ def one_result_each(build):
 def xlinear_vs_pecos(r: dict) -> dict[str, str]:
     out = {}
     ours, peer = r["xtag"], r["pecos"]
+    if r.get("nnz_per_doc"):  # results from before these were recorded lack them
+        out["data"] = table(
+            ["", "train", "test"],
+            "lrr",
+            [
+                ["documents", *(thousands(n) for n in r["documents"])],
+                ["labels per document", *(f2(n) for n in r["labels_per_doc"])],
+                ["TF-IDF non-zeros per document", *(f1(n) for n in r["nnz_per_doc"])],
+                ["features; labels", f"{r['features']:,}; {r['labels']:,}", ""],
+            ],
+        )
     metrics = [m for m in ("P@1", "P@3", "P@5", "PSP@1", "PSP@3", "PSP@5", "nDCG@5", "macro-R@5") if m in ours]
     version = f" {peer['pecos_version']}" if peer.get("pecos_version") else ""
     out["accuracy"] = table(
@@ -112,6 +123,26 @@ def xlinear_vs_pecos(r: dict) -> dict[str, str]:
         ("docs_per_s", "batch throughput, docs/s (whole test set)", thousands),
     ):
         rows.append([label, fmt(ours[key]), fmt(peer[key]), f2(ratios.get(key, ours[key] / peer[key]))])
+    gb = lambda mb: f"{mb / 1024:.2f}"  # noqa: E731
+    for key, label in (
+        ("train_peak_rss_mb", "peak RSS of the training process, GB (VmHWM, input matrices included)"),
+        ("rss_before_train_mb", "RSS before training, GB (imports + input matrices)"),
+    ):
+        if key in ours and key in peer:  # results from before these were measured lack them
+            rows.append([label, gb(ours[key]), gb(peer[key]), f2(ratios.get(key, ours[key] / peer[key]))])
+    if "bundle_load_s" in ours:
+        loads = len(r.get("bundle_loads", [])) or 1
+        rows.append(
+            [f"bundle load s (load_bundle in a fresh process, median of {loads})", f2(ours["bundle_load_s"]), "", ""]
+        )
+        rows.append(
+            [
+                "bundle load s with interpreter start and imports; its RSS GB; bundle GB",
+                f"{ours['bundle_load_process_s']:.2f}; {gb(ours['bundle_peak_rss_mb'])}; {gb(ours['bundle_mb'])}",
+                "",
+                "",
+            ]
+        )
     out["speed"] = table(["", "xtag", "PECOS", "ratio"], "lrrr", rows)
     return out
 

@@ -1,10 +1,21 @@
 """XR-Linear: xtag vs PECOS on the same TF-IDF matrices, same machine, same run.
 
     .venv/bin/python bench/xlinear_vs_pecos.py --data ../shared/data/debtags --threads 2
+    .venv/bin/python bench/xlinear_vs_pecos.py --data DIR --threads 2 --repeats 1   # e.g. bench/synthetic_xmc.py's
 
 Installs libpecos into its own venv (bench/peers/setup_pecos.sh; never an xtag dependency), trains
 both on identical features, and reports accuracy (our metrics code for both), training time,
 single-document latency (vectorisation excluded) and batch throughput, with ratios.
+
+Each library trains in a process of its own (bench/peers/xtag_xlinear.py, bench/peers/pecos_xlinear.py),
+xtag then PECOS, `--repeats` times; both read the same X_train/Y_train .npz files, time their training
+alone and report their process's peak RSS right after training (VmHWM: imports, input matrices and
+training; the figure before training is kept too. Not ru_maxrss: a child started from this process
+would report at least this process's RSS, see bench/peers/xtag_xlinear.py). The last xtag training is
+written as a run (training.run.save_model), exported (training.export.export_run), and the bundle loaded
+by models.bundle.load_bundle in fresh processes (median of --bundle-loads; the files are in the page
+cache, just written). Prediction timings come from that run's model in this process, after a warm-up,
+as PECOS's come from its predict-only model after one.
 """
 
 from __future__ import annotations
@@ -20,14 +31,15 @@ import numpy as np
 import scipy.sparse as sp
 from results import save_result  # bench/ is on sys.path when run as a script
 
-from models.features import TfidfFeaturizer
+from models.features import TfidfConfig, TfidfFeaturizer
 from models.metrics import evaluate, jain_propensities
+from models.xlinear.model import XLinearModel
 from training.data import build_vocab, load_corpus
-from training.xlinear.config import XLinearConfig
-from training.xlinear.train import train_xlinear
+from training.export import export_run
 
 ROOT = Path(__file__).resolve().parent.parent
 PECOS_PY = ROOT / "bench" / ".venv-pecos" / "bin" / "python"
+PEERS = ROOT / "bench" / "peers"
 METRICS = ("P@1", "P@3", "P@5", "PSP@1", "PSP@3", "PSP@5", "nDCG@5", "macro-R@5")
 
 
@@ -43,38 +55,79 @@ def single_latency(model, X, n: int) -> tuple[float, float]:
     return float(np.percentile(times, 50) * 1e3), float(np.percentile(times, 99) * 1e3)
 
 
+def bundle_load(bundle: Path) -> dict:
+    """load_bundle in a fresh interpreter: its own seconds, with the import, the whole process's, its RSS."""
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, str(PEERS / "xtag_xlinear.py"), "load-bundle", str(bundle)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "process_s": time.perf_counter() - start}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "debtags")
     ap.add_argument("--workdir", type=Path, default=ROOT / "bench" / "out" / "xlinear_vs_pecos")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3, help="trainings per library; the median time counts")
+    ap.add_argument("--bundle-loads", type=int, default=3, help="fresh processes loading xtag's bundle; median")
+    ap.add_argument(
+        "--ngram-max", type=int, default=TfidfConfig().ngram_max, help="TF-IDF word n-grams (xtag's default)"
+    )
+    ap.add_argument("--min-df", type=int, default=TfidfConfig().min_df, help="TF-IDF minimum document frequency")
     ap.add_argument(
         "--result-name", default=None, help="bench/results/<name>.json (default: xlinear_vs_pecos_<data folder name>)"
     )
     args = ap.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["bash", str(ROOT / "bench" / "peers" / "setup_pecos.sh")], check=True)
+    subprocess.run(["bash", str(PEERS / "setup_pecos.sh")], check=True)
 
     train, test = load_corpus(args.data / "train.jsonl.gz"), load_corpus(args.data / "test.jsonl.gz")
     vocab = build_vocab(train)
-    featurizer, X = TfidfFeaturizer.fit(train.texts)
+    start = time.perf_counter()
+    tfidf = TfidfConfig(ngram_max=args.ngram_max, min_df=args.min_df)
+    featurizer, X = TfidfFeaturizer.fit(train.texts, tfidf)
     Xt = featurizer.transform(test.texts)
+    print(
+        f"TF-IDF: {X.shape[1]} features, {X.nnz / X.shape[0]:.1f} non-zeros per training document, "
+        f"{time.perf_counter() - start:.0f} s (not timed for either library)",
+        file=sys.stderr,
+    )
     Y, Yt = train.label_matrix(vocab)[0], test.label_matrix(vocab)[0]
     for name, M in {"X_train": X, "Y_train": Y, "X_test": Xt, "Y_test": Yt}.items():
         sp.save_npz(args.workdir / f"{name}.npz", M.tocsr().astype(np.float32))
+    vocab.save(args.workdir / "labels.json")
+    featurizer.save(args.workdir / "tfidf")
+    shape = {
+        "documents": [X.shape[0], Xt.shape[0]],
+        "features": X.shape[1],
+        "labels": Y.shape[1],
+        "nnz_per_doc": [X.nnz / X.shape[0], Xt.nnz / Xt.shape[0]],
+        "labels_per_doc": [Y.nnz / Y.shape[0], Yt.nnz / Yt.shape[0]],
+        "tfidf": tfidf.model_dump(),
+    }
+    Xt = Xt.tocsr().astype(np.float32)
+    del train, test, featurizer, X, Y  # the training processes load the matrices themselves
 
     # Interleave the two libraries' trainings so both see the same machine load.
-    config = XLinearConfig(n_jobs=args.threads)
-    times, peer_times = [], []
-    for _ in range(args.repeats):
-        start = time.perf_counter()
-        model = train_xlinear(X, Y, config, progress=False)
-        times.append(time.perf_counter() - start)
+    run = args.workdir / "xtag_run"
+    ours_rounds, peer_rounds = [], []
+    for r in range(args.repeats):
+        last = r == args.repeats - 1
+        subprocess.run(
+            [sys.executable, str(PEERS / "xtag_xlinear.py"), "train", "--workdir", str(args.workdir)]
+            + ["--threads", str(args.threads)]
+            + (["--save-run", str(run), "--corpus", str(args.data / "train.jsonl.gz")] if last else []),
+            check=True,
+        )
+        ours_rounds.append(json.loads((args.workdir / "xtag_result.json").read_text()))
         subprocess.run(
             [
                 str(PECOS_PY),
-                str(ROOT / "bench" / "peers" / "pecos_xlinear.py"),
+                str(PEERS / "pecos_xlinear.py"),
                 "--workdir",
                 str(args.workdir),
                 "--threads",
@@ -84,9 +137,23 @@ def main() -> None:
             ],
             check=True,
         )
-        peer = json.loads((args.workdir / "pecos_result.json").read_text())
-        peer_times.append(peer["train_s"])
+        peer_rounds.append(json.loads((args.workdir / "pecos_result.json").read_text()))
+    times, peer_times = [o["train_s"] for o in ours_rounds], [p["train_s"] for p in peer_rounds]
+    peer = peer_rounds[-1]
     peer["train_s"] = float(np.median(peer_times))
+    peer["train_peak_rss_mb"] = max(p["train_peak_rss_mb"] for p in peer_rounds)
+    peer["rss_before_train_mb"] = max(p["rss_before_train_mb"] for p in peer_rounds)
+
+    bundle = args.workdir / "xtag_bundle"
+    start = time.perf_counter()
+    export_run(run, bundle, name=f"xlinear-{args.data.resolve().name}", overwrite=True)
+    export_s = time.perf_counter() - start
+    loads = [bundle_load(bundle) for _ in range(args.bundle_loads)]
+    bundle_mb = sum(f.stat().st_size for f in bundle.rglob("*") if f.is_file()) / 2**20
+
+    model = XLinearModel.load(run / "model")
+    model.prepare()  # the engine layout and its kernels, as load_bundle does; PECOS's model is loaded too
+    model.predict(Xt[: min(64, Xt.shape[0])], k=10)  # warm-up, as pecos_xlinear.py's
     start = time.perf_counter()
     ours_pred = model.predict(Xt, k=10).labels
     ours_batch = time.perf_counter() - start
@@ -96,11 +163,19 @@ def main() -> None:
         "docs_per_s": Xt.shape[0] / ours_batch,
         "single_p50_ms": p50,
         "single_p99_ms": p99,
+        "train_peak_rss_mb": max(o["train_peak_rss_mb"] for o in ours_rounds),
+        "rss_before_train_mb": max(o["rss_before_train_mb"] for o in ours_rounds),
+        "bundle_load_s": float(np.median([x["load_s"] for x in loads])),
+        "bundle_load_process_s": float(np.median([x["process_s"] for x in loads])),
+        "bundle_peak_rss_mb": float(np.median([x["peak_rss_mb"] for x in loads])),
+        "bundle_mb": bundle_mb,
+        "export_s": export_s,
     }
     print("training seconds per round (xtag, PECOS):", [(round(a, 2), round(b, 2)) for a, b in zip(times, peer_times)])
     with np.load(args.workdir / "pecos_pred.npz") as z:
         pecos_pred = z["indices"].astype(np.int64)
 
+    Yt = sp.load_npz(args.workdir / "Y_test.npz").tocsr()
     prop = jain_propensities(vocab.frequency_array, vocab.n_train_docs)
     acc = {"xtag": evaluate(ours_pred, Yt, (1, 3, 5), prop), "pecos": evaluate(pecos_pred, Yt, (1, 3, 5), prop)}
     print(f"\n{'metric':<12}{'xtag':>10}{'PECOS':>10}")
@@ -111,24 +186,38 @@ def main() -> None:
         ("single p50 ms", ours["single_p50_ms"], peer["single_p50_ms"]),
         ("single p99 ms", ours["single_p99_ms"], peer["single_p99_ms"]),
         ("batch docs/s", ours["docs_per_s"], peer["docs_per_s"]),
+        ("training peak RSS MB", ours["train_peak_rss_mb"], peer["train_peak_rss_mb"]),
+        ("RSS before training MB", ours["rss_before_train_mb"], peer["rss_before_train_mb"]),
     ]
     print(f"\n{'':<24}{'xtag':>10}{'PECOS':>10}{'ratio':>8}")
     for name, a, b in rows:
         print(f"{name:<24}{a:10.2f}{b:10.2f}{a / b:8.2f}")
+    print(
+        f"xtag bundle: {bundle_mb:.0f} MB, load_bundle {ours['bundle_load_s']:.2f} s in a fresh process "
+        f"({ours['bundle_load_process_s']:.2f} s with interpreter start and imports; median of {len(loads)}), "
+        f"RSS {ours['bundle_peak_rss_mb']:.0f} MB"
+    )
+    keys = ("train_s", "single_p50_ms", "single_p99_ms", "docs_per_s", "train_peak_rss_mb", "rss_before_train_mb")
     result = {
         "xtag": {**ours, **{m: acc["xtag"][m] for m in METRICS}},
         "pecos": {
-            **{k: peer[k] for k in ("train_s", "docs_per_s", "single_p50_ms", "single_p99_ms", "pecos_version")},
+            **{k: peer[k] for k in (*keys, "pecos_version")},
             **{m: acc["pecos"][m] for m in METRICS},
         },
         "threads": args.threads,
         "repeats": args.repeats,
-        "documents": [X.shape[0], Xt.shape[0]],
-        "features": X.shape[1],
-        "labels": Y.shape[1],
+        **shape,
         "train_s_rounds": {"xtag": times, "pecos": peer_times},
-        "ratios": {k: ours[k] / peer[k] for k in ("train_s", "single_p50_ms", "single_p99_ms", "docs_per_s")},
+        "train_peak_rss_mb_rounds": {
+            "xtag": [o["train_peak_rss_mb"] for o in ours_rounds],
+            "pecos": [p["train_peak_rss_mb"] for p in peer_rounds],
+        },
+        "bundle_loads": loads,
+        "ratios": {k: ours[k] / peer[k] for k in keys},
     }
+    meta = args.data / "meta.json"  # bench/synthetic_xmc.py's description of a generated corpus
+    if meta.exists():
+        result["corpus"] = json.loads(meta.read_text())
     (args.workdir / "result.json").write_text(json.dumps(result, indent=2))
     print(f"\nwritten {args.workdir / 'result.json'}", file=sys.stderr)
     save_result(args.result_name or f"xlinear_vs_pecos_{args.data.resolve().name}", result)

@@ -20,6 +20,11 @@ post-processor l3-hinge.
 Timing: tree_s = PIFA embedding + Indexer.gen; rankers_s = XLinearModel.train;
 train_s = tree_s + rankers_s (feature extraction is excluded; it happens upstream).
 
+Memory (this process's peak RSS, VmHWM; see peak_rss_mb for why not ru_maxrss): rss_before_train_mb
+after the imports and the matrices are loaded; train_peak_rss_mb right after training (the training
+process's peak, its input matrices included; bench/peers/xtag_xlinear.py reads xtag's at the same
+point); peak_rss_mb at the end.
+
 Inference uses PECOS's predict-only C++ model (save, then
 XLinearModel.load(..., is_predict_only=True), default weight layout
 BINARY_SEARCH_CHUNKED), which is the path PECOS recommends for real-time
@@ -29,6 +34,7 @@ inference; the Python-held model is also timed for single queries for reference.
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -79,6 +85,21 @@ def precision_at(idx, Y, ks=(1, 3, 5)):
     return out
 
 
+def peak_rss_mb():
+    """Peak RSS of this process in MB: VmHWM from /proc/self/status, the high-water mark of its own address
+    space. Not ru_maxrss: on Linux a process keeps, across exec, the RSS of the process it was forked from
+    when that was larger (here the benchmark's driver, which holds the corpus and its TF-IDF), so a child's
+    ru_maxrss is at least its parent's RSS. ru_maxrss where /proc is missing."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
 def pct(values, q):
     return float(np.percentile(np.asarray(values), q))
 
@@ -118,6 +139,7 @@ def main(argv=None):
         flush=True,
     )
 
+    rss_before_train = peak_rss_mb()
     pred_kwargs = dict(beam_size=args.beam_size, only_topk=args.topk, post_processor="l3-hinge")
     tree_times, ranker_times = [], []
     model = cluster_chain = None
@@ -151,6 +173,7 @@ def main(argv=None):
         tree_times.append(t1 - t0)
         ranker_times.append(t2 - t1)
         print(f"[pecos] run {r + 1}: tree {t1 - t0:.3f}s  rankers {t2 - t1:.3f}s", flush=True)
+    rss_train = peak_rss_mb()
     tree_s = statistics.median(tree_times)
     rankers_s = statistics.median(ranker_times)
     train_s = statistics.median([a + b for a, b in zip(tree_times, ranker_times)])
@@ -201,6 +224,9 @@ def main(argv=None):
         "docs_per_s": X_te.shape[0] / predict_batch_s,
         "single_p50_ms": pct(lat_fast, 50),
         "single_p99_ms": pct(lat_fast, 99),
+        "rss_before_train_mb": rss_before_train,
+        "train_peak_rss_mb": rss_train,
+        "peak_rss_mb": peak_rss_mb(),
         "threads": args.threads,
         "params": {
             "beam_size": args.beam_size,

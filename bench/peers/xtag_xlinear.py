@@ -1,0 +1,118 @@
+#!/usr/bin/env python
+"""xtag's side of bench/xlinear_vs_pecos.py, in processes of their own (the counterpart of pecos_xlinear.py).
+
+    .venv/bin/python bench/peers/xtag_xlinear.py train --workdir DIR [--threads 2] [--save-run RUN --corpus PATH]
+    .venv/bin/python bench/peers/xtag_xlinear.py load-bundle BUNDLE
+
+train: reads DIR/X_train.npz and DIR/Y_train.npz (the matrices pecos_xlinear.py reads), trains XR-Linear
+(training.xlinear.train.train_xlinear, XLinearConfig defaults but n_jobs) and writes DIR/xtag_result.json:
+
+    train_s                  train_xlinear's wall time (PIFA + tree + rankers; features come ready-made)
+    rss_before_train_mb  peak RSS (VmHWM; see peak_rss_mb) after the imports and the two matrices are loaded
+    train_peak_rss_mb    peak RSS right after training: the peak of the whole training process, its input
+                         matrices included (pecos_xlinear.py reads its own at the same point)
+
+With --save-run it then writes RUN as `xtag train` would (training.run.save_model: labels, TF-IDF and
+model, from DIR/labels.json and DIR/tfidf; config.json; summary.json), for training.export.export_run.
+
+load-bundle: in a fresh interpreter that imports nothing else first, times models.bundle.load_bundle
+(manifest and checksums, TF-IDF, tree, rankers and the engine layout, kernel warm-up) and prints one JSON
+line: load_s (load_bundle's own clock), import_and_load_s (including importing models.bundle) and
+peak_rss_mb (the process's peak RSS once the predictor is loaded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+START = time.perf_counter()
+
+
+def peak_rss_mb() -> float:
+    """Peak RSS of this process in MB: VmHWM from /proc/self/status, the high-water mark of its own address
+    space. Not ru_maxrss: on Linux a process keeps, across exec, the RSS of the process it was forked from
+    when that was larger (here the benchmark's driver, which holds the corpus and its TF-IDF), so a child's
+    ru_maxrss is at least its parent's RSS. ru_maxrss where /proc is missing."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def train(args: argparse.Namespace) -> None:
+    import numpy as np
+    import scipy.sparse as sp
+
+    from training.xlinear.config import XLinearConfig
+    from training.xlinear.train import XLinearResult, train_xlinear
+
+    X = sp.load_npz(args.workdir / "X_train.npz").tocsr().astype(np.float32)
+    Y = sp.load_npz(args.workdir / "Y_train.npz").tocsr().astype(np.float32)
+    before = peak_rss_mb()
+    config = XLinearConfig(n_jobs=args.threads)
+    start = time.perf_counter()
+    model = train_xlinear(X, Y, config, progress=False)
+    train_s = time.perf_counter() - start
+    result = {"train_s": train_s, "train_peak_rss_mb": peak_rss_mb(), "rss_before_train_mb": before}
+    print(f"[xtag] trained in {train_s:.3f}s, peak RSS {result['train_peak_rss_mb']:.0f} MB", flush=True)
+    if args.save_run:
+        import shutil
+
+        from models.features import TfidfFeaturizer
+        from models.labels import LabelVocab
+        from training.config import TrainConfig
+        from training.run import save_model
+
+        shutil.rmtree(args.save_run, ignore_errors=True)
+        args.save_run.mkdir(parents=True)
+        featurizer = TfidfFeaturizer.load(args.workdir / "tfidf")
+        run_config = TrainConfig(corpus=args.corpus, model="xlinear", tfidf=featurizer.config, xlinear=config)
+        run_config.save(args.save_run / "config.json")
+        vocab = LabelVocab.load(args.workdir / "labels.json")
+        trained = XLinearResult(model)
+        save_model(args.save_run, vocab, featurizer, trained)
+        summary = {"model": "xlinear", "documents": X.shape[0], "labels": len(vocab), **trained.summary()}
+        summary["model_seconds"] = round(train_s, 3)
+        (args.save_run / "summary.json").write_text(json.dumps(summary, indent=2))
+    (args.workdir / "xtag_result.json").write_text(json.dumps(result, indent=2))
+
+
+def load_bundle(args: argparse.Namespace) -> None:
+    from models.bundle import load_bundle
+
+    bundle = load_bundle(args.bundle)
+    total = time.perf_counter() - START
+    print(json.dumps({"load_s": bundle.load_seconds, "import_and_load_s": total, "peak_rss_mb": peak_rss_mb()}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train")
+    t.add_argument("--workdir", type=Path, required=True)
+    t.add_argument("--threads", type=int, default=2)
+    t.add_argument("--save-run", type=Path, default=None, help="write a run directory here after training")
+    t.add_argument("--corpus", type=Path, default=None, help="the training corpus, for the run's config.json")
+    lb = sub.add_parser("load-bundle")
+    lb.add_argument("bundle", type=Path)
+    args = ap.parse_args()
+    if args.command == "train":
+        if args.save_run and not args.corpus:
+            ap.error("--save-run needs --corpus")
+        train(args)
+    else:
+        load_bundle(args)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for a checkout without install
+    main()

@@ -34,7 +34,6 @@ inference; the Python-held model is also timed for single queries for reference.
 import argparse
 import json
 import os
-import resource
 import statistics
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from importlib.metadata import version as pkg_version
 
 import numpy as np
 import scipy.sparse as smat
+from memory import peak_rss_mb  # bench/peers/ is on sys.path when a runner runs as a script
 
 
 def load_csr(path):
@@ -83,21 +83,6 @@ def precision_at(idx, Y, ks=(1, 3, 5)):
             hits += sum(1 for j in idx[i, :k] if j >= 0 and j in row)
         out[f"p@{k}"] = hits / (n * k)
     return out
-
-
-def peak_rss_mb():
-    """Peak RSS of this process in MB: VmHWM from /proc/self/status, the high-water mark of its own address
-    space. Not ru_maxrss: on Linux a process keeps, across exec, the RSS of the process it was forked from
-    when that was larger (here the benchmark's driver, which holds the corpus and its TF-IDF), so a child's
-    ru_maxrss is at least its parent's RSS. ru_maxrss where /proc is missing."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
 def pct(values, q):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,6 +49,18 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def train_command(config_file: Path, out: Path, launcher: list[str] | None = None) -> list[str]:
+    """`xtag train --config FILE --out DIR` as `python -m xtag`, or under `launcher` (`torchrun_launcher`)."""
+    command = ["-m", "xtag", "train", "--config", str(config_file), "--out", str(out), "--no-progress"]
+    return [*(launcher or [sys.executable]), *command]
+
+
+def torchrun_launcher(processes: int) -> list[str]:
+    """torchrun with `processes` processes on a free rendezvous port."""
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+    return [torchrun, "--nproc-per-node", str(processes), "--master-port", str(free_port())]
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:

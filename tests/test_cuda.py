@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import free_port
+from conftest import torchrun_launcher, train_command
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -115,23 +115,8 @@ def test_torchrun_on_cuda_uses_nccl(corpus_files, tiny_bert, xr_config, tmp_path
         corpus_files[0], tiny_bert, device="cuda", epochs=1, max_steps=3, batch_size=8, export=no_faiss_export()
     )
     (tmp_path / "config.json").write_text(config.model_dump_json())
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
     result = subprocess.run(
-        [
-            torchrun,
-            "--nproc-per-node",
-            str(gpus),
-            "--master-port",
-            str(free_port()),
-            "-m",
-            "xtag.cli",
-            "train",
-            "--config",
-            str(tmp_path / "config.json"),
-            "--out",
-            str(tmp_path / "run"),
-            "--no-progress",
-        ],
+        train_command(tmp_path / "config.json", tmp_path / "run", torchrun_launcher(gpus)),
         cwd=ROOT,
         env={**os.environ},
         capture_output=True,

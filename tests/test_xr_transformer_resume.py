@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import free_port
+from conftest import torchrun_launcher, train_command
 from safetensors.numpy import load_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,17 +31,7 @@ def test_killed_run_resumes_to_the_uninterrupted_result(corpus_files, tiny_bert,
     (tmp_path / "config.json").write_text(config.model_dump_json())
     killed = tmp_path / "killed"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "xtag.cli",
-            "train",
-            "--config",
-            str(tmp_path / "config.json"),
-            "--out",
-            str(killed),
-            "--no-progress",
-        ],
+        train_command(tmp_path / "config.json", killed),
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -86,21 +76,7 @@ def test_torchrun_two_processes_on_cpu(corpus_files, tiny_bert, xr_config, tmp_p
     (tmp_path / "config.json").write_text(config.model_dump_json())
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "torchrun"),
-            "--nproc-per-node",
-            "2",
-            "--master-port",
-            str(free_port()),
-            "-m",
-            "xtag.cli",
-            "train",
-            "--config",
-            str(tmp_path / "config.json"),
-            "--out",
-            str(tmp_path / "run"),
-            "--no-progress",
-        ],
+        train_command(tmp_path / "config.json", tmp_path / "run", torchrun_launcher(2)),
         cwd=ROOT,
         env=env,
         capture_output=True,

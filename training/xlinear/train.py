@@ -1,61 +1,86 @@
 """XR-Linear trainer: one-vs-all linear rankers per tree level, each trained on its parent's shortlist.
 
-The solver is scikit-learn's liblinear (dual coordinate descent for squared hinge, or liblinear's
-logistic regression): the same proven solver PECOS re-implements. Sibling groups are trained in
-forked worker processes (see train_level for why not threads).
+The solver is liblinear's dual coordinate descent (squared hinge, or logistic) compiled with Numba
+(training/xlinear/solver.py), the solver PECOS re-implements too. Each parent's rows are sliced
+from X once (training/xlinear/nodes.py); its children train over that one slice, in threads (the
+kernels release the GIL).
 """
 
 from __future__ import annotations
 
-import math
-import multiprocessing as mp
 import os
+import resource
+import threading
 import time
-import warnings
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.linear_model import LogisticRegression
-from sklearn.svm import LinearSVC
 from tqdm.auto import tqdm
 
 from models.beam_search import RankerLevel, TreeIndex, beam_search
 from models.label_tree import ClusterChain
 from models.xlinear.model import RankerConfig, XLinearModel, load_level, save_level
 from training.tree import build_tree, pifa_embeddings
+from training.xlinear import nodes, solver
 from training.xlinear.config import XLinearConfig
+
+
+def _as_float_csr(X: sp.spmatrix) -> sp.csr_matrix:
+    """CSR in float32 or float64 (as given; other types become float32), sorted and without duplicates."""
+    X = X.tocsr()
+    if X.dtype not in (np.float32, np.float64):
+        X = X.astype(np.float32)
+    if not X.has_canonical_format:
+        X = X.copy()
+        X.sum_duplicates()
+    return X
+
+
+def _csc_arrays(M: sp.spmatrix) -> tuple[np.ndarray, ...]:
+    """A documents × nodes matrix as the kernels read it: per node, its documents and values."""
+    M = M.tocsc()
+    return M.indptr.astype(np.int64), M.indices.astype(np.int32), M.data.astype(np.float64)
+
+
+def _cpu_count() -> int:
+    """All cores this process may run on (n_jobs = 0)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _solver_args(config: XLinearConfig) -> tuple:
+    loss = solver.LOGISTIC if config.loss == "logistic" else solver.SQUARED_HINGE
+    return loss, float(config.C), float(config.tol), int(config.max_iter), config.tree.seed % 2**63, config.threshold
 
 
 def _fit_node(
     X: sp.csr_matrix, y: np.ndarray, config: XLinearConfig, sample_weight: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, float]:
-    """Train one node's binary ranker; returns its pruned weights (indices, values) and bias."""
-    if y.all() or not y.any():  # one class only: a constant ranker with a margin-sized bias
-        return np.empty(0, np.int32), np.empty(0, np.float32), 1.0 if y.all() else -1.0
-    if config.loss == "squared-hinge":
-        clf = LinearSVC(
-            C=config.C,
-            loss="squared_hinge",
-            dual=True,
-            tol=config.tol,
-            max_iter=config.max_iter,
-            random_state=config.tree.seed,
-        )  # liblinear shuffles; seeded for reproducible runs
-    else:
-        clf = LogisticRegression(
-            C=config.C, solver="liblinear", tol=config.tol, max_iter=config.max_iter, random_state=config.tree.seed
-        )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        clf.fit(X, y, sample_weight=sample_weight)
-    w = clf.coef_.ravel()
-    keep = np.flatnonzero(np.abs(w) >= config.threshold)
-    return keep.astype(np.int32), w[keep].astype(np.float32), float(clf.intercept_[0])
+    """Train one node's binary ranker on all rows of X; returns its pruned weights (indices, values) and bias.
+
+    One class only gives a constant ranker with a margin-sized bias (±1), as a level's nodes do.
+    """
+    X = _as_float_csr(X)
+    n, d = X.shape
+    y_docs = np.flatnonzero(np.asarray(y, dtype=bool)).astype(np.int32)
+    r_docs, r_vals = np.empty(0, np.int32), np.empty(0, np.float64)
+    if sample_weight is not None:
+        r_docs, r_vals = np.arange(n, dtype=np.int32), np.asarray(sample_weight, np.float64)
+    indptr = X.indptr.astype(np.int64)
+    _, idx, val, bias = nodes.train_nodes(
+        *(indptr, X.indices.astype(np.int32), X.data, nodes.row_sqnorm(indptr, X.data), np.arange(d, dtype=np.int32)),
+        np.arange(n, dtype=np.int64),
+        np.array([0], np.int64),
+        *(np.array([0, len(y_docs)], np.int64), y_docs),
+        *(np.array([0, len(r_docs)], np.int64), r_docs, r_vals),
+        sample_weight is not None,
+        1.0,
+        *_solver_args(config),
+    )
+    return idx, val, float(bias[0])
 
 
 def _parent_mask(X, Y_parent, model_levels, tree, t, config) -> sp.csc_matrix:
@@ -77,40 +102,75 @@ def _parent_mask(X, Y_parent, model_levels, tree, t, config) -> sp.csc_matrix:
     return M.tocsc()
 
 
-# Data of the level being trained, inherited by forked workers (copy-on-write, never pickled).
-_LEVEL: dict = {}
+class _ParentSlices:
+    """Each parent's rows of X, sliced once and shared by the work units of its children.
+
+    The first unit of a parent builds the slice, the last one done drops it; units run in
+    submission order (a parent's adjacent), so about `workers` slices are alive at a time. Also
+    keeps account of the bytes that slices and the units' scratch hold, and their peak.
+    """
+
+    def __init__(self, X: sp.csr_matrix, rows: list[np.ndarray], units_left: list[int]):
+        self.X, self.rows, self.left = X, rows, units_left
+        self.indptr, self.indices = X.indptr.astype(np.int64), X.indices.astype(np.int32)  # no copy if typed so
+        self.lock = threading.Lock()
+        self.entries: dict[int, dict] = {}
+        self.bytes = self.peak = 0
+
+    def account(self, nbytes: int) -> None:
+        with self.lock:
+            self.bytes += nbytes
+            self.peak = max(self.peak, self.bytes)
+
+    def _build(self, p: int) -> tuple[tuple, int]:
+        rows, (n, d) = self.rows[p], self.X.shape
+        if len(rows) == n:  # the root (or a parent that sees every document): X itself, no copy
+            piece = (self.indptr, self.indices, self.X.data, nodes.row_sqnorm(self.indptr, self.X.data))
+            piece += (np.arange(d, dtype=np.int32),)
+            nbytes = piece[3].nbytes + piece[4].nbytes
+        else:
+            self.account(4 * d)  # the column marker, while building
+            piece = nodes.build_slice(self.indptr, self.indices, self.X.data, rows, d)
+            self.account(-4 * d)
+            nbytes = sum(a.nbytes for a in piece)
+        self.account(nbytes)
+        return piece, nbytes
+
+    def acquire(self, p: int) -> tuple:
+        with self.lock:
+            entry = self.entries.setdefault(p, {"lock": threading.Lock(), "slice": None, "left": self.left[p]})
+        with entry["lock"]:
+            if entry["slice"] is None:
+                entry["slice"], entry["bytes"] = self._build(p)
+        return entry["slice"]
+
+    def release(self, p: int) -> None:
+        with self.lock:
+            entry = self.entries[p]
+            entry["left"] -= 1
+            if entry["left"] == 0:
+                del self.entries[p]
+                self.bytes -= entry["bytes"]
 
 
-def _node_task(node: int, Xp: sp.csr_matrix, rows: np.ndarray) -> tuple:
-    """Targets (and cost-sensitive weights) of one node on its parent's rows, then the fit."""
-    Ytc, Rc, config, neg_weight = _LEVEL["Ytc"], _LEVEL["Rc"], _LEVEL["config"], _LEVEL["neg_weight"]
-    y = np.zeros(len(rows), dtype=bool)
-    pos = Ytc.indices[Ytc.indptr[node] : Ytc.indptr[node + 1]]
-    y[np.searchsorted(rows, pos[np.isin(pos, rows)])] = True
-    weight = None
-    if Rc is not None:
-        weight = np.full(len(rows), neg_weight, dtype=np.float64)
-        r_rows = Rc.indices[Rc.indptr[node] : Rc.indptr[node + 1]]
-        r_vals = Rc.data[Rc.indptr[node] : Rc.indptr[node + 1]]
-        seen = np.isin(r_rows, rows)
-        weight[np.searchsorted(rows, r_rows[seen])] = r_vals[seen]
-    return _fit_node(Xp, y, config, weight)
+def _groups(X: sp.csr_matrix, rows: list[np.ndarray], ptr: np.ndarray, workers: int) -> list[tuple]:
+    """(parent, some of its children) work units, the costliest parents first, children split by cost.
 
-
-def _children_task(nodes: list[int], rows: np.ndarray) -> list[tuple]:
-    """Fit a group of siblings; their parent's rows are sliced (and converted) once for all of them."""
-    Xp = _LEVEL["X"][rows].astype(np.float64)
-    return [_node_task(node, Xp, rows) for node in nodes]
-
-
-def _tasks(mask: sp.csc_matrix, ptr: np.ndarray, workers: int):
-    """(sibling group, parent rows): siblings split so a wide parent (the root) still spreads over workers."""
-    for p in range(len(ptr) - 1):
-        rows = np.sort(mask.indices[mask.indptr[p] : mask.indptr[p + 1]])
-        children = list(range(ptr[p], ptr[p + 1]))
-        size = max(1, math.ceil(len(children) / (2 * workers)))
-        for lo in range(0, len(children), size):
-            yield children[lo : lo + size], rows
+    A node costs about its parent's nonzeros per epoch; a unit is about 1/(8 × workers) of the
+    level, so a parent that sees most documents (the root, or one wide cluster) spreads over the
+    threads and the level does not end on one thread's long tail. Units of one parent stay
+    adjacent, so only about `workers` parent slices are alive at a time.
+    """
+    row_nnz = np.diff(X.indptr)
+    size = np.array([row_nnz[r].sum() + len(r) for r in rows], dtype=np.float64)
+    n_children = np.diff(ptr)
+    target = max(1.0, float(size @ n_children) / (8 * workers))
+    units = []
+    for p in np.argsort(-size * n_children, kind="stable"):
+        children = np.arange(ptr[p], ptr[p + 1], dtype=np.int64)
+        step = int(min(max(1, len(children)), max(1, target // max(size[p], 1))))
+        units += [(int(p), children[lo : lo + step]) for lo in range(0, len(children), step)]
+    return units
 
 
 def train_level(
@@ -123,50 +183,65 @@ def train_level(
     progress: bool = True,
     relevance: sp.csr_matrix | None = None,
     neg_weight: float = 1.0,
+    stats: dict | None = None,
 ) -> RankerLevel:
-    """Fit every node of one level on the documents its parent's mask selects, in parallel processes.
+    """Fit every node of one level on the documents its parent's mask selects, nodes in threads.
 
-    Processes rather than threads: liblinear shuffles with one process-global generator that every
-    fit reseeds, so concurrent fits in threads interleave it and runs stop being reproducible (and
-    liblinear's data copy holds the GIL). Forked workers inherit the level's data without pickling.
-    With `relevance` (documents × nodes, the same pattern as `Yt`), the loss is cost-sensitive as in
-    XR-Transformer eq. 6/9: a positive weighs its relevance value, a negative `neg_weight`.
+    A parent's rows are sliced from X once (columns renumbered to those the rows use); its children
+    train over that slice in work units (`_groups`), so a wide parent (the root) still spreads over
+    the threads. A node's weights depend only on its data, its id and config.tree.seed, never on the
+    thread count. With `relevance` (documents × nodes, the same pattern as `Yt`), the loss is
+    cost-sensitive as in XR-Transformer eq. 6/9: a positive weighs its relevance value, a negative
+    `neg_weight`. `stats`, when given, receives the peak bytes held beyond X and the model
+    (`extra_bytes`: live parent slices plus the running units' scratch).
     """
+    X, mask = _as_float_csr(X), mask.tocsc()
     n_nodes, d = Yt.shape[1], X.shape[1]
-    workers = config.n_jobs or os.cpu_count() or 1
-    _LEVEL.update(
-        X=X,
-        Ytc=Yt.tocsc(),
-        Rc=relevance.tocsc() if relevance is not None else None,
-        config=config,
-        neg_weight=neg_weight,
+    workers = config.n_jobs or _cpu_count()
+    targets = _csc_arrays(Yt)[:2]
+    weights = (
+        _csc_arrays(relevance) if relevance is not None else (np.zeros(1, np.int64), np.empty(0, np.int32), np.empty(0))
     )
-    results: list = [None] * n_nodes
-    bar = tqdm(total=n_nodes, desc=desc, disable=not progress, unit="node")
-    try:
-        if workers == 1 or "fork" not in mp.get_all_start_methods():
-            done = ((nodes, _children_task(nodes, rows)) for nodes, rows in _tasks(mask, ptr, 1))
-            for nodes, fitted in done:
-                results[nodes[0] : nodes[-1] + 1] = fitted
-                bar.update(len(nodes))
+    args = _solver_args(config)
+    rows = [np.unique(mask.indices[mask.indptr[p] : mask.indptr[p + 1]]).astype(np.int64) for p in range(len(ptr) - 1)]
+    units = _groups(X, rows, ptr, workers)
+    slices = _ParentSlices(X, rows, np.bincount([p for p, _ in units], minlength=len(rows)).tolist())
+
+    def fit(p: int, ids: np.ndarray) -> tuple:
+        piece = slices.acquire(p)
+        scratch = 8 * (3 * len(piece[4]) + 7 * len(rows[p]))  # w, output buffers; per-document arrays
+        slices.account(scratch)
+        try:
+            return nodes.train_nodes(*piece, rows[p], ids, *targets, *weights, relevance is not None, neg_weight, *args)
+        finally:
+            slices.account(-scratch)
+            slices.release(p)
+
+    results: list = [None] * len(units)
+    with tqdm(total=n_nodes, desc=desc, disable=not progress, unit="node") as bar:
+        if workers == 1:
+            for g, (p, ids) in enumerate(units):
+                results[g] = fit(p, ids)
+                bar.update(len(ids))
         else:
-            with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as pool:
-                futures = {
-                    pool.submit(_children_task, nodes, rows): nodes for nodes, rows in _tasks(mask, ptr, workers)
-                }
-                for future in as_completed(futures):
-                    nodes = futures[future]
-                    results[nodes[0] : nodes[-1] + 1] = future.result()
-                    bar.update(len(nodes))
-    finally:
-        _LEVEL.clear()
-        bar.close()
-    lengths = np.array([len(r[0]) for r in results])
-    indptr = np.concatenate([[0], np.cumsum(lengths)])
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                futures = [pool.submit(fit, p, ids) for p, ids in units]
+                for g, future in enumerate(futures):
+                    results[g] = future.result()
+                    bar.update(len(units[g][1]))
+    results = [results[g] for g in np.argsort([ids[0] for _, ids in units], kind="stable")]
+    lengths = np.concatenate([np.diff(r[0]) for r in results]) if results else np.empty(0, np.int64)
     W = sp.csr_matrix(
-        (np.concatenate([r[1] for r in results]), np.concatenate([r[0] for r in results]), indptr), shape=(n_nodes, d)
+        (
+            np.concatenate([r[2] for r in results] or [np.empty(0, np.float32)]),
+            np.concatenate([r[1] for r in results] or [np.empty(0, np.int32)]),
+            np.concatenate([[0], np.cumsum(lengths)]),
+        ),
+        shape=(n_nodes, d),
     )
-    return RankerLevel(W=W, bias=np.array([r[2] for r in results], dtype=np.float32))
+    if stats is not None:
+        stats["extra_bytes"] = slices.peak
+    return RankerLevel(W=W, bias=np.concatenate([r[3] for r in results] or [np.empty(0, np.float32)]))
 
 
 def train_xlinear(
@@ -210,7 +285,10 @@ def train_xlinear(
         start = time.perf_counter()
         Yt = chain.level_targets(Y, t)
         mask = _parent_mask(X, chain.level_targets(Y, t - 1) if t > 1 else None, levels, tree, t, config)
-        level = train_level(X, Yt, mask, chain.ptrs[t - 1], config, desc=f"level {t}/{chain.depth}", progress=progress)
+        stats: dict = {}
+        level = train_level(
+            X, Yt, mask, chain.ptrs[t - 1], config, desc=f"level {t}/{chain.depth}", progress=progress, stats=stats
+        )
         levels.append(level)
         log(
             {
@@ -219,6 +297,8 @@ def train_xlinear(
                 "nodes": level.n_nodes,
                 "nnz": int(level.W.nnz),
                 "seconds": time.perf_counter() - start,
+                "extra_mb": round(stats["extra_bytes"] / 2**20, 1),  # slices and solver scratch at their peak
+                "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             }
         )
         if ckpt:

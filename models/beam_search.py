@@ -44,10 +44,11 @@ class RankerLevel:
 
     def __post_init__(self) -> None:
         self.W = self.W.tocsr()
-        # features × nodes, for whole-level products; large levels are only scored on candidates.
-        self.Wt = self.W.T.tocsr() if self.n_nodes <= FULL_PRODUCT_MAX_NODES else None
         self.dense_start: int | None = None
-        self.dense: np.ndarray | None = None
+        # Derived copies, made on first use: a served model scores through the compiled engine
+        # (models/engine/) and never needs them, so loading a bundle does not pay for them.
+        self._Wt: sp.csr_matrix | None = None
+        self._dense: np.ndarray | None = None
 
     def set_dense_tail(self, start: int) -> None:
         """Score columns ≥ `start` (Φ_cat's embedding block) as one dense matrix product.
@@ -55,8 +56,21 @@ class RankerLevel:
         Gathering a dense block through the sparse paths costs nodes × dims index operations per
         document; BLAS does the same arithmetic in microseconds. Scores are unchanged.
         """
-        self.dense_start = start
-        self.dense = self.W[:, start:].toarray().astype(np.float32)
+        self.dense_start, self._dense = start, None
+
+    @property
+    def Wt(self) -> sp.csr_matrix | None:
+        """features × nodes, for whole-level products; None for large levels, scored only on candidates."""
+        if self._Wt is None and self.n_nodes <= FULL_PRODUCT_MAX_NODES:
+            self._Wt = self.W.T.tocsr()
+        return self._Wt
+
+    @property
+    def dense(self) -> np.ndarray | None:
+        """The dense tail's weights (nodes × dims float32), or None without a dense tail."""
+        if self.dense_start is not None and self._dense is None:
+            self._dense = self.W[:, self.dense_start :].toarray().astype(np.float32)
+        return self._dense
 
     @property
     def n_nodes(self) -> int:
@@ -176,9 +190,9 @@ def score_candidates(X: sp.csr_matrix | SplitFeatures, level: RankerLevel, cand:
     Levels with a dense tail score SplitFeatures whose split matches theirs as they are (beam
     search splits a CSR input once for all levels); any other input is split or joined here.
     """
-    if isinstance(X, SplitFeatures) and (level.dense is None or level.dense_start != X.start):
+    if isinstance(X, SplitFeatures) and (level.dense_start is None or level.dense_start != X.start):
         X = X.tocsr()
-    if level.dense is None:
+    if level.dense_start is None:
         return _score_sparse(X, level, cand)
     Xs, Xd = (X.sparse, X.dense) if isinstance(X, SplitFeatures) else _split_dense(X, level.dense_start)
     n = cand.shape[0]
@@ -289,7 +303,7 @@ def beam_search(
     """
     post = POST_PROCESSORS[post_processor]
     n = X.shape[0]
-    starts = {level.dense_start for level in levels if level.dense is not None}
+    starts = {level.dense_start for level in levels if level.dense_start is not None}
     if isinstance(X, SplitFeatures) and starts != {X.start}:
         X = X.tocsr()  # blocks that do not match the rankers' dense tail: score as one matrix
     if not isinstance(X, SplitFeatures):

@@ -52,7 +52,7 @@ def _fill_hash(chunk_fptr, chunk_hptr, chunk_hshift, feat_id, table):
 
 
 def _dense_start(levels: list[RankerLevel]) -> int | None:
-    starts = {level.dense_start for level in levels if level.dense is not None}
+    starts = {level.dense_start for level in levels if level.dense_start is not None}
     if len(starts) > 1:
         raise ValueError(f"ranker levels have different dense tails (starts {sorted(starts)})")
     return starts.pop() if starts else None
@@ -125,7 +125,7 @@ class CompiledLevels:
             weights.append(vals)
             bias.append(np.asarray(level.bias, np.float32))
             if start is not None:
-                tail = level.dense if level.dense is not None else level.W[:, start:].toarray()
+                tail = level.W[:, start:].toarray()  # not level.dense: that would keep a copy the engine never reads
                 dense.append(np.asarray(tail, np.float32))
         key = np.concatenate(keys)
         order = np.argsort(key, kind="stable")  # by (chunk, feature); rows stay in order within

@@ -3,14 +3,35 @@ import pytest
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize
 
-from training.tree import TreeConfig, balanced_assign, build_tree, level_branching, pifa_embeddings
+from training.balanced_kmeans import bisect
+from training.tree import TreeConfig, build_tree, level_branching, pifa_embeddings
+from training.xlinear.solver import node_state
 
 
-def test_balanced_assign_respects_capacities_and_prefers_best():
-    S = np.array([[0.9, 0.1], [0.8, 0.2], [0.7, 0.6], [0.1, 0.9]])
-    assign = balanced_assign(S, np.array([2, 2]))
-    assert np.bincount(assign).tolist() == [2, 2]
-    assert assign[0] == 0 and assign[1] == 0 and assign[3] == 1
+def test_bisection_cuts_at_the_capacity_and_separates_groups():
+    # Two tight groups of unit vectors, shuffled: a bisection with capacity 6 on the left must
+    # return one group first, whichever it is.
+    rng = np.random.default_rng(0)
+    E = normalize(np.repeat(np.eye(2, 5), 6, axis=0) + rng.normal(0, 0.05, (12, 5)))
+    E = sp.csr_matrix(E, dtype=np.float32)
+    rows = rng.permutation(12)
+    C, marker = np.zeros((5, 2), np.float32), np.zeros(5, np.bool_)
+    bisect(E.indptr.astype(np.int64), E.indices.astype(np.int32), E.data, rows, 6, 20, node_state(0, 0), C, marker)
+    assert {tuple(sorted(rows[:6] // 6)), tuple(sorted(rows[6:] // 6))} == {(0,) * 6, (1,) * 6}
+    assert not C.any() and not marker.any()  # the scratch is handed back zeroed
+
+
+def test_uneven_splits_give_sizes_that_differ_by_at_most_one():
+    E = normalize(np.random.default_rng(2).standard_normal((23, 5)))
+    chain = build_tree(E, TreeConfig(branching=7, max_leaf_size=4))
+    assert sorted(np.diff(chain.ptrs[-1]).tolist()) == sorted([4, 4, 3, 3, 3, 3, 3])
+
+
+def test_tree_does_not_depend_on_the_thread_count():
+    E = normalize(np.random.default_rng(5).standard_normal((500, 12)))
+    one = build_tree(E, TreeConfig(branching=4, max_leaf_size=10), threads=1)
+    two = build_tree(E, TreeConfig(branching=4, max_leaf_size=10), threads=2)
+    assert (one.leaf_labels == two.leaf_labels).all()
 
 
 @pytest.mark.parametrize("n_labels, branching, leaf", [(2, 16, 100), (37, 2, 4), (1000, 4, 30), (595, 16, 100)])

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import scipy.sparse as sp
@@ -11,6 +13,9 @@ from sklearn.preprocessing import normalize
 from tqdm.auto import tqdm
 
 from models.label_tree import ClusterChain
+from training.balanced_kmeans import bisect, left_size
+from training.threads import cpu_count
+from training.xlinear.solver import node_state
 
 
 class TreeConfig(BaseModel):
@@ -26,58 +31,6 @@ def pifa_embeddings(X: sp.csr_matrix, Y: sp.csr_matrix) -> sp.csr_matrix:
     """PIFA (XR-Transformer eq. 4): v_l = normalised sum of the normalised features of l's positives."""
     V = (Y.T.tocsr().astype(np.float32) @ normalize(X, norm="l2")).tocsr()
     return normalize(V, norm="l2").astype(np.float32)
-
-
-def balanced_sizes(n: int, parts: int) -> np.ndarray:
-    return np.full(parts, n // parts) + (np.arange(parts) < n % parts)
-
-
-def balanced_assign(S: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Assign rows to columns of a similarity matrix under exact capacities.
-
-    Rounds of proposals: every unassigned row proposes to its best open column; a column takes its
-    best proposers up to capacity and then closes, so at most one round per column. Greedy, not the
-    optimal transport solution, but O(n·B) per round and it keeps clusters exactly balanced.
-    """
-    n, b = S.shape
-    assign = np.full(n, -1, dtype=np.int64)
-    remaining = sizes.astype(np.int64).copy()
-    S = S.astype(np.float64, copy=True)
-    S[:, remaining == 0] = -np.inf
-    while (assign < 0).any():
-        todo = np.flatnonzero(assign < 0)
-        best = S[todo].argmax(axis=1)
-        score = S[todo, best]
-        order = np.lexsort((-score, best))
-        best_sorted, rows_sorted = best[order], todo[order]
-        starts = np.searchsorted(best_sorted, np.arange(b))
-        rank = np.arange(len(order)) - starts[best_sorted]
-        take = rank < remaining[best_sorted]
-        assign[rows_sorted[take]] = best_sorted[take]
-        np.subtract.at(remaining, best_sorted[take], 1)
-        S[:, remaining == 0] = -np.inf
-    return assign
-
-
-def balanced_kmeans(E, parts: int, rng: np.random.Generator, iters: int) -> np.ndarray:
-    """Spherical k-means into `parts` clusters whose sizes differ by at most one."""
-    n = E.shape[0]
-    sizes = balanced_sizes(n, parts)
-    seeds = rng.choice(n, size=parts, replace=False)
-    C = E[seeds]
-    C = C.toarray() if sp.issparse(C) else np.asarray(C)
-    assign = None
-    for _ in range(iters):
-        S = np.asarray(E @ C.T)
-        new = balanced_assign(S, sizes)
-        if assign is not None and np.array_equal(new, assign):
-            break
-        assign = new
-        ind = sp.csr_matrix((np.ones(n, dtype=np.float32), (assign, np.arange(n))), shape=(parts, n))
-        C = ind @ E
-        C = C.toarray() if sp.issparse(C) else np.asarray(C)
-        C = normalize(C, norm="l2")
-    return assign
 
 
 def level_branching(n_labels: int, config: TreeConfig) -> list[int]:
@@ -96,34 +49,71 @@ def level_branching(n_labels: int, config: TreeConfig) -> list[int]:
     return [max(2, top)] + [config.branching] * (depth - 1)
 
 
-def build_tree(embeddings, config: TreeConfig | None = None, progress: bool = False) -> ClusterChain:
-    """Top-down: every node of a level is split by balanced k-means into min(branching, size) children.
+class _Scratch(threading.local):
+    """Per thread: two centroids and a column marker over all features, zero between bisections."""
+
+    def __init__(self, n_features: int):
+        self.C = np.zeros((n_features, 2), np.float32)
+        self.marker = np.zeros(n_features, np.bool_)
+
+
+def build_tree(embeddings, config: TreeConfig | None = None, progress: bool = False, threads: int = 0) -> ClusterChain:
+    """Top-down: every node of a level is split into min(branching, size) balanced children.
 
     Labels are kept in one permutation in which every node is a contiguous range, so a level is
-    just a list of range boundaries (see ClusterChain).
+    just a list of range boundaries (see ClusterChain). A node is split by recursive balanced
+    2-means (training/balanced_kmeans.py); all bisections of a round run side by side in `threads`
+    threads (0: all cores), each seeded from (seed, its own id), so the tree does not depend on
+    the thread count.
     """
     config = config or TreeConfig()
-    L = embeddings.shape[0]
-    rng = np.random.default_rng(config.seed)
+    E = sp.csr_matrix(embeddings, dtype=np.float32)
+    if not E.has_canonical_format:
+        E.sum_duplicates()
+    indptr, indices, data = E.indptr.astype(np.int64), E.indices.astype(np.int32), E.data
+    L, d = E.shape
+    scratch = _Scratch(d)
     order = np.arange(L)
     bounds = np.array([0, L])  # label ranges of the current level's nodes
     ptrs: list[np.ndarray] = []
-    for branching in tqdm(level_branching(L, config), desc="label tree", disable=not progress):
-        new_bounds, ptr = [0], [0]
-        for lo, hi in zip(bounds[:-1], bounds[1:]):
-            members = order[lo:hi]
-            parts = min(branching, hi - lo)
-            if parts > 1:
-                assign = balanced_kmeans(embeddings[members], parts, rng, config.kmeans_iters)
-                perm = np.argsort(assign, kind="stable")
-                order[lo:hi] = members[perm]
-                counts = np.bincount(assign, minlength=parts)
-            else:
-                counts = np.array([hi - lo])
-            new_bounds.extend(lo + np.cumsum(counts))
-            ptr.append(ptr[-1] + parts)
-        ptrs.append(np.asarray(ptr, dtype=np.int64))
-        bounds = np.asarray(new_bounds, dtype=np.int64)
+    bisections = 0  # ids of the bisections so far, which seed them
+
+    def run(job: tuple) -> None:
+        lo, hi, parts, seed_id = job
+        rows = order[lo:hi]  # a view: bisect reorders the node's labels in place
+        state = node_state(config.seed, seed_id)
+        bisect(
+            indptr,
+            indices,
+            data,
+            rows,
+            left_size(hi - lo, parts),
+            config.kmeans_iters,
+            state,
+            scratch.C,
+            scratch.marker,
+        )
+
+    with ThreadPoolExecutor(max_workers=threads or cpu_count()) as pool:
+        for branching in tqdm(level_branching(L, config), desc="label tree", disable=not progress):
+            ranges = list(zip(bounds[:-1], bounds[1:]))
+            # (lo, hi, parts) segments; a round bisects every segment that still has parts > 1
+            segments = [(lo, hi, min(branching, hi - lo)) for lo, hi in ranges]
+            ptr = np.concatenate([[0], np.cumsum([p for _, _, p in segments])]).astype(np.int64)
+            while any(p > 1 for _, _, p in segments):
+                jobs, next_segments = [], []
+                for lo, hi, p in segments:
+                    if p == 1:
+                        next_segments.append((lo, hi, 1))
+                        continue
+                    mid = lo + left_size(hi - lo, p)
+                    jobs.append((lo, hi, p, bisections))
+                    bisections += 1
+                    next_segments += [(lo, mid, p // 2), (mid, hi, p - p // 2)]
+                list(pool.map(run, jobs))
+                segments = next_segments
+            ptrs.append(ptr)
+            bounds = np.asarray([0] + [hi for _, hi, _ in segments], dtype=np.int64)
     # The label level: every leaf cluster's labels are its children.
-    ptrs.append(bounds.astype(np.int64))
+    ptrs.append(bounds)
     return ClusterChain(ptrs=ptrs, leaf_labels=order.astype(np.int64))

@@ -61,7 +61,7 @@ def node_state(seed: int, node: int) -> np.ndarray:
 
 
 @jit(inline="always")
-def _rand_below(state: np.ndarray, n: int) -> int:
+def rand_below(state: np.ndarray, n: int) -> int:
     x = state[0]
     x ^= x >> np.uint64(12)
     x ^= x << np.uint64(25)
@@ -73,7 +73,7 @@ def _rand_below(state: np.ndarray, n: int) -> int:
 @jit()
 def _shuffle(index: np.ndarray, n: int, state: np.ndarray) -> None:
     for i in range(n):  # liblinear's shuffle: swap i with a uniform pick from [i, n)
-        j = i + _rand_below(state, n - i)
+        j = i + rand_below(state, n - i)
         index[i], index[j] = index[j], index[i]
 
 

@@ -8,7 +8,6 @@ kernels release the GIL).
 
 from __future__ import annotations
 
-import os
 import resource
 import threading
 import time
@@ -24,6 +23,7 @@ from tqdm.auto import tqdm
 from models.beam_search import RankerLevel, TreeIndex, beam_search
 from models.label_tree import ClusterChain
 from models.xlinear.model import RankerConfig, XLinearModel, load_level, save_level
+from training.threads import cpu_count
 from training.tree import build_tree, pifa_embeddings
 from training.xlinear import nodes, solver
 from training.xlinear.config import XLinearConfig
@@ -44,11 +44,6 @@ def _csc_arrays(M: sp.spmatrix) -> tuple[np.ndarray, ...]:
     """A documents × nodes matrix as the kernels read it: per node, its documents and values."""
     M = M.tocsc()
     return M.indptr.astype(np.int64), M.indices.astype(np.int32), M.data.astype(np.float64)
-
-
-def _cpu_count() -> int:
-    """All cores this process may run on (n_jobs = 0)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _solver_args(config: XLinearConfig) -> tuple:
@@ -197,7 +192,7 @@ def train_level(
     """
     X, mask = _as_float_csr(X), mask.tocsc()
     n_nodes, d = Yt.shape[1], X.shape[1]
-    workers = config.n_jobs or _cpu_count()
+    workers = config.n_jobs or cpu_count()
     targets = _csc_arrays(Yt)[:2]
     weights = (
         _csc_arrays(relevance) if relevance is not None else (np.zeros(1, np.int64), np.empty(0, np.int32), np.empty(0))
@@ -263,7 +258,7 @@ def train_xlinear(
         log({"event": "resume", "what": "tree"})
     else:
         start = time.perf_counter()
-        chain = build_tree(pifa_embeddings(X, Y), config.tree, progress=progress)
+        chain = build_tree(pifa_embeddings(X, Y), config.tree, progress=progress, threads=config.n_jobs)
         log(
             {
                 "event": "tree",

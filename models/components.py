@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from models.calibration import CALIBRATION_FILE, Calibration
-from models.errors import XtagError
+from models.errors import XtagError, reading
 from models.label_tree import ClusterChain
 
 
@@ -110,8 +110,11 @@ def present(folder: Path, types: tuple[str, ...]) -> list[dict[str, str]]:
 
 
 def assemble(folder: Path, components: list[dict[str, str]]) -> Parts:
-    """Load each component in order; the manifest's list was checked by models/manifest.py."""
+    """Load each component in order; the manifest's list was checked by models/manifest.py. A loader's read
+    error (numpy, json, onnxruntime's, ...) becomes an XtagError naming the component, unless it names its file."""
     parts = Parts()
     for entry in components:
-        COMPONENTS[entry["type"]].load(folder / entry["path"], parts)
+        path = folder / entry["path"]
+        with reading(path, f"the {entry['type']} component", RuntimeError):
+            COMPONENTS[entry["type"]].load(path, parts)
     return parts

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from models.errors import XtagError
+from models.atomic import write_atomic
+from models.errors import XtagError, reading
 
 
 @dataclass
@@ -81,19 +82,18 @@ class ClusterChain:
         return Yt
 
     def save(self, path: Path) -> None:
+        """Atomically (models/atomic.py): a training checkpoint killed mid-write keeps the previous file."""
         arrays = {f"ptr_{t}": p for t, p in enumerate(self.ptrs)}
-        np.savez(path, leaf_labels=self.leaf_labels, **arrays)
+        write_atomic(path, lambda fh: np.savez(fh, leaf_labels=self.leaf_labels, **arrays))
 
     @classmethod
     def load(cls, path: Path) -> ClusterChain:
-        with np.load(path, allow_pickle=False) as z:
+        """Raises an XtagError naming the file and the cause when it is empty, truncated or inconsistent."""
+        with reading(path, "the label tree"), np.load(path, allow_pickle=False) as z:
             n = sum(1 for k in z.files if k.startswith("ptr_"))
             return cls([z[f"ptr_{t}"].astype(np.int64) for t in range(n)], z["leaf_labels"].astype(np.int64))
 
     @classmethod
     def load_tree(cls, folder: Path) -> ClusterChain:
-        """The bundle's label-tree component (folder/chain.npz), with a message naming it when unreadable."""
-        try:
-            return cls.load(folder / "chain.npz")
-        except (OSError, ValueError, KeyError) as exc:
-            raise XtagError(f"{folder}: cannot read the label tree ({exc})") from exc
+        """The bundle's label-tree component (folder/chain.npz)."""
+        return cls.load(folder / "chain.npz")

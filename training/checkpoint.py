@@ -1,7 +1,9 @@
 """Training checkpoints that a killed run resumes from exactly: model, optimiser, schedule, RNG, position.
 
-Torch files are safetensors and JSON, never pickle; a checkpoint is swapped in atomically. Written and
-read by the shared training loop (training/loop.py) for both transformer families.
+Torch files are safetensors and JSON, never pickle; a checkpoint is swapped in atomically, each of its files
+flushed to disk first (models/atomic.py), so neither a kill nor a power cut leaves half of one. Reading one
+that is damaged anyway raises an XtagError naming the file and the cause. Written and read by the shared
+training loop (training/loop.py) for both transformer families.
 """
 
 from __future__ import annotations
@@ -13,8 +15,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
+
+from models.atomic import fsync_dir, replacing, write_text_atomic
+from models.errors import reading
+
+# What torch and safetensors raise on a damaged or mismatched checkpoint file, besides models.errors.READ_ERRORS.
+TORCH_READ_ERRORS = (SafetensorError, RuntimeError)
 
 
 def seed_all(seed: int) -> None:
@@ -33,18 +42,23 @@ def save_optimizer(opt: torch.optim.Optimizer, folder: Path) -> None:
             (tensors if torch.is_tensor(value) else scalars)[f"{pid}.{key}"] = (
                 value.detach().contiguous() if torch.is_tensor(value) else value
             )
-    save_file(tensors, str(folder / "optimizer.safetensors"))
-    (folder / "optimizer.json").write_text(json.dumps({"param_groups": sd["param_groups"], "scalars": scalars}))
+    with replacing(folder / "optimizer.safetensors") as tmp:
+        save_file(tensors, str(tmp))
+    write_text_atomic(folder / "optimizer.json", json.dumps({"param_groups": sd["param_groups"], "scalars": scalars}))
 
 
 def load_optimizer(opt: torch.optim.Optimizer, folder: Path, device: torch.device) -> None:
-    meta = json.loads((folder / "optimizer.json").read_text())
+    with reading(folder / "optimizer.json", "the optimiser state"):
+        meta = json.loads((folder / "optimizer.json").read_text())
+        scalars, groups = meta["scalars"], meta["param_groups"]
+    with reading(folder / "optimizer.safetensors", "the optimiser state", *TORCH_READ_ERRORS):
+        tensors = load_file(str(folder / "optimizer.safetensors"), device=str(device))
     state: dict[int, dict] = {}
-    items = [*load_file(str(folder / "optimizer.safetensors"), device=str(device)).items(), *meta["scalars"].items()]
-    for name, value in items:
-        pid, key = name.split(".", 1)
-        state.setdefault(int(pid), {})[key] = value
-    opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    with reading(folder / "optimizer.json", "the optimiser state", *TORCH_READ_ERRORS):
+        for name, value in [*tensors.items(), *scalars.items()]:
+            pid, key = name.split(".", 1)
+            state.setdefault(int(pid), {})[key] = value
+        opt.load_state_dict({"state": state, "param_groups": groups})
 
 
 class Checkpoint:
@@ -59,40 +73,55 @@ class Checkpoint:
         """`tensors`: extra state of the loop's callbacks (e.g. SWA averages), read back by `tensors()`."""
         shutil.rmtree(self.tmp, ignore_errors=True)
         self.tmp.mkdir(parents=True)
-        save_model(net, str(self.tmp / "model.safetensors"))
+        with replacing(self.tmp / "model.safetensors") as path:
+            save_model(net, str(path))
         if tensors:
-            save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(self.tmp / "extra.safetensors"))
+            with replacing(self.tmp / "extra.safetensors") as path:
+                save_file({k: v.detach().contiguous() for k, v in tensors.items()}, str(path))
         save_optimizer(opt, self.tmp)
         rng = {"cpu": torch.get_rng_state()}
         if torch.cuda.is_available():
             rng.update({f"cuda{i}": s for i, s in enumerate(torch.cuda.get_rng_state_all())})
-        save_file(rng, str(self.tmp / "rng.safetensors"))
-        (self.tmp / "state.json").write_text(json.dumps({**state, "scheduler": sched.state_dict()}))
+        with replacing(self.tmp / "rng.safetensors") as path:
+            save_file(rng, str(path))
+        write_text_atomic(self.tmp / "state.json", json.dumps({**state, "scheduler": sched.state_dict()}))
         if self.folder.exists():
             shutil.rmtree(self.old, ignore_errors=True)
             self.folder.rename(self.old)
         self.tmp.rename(self.folder)  # killed before this line: `old` is still complete
+        fsync_dir(self.folder.parent)  # the renames reach the disk before `old` goes
         shutil.rmtree(self.old, ignore_errors=True)
 
     def state(self) -> dict | None:
         for folder in (self.folder, self.old):
-            if (folder / "state.json").is_file():
+            path = folder / "state.json"
+            if path.is_file():
                 self.source = folder
-                return json.loads((folder / "state.json").read_text())
+                with reading(path, "the training checkpoint's state"):
+                    state = json.loads(path.read_text())
+                    if not isinstance(state, dict):
+                        raise ValueError("not a JSON object")
+                    return state
         return None
 
     def restore(self, net: nn.Module, opt, sched, state: dict, device: torch.device) -> None:
-        load_model(net, str(self.source / "model.safetensors"), device=str(device))
+        with reading(self.source / "model.safetensors", "the checkpointed model", *TORCH_READ_ERRORS):
+            load_model(net, str(self.source / "model.safetensors"), device=str(device))
         load_optimizer(opt, self.source, device)
-        sched.load_state_dict(state["scheduler"])
-        rng = load_file(str(self.source / "rng.safetensors"))
-        torch.set_rng_state(rng["cpu"])
-        if torch.cuda.is_available() and "cuda0" in rng:
-            torch.cuda.set_rng_state_all([rng[f"cuda{i}"] for i in range(torch.cuda.device_count())])
+        with reading(self.source / "state.json", "the checkpointed schedule"):
+            sched.load_state_dict(state["scheduler"])
+        with reading(self.source / "rng.safetensors", "the checkpointed random state", *TORCH_READ_ERRORS):
+            rng = load_file(str(self.source / "rng.safetensors"))
+            torch.set_rng_state(rng["cpu"])
+            if torch.cuda.is_available() and "cuda0" in rng:
+                torch.cuda.set_rng_state_all([rng[f"cuda{i}"] for i in range(torch.cuda.device_count())])
 
     def tensors(self, device: torch.device) -> dict[str, torch.Tensor]:
         path = self.source / "extra.safetensors"
-        return load_file(str(path), device=str(device)) if path.is_file() else {}
+        if not path.is_file():
+            return {}
+        with reading(path, "the checkpointed callback state", *TORCH_READ_ERRORS):
+            return load_file(str(path), device=str(device))
 
     def clear(self) -> None:
         for folder in (self.folder, self.tmp, self.old):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -10,6 +13,26 @@ import torch
 import torch.distributed as dist
 
 from models.errors import XtagError
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies
+
+
+def die_with_launcher() -> None:
+    """Under torchrun, have the kernel kill this rank when the launcher dies.
+
+    torchrun starts its ranks in a session of their own and sets no parent-death signal, so after `kill -9` of
+    torchrun they trained on as orphans (or waited in a collective until its 30-minute timeout), holding the
+    GPU and writing checkpoints nobody would resume. SIGKILL is safe here: checkpoints are written atomically.
+    Linux only (prctl); elsewhere, and outside torchrun, a no-op. Called as early as a rank starts (train_run)
+    and again when it joins the process group; setting it twice is harmless.
+    """
+    if "TORCHELASTIC_RUN_ID" not in os.environ or not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+        return  # not permitted (seccomp): the launcher's own teardown is all there is
+    if os.getppid() == 1:  # the launcher died before prctl took effect
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass
@@ -31,6 +54,7 @@ class DistContext:
     @classmethod
     def init(cls, device: str) -> DistContext:
         """Pick the device; under torchrun (WORLD_SIZE > 1) also join the process group."""
+        die_with_launcher()
         world = int(os.environ.get("WORLD_SIZE", "1"))
         rank = int(os.environ.get("RANK", "0"))
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))

@@ -8,7 +8,8 @@ import shutil
 import time
 from pathlib import Path
 
-from models.errors import XtagError
+from models.atomic import fsync_dir, write_text_atomic
+from models.errors import XtagError, reading
 from models.features import TfidfFeaturizer
 from models.labels import LabelVocab
 from models.registry import FAMILIES, family
@@ -37,19 +38,24 @@ def _is_main_process() -> bool:
 
 def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bool = True, echo=None) -> dict | None:
     """Train into `out`; with `resume`, reuse its config and finished checkpoints."""
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun rank: die with the launcher (imports torch)
+        from training.distributed import die_with_launcher
+
+        die_with_launcher()
     if not _is_main_process():
         return _helper_rank(config, out, progress)
     config_path = out / "config.json"
     if resume:
         if not config_path.exists():
             raise XtagError(f"{out}: nothing to resume (no config.json)")
-        saved = TrainConfig.load(config_path)
+        with reading(config_path, "the run's configuration"):
+            saved = TrainConfig.load(config_path)
         if saved != config:
             raise XtagError(f"{out}: --resume with a different configuration than the run was started with")
     elif (out / "model").exists() or (out / "checkpoints").exists():
         raise XtagError(f"{out}: run directory already holds a run; use --resume or another --out")
     out.mkdir(parents=True, exist_ok=True)
-    config.save(config_path)
+    write_text_atomic(config_path, config.model_dump_json(indent=2))  # what --resume reads: whole or not at all
     log = RunLog(out / "train_log.jsonl", echo)
     start = time.perf_counter()
 
@@ -76,7 +82,7 @@ def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bo
         "model_seconds": round(train_seconds, 3),
         "total_seconds": round(time.perf_counter() - start, 3),
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_text_atomic(out / "summary.json", json.dumps(summary, indent=2))
     log({"event": "done", **summary})
     return summary
 
@@ -92,6 +98,7 @@ def save_model(out: Path, vocab: LabelVocab, featurizer: TfidfFeaturizer, model)
     model.save(final)
     shutil.rmtree(out / "model", ignore_errors=True)
     final.rename(out / "model")
+    fsync_dir(out)
 
 
 def _helper_rank(config: TrainConfig, out: Path, progress: bool) -> None:

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
+from models.atomic import write_atomic, write_text_atomic
 from models.beam_search import RankerLevel
 from models.engine._jit import njit
+from models.errors import reading
 from models.label_tree import ClusterChain
 
 HASH_MULTIPLIER = 2654435761  # Fibonacci hashing: slot = top bits of (feature · 2^32/φ) mod 2^32
@@ -168,29 +170,31 @@ class CompiledLevels:
         return cls(chain.depth, sparse_cols, start, chain.leaf_labels.astype(np.int64), width, fm_nodes, arrays)
 
     def save(self, folder: Path) -> None:
-        """One uncompressed .npy per array plus layout.json: what `load` maps into memory."""
+        """One uncompressed .npy per array plus layout.json: what `load` maps into memory. Each file is written
+        atomically; export lists them all in the bundle's manifest, which it writes after this."""
         folder.mkdir(parents=True, exist_ok=True)
         for name, array in zip(ARRAY_NAMES, (*self.arrays,)):
-            np.save(folder / f"{name}.npy", np.ascontiguousarray(array))
-        np.save(folder / "leaf_labels.npy", self.leaf_labels)
+            write_atomic(folder / f"{name}.npy", lambda fh, a=array: np.save(fh, np.ascontiguousarray(a)))
+        write_atomic(folder / "leaf_labels.npy", lambda fh: np.save(fh, self.leaf_labels))
         meta = {"depth": self.depth, "n_features": self.n_features, "dense_start": self.dense_start,
                 "max_width": self.max_width, "max_feature_major_nodes": self.max_feature_major_nodes}  # fmt: skip
-        (folder / LAYOUT_FILE).write_text(json.dumps(meta, indent=2))
+        write_text_atomic(folder / LAYOUT_FILE, json.dumps(meta, indent=2))
 
     @classmethod
     def load(cls, folder: Path) -> CompiledLevels:
         """The saved layout, memory-mapped copy-on-write: processes serving one bundle share its pages (the
         kernels never write to them), loading costs no parse or copy, and arrays stay writeable as the kernels'
-        compiled signatures expect."""
-        meta = json.loads((folder / LAYOUT_FILE).read_text())
+        compiled signatures expect. An unreadable file gives an XtagError naming it."""
+        with reading(folder / LAYOUT_FILE, "the engine layout"):
+            meta = json.loads((folder / LAYOUT_FILE).read_text())
+            head = [meta[k] for k in ("depth", "n_features", "dense_start", "max_width", "max_feature_major_nodes")]
         arrays = tuple(_mapped(folder / f"{name}.npy") for name in ARRAY_NAMES)
-        return cls(
-            meta["depth"], meta["n_features"], meta["dense_start"], _mapped(folder / "leaf_labels.npy"),
-            meta["max_width"], meta["max_feature_major_nodes"], arrays,
-        )  # fmt: skip
+        depth, n_features, dense_start, max_width, max_fm_nodes = head
+        return cls(depth, n_features, dense_start, _mapped(folder / "leaf_labels.npy"), max_width, max_fm_nodes, arrays)
 
 
 def _mapped(path: Path) -> np.ndarray:
     """A plain ndarray view of the file's pages (np.memmap's subclass is not what numba compiled for)."""
-    array = np.load(path, mmap_mode="c", allow_pickle=False)
+    with reading(path, "an engine layout array"):
+        array = np.load(path, mmap_mode="c", allow_pickle=False)
     return np.asarray(array) if array.size else np.array(array)

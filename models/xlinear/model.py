@@ -13,8 +13,9 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field
 
+from models.atomic import write_atomic, write_text_atomic
 from models.beam_search import FirstLevelSearch, PostProcessor, Predictions, RankerLevel, TreeIndex
-from models.errors import XtagError
+from models.errors import XtagError, reading
 from models.label_tree import ClusterChain
 
 ENGINE_DIR = "engine"  # rankers/engine/: the compiled engine's layout, written by export, memory-mapped at load
@@ -91,7 +92,7 @@ class XLinearModel:
         self.chain.save(folder / "tree" / "chain.npz")
         for t, level in enumerate(self.levels, start=1):
             save_level(level, folder / "rankers" / f"level_{t}.npz")
-        (folder / "rankers" / "config.json").write_text(self.config.model_dump_json(indent=2))
+        write_text_atomic(folder / "rankers" / "config.json", self.config.model_dump_json(indent=2))
 
     @classmethod
     def load(cls, folder: Path) -> XLinearModel:
@@ -102,19 +103,14 @@ class XLinearModel:
     def load_rankers(cls, folder: Path, chain: ClusterChain) -> XLinearModel:
         """The rankers/ component over an already loaded tree; its engine layout is memory-mapped when the
         bundle has one (so worker processes share it), else built from the weights."""
-        try:
+        with reading(folder / "config.json", "the rankers' configuration"):
             config = RankerConfig.model_validate_json((folder / "config.json").read_text())
-            levels = [load_level(folder / f"level_{t}.npz") for t in range(1, chain.depth + 1)]
-        except (OSError, ValueError, KeyError) as exc:
-            raise XtagError(f"{folder}: cannot read the XR-Linear rankers ({exc})") from exc
+        levels = [load_level(folder / f"level_{t}.npz") for t in range(1, chain.depth + 1)]
         model = cls(chain, levels, config)
         if (folder / ENGINE_DIR).is_dir():
             from models.engine import CompiledLevels
 
-            try:
-                compiled = CompiledLevels.load(folder / ENGINE_DIR)
-            except (OSError, ValueError, KeyError) as exc:
-                raise XtagError(f"{folder / ENGINE_DIR}: cannot read the engine layout ({exc})") from exc
+            compiled = CompiledLevels.load(folder / ENGINE_DIR)  # its errors name the file at fault
             if compiled.depth != chain.depth or len(compiled.leaf_labels) != chain.n_labels:
                 raise XtagError(f"{folder / ENGINE_DIR}: engine layout does not match the tree")
             model._compiled = compiled
@@ -126,18 +122,20 @@ class XLinearModel:
 
 
 def save_level(level: RankerLevel, path: Path) -> None:
+    """Atomically (models/atomic.py): a training checkpoint killed mid-write keeps the previous file."""
     W = level.W.tocsr()
-    np.savez(
-        path,
-        data=W.data.astype(np.float32),
-        indices=W.indices.astype(np.int32),
-        indptr=W.indptr.astype(np.int64),
-        shape=np.asarray(W.shape, dtype=np.int64),
-        bias=level.bias.astype(np.float32),
-    )
+    arrays = {
+        "data": W.data.astype(np.float32),
+        "indices": W.indices.astype(np.int32),
+        "indptr": W.indptr.astype(np.int64),
+        "shape": np.asarray(W.shape, dtype=np.int64),
+        "bias": level.bias.astype(np.float32),
+    }
+    write_atomic(path, lambda fh: np.savez(fh, **arrays))
 
 
 def load_level(path: Path) -> RankerLevel:
-    with np.load(path, allow_pickle=False) as z:
+    """Raises an XtagError naming the file and the cause when it is empty, truncated or inconsistent."""
+    with reading(path, "the ranker level"), np.load(path, allow_pickle=False) as z:
         W = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"]))
         return RankerLevel(W=W, bias=z["bias"])

@@ -1,21 +1,70 @@
 """Ranking metrics for top-k predictions, used by evaluation, benchmarks and the service alike.
 
 All metrics take predictions as an n × k array of label ids, best first, -1 for "no label", and
-the ground truth as a binary n × m sparse matrix. Results are percentages.
+the ground truth as a binary n × m' sparse matrix. Results are percentages.
+
+Conventions (CONVENTIONS; `xtag evaluate --convention`), so that figures compare with published ones:
+
+- ``xmc`` (default; the pyxclib / Extreme Classification Repository practice): every test label
+  mention counts. The ground truth has one column per model label *plus* one per test label unseen
+  in training (training/data.py: `Corpus.label_matrix(vocab, extra=...)`); such a label can never be
+  predicted, so it is a miss, but it counts in the denominators of recall, of nDCG's ideal DCG and
+  of PSP's normaliser. Macro-P/R/F1@k and coverage@k are averaged over the labels that occur in the
+  test split (a label with no test document has no recall to average).
+- ``known-labels`` (xtag before issue 14): test labels unknown to the model are dropped from the
+  ground truth, and the macro metrics and coverage are averaged over all model labels.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import numpy as np
 import scipy.sparse as sp
 
 from models.errors import XtagError
 
+Convention = Literal["xmc", "known-labels"]
+DEFAULT_CONVENTION: Convention = "xmc"
+CONVENTIONS: dict[str, str] = {
+    "xmc": "XMC convention (pyxclib-style): every test label mention counts, labels unseen in training are "
+    "misses; PSP normalised over all test labels; macro-P/R/F1 and coverage averaged over the test split's labels",
+    "known-labels": "known-labels convention: test labels unseen in training dropped; macro-P/R/F1 and coverage "
+    "averaged over all model labels",
+}
+
+
+def check_convention(convention: str) -> Convention:
+    if convention not in CONVENTIONS:
+        raise XtagError(f"unknown evaluation convention {convention!r}; use one of {', '.join(CONVENTIONS)}")
+    return convention  # type: ignore[return-value]
+
+
+def averaged_labels(Y: sp.csr_matrix, convention: str = DEFAULT_CONVENTION) -> np.ndarray:
+    """Boolean mask of the labels (columns) that macro averages and coverage run over under `convention`."""
+    if check_convention(convention) == "known-labels":
+        return np.ones(Y.shape[1], dtype=bool)
+    return np.asarray(Y.sum(axis=0)).ravel() > 0
+
 
 def jain_propensities(frequencies: np.ndarray, n_docs: int, A: float = 0.55, B: float = 1.5) -> np.ndarray:
     """Jain et al. (2016): p_l = 1 / (1 + C·exp(-A·log(N_l + B))), C = (log N − 1)·(B + 1)^A."""
     C = (np.log(n_docs) - 1.0) * (B + 1.0) ** A
     return 1.0 / (1.0 + C * np.exp(-A * np.log(np.asarray(frequencies, dtype=np.float64) + B)))
+
+
+def propensities_with_unseen(
+    frequencies: np.ndarray, n_unseen: int, n_docs: int, A: float = 0.55, B: float = 1.5
+) -> np.ndarray:
+    """Propensities of the model's labels followed by `n_unseen` test labels never seen in training.
+
+    An unseen label has training frequency N_l = 0 and gets the formula's value at 0 — the largest
+    inverse propensity, 1 + C·B^-A. That is what pyxclib's `compute_inv_propesity` gives when run on
+    the *training* label matrix over the joint label space (an unseen label's column is empty); we
+    never estimate propensities from test counts, which would leak the test split into the metric.
+    """
+    freq = np.concatenate([np.asarray(frequencies, dtype=np.float64), np.zeros(int(n_unseen))])
+    return jain_propensities(freq, n_docs, A, B)
 
 
 def _hits(pred: np.ndarray, Y: sp.csr_matrix) -> np.ndarray:
@@ -37,8 +86,8 @@ def _check(pred: np.ndarray, Y: sp.csr_matrix, k: int) -> None:
         raise XtagError(f"metrics @{k} need at least {k} predictions per document, got {pred.shape[1]}")
 
 
-def _macro(pred: np.ndarray, hits: np.ndarray, Y: sp.csr_matrix, k: int) -> dict[str, float]:
-    """Macro-averaged over all m labels (thesis eq. 4.8): per-label confusion counts, 0/0 := 0."""
+def _macro(pred: np.ndarray, hits: np.ndarray, Y: sp.csr_matrix, k: int, over: np.ndarray) -> dict[str, float]:
+    """Macro-averaged over the labels in `over` (thesis eq. 4.8): per-label confusion counts, 0/0 := 0."""
     m = Y.shape[1]
     top, hit = pred[:, :k], hits[:, :k]
     valid = top >= 0
@@ -49,11 +98,13 @@ def _macro(pred: np.ndarray, hits: np.ndarray, Y: sp.csr_matrix, k: int) -> dict
         prec = np.where(predicted > 0, tp / predicted, 0.0)
         rec = np.where(support > 0, tp / support, 0.0)
         f1 = np.where(predicted + support > 0, 2 * tp / (predicted + support), 0.0)
+    if not over.any():
+        return {f"{name}@{k}": 0.0 for name in ("macro-P", "macro-R", "macro-F1", "coverage")}
     return {
-        f"macro-P@{k}": 100 * prec.mean(),
-        f"macro-R@{k}": 100 * rec.mean(),
-        f"macro-F1@{k}": 100 * f1.mean(),
-        f"coverage@{k}": 100 * (tp > 0).mean(),
+        f"macro-P@{k}": 100 * prec[over].mean(),
+        f"macro-R@{k}": 100 * rec[over].mean(),
+        f"macro-F1@{k}": 100 * f1[over].mean(),
+        f"coverage@{k}": 100 * (tp[over] > 0).mean(),
     }
 
 
@@ -75,11 +126,14 @@ def evaluate(
     Y: sp.csr_matrix,
     ks: tuple[int, ...] = (1, 3, 5),
     propensity: np.ndarray | None = None,
+    convention: str = DEFAULT_CONVENTION,
 ) -> dict[str, float]:
     """P@k, nDCG@k, recall@k, macro-P/R/F1@k, coverage@k, and PSP@k/PSnDCG@k when propensities are given.
 
     PSP@k and PSnDCG@k are normalised by the best attainable value on the same documents (the
     convention of the XMC repository tools): 100 means every top-k slot held the rarest true labels.
+    `propensity` has one entry per column of Y (`propensities_with_unseen` for unseen-label columns);
+    `convention` picks the labels the macro metrics average over (module docstring).
     """
     kmax = max(ks)
     _check(pred, Y, kmax)
@@ -87,11 +141,14 @@ def evaluate(
     Y = Y.tocsr()
     n = Y.shape[0]
     hits = _hits(pred, Y)
+    over = averaged_labels(Y, convention)
     n_true = np.diff(Y.indptr)
     discount = 1.0 / np.log2(np.arange(2, kmax + 2))
     out: dict[str, float] = {}
     if propensity is not None:
         inv_p = 1.0 / np.asarray(propensity, dtype=np.float64)
+        if inv_p.shape != (Y.shape[1],):
+            raise XtagError(f"{inv_p.size} propensities for {Y.shape[1]} label columns")
         gain = np.where(hits, inv_p[np.maximum(pred, 0)], 0.0)
         # Ideal: each document's true labels sorted by 1/p, best first.
         ideal = np.zeros((n, kmax))
@@ -111,7 +168,7 @@ def evaluate(
             out[f"PSP@{k}"] = 100 * gain[:, :k].sum() / best if best else 0.0
             best_dcg = (ideal[:, :k] * discount[:k]).sum()
             out[f"PSnDCG@{k}"] = 100 * (gain[:, :k] * discount[:k]).sum() / best_dcg if best_dcg else 0.0
-        out.update(_macro(pred, hits, Y, k))
+        out.update(_macro(pred, hits, Y, k, over))
     return out
 
 
@@ -163,16 +220,26 @@ def per_label_metrics(pred: np.ndarray, Y: sp.csr_matrix, k: int) -> dict[str, n
     return c
 
 
-def bucket_metrics(pred: np.ndarray, Y: sp.csr_matrix, k: int, buckets: np.ndarray) -> dict[str, dict[str, float]]:
-    """Per bucket: label count, support, predicted, tp, micro P/R (pooled counts) and macro-P/R/F1 (mean over its labels), percent."""
+def bucket_metrics(
+    pred: np.ndarray, Y: sp.csr_matrix, k: int, buckets: np.ndarray, convention: str = DEFAULT_CONVENTION
+) -> dict[str, dict[str, float]]:
+    """Per bucket: label count, support, predicted, tp, micro P/R (pooled counts) and macro-P/R/F1, percent.
+
+    The macro columns average over the bucket's labels that `evaluate` averages over (`averaged_labels`:
+    under the xmc convention those with test support, counted in `averaged`), so the buckets'
+    `averaged`-weighted macro values add up to the overall ones.
+    """
     c = per_label_metrics(pred, Y, k)
+    over = averaged_labels(Y, convention)
     out: dict[str, dict[str, float]] = {}
     for b, name in enumerate(BUCKETS):
         sel = np.asarray(buckets) == b
         s, q, t = (float(c[key][sel].sum()) for key in ("support", "predicted", "tp"))
-        mean = (lambda a: 100 * float(a[sel].mean())) if sel.any() else (lambda a: 0.0)
+        avg = sel & over
+        mean = (lambda a: 100 * float(a[avg].mean())) if avg.any() else (lambda a: 0.0)
         out[name] = {
             "labels": int(sel.sum()),
+            "averaged": int(avg.sum()),
             "support": s,
             "predicted": q,
             "tp": t,

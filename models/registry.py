@@ -8,6 +8,7 @@ of Annif's backend registry). A new family is two packages plus one line here.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
@@ -25,12 +26,25 @@ class Family:
     components: tuple[str, ...]  # bundle components in load order (models/components.py); optional ones may be absent
     batch_wait_ms: float  # the service's micro-batch wait under concurrent traffic (encoders gain from batches)
     distributed: bool  # trains under torchrun with several processes (DDP)
+    train_needs: tuple[str, ...] = ()  # modules training needs beyond the base install (from the `train` extra)
 
     def resolve(self, field: str) -> Any:
         """The object an entry names, imported now."""
         module, _, attribute = getattr(self, field).partition(":")
         return getattr(import_module(module), attribute)
 
+    def check_train_extra(self) -> None:
+        """Fail early, naming the fix, when training this family needs modules the base install lacks
+        (checked without importing them, so before anything slow such as reading the corpus)."""
+        missing = [m for m in self.train_needs if importlib.util.find_spec(m) is None]
+        if missing:
+            raise XtagError(
+                f"training {self.kind} needs {', '.join(missing)}, which the base install lacks: "
+                f'pip install "xtag[train]"'
+            )
+
+
+TRAIN_EXTRA = ("torch", "transformers")  # what the transformer families' training imports from the train extra
 
 FAMILIES: dict[str, Family] = {
     family.kind: family
@@ -54,6 +68,7 @@ FAMILIES: dict[str, Family] = {
             ("tfidf", "text-encoder", "label-tree", "rankers", "shortlist"),
             batch_wait_ms=2.0,
             distributed=True,
+            train_needs=TRAIN_EXTRA,
         ),
         Family(
             "lightxml",
@@ -64,6 +79,7 @@ FAMILIES: dict[str, Family] = {
             ("lightxml-encoder", "label-tree", "lightxml-heads"),
             batch_wait_ms=2.0,
             distributed=True,
+            train_needs=TRAIN_EXTRA,
         ),
     )
 }

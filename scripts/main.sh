@@ -8,10 +8,13 @@ XTAG=.venv/bin/xtag
 UPDATE=""
 [ "$(id -u)" = 0 ] && UPDATE="--update"   # refresh apt lists (Translation-en) when we are root
 $XTAG data debtags --out data/debtags $UPDATE
-$XTAG train --corpus data/debtags/train.jsonl.gz --model xlinear --out runs/debtags-xl --resume \
-  || $XTAG train --corpus data/debtags/train.jsonl.gz --model xlinear --out runs/debtags-xl
-$XTAG export runs/debtags-xl --out bundles/debtags-xl --overwrite
-$XTAG evaluate bundles/debtags-xl --corpus data/debtags/test.jsonl.gz --json runs/debtags-xl/metrics.json
+RUN=runs/debtags-xl
+RESUME=""
+# Resume only a run that was started (it has its config.json): a first run must not print an error.
+[ -f "$RUN/config.json" ] && RESUME="--resume"
+$XTAG train --corpus data/debtags/train.jsonl.gz --model xlinear --out "$RUN" $RESUME
+$XTAG export "$RUN" --out bundles/debtags-xl --overwrite
+$XTAG evaluate bundles/debtags-xl --corpus data/debtags/test.jsonl.gz --json "$RUN/metrics.json"
 $XTAG predict bundles/debtags-xl "An OpenGL first-person shooter game for Linux" --k 5
 if $XTAG serve --help >/dev/null 2>&1; then
   exec $XTAG serve bundles/debtags-xl --host "${XTAG_HOST:-127.0.0.1}" --port "${XTAG_PORT:-8000}"

@@ -22,7 +22,7 @@ def test_precision_ndcg_recall_by_hand():
 
 
 def test_macro_metrics_and_coverage_by_hand():
-    m = evaluate(PRED, Y, ks=(1, 2))
+    m = evaluate(PRED, Y, ks=(1, 2), convention="known-labels")  # over all 4 model labels
     # @1 predictions: doc0→2 (tp), doc1→3 (fp). Per label P: [0, 0, 1, 0]; R: [0, 0, 1, 0];
     # F1 = 2tp/(pred+support): label2 = 2/2 = 1.
     assert m["macro-P@1"] == pytest.approx(25.0)
@@ -33,6 +33,8 @@ def test_macro_metrics_and_coverage_by_hand():
     assert m["macro-P@2"] == pytest.approx(100 * (1 + 1) / 4)
     assert m["macro-R@2"] == pytest.approx(100 * (1 + 1) / 4)
     assert m["coverage@2"] == pytest.approx(50.0)
+    xmc = evaluate(PRED, Y, ks=(1, 2))  # over the 3 labels with test documents (label 3 has none)
+    assert xmc["macro-R@2"] == pytest.approx(100 * 2 / 3) and xmc["coverage@1"] == pytest.approx(100 / 3)
 
 
 def test_psp_is_normalised_by_the_ideal_ranking():

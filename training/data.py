@@ -6,7 +6,7 @@ import gzip
 import io
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -34,19 +34,32 @@ class Corpus:
     def __len__(self) -> int:
         return len(self.texts)
 
-    def label_matrix(self, vocab: LabelVocab) -> tuple[sp.csr_matrix, int]:
-        """Binary doc×label matrix over `vocab`; also returns how many label mentions were unknown."""
+    def label_matrix(self, vocab: LabelVocab, extra: Sequence[str] = ()) -> tuple[sp.csr_matrix, int]:
+        """Binary doc×label matrix over `vocab` (then one column per name of `extra`); also returns how
+        many label mentions are in neither.
+
+        Training wants the model's labels only. Evaluation under the XMC convention passes the test
+        labels the model has never seen (`unseen_labels`) as `extra`, so their mentions stay in the
+        ground truth as misses instead of vanishing (models/metrics.py).
+        """
+        index = dict(vocab.index)
+        for name in extra:
+            index.setdefault(name, len(index))
         indptr, indices, unknown = [0], [], 0
         for names in self.labels:
-            ids = sorted({vocab.index[n] for n in names if n in vocab.index})
-            unknown += sum(1 for n in set(names) if n not in vocab.index)
+            ids = sorted({index[n] for n in names if n in index})
+            unknown += sum(1 for n in set(names) if n not in index)
             indices.extend(ids)
             indptr.append(len(indices))
         data = np.ones(len(indices), dtype=np.float32)
         Y = sp.csr_matrix(
-            (data, np.asarray(indices, dtype=np.int64), np.asarray(indptr)), shape=(len(self), len(vocab))
+            (data, np.asarray(indices, dtype=np.int64), np.asarray(indptr)), shape=(len(self), len(index))
         )
         return Y, unknown
+
+    def unseen_labels(self, vocab: LabelVocab) -> list[str]:
+        """The corpus's label names the vocabulary lacks, sorted (stable column order whatever the row order)."""
+        return sorted({n for names in self.labels for n in names if n not in vocab.index})
 
 
 def build_vocab(corpus: Corpus) -> LabelVocab:

@@ -102,16 +102,23 @@ def run_batched(
     was_training = module.training
     module.eval()
     outs: list[np.ndarray] = []
-    batches = length_sorted_batches(tokenizer.lengths(texts), batch_size)
-    for idx in tqdm(batches, desc=desc, unit="batch", disable=not progress):
-        ids, mask = tokenizer([texts[i] for i in idx])
-        with torch.autocast(device.type, enabled=amp and device.type == "cuda"):
-            result = module(torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device))
-        result = result if isinstance(result, tuple) else (result,)
-        if not outs:
-            outs = [np.empty((len(texts), r.shape[1]), dtype=np.float32) for r in result]
-        for out, r in zip(outs, result):
-            out[idx] = r.float().cpu().numpy()
+    lengths = tokenizer.lengths(texts)
+    batches = length_sorted_batches(lengths, batch_size)
+    # The bar counts tokens, not batches: the longest texts come first, so a per-batch rate would
+    # promise an ETA several times too long at the start.
+    with tqdm(
+        total=int(lengths.sum()), desc=desc, unit="tok", unit_scale=True, disable=not progress, smoothing=0.05
+    ) as bar:
+        for idx in batches:
+            ids, mask = tokenizer([texts[i] for i in idx])
+            with torch.autocast(device.type, enabled=amp and device.type == "cuda"):
+                result = module(torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device))
+            result = result if isinstance(result, tuple) else (result,)
+            if not outs:
+                outs = [np.empty((len(texts), r.shape[1]), dtype=np.float32) for r in result]
+            for out, r in zip(outs, result):
+                out[idx] = r.float().cpu().numpy()
+            bar.update(int(lengths[idx].sum()))
     module.train(was_training)
     return tuple(outs)
 

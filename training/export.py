@@ -8,7 +8,11 @@ writes the manifest, loads the result back as a check and only then publishes it
 from __future__ import annotations
 
 import json
+import logging
 import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from models.bundle import load_bundle
@@ -16,6 +20,32 @@ from models.errors import XtagError
 from models.manifest import write_manifest
 from models.registry import family
 from training.config import TrainConfig
+
+log = logging.getLogger("xtag.export")
+
+
+@contextmanager
+def step(what: str) -> Iterator[None]:
+    """Log a slow export step when it starts and what it took: a transformer export runs for a minute,
+    and `xtag export` (which shows this logger) should say what it is doing meanwhile."""
+    log.info("%s ...", what)
+    start = time.perf_counter()
+    yield
+    log.info("%s: done in %.1f s", what, time.perf_counter() - start)
+
+
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Hugging Face's info/warning chatter (weights loading, deprecations) off for the duration; only for
+    families that bring transformers, so an XR-Linear export never imports it."""
+    import transformers
+
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        transformers.logging.set_verbosity(verbosity)
 
 
 def copy_run_model(run_model: Path, tmp: Path, leave_out: tuple[str, ...] = ()) -> None:
@@ -45,7 +75,9 @@ def export_run(
         export_settings.shortlist_config.min_nodes = shortlist_min_nodes
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    report = family(config.model).resolve("export")(model, tmp, config)
+    chosen = family(config.model)
+    with quiet_transformers() if chosen.train_needs else nullcontext():
+        report = chosen.resolve("export")(model, tmp, config)
     summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
     manifest = write_manifest(
         tmp,
@@ -57,6 +89,7 @@ def export_run(
             **({"export": report} if report else {}),
         },
     )
-    load_bundle(tmp)  # refuse to publish a bundle that does not load
+    with step("loading the bundle back as a check"):
+        load_bundle(tmp)  # refuse to publish a bundle that does not load
     tmp.rename(out)
     return manifest

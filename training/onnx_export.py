@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import shutil
 import warnings
 from contextlib import redirect_stdout
@@ -21,6 +22,7 @@ from torch import nn
 
 from models.errors import XtagError
 from models.onnx_encoder import EncoderConfig, TextTokenizer
+from training.export import step
 from training.transformer_config import TransformerExportConfig
 
 
@@ -40,20 +42,28 @@ def export_graph(
 ) -> None:
     """(input_ids, attention_mask) → `output_names`, with dynamic `batch` and `sequence` axes on the inputs."""
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence")
-    with warnings.catch_warnings(), redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            module.eval(),
-            (torch.from_numpy(ids), torch.from_numpy(mask)),
-            str(path),
-            dynamo=True,
-            opset_version=opset,
-            external_data=False,
-            input_names=["input_ids", "attention_mask"],
-            output_names=output_names,
-            dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}),
-            verbose=False,
-        )
+    # The exporter's op registry logs "torchvision is not installed. Skipping torchvision::…" once per vision
+    # op: irrelevant to a text encoder, so the exporter's loggers are quietened (and restored) around it.
+    exporter_log = logging.getLogger("torch.onnx")
+    level = exporter_log.level
+    exporter_log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                module.eval(),
+                (torch.from_numpy(ids), torch.from_numpy(mask)),
+                str(path),
+                dynamo=True,
+                opset_version=opset,
+                external_data=False,
+                input_names=["input_ids", "attention_mask"],
+                output_names=output_names,
+                dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}),
+                verbose=False,
+            )
+    finally:
+        exporter_log.setLevel(level)
 
 
 def write_graph(
@@ -73,7 +83,8 @@ def write_graph(
     out.mkdir(parents=True, exist_ok=True)
     # Example inputs of batch 2 and > 2 tokens, so neither axis is specialised to a constant.
     ids, mask = tokenizer([texts[0] + " " + texts[1], texts[1]])
-    export_graph(module, ids, mask, out / "model.onnx", config.opset, output_names)
+    with step(f"ONNX export (opset {config.opset})"):
+        export_graph(module, ids, mask, out / "model.onnx", config.opset, output_names)
     shutil.copyfile(run_encoder / "tokenizer.json", out / "tokenizer.json")
     (out / "config.json").write_text(enc_config.model_copy(update={"opset": config.opset}).model_dump_json(indent=2))
     return tokenizer, texts

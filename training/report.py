@@ -25,18 +25,20 @@ from models.calibration import expected_calibration_error, scored_pairs
 from models.macro_inference import OptimizeConfig, optimize
 from models.metrics import (
     BUCKETS,
+    CONVENTIONS,
+    DEFAULT_CONVENTION,
     HEAD_MASS,
     TORSO_MASS,
+    Convention,
     bucket_metrics,
     evaluate,
     frequency_buckets,
-    jain_propensities,
     per_label_metrics,
     relevance,
 )
 from models.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank
 from training.data import Corpus
-from training.evaluate import predict_corpus
+from training.evaluate import ground_truth, predict_corpus
 
 DEFAULT_ALPHAS: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 OPTIMIZED_CURVE_ALPHAS: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
@@ -52,6 +54,7 @@ class ReportConfig(BaseModel):
     beam_size: int | None = Field(None, ge=1)
     propensity_a: float = 0.55
     propensity_b: float = 1.5
+    convention: Convention = Field(DEFAULT_CONVENTION, description=" | ".join(CONVENTIONS))
     per_label: Path | None = None
     plots: Path | None = None
     alphas: tuple[float, ...] = DEFAULT_ALPHAS
@@ -73,7 +76,8 @@ class Report:
     files: list[Path] = field(default_factory=list)
 
     def flat(self) -> dict[str, float]:
-        """One flat JSON-able dict: the metrics, then `bucket/metric`, ECE and `optimized/metric` entries."""
+        """One flat JSON-able dict: the metrics, then `bucket/metric`, ECE and `optimized/metric` entries
+        (all numbers; `xtag evaluate --json` adds the convention beside them)."""
         out = dict(self.metrics)
         out.update({f"{b}/{m}": v for b, row in self.buckets.items() for m, v in row.items() if "@" in m})
         out.update(self.calibration)
@@ -90,15 +94,19 @@ def tradeoff_curves(
     n_docs: int,
     k: int,
     alphas: tuple[float, ...] = DEFAULT_ALPHAS,
+    convention: str = DEFAULT_CONVENTION,
 ) -> dict[str, list[dict[str, float]]]:
-    """P@k, macro-recall@k and macro-F1@k of per-document reweighting per scheme and alpha (alpha 0 = plain)."""
+    """P@k, macro-recall@k and macro-F1@k of per-document reweighting per scheme and alpha (alpha 0 = plain).
+
+    `frequencies` are the model's labels' (the weights); Y may have further columns (unseen test labels).
+    """
     curves: dict[str, list[dict[str, float]]] = {}
     for scheme in SCHEMES:
         w = label_weights(frequencies, n_docs, scheme)
         points = []
         for alpha in alphas:
             labels = plain.labels if alpha == 0 else rerank(candidates, gains_for(w, alpha), k)[0].labels
-            m = evaluate(labels[:, :k], Y, (k,))
+            m = evaluate(labels[:, :k], Y, (k,), convention=convention)
             points.append(
                 {
                     "alpha": float(alpha),
@@ -118,12 +126,13 @@ def optimized_curve(
     n_labels: int,
     config: OptimizeConfig,
     alphas: tuple[float, ...] = OPTIMIZED_CURVE_ALPHAS,
+    convention: str = DEFAULT_CONVENTION,
 ) -> list[dict[str, float]]:
     """The same points for batch-level optimisation of config.metric mixed with P@k (alpha 0 = plain top-k)."""
     points = []
     for alpha in alphas:
         res = optimize(candidates.labels, candidates.scores, k, n_labels, config.model_copy(update={"alpha": alpha}))
-        m = evaluate(res.labels, Y, (k,))
+        m = evaluate(res.labels, Y, (k,), convention=convention)
         points.append(
             {
                 "alpha": float(alpha),
@@ -251,14 +260,14 @@ def build_report(bundle: Bundle, corpus: Corpus, config: ReportConfig, progress:
     k = config.report_k
     if min(ks) < 1 or max(max(ks), k) > L:
         raise ValueError(f"k values must lie between 1 and the label count {L}")
-    Y, unknown = corpus.label_matrix(vocab)
-    freq = vocab.frequency_array
+    conv = config.convention
+    truth = ground_truth(corpus, vocab, conv, config.propensity_a, config.propensity_b)
+    Y, freq, propensity = truth.Y, truth.frequencies, truth.propensity  # model labels, then unseen ones (xmc)
     beam = config.beam_size or p.model.config.beam_size
     raw = predict_corpus(bundle, corpus.texts, max(max(ks), k), config.beam_size, progress, calibrated=False)
     plain = _calibrated(bundle, raw)
-    propensity = jain_propensities(freq, vocab.n_train_docs, config.propensity_a, config.propensity_b)
-    metrics = evaluate(plain.labels, Y, ks, propensity)
-    buckets = frequency_buckets(freq)
+    metrics = evaluate(plain.labels, Y, ks, propensity, conv)
+    buckets = frequency_buckets(freq)  # an unseen label (frequency 0) is tail
     top = plain.labels[:, :k]
     hits = relevance(top, Y)
     calibration = {f"ECE@{k}": expected_calibration_error(*scored_pairs(top, plain.scores[:, :k], hits))}
@@ -266,11 +275,13 @@ def build_report(bundle: Bundle, corpus: Corpus, config: ReportConfig, progress:
         calibration[f"ECE@{k}-uncalibrated"] = expected_calibration_error(*scored_pairs(top, raw.scores[:, :k], hits))
     report = Report(
         metrics=metrics,
-        buckets=bucket_metrics(plain.labels, Y, k, buckets),
+        buckets=bucket_metrics(plain.labels, Y, k, buckets, conv),
         calibration=calibration,
         info={
             "documents": len(corpus),
-            "unknown_label_mentions": unknown,
+            "convention": conv,
+            "unknown_label_mentions": truth.unseen_mentions,
+            "unknown_labels": truth.unseen_labels,
             "skipped_rows": corpus.skipped,
             "calibrated": p.calibration is not None,
             "report_k": k,
@@ -286,7 +297,7 @@ def build_report(bundle: Bundle, corpus: Corpus, config: ReportConfig, progress:
         for kk in sorted(set(ks) | {k}):
             res = optimize(cand.labels, cand.scores, kk, L, config.optimize)
             if kk in ks:
-                report.optimized.update(evaluate(res.labels, Y, (kk,), propensity))
+                report.optimized.update(evaluate(res.labels, Y, (kk,), propensity, conv))
             if kk == k:
                 opt_labels = res.labels
             report.optimize_runs.append(
@@ -299,19 +310,21 @@ def build_report(bundle: Bundle, corpus: Corpus, config: ReportConfig, progress:
                     "objective": res.objective,
                 }
             )
-        report.optimized_buckets = bucket_metrics(opt_labels, Y, k, buckets)
+        report.optimized_buckets = bucket_metrics(opt_labels, Y, k, buckets, conv)
         opt_counts = per_label_metrics(opt_labels, Y, k)
     if config.per_label is not None:
         write_per_label_csv(
-            config.per_label, vocab.names, freq, buckets, per_label_metrics(plain.labels, Y, k), opt_counts
+            config.per_label, truth.names, freq, buckets, per_label_metrics(plain.labels, Y, k), opt_counts
         )
         report.files.append(config.per_label)
     if config.plots is not None:
-        report.tradeoff = tradeoff_curves(plain, cand, Y, freq, vocab.n_train_docs, k, config.alphas)
+        report.tradeoff = tradeoff_curves(
+            plain, cand, Y, vocab.frequency_array, vocab.n_train_docs, k, config.alphas, conv
+        )
         curves = dict(report.tradeoff)
         if config.optimize is not None:
             curves[f"{config.optimize.method} {config.optimize.metric}"] = optimized_curve(
-                cand, Y, k, L, config.optimize
+                cand, Y, k, L, config.optimize, convention=conv
             )
         for name, draw in (
             ("buckets.png", lambda f: plot_buckets(f, report.buckets, k, report.optimized_buckets)),

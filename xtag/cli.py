@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -162,14 +164,21 @@ def train(
                     if f.section and issubclass(f.resolve("config"), TransformerConfig)
                 )
             )
-        if "corpus" not in base:
+        if print_config:
+            # A template needs no corpus: validate with a stand-in, print "corpus": null to fill in.
+            shown = json.loads(
+                TrainConfig.model_validate({**base, "corpus": base.get("corpus") or "-"}).model_dump_json()
+            )
+            if base.get("corpus") is None:
+                shown["corpus"] = None
+            typer.echo(json.dumps(shown, indent=2))
+            return
+        if base.get("corpus") is None:
             raise XtagError("--corpus is required (or a config file that names one)")
+        chosen.check_train_extra()  # before train_run reads the corpus: a missing torch is a one-line fix
         cfg = TrainConfig.model_validate(base)
     except (XtagError, ValueError, OSError) as exc:
         _fail(exc)
-    if print_config:
-        typer.echo(cfg.model_dump_json(indent=2))
-        return
     if out is None:
         _fail(XtagError("--out is required"))
     try:
@@ -193,12 +202,14 @@ def export(
         help="xr-transformer: write the FAISS level-1 index only from this many level-1 nodes "
         "(default: the run's config, 4096; 0 = always)",
     ),
+    progress: bool = typer.Option(True, help="say what each slow step (ONNX export, parity check, index) is doing"),
 ) -> None:
     """Turn a run into a self-describing serving bundle (manifest with versions and checksums)."""
     from training.export import export_run
 
     try:
-        manifest = export_run(run, out, name, overwrite, shortlist_min_nodes)
+        with _echo_log("xtag.export", "export", progress):
+            manifest = export_run(run, out, name, overwrite, shortlist_min_nodes)
     except XtagError as exc:
         _fail(exc)
     typer.echo(
@@ -212,6 +223,34 @@ def export(
             else f"shortlist: {shortlist['index']} FAISS index over {shortlist['nodes']} level-1 nodes, "
             f"recall {shortlist['recall']}"
         )
+
+
+class _EchoHandler(logging.Handler):
+    """Log records as `prefix: message` lines on stderr, through typer like every other line."""
+
+    def __init__(self, prefix: str):
+        super().__init__(logging.INFO)
+        self.prefix = prefix
+
+    def emit(self, record: logging.LogRecord) -> None:
+        typer.echo(f"{self.prefix}: {record.getMessage()}", err=True)
+
+
+@contextmanager
+def _echo_log(logger_name: str, prefix: str, enabled: bool) -> Iterator[None]:
+    """Show one of xtag's step loggers on stderr for the duration of a command (nothing when not `enabled`)."""
+    if not enabled:
+        yield
+        return
+    logger, handler = logging.getLogger(logger_name), _EchoHandler(prefix)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def _load(bundle: Path):
@@ -235,6 +274,12 @@ def evaluate_cmd(
     skip_bad_rows: bool = typer.Option(False),
     propensity_a: float = typer.Option(0.55, help="Jain propensity A"),
     propensity_b: float = typer.Option(1.5, help="Jain propensity B"),
+    convention: str = typer.Option(
+        "xmc",
+        help="xmc: every test label mention counts (unseen-in-training labels are misses), macro metrics over "
+        "the test split's labels, as published XMC figures | known-labels: unseen labels dropped, macro over "
+        "all model labels (xtag before issue 14)",
+    ),
     report_k: int = typer.Option(5, min=1, help="k of the per-label, bucket, calibration and trade-off views"),
     per_label: Path | None = typer.Option(None, "--per-label", help="write per-label results (CSV)"),
     plots: Path | None = typer.Option(None, "--plots", help="folder for PNG plots (buckets, reweighting trade-off)"),
@@ -250,12 +295,13 @@ def evaluate_cmd(
 ) -> None:
     """Evaluate a bundle: P@k, nDCG@k, PSP@k, PSnDCG@k, recall@k, macro-P/R/F1@k, coverage@k, by frequency bucket."""
     from models.macro_inference import OptimizeConfig
-    from models.metrics import BUCKETS
+    from models.metrics import BUCKETS, CONVENTIONS, check_convention
     from training.data import load_corpus
     from training.report import ReportConfig, build_report
 
     b = _load(bundle)
     try:
+        check_convention(convention)
         k_values = tuple(sorted({int(k) for k in ks.split(",")} | ({10} if at_10 else set())))
         if min(k_values) < 1:
             raise XtagError("k values must be positive")
@@ -270,6 +316,7 @@ def evaluate_cmd(
             beam_size=beam_size,
             propensity_a=propensity_a,
             propensity_b=propensity_b,
+            convention=convention,
             per_label=per_label,
             plots=plots,
             optimize=opt,
@@ -286,14 +333,18 @@ def evaluate_cmd(
         for name in names:
             typer.echo(f"{name:<10}" + "".join(f"{values[f'{name}@{k}']:9.2f}" for k in k_values))
 
+    typer.echo(f"{CONVENTIONS[convention]}")
     table(metrics)
+    unseen = report.info["unknown_label_mentions"]
     typer.echo(
-        f"({report.info['documents']} documents, {report.info['unknown_label_mentions']} label mentions "
-        f"unknown to the model)"
+        f"({report.info['documents']} documents, {unseen} label mentions of {report.info['unknown_labels']} "
+        f"labels unknown to the model, " + ("counted as misses)" if convention == "xmc" else "dropped)")
     )
     k = report_k
     cols = [f"micro-P@{k}", f"micro-R@{k}", f"macro-P@{k}", f"macro-R@{k}", f"macro-F1@{k}"]
-    typer.echo(f"\nby training frequency (head / torso / tail = cumulative label mass 50 / 30 / 20 %), @{k}:")
+    typer.echo(
+        f"\nby training frequency (head / torso / tail = cumulative label mass 50 / 30 / 20 %; unseen labels: tail), @{k}:"
+    )
     typer.echo(f"{'bucket':<8}{'labels':>7}" + "".join(f"{c:>14}" for c in cols))
     for name, rows in [("", report.buckets)] + (
         [("opt ", report.optimized_buckets)] if report.optimized_buckets else []
@@ -311,7 +362,7 @@ def evaluate_cmd(
     for path in report.files:
         typer.echo(f"wrote {path}")
     if json_out:
-        json_out.write_text(json.dumps(report.flat(), indent=2))
+        json_out.write_text(json.dumps({"convention": convention, **report.flat()}, indent=2))
 
 
 @app.command()
@@ -358,11 +409,27 @@ def predict(
     corpus: Path | None = typer.Option(None, help="tag every document of a corpus instead"),
     format: str = typer.Option("auto"),
     k: int = typer.Option(10, min=1),
-    beam_size: int | None = typer.Option(None),
+    beam_size: int | None = typer.Option(None, min=1),
+    reweight: str | None = typer.Option(
+        None, "--reweight", help="re-rank for tail labels, as the service's `reweight`: psp | power | macro-recall"
+    ),
+    alpha: float | None = typer.Option(
+        None, "--alpha", min=0.0, max=1.0, help="with --reweight: 0 = plain scores, 1 = pure scheme"
+    ),
+    beta: float | None = typer.Option(
+        None, "--beta", min=0.0, max=10.0, help="with --reweight power: exponent (default 0.5)"
+    ),
+    threshold: float | None = typer.Option(
+        None, "--threshold", min=0.0, max=1.0, help="drop labels whose model score is below this (after re-ranking)"
+    ),
     out: Path | None = typer.Option(None, help="JSON lines output (default: stdout)"),
     progress: bool = typer.Option(True),
 ) -> None:
-    """Top-k labels with scores for one text, or for a whole corpus as JSON lines."""
+    """Top-k labels with scores for one text, or for a whole corpus as JSON lines.
+
+    --reweight/--alpha/--beta/--threshold mean what the service's per-request options mean
+    (service/schemas.py) and run the same code (models/reweighting.py).
+    """
     from training.data import load_corpus
     from training.evaluate import predict_corpus
 
@@ -370,20 +437,21 @@ def predict(
         _fail(XtagError("give either a TEXT or --corpus"))
     b = _load(bundle)
     try:
+        gains = _reweight_gains(b.predictor, reweight, alpha, beta)
         if text is not None:
             if not text.strip():
                 raise XtagError("the text is empty")
-            preds = b.predictor.predict([text], k=k, beam_size=beam_size)
-            for _, name, score in b.predictor.named(preds)[0]:
+            preds = predict_corpus(b, [text], k, beam_size, progress=False, gains=gains)
+            for _, name, score in _above(b.predictor.named(preds), threshold)[0]:
                 typer.echo(f"{score:.4f}  {name}")
             return
         data = load_corpus(corpus, format, need_labels=False)
-        preds = predict_corpus(b, data.texts, k, beam_size, progress)
+        preds = predict_corpus(b, data.texts, k, beam_size, progress, gains=gains)
     except XtagError as exc:
         _fail(exc)
     sink = open(out, "w") if out else sys.stdout
     try:
-        for doc_id, row in zip(data.ids, b.predictor.named(preds)):
+        for doc_id, row in zip(data.ids, _above(b.predictor.named(preds), threshold)):
             sink.write(
                 json.dumps(
                     {"id": doc_id, "labels": [{"name": n, "score": round(s, 6)} for _, n, s in row]}, ensure_ascii=False
@@ -393,6 +461,28 @@ def predict(
     finally:
         if out:
             sink.close()
+
+
+def _reweight_gains(predictor, scheme: str | None, alpha: float | None, beta: float | None):
+    """The gains a_j of a reweighting request, as the service derives them (None: plain scores, also at alpha 0)."""
+    from models.reweighting import SCHEMES, gains_for, label_weights
+
+    if scheme is None:
+        if alpha is not None or beta is not None:
+            raise XtagError("--alpha and --beta need --reweight psp | power | macro-recall")
+        return None
+    if alpha is None:
+        raise XtagError("--reweight needs --alpha (0 = plain scores, 1 = pure scheme)")
+    if scheme not in SCHEMES:
+        raise XtagError(f"unknown reweighting scheme {scheme!r}; use one of {', '.join(SCHEMES)}")
+    if alpha == 0:  # as the service: alpha 0 is the plain prediction, nothing widened
+        return None
+    return gains_for(label_weights(predictor.vocab.frequency_array, predictor.vocab.n_train_docs, scheme, beta), alpha)
+
+
+def _above(rows: list[list[tuple[int, str, float]]], threshold: float | None) -> list[list[tuple[int, str, float]]]:
+    """The service's `threshold`: labels whose score is below it are dropped (none without one)."""
+    return rows if threshold is None else [[r for r in row if r[2] >= threshold] for row in rows]
 
 
 @app.command()

@@ -15,7 +15,7 @@ from models.errors import XtagError
 from models.lightxml.model import OUTPUTS, LightXMLEncoder, LightXMLModel
 from models.onnx_encoder import EncoderConfig
 from training.config import TrainConfig
-from training.export import copy_run_model
+from training.export import copy_run_model, step
 from training.lightxml.config import LightXMLExportConfig
 from training.lightxml.net import LightXMLNet
 from training.lightxml.result import load_heads
@@ -41,7 +41,8 @@ def export_lightxml(run_model: Path, tmp: Path, config: LightXMLExportConfig) ->
     from training.lightxml.validation import net_outputs
 
     run_encoder = run_model / "encoder"
-    net, enc_config = load_run_net(run_encoder)
+    with step("loading the trained LightXML net"):
+        net, enc_config = load_run_net(run_encoder)
     out = tmp / "encoder"
     tokenizer, texts = write_graph(net, run_encoder, out, enc_config, config, list(OUTPUTS))
 
@@ -51,13 +52,15 @@ def export_lightxml(run_model: Path, tmp: Path, config: LightXMLExportConfig) ->
         model.labels.embeddings,
         model.config.model_copy(update={"faiss_min_labels": config.faiss_min_labels}),
     )
-    for name in ("label_embeddings.npy", "labels.faiss"):
-        (tmp / "lightxml" / name).unlink(missing_ok=True)
-    model.save(tmp)
+    with step("label index"):
+        for name in ("label_embeddings.npy", "labels.faiss"):
+            (tmp / "lightxml" / name).unlink(missing_ok=True)
+        model.save(tmp)
 
-    reference = net_outputs(net, tokenizer, texts, torch.device("cpu"), amp=False)
-    onnx = LightXMLEncoder.load(out).transform(texts)
-    parity = {name: embedding_diff(getattr(onnx, name), getattr(reference, name)) for name in OUTPUTS}
+    with step(f"parity check, torch vs ONNX on {len(texts)} texts"):
+        reference = net_outputs(net, tokenizer, texts, torch.device("cpu"), amp=False)
+        onnx = LightXMLEncoder.load(out).transform(texts)
+        parity = {name: embedding_diff(getattr(onnx, name), getattr(reference, name)) for name in OUTPUTS}
     worst = max(p["max_abs_diff"] for p in parity.values())
     report = {
         "opset": config.opset,

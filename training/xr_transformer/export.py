@@ -21,7 +21,7 @@ from models.xlinear.model import XLinearModel
 from models.xlinear.shortlist import FaissShortlist, level1_recall
 from training.config import TrainConfig
 from training.encoder import encode_texts, load_trained
-from training.export import copy_run_model
+from training.export import copy_run_model, step
 from training.onnx_export import embedding_diff, top_agreement, write_graph
 from training.xr_transformer.config import XRExportConfig
 
@@ -42,15 +42,17 @@ def export_encoder(run_encoder: Path, out: Path, config: XRExportConfig) -> tupl
 
     Returns the report and the ONNX and torch embeddings of the parity texts (for `quantize`).
     """
-    encoder, enc_config = load_trained(run_encoder, attn_implementation="eager")
+    with step("loading the fine-tuned encoder"):
+        encoder, enc_config = load_trained(run_encoder, attn_implementation="eager")
     encoder.eval()
     tokenizer, texts = write_graph(
         _HiddenStates(encoder.transformer), run_encoder, out, enc_config, config, ["last_hidden_state"]
     )
 
-    reference = encode_texts(encoder, tokenizer, texts, 16, torch.device("cpu"))
-    fp32 = OnnxEncoder.load(out).encode(texts)
-    parity = embedding_diff(fp32, reference)
+    with step(f"parity check, torch vs ONNX on {len(texts)} texts"):
+        reference = encode_texts(encoder, tokenizer, texts, 16, torch.device("cpu"))
+        fp32 = OnnxEncoder.load(out).encode(texts)
+        parity = embedding_diff(fp32, reference)
     report = {
         "opset": config.opset,
         "parity_texts": len(texts),
@@ -97,7 +99,8 @@ def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:
     X = _featurizer(tmp).transform(texts)
     if xc.export.quantize:  # accuracy cost: embedding drift and top-5 agreement with the fp32 encoder
         fp32_top = model.predict(X, k=5).labels
-        report["int8"] = quantize(tmp / "encoder", texts[: len(fp32)], fp32, reference)
+        with step("int8 quantisation"):
+            report["int8"] = quantize(tmp / "encoder", texts[: len(fp32)], fp32, reference)
         X = _featurizer(tmp).transform(texts)
         report["int8"]["top5_agreement_vs_fp32"] = top_agreement(model.predict(X, k=5).labels, fp32_top)
         report["int8"]["agreement_texts"] = len(texts)
@@ -108,9 +111,10 @@ def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:
             f"exact scoring in the inference core is faster"
         }
     elif xc.export.shortlist:
-        shortlist = FaissShortlist.build(model.levels[0], model.config.n_features, xc.export.shortlist_config)
-        beam = model.config.beam_size
-        shortlist.info.recall = level1_recall(shortlist, X, model.levels[0], beam)
+        with step(f"FAISS shortlist index over {nodes} level-1 nodes"):
+            shortlist = FaissShortlist.build(model.levels[0], model.config.n_features, xc.export.shortlist_config)
+            beam = model.config.beam_size
+            shortlist.info.recall = level1_recall(shortlist, X, model.levels[0], beam)
         shortlist.info.recall_docs, shortlist.info.recall_beam = X.shape[0], beam
         shortlist.save(tmp / "shortlist")
         report["shortlist"] = json.loads(shortlist.info.model_dump_json())

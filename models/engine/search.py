@@ -35,8 +35,8 @@ PARALLEL_MIN_DOCS = 4
 # on concurrent launches from two Python threads: serialise launches until the layer is known to be safe.
 _POOL_LOCK = threading.Lock()
 _POOL_SAFE = [False]
-# GNU OpenMP (numba's "omp" layer) aborts a forked child that launches the pool its parent used; the trainer
-# forks workers. A child of a process that used the pool therefore runs every batch on its calling thread.
+# GNU OpenMP (numba's "omp" layer) aborts a forked child that launches the pool its parent used (a user's
+# multiprocessing pool, a forking server). A child of a process that used the pool therefore runs every batch on its calling thread.
 _POOL_USED = [False]
 _SERIAL_ONLY = [False]
 os.register_at_fork(after_in_child=lambda: _SERIAL_ONLY.__setitem__(0, _POOL_USED[0]))

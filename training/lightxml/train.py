@@ -28,9 +28,11 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
-from models.errors import XtagError
+from models.atomic import replacing, write_atomic, write_text_atomic
+from models.errors import XtagError, reading
 from models.label_tree import ClusterChain
 from models.lightxml.model import LightXMLHeadConfig, LightXMLModel, cluster_members
 from models.onnx_encoder import EncoderConfig, TextTokenizer
@@ -167,7 +169,8 @@ class Trainer(Callback):
         """
         path = self.folder / "static_top.npy"
         if path.is_file():
-            self.fixed_top = np.load(path, allow_pickle=False)
+            with reading(path, "static negatives"):
+                self.fixed_top = np.load(path, allow_pickle=False)
             return
         start = time.perf_counter()
         rows = loop.upcoming(loop.pos)
@@ -188,7 +191,7 @@ class Trainer(Callback):
         self.fixed_top = np.full((len(self.texts), b), -1, dtype=np.int64)
         self.fixed_top[rows] = self.ctx.gather_rows(top.astype(np.float32), len(rows)).astype(np.int64)
         if self.ctx.is_main:
-            np.save(path, self.fixed_top)
+            write_atomic(path, lambda fh: np.save(fh, self.fixed_top))
             self.log(
                 {"event": "static_negatives", "documents": len(rows), "seconds": round(time.perf_counter() - start, 3)}
             )
@@ -275,14 +278,17 @@ def train_lightxml(
     trainer = Trainer(net, chain, texts, Y, tokenizer, lc, ctx, folder, progress, log)
     done = folder / "done.json"
     if done.is_file():  # resuming a finished run: its selected weights, no retraining
-        stats = json.loads(done.read_text())
-        load_model(net, str(folder / "final.safetensors"), device=str(ctx.device))
+        with reading(done, "the finished run's summary"):
+            stats = json.loads(done.read_text())
+        with reading(folder / "final.safetensors", "the finished run's weights", SafetensorError):
+            load_model(net, str(folder / "final.safetensors"), device=str(ctx.device))
         log({"event": "resume", "what": "lightxml (finished)", "step": stats["steps"]})
     else:
         stats = trainer.fit()
         if ctx.is_main:
-            save_model(net, str(folder / "final.safetensors"))
-            done.write_text(json.dumps(stats))
+            with replacing(folder / "final.safetensors") as tmp:
+                save_model(net, str(tmp))
+            write_text_atomic(done, json.dumps(stats))  # last: it marks the weights as complete
             Checkpoint(folder / "current").clear()
         ctx.barrier()
     if not ctx.is_main:

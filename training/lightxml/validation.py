@@ -10,6 +10,7 @@ import scipy.sparse as sp
 import torch
 from safetensors.torch import load_model, save_model
 
+from models.atomic import replacing
 from models.lightxml.model import LightXMLModel, LightXMLOutputs
 from models.metrics import evaluate
 from models.onnx_encoder import TextTokenizer
@@ -99,7 +100,8 @@ class ModelSelection(Callback):
             )
             if improved:
                 self.swa.swap()
-                save_model(self.net, str(self.path))
+                with replacing(self.path) as tmp:
+                    save_model(self.net, str(tmp))
                 self.swa.swap()
                 best = {"step": step, "score": round(score, 3), **metrics}
         self.ctx.barrier()

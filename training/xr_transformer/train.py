@@ -21,8 +21,11 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
+from models.atomic import replacing, write_atomic, write_text_atomic
+from models.errors import reading
 from models.label_tree import ClusterChain
 from models.onnx_encoder import EncoderConfig, TextTokenizer
 from models.xlinear.model import XLinearModel
@@ -158,7 +161,8 @@ class Embeddings:
     def get(self, encoder: TextEncoder, t: int) -> np.ndarray:
         path = self.folder / f"emb_{t}.npy"
         if path.is_file():
-            return np.load(path, allow_pickle=False)
+            with reading(path, "cached embeddings"):
+                return np.load(path, allow_pickle=False)
         start = time.perf_counter()
         mine = self.ctx.shard(len(self.texts))
         part = encode_texts(
@@ -174,8 +178,7 @@ class Embeddings:
         E = self.ctx.gather_rows(part, len(self.texts))
         seconds = time.perf_counter() - start
         if self.ctx.is_main:
-            np.save(path.with_suffix(".tmp.npy"), E)
-            path.with_suffix(".tmp.npy").rename(path)
+            write_atomic(path, lambda fh: np.save(fh, E))
             for old in self.folder.glob("emb_*.npy"):
                 if old != path:
                     old.unlink()
@@ -220,7 +223,9 @@ def multi_resolution_finetune(
     if done:  # resume: the encoder and head as they were after the last finished level
         state = json.loads((folder / f"level_{first - 1}" / "done.json").read_text())
         net = XRNet(encoder, np.zeros((state["nodes"], encoder.dim), np.float32), np.zeros(state["nodes"], np.float32))
-        load_model(net, str(folder / f"level_{first - 1}" / "model.safetensors"), device=str(ctx.device))
+        done = folder / f"level_{first - 1}" / "model.safetensors"
+        with reading(done, "the finished level's weights", SafetensorError):
+            load_model(net, str(done), device=str(ctx.device))
         head = (net.weight.detach().cpu().numpy(), net.bias.detach().cpu().numpy())
         log({"event": "resume", "what": f"fine-tuned levels 1..{first - 1}"})
     ckpt = Checkpoint(folder / "current")
@@ -254,8 +259,9 @@ def multi_resolution_finetune(
             level_dir = folder / f"level_{t}"
             shutil.rmtree(level_dir, ignore_errors=True)
             level_dir.mkdir()
-            save_model(net, str(level_dir / "model.safetensors"))
-            (level_dir / "done.json").write_text(json.dumps({"nodes": K, **stats}))
+            with replacing(level_dir / "model.safetensors") as tmp:
+                save_model(net, str(tmp))
+            write_text_atomic(level_dir / "done.json", json.dumps({"nodes": K, **stats}))  # last: marks it complete
             ckpt.clear()
             shutil.rmtree(folder / f"level_{t - 1}", ignore_errors=True)
             log({"event": "finetune_level", "level": t, "nodes": K, **stats})

@@ -51,3 +51,18 @@ def test_resume_reuses_finished_levels(data, tmp_path):
     assert resumed == ["tree"] + [f"level {t}" for t in range(1, first.chain.depth)]
     assert (first.predict(Xt, k=3).labels == second.predict(Xt, k=3).labels).all()
     json.dumps(events)  # the run log must stay serialisable
+
+
+def test_matcher_aware_negatives_come_from_the_engine_as_from_the_reference(data):
+    # The trainer's matcher (the top nodes of a partly trained tree) is the service's engine; it must
+    # pick what the numpy reference beam search picks when stopped at the same level.
+    from models.beam_search import TreeIndex, beam_search
+    from training.xlinear.train import _matcher_top
+
+    X, Y, _, _ = data
+    model = train_xlinear(X, Y, XLinearConfig(n_jobs=1, tree=TreeConfig(branching=2, max_leaf_size=3)), progress=False)
+    for t in range(1, model.chain.depth):
+        ours = _matcher_top(X, model.levels[:t], model.chain, 3, 2, "l3-hinge")
+        reference = beam_search(X, model.levels[:t], TreeIndex(model.chain), 3, 2, "l3-hinge", stop_level=t)
+        assert (ours.labels == reference.labels).all()
+        assert np.allclose(ours.scores, reference.scores, atol=1e-5)

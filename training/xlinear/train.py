@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from models.beam_search import RankerLevel, TreeIndex, beam_search
+from models.beam_search import RankerLevel
 from models.label_tree import ClusterChain
 from models.xlinear.model import RankerConfig, XLinearModel, load_level, save_level
 from training.threads import cpu_count
@@ -78,7 +78,17 @@ def _fit_node(
     return idx, val, float(bias[0])
 
 
-def _parent_mask(X, Y_parent, model_levels, tree, t, config) -> sp.csc_matrix:
+def _matcher_top(X, levels, chain: ClusterChain, beam: int, k: int, post_processor: str):
+    """The top-k nodes of the deepest trained level for every document, by the compiled engine the
+    service uses: the tree cut below that level, its nodes standing in for labels."""
+    from models.engine import CompiledLevels, engine_beam_search
+
+    t = len(levels)
+    partial = ClusterChain(ptrs=chain.ptrs[:t], leaf_labels=np.arange(chain.level_size(t), dtype=np.int64))
+    return engine_beam_search(X, CompiledLevels.build(levels, partial), beam, k, post_processor)
+
+
+def _parent_mask(X, Y_parent, model_levels, chain, t, config) -> sp.csc_matrix:
     """Which training documents each parent node sees (eq. 7-8: true parents and/or the matcher's top)."""
     n = X.shape[0]
     if t == 1:
@@ -88,7 +98,7 @@ def _parent_mask(X, Y_parent, model_levels, tree, t, config) -> sp.csc_matrix:
         masks.append(Y_parent)
     if config.negatives in ("man", "tfn+man"):
         k = config.man_k or config.beam_size
-        pred = beam_search(X, model_levels, tree, config.beam_size, k, config.post_processor, stop_level=t - 1)
+        pred = _matcher_top(X, model_levels, chain, config.beam_size, k, config.post_processor)
         rows, cols = np.nonzero(pred.labels >= 0)
         masks.append(
             sp.csr_matrix((np.ones(len(rows), np.float32), (rows, pred.labels[rows, cols])), shape=Y_parent.shape)
@@ -269,7 +279,6 @@ def train_xlinear(
         if chain_path:
             checkpoint_dir.mkdir(parents=True, exist_ok=True)
             chain.save(chain_path)
-    tree = TreeIndex(chain)
     levels: list[RankerLevel] = []
     for t in range(1, chain.depth + 1):
         ckpt = checkpoint_dir / f"level_{t}.npz" if checkpoint_dir else None
@@ -279,7 +288,7 @@ def train_xlinear(
             continue
         start = time.perf_counter()
         Yt = chain.level_targets(Y, t)
-        mask = _parent_mask(X, chain.level_targets(Y, t - 1) if t > 1 else None, levels, tree, t, config)
+        mask = _parent_mask(X, chain.level_targets(Y, t - 1) if t > 1 else None, levels, chain, t, config)
         stats: dict = {}
         level = train_level(
             X, Yt, mask, chain.ptrs[t - 1], config, desc=f"level {t}/{chain.depth}", progress=progress, stats=stats

@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import Depends, FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
@@ -20,12 +21,13 @@ from models.errors import XtagError
 from models.registry import family
 from service import problems
 from service.batching import MicroBatcher
-from service.deps import require_api_key
-from service.limits import BodyLimitMiddleware
+from service.deps import require_admin_key, require_api_key
+from service.limits import AdmissionMiddleware, BodyLimitMiddleware
 from service.observability import Metrics, ObservabilityMiddleware, RecentRequests
 from service.registry import ModelRegistry
 from service.routes import admin, annif, health, labels, predict
-from service.schemas import REQUEST_MODELS
+from service.schemas import REQUEST_MODELS, ProblemDetails
+from service.security import DASHBOARD_HEADERS, NoSniffMiddleware
 from service.settings import Settings
 
 STATIC = Path(__file__).parent / "static"
@@ -143,8 +145,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     problems.install(app)
     protected = [Depends(require_api_key)]
     app.include_router(health.router)
-    for module in (predict, labels, admin, annif):
+    for module in (predict, labels, annif):
         app.include_router(module.router, dependencies=protected)
+    app.include_router(admin.router, dependencies=[Depends(require_admin_key)])  # XTAG_ADMIN_KEY, else the API key
     # The prediction handlers also run as plain Starlette routes placed first: same functions (they
     # check the API key themselves), without FastAPI's per-request dependency machinery, which is about
     # half the framework cost of a call (~140 of ~300 µs). The APIRoutes stay for the OpenAPI schema.
@@ -154,20 +157,31 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/", include_in_schema=False)
     async def dashboard() -> FileResponse:
-        return FileResponse(STATIC / "index.html", media_type="text/html")
+        return FileResponse(STATIC / "index.html", media_type="text/html", headers=DASHBOARD_HEADERS)
 
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
+    # inside the metrics so that its 503s are counted; outside the body limit so that they cost no read
+    app.add_middleware(AdmissionMiddleware, max_queue=settings.max_queue, on_reject=metrics.rejected.inc)
     app.add_middleware(ObservabilityMiddleware, metrics=metrics, recent=recent)
+    if settings.cors_origin_list:  # off by default: no CORS headers, so browsers keep other origins out
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origin_list,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Content-Type", "Authorization", "X-API-Key", "X-Admin-Key"],
+        )
+    app.add_middleware(NoSniffMiddleware)
 
     def custom_openapi() -> dict:
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
             components = schema.setdefault("components", {}).setdefault("schemas", {})
-            for model in REQUEST_MODELS:
+            for model in (*REQUEST_MODELS, ProblemDetails):
                 js = model.model_json_schema(ref_template="#/components/schemas/{model}")
                 components.update(js.pop("$defs", {}))
                 components[model.__name__] = js
-            app.openapi_schema = schema
+            components["Problem"] = components.pop(ProblemDetails.__name__)
+            app.openapi_schema = problems.document_problems(schema)
         return app.openapi_schema
 
     app.openapi = custom_openapi

@@ -9,7 +9,7 @@ from typing import TypeVar
 import orjson
 from fastapi import Request, Security
 from fastapi.security import APIKeyHeader
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, SecretStr, ValidationError
 
 from service.problems import Problem, validation_problem
 from service.registry import ServedModel
@@ -38,20 +38,51 @@ def served_model(request: Request) -> ServedModel:
     return model
 
 
-async def require_api_key(request: Request, _documented: str | None = Security(api_key_header)) -> None:
-    """Constant-time comparison against XTAG_API_KEY; a no-op when none is configured (also called directly)."""
-    expected = request.app.state.settings.api_key
-    if expected is None:
-        return
-    given = request.headers.get("x-api-key")
+admin_key_header = APIKeyHeader(
+    name="X-Admin-Key",
+    scheme_name="AdminKeyHeader",
+    auto_error=False,
+    description="needed on /v1/admin/* when XTAG_ADMIN_KEY is set (or Authorization: Bearer KEY); without "
+    "XTAG_ADMIN_KEY the API key guards it and a reload may only re-read the configured bundle",
+)
+
+
+def _key_matches(request: Request, header: str, expected: SecretStr) -> bool:
+    """Constant-time comparison of `header` (or Authorization: Bearer) against `expected`."""
+    given = request.headers.get(header)
     if given is None:
         auth = request.headers.get("authorization", "")
         given = auth[7:] if auth[:7].lower() == "bearer " else None
-    if given is None or not hmac.compare_digest(given.encode(), expected.get_secret_value().encode()):
+    return given is not None and hmac.compare_digest(given.encode(), expected.get_secret_value().encode())
+
+
+async def require_api_key(request: Request, _documented: str | None = Security(api_key_header)) -> None:
+    """Constant-time comparison against XTAG_API_KEY; a no-op when none is configured (also called directly)."""
+    expected = request.app.state.settings.api_key
+    if expected is not None and not _key_matches(request, "x-api-key", expected):
         raise Problem(
             401,
             "unauthorized",
             "a valid API key is required in the X-API-Key header (or Authorization: Bearer)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
+def admin_configured(request: Request) -> bool:
+    return request.app.state.settings.admin_key is not None
+
+
+async def require_admin_key(request: Request, _documented: str | None = Security(admin_key_header)) -> None:
+    """The admin plane has its own credential (XTAG_ADMIN_KEY) so that holders of the API key cannot swap
+    the model; without one configured the API key guards it and the routes allow only harmless actions."""
+    expected = request.app.state.settings.admin_key
+    if expected is None:
+        await require_api_key(request)
+    elif not _key_matches(request, "x-admin-key", expected):
+        raise Problem(
+            401,
+            "unauthorized",
+            "a valid admin key (XTAG_ADMIN_KEY) is required in the X-Admin-Key header (or Authorization: Bearer)",
             headers={"WWW-Authenticate": "Bearer"},
         )
 
@@ -62,15 +93,18 @@ def _is_json(content_type: str) -> bool:
 
 
 async def read_json(request: Request, optional: bool = False) -> object:
-    """The body as JSON: 415 for another content type, 400 for invalid UTF-8 or JSON."""
+    """The body as JSON: 415 for another content type, 400 for invalid UTF-8 or JSON.
+
+    An optional body may be empty, but the Content-Type must still say JSON: a POST with no body and no
+    or a text/plain Content-Type is what a foreign web page can send without a CORS preflight."""
     body = await request.body()
-    if optional and not body:
-        return {}
     content_type = request.headers.get("content-type", "")
     if not _is_json(content_type):
         raise Problem(
             415, "unsupported-media-type", f"the body must be application/json, got {content_type or 'no Content-Type'}"
         )
+    if optional and not body:
+        return {}
     try:
         body.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -61,6 +61,11 @@ class Metrics:
             "xtag_model_load_seconds", "load time of the served bundle", registry=r, multiprocess_mode="liveall"
         )
         self.reloads = Counter("xtag_model_reloads", "bundle reloads by outcome", ["outcome"], registry=r)
+        self.rejected = Counter(
+            "xtag_overload_rejected_requests",
+            "prediction requests answered 503 at once because XTAG_MAX_QUEUE were in flight",
+            registry=r,
+        )
 
     def set_model(self, old, new) -> None:
         if old is not None:

@@ -109,3 +109,31 @@ def install(app: FastAPI) -> None:
         return problem_response(
             500, "internal-error", f"internal error ({type(exc).__name__}); see the server log", request.url.path
         )
+
+
+PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
+
+
+def problem_responses(codes: dict[int, str]) -> dict:
+    """A route's `responses=`: each status with its description, as application/problem+json."""
+    return {
+        code: {"description": text, "content": {MEDIA_TYPE: {"schema": PROBLEM_REF}}} for code, text in codes.items()
+    }
+
+
+def document_problems(schema: dict) -> dict:
+    """Make the OpenAPI say what the handlers send: every 4xx/5xx of every operation (FastAPI's own 422
+    included, which it documents as application/json HTTPValidationError) is application/problem+json."""
+    for item in schema.get("paths", {}).values():
+        for operation in item.values():
+            for code, response in operation.get("responses", {}).items():
+                if str(code)[:1] in "45":
+                    response["content"] = {MEDIA_TYPE: {"schema": PROBLEM_REF}}
+                    if code == "422" and response.get("description") == "Validation Error":
+                        response["description"] = "invalid field (the problem's `errors` lists each one)"
+    components = schema.get("components", {}).get("schemas", {})
+    text = orjson.dumps(schema.get("paths", {})).decode()
+    for unused in ("HTTPValidationError", "ValidationError"):
+        if f'/{unused}"' not in text:
+            components.pop(unused, None)
+    return schema

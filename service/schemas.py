@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 
 def _not_blank(text: str) -> str:
@@ -13,12 +13,21 @@ def _not_blank(text: str) -> str:
     return text
 
 
+# The blank check stays a validator (its message is clearer than a failed pattern); the schema states
+# the same rule as minLength + pattern so that clients and schema-driven tools know it.
+NOT_BLANK = {"minLength": 1, "pattern": r"\S"}
 Text = Annotated[
     StrictStr,
     AfterValidator(_not_blank),
-    Field(description="the document to tag; longer than XTAG_MAX_TEXT_CHARS gets 413"),
+    Field(
+        description="the document to tag (not blank); longer than XTAG_MAX_TEXT_CHARS gets 413",
+        json_schema_extra=NOT_BLANK,
+    ),
 ]
-Number = StrictFloat | StrictInt
+# One strict float type (ints accepted, bools and strings not) rather than a StrictFloat | StrictInt
+# union: pydantic cannot push ge/le into a union's members and emits them as non-standard `ge`/`le`
+# keys that JSON Schema tools ignore; on a single type they become minimum/maximum.
+Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 
 
 class Strict(BaseModel):
@@ -127,7 +136,7 @@ class ModelInfo(BaseModel):
     name: str
     version: str
     kind: str
-    path: str
+    path: str = Field(description="the bundle's directory name (never the absolute path)")
     label_count: int
     default_beam_size: int
     load_seconds: float
@@ -139,7 +148,8 @@ class ModelInfo(BaseModel):
 class ReloadRequest(Strict):
     bundle: StrictStr | None = Field(
         None,
-        description="bundle directory to switch to (default: the configured one, re-read); only with a single worker",
+        description="bundle directory to switch to, under XTAG_BUNDLE_ROOT (default: the configured one, "
+        "re-read); needs XTAG_ADMIN_KEY and a single worker",
     )
 
 
@@ -160,3 +170,15 @@ class AnnifBatchRequest(Strict):
 
 
 REQUEST_MODELS: tuple[type[BaseModel], ...] = (PredictRequest, BatchRequest, ReloadRequest, AnnifBatchRequest)
+
+
+class ProblemDetails(BaseModel):
+    """RFC 9457 body of every error (service/problems.py); `errors` lists the fields of a 422."""
+
+    model_config = ConfigDict(extra="allow", title="Problem")
+
+    type: str = Field(description="urn:xtag:problem:<slug>")
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None

@@ -1,4 +1,8 @@
-"""serve(): run the app under uvicorn (httptools + uvloop when installed); SIGHUP reloads the bundle.
+"""serve(): run the app under uvicorn (httptools + uvloop when installed); SIGHUP reloads, SIGTERM drains.
+
+SIGTERM (or SIGINT) closes the listening socket and idle connections, lets requests in flight finish
+for up to XTAG_GRACEFUL_SHUTDOWN_S (then cancels them), and exits 0; with several workers the
+supervisor passes the signal on and each worker drains the same way.
 
 One worker: the app object runs in this process and reloads itself on SIGHUP (load beside, swap
 atomically). Several workers: uvicorn's supervisor runs `app_from_env` in each (settings passed as
@@ -13,7 +17,9 @@ import importlib.util
 import inspect
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from pathlib import Path
 
 import uvicorn
@@ -38,6 +44,8 @@ def uvicorn_options(settings: Settings) -> dict:
         "timeout_keep_alive": 30,
         "server_header": False,
         "proxy_headers": False,
+        # SIGTERM: stop accepting, let in-flight requests finish (at most this long), then exit 0
+        "timeout_graceful_shutdown": settings.graceful_shutdown_s,
     }
     if "timeout_worker_healthcheck" in inspect.signature(uvicorn.Config).parameters:
         # how long a restarted worker may take to load its bundle before the old one is kept
@@ -51,6 +59,18 @@ def _export(settings: Settings) -> None:
         if hasattr(value, "get_secret_value"):
             value = value.get_secret_value()
         os.environ[f"XTAG_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _exit_zero(signum: int, frame) -> None:
+    raise SystemExit(0)
+
+
+def _exit_zero_on_sigterm() -> None:
+    """uvicorn drains on SIGTERM and then raises the signal again under the handler it found: by default
+    the process then dies of SIGTERM (status 143), which orchestrators report as an error after a clean
+    shutdown. With this handler in place it exits 0 instead (also before uvicorn has started: nothing to drain)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit_zero)
 
 
 def serve(
@@ -68,7 +88,9 @@ def serve(
     if settings.workers == 1:
         from service.app import create_app
 
-        uvicorn.run(create_app(settings), **uvicorn_options(settings))
+        app = create_app(settings)
+        _exit_zero_on_sigterm()
+        uvicorn.run(app, **uvicorn_options(settings))
         return
     # Workers must hold their model before they count as started, so that a rolling restart on SIGHUP
     # keeps the old workers when the new bundle does not load.
@@ -78,6 +100,7 @@ def serve(
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         own_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="xtag-prometheus-")
     os.environ[SUPERVISOR_ENV] = str(os.getpid())
+    _exit_zero_on_sigterm()
     try:
         uvicorn.run("service.app:app_from_env", factory=True, workers=settings.workers, **uvicorn_options(settings))
     finally:

@@ -21,10 +21,37 @@ class Settings(BaseSettings):
         description="require this key in X-API-Key (or Authorization: "
         "Bearer) on /v1/*; /health, /ready, /metrics stay open",
     )
+    admin_key: SecretStr | None = Field(
+        None,
+        description="credential for /v1/admin/* in X-Admin-Key (or Authorization: Bearer); without it, "
+        "an HTTP reload may only re-read the configured bundle (SIGHUP and the CLI work regardless)",
+    )
+    bundle_root: Path | None = Field(
+        None,
+        description="an HTTP reload may switch only to bundles under this directory (symlinks resolved); "
+        "default: the configured bundle's parent directory",
+    )
+    cors_origins: str = Field(
+        "",
+        description="comma-separated origins allowed to call the API from a browser (CORS); "
+        "empty = no CORS headers, so browsers keep foreign pages out",
+    )
     max_body_bytes: int = Field(
         2 * 1024 * 1024, ge=1024, description="larger request bodies get 413 before they are read whole"
     )
     max_text_chars: int = Field(100_000, ge=1, description="a longer text gets 413 (not truncated)")
+    max_queue: int = Field(
+        256,
+        ge=0,
+        description="prediction requests in flight at once per worker (queued or predicting); more get 503 "
+        "with Retry-After at once, so a flood cannot grow latency and memory without bound; 0 = no bound",
+    )
+    graceful_shutdown_s: float = Field(
+        8.0,
+        gt=0,
+        description="on SIGTERM, how long in-flight requests may take to finish before they are cancelled; "
+        "keep it under the grace period before SIGKILL (docker stop: 10 s, Kubernetes: 30 s)",
+    )
     max_batch_documents: int = Field(256, ge=1, description="most documents in one /v1/predict/batch")
     max_k: int = Field(1000, ge=1, description="largest k a request may ask for (also capped at the label count)")
     max_beam_size: int = Field(512, ge=1, description="largest beam_size a request may ask for")
@@ -74,7 +101,16 @@ class Settings(BaseSettings):
     annif_language: str = Field("en", description="language reported for the Annif project")
     annif_uri_prefix: str = Field("", description="Annif 'uri' = this prefix + the label name")
 
-    @field_validator("api_key", mode="before")
+    @field_validator("api_key", "admin_key", mode="before")
     @classmethod
     def _empty_key_is_none(cls, value):
         return None if value is None or (isinstance(value, str) and not value.strip()) else value
+
+    @property
+    def cors_origin_list(self) -> list[str]:
+        return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
+
+    def reload_root(self) -> Path | None:
+        """The directory HTTP reloads must stay under: XTAG_BUNDLE_ROOT, else the configured bundle's parent."""
+        root = self.bundle_root or (self.bundle.parent if self.bundle is not None else None)
+        return None if root is None else Path(root).resolve()

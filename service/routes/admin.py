@@ -1,28 +1,37 @@
-"""POST /v1/admin/reload: load a bundle beside the served one and switch only if it loads and warms up."""
+"""POST /v1/admin/reload: load a bundle beside the served one and switch only if it loads and warms up.
+
+Swapping the model is the most powerful thing the API does, so the route is fenced: its own credential
+(XTAG_ADMIN_KEY), targets only under XTAG_BUNDLE_ROOT, one reload at a time, a JSON Content-Type (a
+foreign web page cannot send one without a CORS preflight), and answers that name no server paths.
+"""
 
 from __future__ import annotations
 
 import os
 import signal
 import time
+from pathlib import Path
 
 from fastapi import APIRouter, Depends, Request
 
 from models.errors import XtagError
 from service.deps import json_body, openapi_body
-from service.problems import Problem
+from service.problems import Problem, problem_responses
+from service.registry import ReloadInProgress
 from service.schemas import ReloadRequest, ReloadResponse
 
 router = APIRouter(tags=["admin"])
 SUPERVISOR_ENV = "XTAG_UVICORN_SUPERVISOR_PID"  # set by service.server.serve for multi-worker runs
 
 
-async def reload_model(request_app, bundle: str | None = None) -> dict:
+async def reload_model(request_app, bundle: str | Path | None = None, wait: bool = True) -> dict:
     """Shared by the route and SIGHUP: returns the reload summary; raises XtagError and keeps the old model."""
     start = time.perf_counter()
     state = request_app.state
     try:
-        old, new = await state.registry.load(bundle)
+        old, new = await state.registry.load(bundle, wait=wait)
+    except ReloadInProgress:
+        raise
     except XtagError:
         state.metrics.reloads.labels("failed").inc()
         raise
@@ -36,31 +45,82 @@ async def reload_model(request_app, bundle: str | None = None) -> dict:
     }
 
 
+def _still_serving(request: Request) -> str:
+    current = request.app.state.registry.current
+    return f"; still serving {current.ref['name']} {current.ref['version']}" if current else ""
+
+
+def resolve_target(request: Request, bundle: str) -> Path:
+    """The bundle directory asked for, symlinks resolved, if it lies under the bundle root and holds a
+    manifest: 403 outside the root; inside it, one 422 for "missing" and "not a bundle" alike, so the
+    endpoint cannot be used to probe which directories exist."""
+    settings = request.app.state.settings
+    root = settings.reload_root()
+    target = Path(bundle)
+    if root is None or not target.is_absolute():
+        target = (root or Path.cwd()) / target  # relative paths are relative to the bundle root
+    target = target.resolve()
+    if root is None or not target.is_relative_to(root):
+        raise Problem(
+            403,
+            "outside-bundle-root",
+            "the bundle must lie under the bundle root (XTAG_BUNDLE_ROOT, default: the configured bundle's "
+            "parent directory)",
+        )
+    if not (target / "manifest.json").is_file():
+        raise Problem(
+            422,
+            "not-a-bundle",
+            f"{bundle!r} is not a bundle directory under the bundle root{_still_serving(request)}",
+        )
+    return target
+
+
 @router.post(
     "/v1/admin/reload",
     response_model=ReloadResponse,
     openapi_extra=openapi_body(ReloadRequest, False),
     summary="Reload the bundle (or switch to another); the old one keeps serving if the new one fails",
-    responses={
-        409: {"description": "bundle switch asked of a multi-worker server"},
-        422: {"description": "the new bundle did not load or warm up; the old one still serves"},
-    },
+    description="Send a JSON Content-Type even with no body. Switching to another `bundle` needs XTAG_ADMIN_KEY "
+    "(X-Admin-Key or Authorization: Bearer) and a directory under XTAG_BUNDLE_ROOT; without an admin key the "
+    "route only re-reads the configured bundle (the API key, if any, guards it).",
+    responses=problem_responses(
+        {
+            400: "invalid JSON or UTF-8",
+            401: "missing or wrong admin key (or API key, when no admin key is configured)",
+            403: "a bundle switch without XTAG_ADMIN_KEY configured, or a bundle outside XTAG_BUNDLE_ROOT",
+            409: "another reload is in progress, or a bundle switch asked of a multi-worker server",
+            413: "body too large",
+            415: "not application/json",
+            422: "invalid field, not a bundle, or the new bundle did not load or warm up; the old one still serves",
+        }
+    ),
 )
 async def reload(request: Request, body: ReloadRequest = Depends(json_body(ReloadRequest, optional=True))) -> dict:
     settings = request.app.state.settings
-    if body.bundle is not None and settings.workers > 1:
-        raise Problem(
-            409,
-            "multi-worker",
-            "switching to another bundle path needs a single worker; with several, "
-            "update the configured path (XTAG_BUNDLE) and restart, or reload it in place",
-        )
+    target: Path | None = None
+    if body.bundle is not None:
+        if settings.admin_key is None:
+            raise Problem(
+                403,
+                "admin-key-required",
+                "switching to another bundle over HTTP needs an admin key (set XTAG_ADMIN_KEY); without one, "
+                "POST with no 'bundle' re-reads the configured bundle, or use SIGHUP",
+            )
+        if settings.workers > 1:
+            raise Problem(
+                409,
+                "multi-worker",
+                "switching to another bundle path needs a single worker; with several, "
+                "update the configured path (XTAG_BUNDLE) and restart, or reload it in place",
+            )
+        target = resolve_target(request, body.bundle)
     try:
-        summary = await reload_model(request.app, body.bundle)
+        summary = await reload_model(request.app, target, wait=False)
+    except ReloadInProgress as exc:
+        raise Problem(409, "reload-in-progress", str(exc), headers={"Retry-After": "1"}) from exc
     except XtagError as exc:
-        current = request.app.state.registry.current
-        still = f"; still serving {current.ref['name']} {current.ref['version']}" if current else ""
-        raise Problem(422, "reload-failed", f"{exc}{still}") from exc
+        raise Problem(422, "reload-failed", f"{exc}{_still_serving(request)}") from exc
     if os.environ.get(SUPERVISOR_ENV) == str(os.getppid()):  # roll every sibling worker onto it (uvicorn SIGHUP)
         os.kill(os.getppid(), signal.SIGHUP)
     return summary

@@ -7,16 +7,36 @@ from importlib import metadata
 from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Depends, Request
-from starlette.datastructures import FormData
+from starlette.formparsers import MultiPartException, MultiPartParser
 
 from service.deps import json_body, openapi_body, served_model
-from service.problems import Problem
+from service.problems import Problem, problem_responses
 from service.registry import ServedModel
 from service.routes.predict import JSONBytes, predict_rows
 from service.schemas import AnnifBatchRequest
 
 router = APIRouter(tags=["annif"])
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+PROJECT = {401: "missing API key", 404: "no such project", 503: "no model loaded yet"}
+
+
+class StrictMultiPartParser(MultiPartParser):
+    """Starlette's multipart parser, but a text field that is not valid in its charset is a 400: the
+    stock parser silently decodes it as latin-1, and the text predicted would not be the one sent."""
+
+    def on_part_end(self) -> None:
+        part = self._current_part
+        if part.file is None:
+            try:
+                bytes(part.data).decode(self._charset or "utf-8")
+            except (UnicodeDecodeError, LookupError) as exc:
+                where = f" at byte {exc.start}" if isinstance(exc, UnicodeDecodeError) else ""
+                raise Problem(
+                    400,
+                    "bad-request",
+                    f"form field {part.field_name!r} is not valid {(self._charset or 'utf-8').upper()}{where}",
+                ) from None
+        super().on_part_end()
 
 
 def project_id(model: ServedModel) -> str:
@@ -77,11 +97,21 @@ async def _suggest(
     return out
 
 
-async def _form(request: Request, content_type: str) -> FormData | dict[str, str]:
-    """The form's fields; a url-encoded body that is not UTF-8 is a 400, as for the JSON endpoints
-    (Starlette's parser would silently replace the bytes, and the text predicted would not be the one sent)."""
+async def _form(request: Request, content_type: str) -> dict[str, str]:
+    """The form's fields; a body that is not UTF-8 is a 400, as for the JSON endpoints (Starlette's
+    parsers would silently replace the bytes, and the text predicted would not be the one sent)."""
     if content_type != FORM_TYPES[0]:
-        return await request.form()
+        try:
+            form = await StrictMultiPartParser(request.headers, request.stream()).parse()
+        except MultiPartException as exc:
+            raise Problem(400, "bad-request", f"invalid multipart form: {exc.message}") from None
+        fields: dict[str, str] = {}
+        for name, value in form.multi_items():  # the last value wins, as for url-encoded forms
+            if isinstance(value, str):
+                fields[name] = value
+            else:  # a file part is not a text field; close its spooled file now
+                await value.close()
+        return fields
     raw = await request.body()
     try:
         return dict(parse_qsl(raw.decode("utf-8"), keep_blank_values=True, encoding="utf-8", errors="strict"))
@@ -89,7 +119,7 @@ async def _form(request: Request, content_type: str) -> FormData | dict[str, str
         raise Problem(400, "bad-request", f"form body is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
 
 
-@router.get("/v1/", summary="API information (Annif)")
+@router.get("/v1/", summary="API information (Annif)", responses=problem_responses({401: "missing API key"}))
 async def api_info() -> dict:
     try:
         version = metadata.version("xtag")
@@ -98,13 +128,15 @@ async def api_info() -> dict:
     return {"title": "xtag REST API (Annif-compatible)", "version": version}
 
 
-@router.get("/v1/projects", summary="Annif projects: the served bundle")
+@router.get(
+    "/v1/projects", summary="Annif projects: the served bundle", responses=problem_responses({401: "missing API key"})
+)
 async def projects(request: Request) -> dict:
     model = request.app.state.registry.current
     return {"projects": [project(request, model)] if model else []}
 
 
-@router.get("/v1/projects/{project_id}", summary="One Annif project")
+@router.get("/v1/projects/{project_id}", summary="One Annif project", responses=problem_responses(PROJECT))
 async def get_project(request: Request, project_id: str) -> dict:
     return project(request, _project(request, project_id))
 
@@ -112,6 +144,14 @@ async def get_project(request: Request, project_id: str) -> dict:
 @router.post(
     "/v1/projects/{project_id}/suggest",
     summary="Annif suggest (form-encoded text, limit, threshold)",
+    responses=problem_responses(
+        {
+            400: "invalid form, UTF-8, limit or threshold",
+            **PROJECT,
+            413: "body or text too large",
+            415: "not a form",
+        }
+    ),
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -122,8 +162,8 @@ async def get_project(request: Request, project_id: str) -> dict:
                         "required": ["text"],
                         "properties": {
                             "text": {"type": "string"},
-                            "limit": {"type": "integer", "default": 10},
-                            "threshold": {"type": "number", "default": 0},
+                            "limit": {"type": "integer", "default": 10, "minimum": 1},
+                            "threshold": {"type": "number", "default": 0, "minimum": 0, "maximum": 1},
                             "language": {"type": "string"},
                         },
                     }
@@ -151,8 +191,27 @@ async def suggest(request: Request, project_id: str):
 
 @router.post(
     "/v1/projects/{project_id}/suggest-batch",
-    openapi_extra=openapi_body(AnnifBatchRequest),
+    openapi_extra={
+        **openapi_body(AnnifBatchRequest),
+        "parameters": [
+            {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "default": 10}},
+            {
+                "name": "threshold",
+                "in": "query",
+                "schema": {"type": "number", "minimum": 0, "maximum": 1, "default": 0},
+            },
+        ],
+    },
     summary="Annif suggest-batch (JSON documents; limit, threshold as query parameters)",
+    responses=problem_responses(
+        {
+            400: "invalid JSON, UTF-8, limit or threshold, or too many documents",
+            **PROJECT,
+            413: "body or text too large",
+            415: "not application/json",
+            422: "invalid field",
+        }
+    ),
 )
 async def suggest_batch(
     request: Request, project_id: str, body: AnnifBatchRequest = Depends(json_body(AnnifBatchRequest))

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import Response
 
-from service.problems import problem_response
+from service.problems import problem_response, problem_responses
 
 router = APIRouter(tags=["operations"])
 
@@ -19,7 +19,8 @@ async def health() -> dict:
 @router.get(
     "/ready",
     summary="Readiness: 200 once the bundle is loaded and a warm-up prediction succeeded, else 503",
-    responses={503: {"description": "not ready", "content": {"application/problem+json": {}}}},
+    description="While a model serves, `last_reload_error` says why the latest reload was refused (if it was).",
+    responses=problem_responses({503: "not ready; `detail` says why"}),
 )
 async def ready(request: Request):
     registry = request.app.state.registry
@@ -27,7 +28,10 @@ async def ready(request: Request):
     if model is None:
         why = registry.last_error or ("loading the bundle" if registry.loading else "no bundle loaded")
         return problem_response(503, "not-ready", f"not ready: {why}", request.url.path, {"Retry-After": "1"})
-    return {"status": "ready", "model": model.ref, "warmup_ms": round(model.warmup_ms, 3)}
+    out = {"status": "ready", "model": model.ref, "warmup_ms": round(model.warmup_ms, 3)}
+    if registry.last_error:  # the old model still serves; say why the new one was refused
+        out["last_reload_error"] = registry.last_error
+    return out
 
 
 @router.get("/metrics", summary="Prometheus exposition", response_class=Response)

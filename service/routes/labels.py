@@ -2,19 +2,46 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import PurePosixPath, PureWindowsPath
 from typing import Annotated
 
 import numpy as np
 from fastapi import APIRouter, Depends, Query, Request
 
 from service.deps import served_model
+from service.problems import problem_responses
 from service.registry import ServedModel
 from service.schemas import LabelsPage, ModelInfo
 
 router = APIRouter(tags=["model"])
+AUTH_AND_MODEL = {401: "missing API key", 503: "no model loaded yet"}
+QUERY = {422: "invalid query parameter"}
+WINDOWS_ABSOLUTE = re.compile(r"^[A-Za-z]:[\\/]|^\\\\")
 
 
-@router.get("/v1/labels", response_model=LabelsPage, summary="Label names, paged, optionally filtered")
+def _public(value):
+    """`value` with every absolute filesystem path cut to its last part: the manifest records where the
+    bundle was built from (the training corpus, the run folder), which is nobody's business but the
+    operator's."""
+    if isinstance(value, dict):
+        return {k: _public(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_public(v) for v in value]
+    if isinstance(value, str):
+        if value.startswith("/") and "\n" not in value:
+            return PurePosixPath(value).name
+        if WINDOWS_ABSOLUTE.match(value):
+            return PureWindowsPath(value).name
+    return value
+
+
+@router.get(
+    "/v1/labels",
+    response_model=LabelsPage,
+    summary="Label names, paged, optionally filtered",
+    responses=problem_responses({**AUTH_AND_MODEL, **QUERY}),
+)
 async def labels(
     model: ServedModel = Depends(served_model),
     q: Annotated[str | None, Query(max_length=200, description="case-insensitive substring")] = None,
@@ -38,22 +65,31 @@ def model_info(model: ServedModel) -> dict:
         "name": b.name,
         "version": b.version,
         "kind": model.kind,
-        "path": str(b.path),
+        "path": b.path.name,
         "label_count": model.n_labels,
         "default_beam_size": model.default_beam,
         "load_seconds": round(b.load_seconds, 4),
         "warmup_ms": round(model.warmup_ms, 3),
         "loaded_at": model.loaded_at,
-        "manifest": b.manifest,
+        "manifest": _public(b.manifest),
     }
 
 
-@router.get("/v1/model", response_model=ModelInfo, summary="The served bundle: manifest, label count, load time")
+@router.get(
+    "/v1/model",
+    response_model=ModelInfo,
+    summary="The served bundle: manifest, label count, load time (no server paths)",
+    responses=problem_responses(AUTH_AND_MODEL),
+)
 async def model(model: ServedModel = Depends(served_model)) -> dict:
     return model_info(model)
 
 
-@router.get("/v1/stats", summary="Rolling QPS, latency percentiles, error rate and top labels (dashboard feed)")
+@router.get(
+    "/v1/stats",
+    summary="Rolling QPS, latency percentiles, error rate and top labels (dashboard feed)",
+    responses=problem_responses({401: "missing API key", **QUERY}),
+)
 async def stats(request: Request, top: Annotated[int, Query(ge=1, le=100)] = 10) -> dict:
     state = request.app.state
     model = state.registry.current

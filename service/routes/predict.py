@@ -14,23 +14,25 @@ from models.errors import XtagError
 from models.macro_inference import SERVING_MAX_DOCS, predict_optimized, serving_config
 from service.batching import run_off_loop
 from service.deps import openapi_body, parse_body, require_api_key, served_model
-from service.problems import Problem
+from service.problems import Problem, problem_responses
 from service.registry import ServedModel
 from service.schemas import BatchRequest, BatchResponse, PredictOptions, PredictRequest, PredictResponse, Reweight
 
 router = APIRouter(tags=["predict"])
-HOT_ROUTES = ("/v1/predict", "/v1/predict/batch")
-ERRORS = {
-    c: {"description": d, "content": {"application/problem+json": {}}}
-    for c, d in (
-        (400, "invalid JSON or UTF-8"),
-        (401, "missing API key"),
-        (413, "body or text too large"),
-        (415, "not application/json"),
-        (422, "invalid field"),
-        (503, "no model loaded yet"),
-    )
-}
+# /predict and /predict/batch are unversioned aliases (the same handlers, auth included), kept out of
+# the OpenAPI schema so that it lists each operation once, under its versioned name.
+ALIASES = {"/v1/predict": "/predict", "/v1/predict/batch": "/predict/batch"}
+HOT_ROUTES = (*ALIASES, *ALIASES.values())
+ERRORS = problem_responses(
+    {
+        400: "invalid JSON or UTF-8",
+        401: "missing API key",
+        413: "body or text too large",
+        415: "not application/json",
+        422: "invalid field",
+        503: "no model loaded yet",
+    }
+)
 
 
 class JSONBytes(Response):
@@ -184,3 +186,14 @@ async def optimized_rows(
     request.app.state.metrics.observe_batch(len(texts))
     preds = await run_off_loop(request.app.state.executor, run, texts)
     return label_rows(model, preds, body.threshold)
+
+
+for _route in list(router.routes):
+    if getattr(_route, "path", None) in ALIASES:
+        router.add_api_route(
+            ALIASES[_route.path],
+            _route.endpoint,
+            methods=["POST"],
+            include_in_schema=False,
+            summary=f"alias of {_route.path}",
+        )

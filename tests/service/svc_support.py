@@ -70,7 +70,27 @@ def build_bundle(folder: Path, name: str, variant: int = 0) -> Path:
     return bundle
 
 
-def wait_ready(client, timeout: float = 20.0) -> None:
+STARTUP_S = 120.0  # a deadline, not a wait: on a loaded 2-core machine a start can take tens of seconds
+ADMIN_KEY = "adm1n-s3cret"
+ADMIN = {"X-Admin-Key": ADMIN_KEY}
+
+
+def poisoned_bundle(bundles: dict[str, Path], out: Path, array: str) -> Path:
+    """A copy of tiny-a whose last ranker level has NaN in `array` ("data": the weights, or "bias"),
+    exported through the normal path (training/export.py), so that its manifest checksums match."""
+    import numpy as np
+
+    run = out.with_name(f"run-{out.name}")
+    shutil.copytree(bundles["a"].parent / "run-tiny-a", run)
+    level = run / "model" / "rankers" / "level_2.npz"
+    arrays = dict(np.load(level))
+    arrays[array] = np.full_like(arrays[array], np.nan)
+    np.savez(level, **arrays)
+    export_run(run, out, out.name)
+    return out
+
+
+def wait_ready(client, timeout: float = STARTUP_S) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         if client.get("/ready").status_code == 200:
@@ -101,7 +121,7 @@ class LiveServer:
 
     def __enter__(self) -> LiveServer:
         self.thread.start()
-        deadline = time.time() + 20
+        deadline = time.time() + STARTUP_S
         while time.time() < deadline:
             try:
                 if httpx.get(self.url + "/ready", timeout=1).status_code == 200:
@@ -109,7 +129,7 @@ class LiveServer:
             except httpx.HTTPError:
                 pass
             time.sleep(0.05)
-        raise AssertionError("live server not ready in 20 s")
+        raise AssertionError(f"live server not ready in {STARTUP_S} s")
 
     def __exit__(self, *exc) -> None:
         self.server.should_exit = True

@@ -133,3 +133,61 @@ def test_api_key(make_client):
     )
     assert c.get("/v1/labels").status_code == 401
     assert c.post("/v1/admin/reload").status_code == 401
+
+
+def test_unversioned_predict_aliases_behave_like_v1(make_client):
+    c = make_client(api_key="s3cret")
+    key = {"X-API-Key": "s3cret"}
+    one, batch = {"text": "python script", "k": 3}, {"documents": [{"id": "x", "text": "sql database"}], "k": 2}
+    for alias, versioned, body in (("/predict", "/v1/predict", one), ("/predict/batch", "/v1/predict/batch", batch)):
+        a, v = c.post(alias, json=body, headers=key), c.post(versioned, json=body, headers=key)
+        assert a.status_code == v.status_code == 200
+        strip = lambda r: {k: x for k, x in r.json().items() if k != "took_ms"}  # noqa: E731
+        assert strip(a) == strip(v)
+        assert c.post(alias, json=body).status_code == 401  # auth included
+        assert c.post(alias, json={"text": ""}, headers=key).status_code == 422
+    assert "/predict" not in c.get("/openapi.json").json()["paths"]  # listed once, under /v1
+
+
+def _walk(node):
+    if isinstance(node, dict):
+        yield node
+        for v in node.values():
+            yield from _walk(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _walk(v)
+
+
+def test_openapi_uses_standard_json_schema_keywords(client):
+    spec = client.get("/openapi.json").json()
+    assert not [n for n in _walk(spec) if {"ge", "le", "gt", "lt"} & set(n) and "type" not in n.get("ge", {})]
+    schemas = spec["components"]["schemas"]
+    alpha = schemas["Reweight"]["properties"]["alpha"]
+    assert alpha["minimum"] == 0 and alpha["maximum"] == 1 and alpha["type"] == "number"
+    assert schemas["Optimize"]["properties"]["alpha"]["maximum"] == 1
+    beta = [s for s in schemas["Reweight"]["properties"]["beta"]["anyOf"] if s.get("type") == "number"][0]
+    assert beta["maximum"] == 10
+    for model in ("PredictRequest", "BatchDocument"):
+        text = schemas[model]["properties"]["text"]
+        assert text["minLength"] == 1 and text["pattern"] == r"\S"
+
+
+def test_openapi_documents_every_error_as_problem_json(client):
+    spec = client.get("/openapi.json").json()
+    assert "HTTPValidationError" not in spec["components"]["schemas"]
+    for path, item in spec["paths"].items():
+        for method, op in item.items():
+            for code, response in op["responses"].items():
+                if code[0] in "45":
+                    assert list(response["content"]) == ["application/problem+json"], (path, method, code)
+    expect = {
+        ("/v1/predict", "post"): {"400", "401", "413", "415", "422", "503"},
+        ("/v1/admin/reload", "post"): {"400", "401", "403", "409", "413", "415", "422"},
+        ("/v1/labels", "get"): {"401", "422", "503"},
+        ("/v1/model", "get"): {"401", "503"},
+        ("/v1/projects/{project_id}/suggest", "post"): {"400", "401", "404", "413", "415", "503"},
+        ("/ready", "get"): {"503"},
+    }
+    for (path, method), codes in expect.items():
+        assert codes <= set(spec["paths"][path][method]["responses"]), (path, codes)

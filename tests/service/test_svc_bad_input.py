@@ -184,3 +184,25 @@ def test_annif_bad_input(client):
     assert_problem(client.post("/v1/projects/nope/suggest", data={"text": "a"}), 404, "nope")
     assert_problem(client.get("/v1/projects/nope"), 404, "nope")
     assert_problem(client.post("/v1/projects/tiny-a/suggest-batch", json={"documents": [{"txt": "a"}]}), 422, "txt")
+
+
+def test_annif_multipart_form_with_invalid_utf8_is_400(client):
+    boundary = "xtagboundary"
+
+    def multipart(text: bytes) -> tuple[bytes, dict]:
+        body = (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="text"\r\n\r\n'.encode()
+            + text
+            + f'\r\n--{boundary}\r\nContent-Disposition: form-data; name="limit"\r\n\r\n2\r\n--{boundary}--\r\n'.encode()
+        )
+        return body, {"content-type": f"multipart/form-data; boundary={boundary}"}
+
+    body, headers = multipart(b"caf\xe9 sql database")  # Latin-1 \xe9: not UTF-8
+    assert_problem(client.post("/v1/projects/tiny-a/suggest", content=body, headers=headers), 400, "UTF-8")
+    body, headers = multipart("café sql database".encode())
+    ok = client.post("/v1/projects/tiny-a/suggest", content=body, headers=headers)
+    assert ok.status_code == 200 and len(ok.json()["results"]) == 2
+    ok = client.post("/v1/projects/tiny-a/suggest", files={"text": (None, "sql database")}, data={"limit": "1"})
+    assert ok.status_code == 200 and len(ok.json()["results"]) == 1
+    bad = client.post("/v1/projects/tiny-a/suggest", content=b"junk", headers={"content-type": "multipart/form-data"})
+    assert_problem(bad, 400, "multipart")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
-from svc_support import bundles, client, make_client  # noqa: F401  (pytest fixtures)
+from svc_support import ADMIN, ADMIN_KEY, bundles, client, make_client  # noqa: F401  (pytest fixtures)
 
 
 def samples(text: str) -> dict[tuple, float]:
@@ -41,8 +41,9 @@ def test_metrics_count_requests_per_endpoint_and_status(client):
     assert s[("xtag_model_load_seconds", ())] > 0
 
 
-def test_model_info_follows_a_reload(client, bundles):
-    client.post("/v1/admin/reload", json={"bundle": str(bundles["b"])})
+def test_model_info_follows_a_reload(make_client, bundles):
+    client = make_client(admin_key=ADMIN_KEY)
+    assert client.post("/v1/admin/reload", json={"bundle": str(bundles["b"])}, headers=ADMIN).status_code == 200
     info = {dict(k[1])["name"]: v for k, v in samples(client.get("/metrics").text).items() if k[0] == "xtag_model_info"}
     assert info == {"tiny-b": 1.0}
 

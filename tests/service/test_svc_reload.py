@@ -5,7 +5,17 @@ from __future__ import annotations
 import threading
 import time
 
-from svc_support import LiveServer, bundles, client, make_client, wait_ready  # noqa: F401  (pytest fixtures)
+import pytest
+from svc_support import (  # noqa: F401  (pytest fixtures)
+    ADMIN,
+    ADMIN_KEY,
+    STARTUP_S,
+    LiveServer,
+    bundles,
+    client,
+    make_client,
+    wait_ready,
+)
 
 from models.bundle import load_bundle
 from service import registry
@@ -37,49 +47,59 @@ def test_ready_is_503_until_the_model_is_loaded_and_warm(make_client, monkeypatc
     assert c.post("/v1/predict", json={"text": "python script"}).status_code == 200
 
 
+@pytest.fixture
+def admin(make_client):
+    """A ready client of tiny-a with an admin key configured (bundle root: the bundles' folder)."""
+    return make_client(admin_key=ADMIN_KEY)
+
+
+def reload(c, bundle=None):
+    return c.post("/v1/admin/reload", json=None if bundle is None else {"bundle": str(bundle)}, headers=ADMIN)
+
+
 def test_a_bad_bundle_at_startup_leaves_the_service_unready_with_the_reason(make_client, bundles):
-    c = make_client(wait=False, bundle=bundles["broken"])
-    deadline = time.time() + 10
+    c = make_client(wait=False, bundle=bundles["broken"], admin_key=ADMIN_KEY)
+    deadline = time.time() + STARTUP_S
     while "checksum" not in c.get("/ready").text and time.time() < deadline:
         time.sleep(0.02)
     r = c.get("/ready")
     assert r.status_code == 503 and "checksum mismatch for labels.json" in r.json()["detail"]
     assert c.post("/v1/predict", json={"text": "python"}).status_code == 503
     # fixing it through the admin endpoint makes the service ready
-    assert c.post("/v1/admin/reload", json={"bundle": str(bundles["a"])}).status_code == 200
+    assert reload(c, bundles["a"]).status_code == 200
     assert c.get("/ready").status_code == 200
 
 
-def test_reload_switches_to_a_new_bundle(client, bundles):
-    r = client.post("/v1/admin/reload", json={"bundle": str(bundles["b"])})
+def test_reload_switches_to_a_new_bundle(admin, bundles):
+    client = admin
+    r = reload(client, bundles["b"])
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["status"] == "reloaded"
     assert body["previous"] == {"name": "tiny-a", "version": version(bundles["a"])}
     assert body["model"] == {"name": "tiny-b", "version": version(bundles["b"])}
     assert client.post("/v1/predict", json={"text": "python"}).json()["model"]["name"] == "tiny-b"
-    assert client.get("/v1/model").json()["path"] == str(bundles["b"])
-    # a plain reload re-reads the path now configured
-    again = client.post("/v1/admin/reload").json()
+    assert client.get("/v1/model").json()["path"] == "tiny-b"  # its name: no server paths in answers
+    # a plain reload (a JSON Content-Type, no body) re-reads the path now configured
+    again = client.post("/v1/admin/reload", headers={**ADMIN, "Content-Type": "application/json"}).json()
     assert again["status"] == "unchanged" and again["model"]["name"] == "tiny-b"
 
 
-def test_a_bad_bundle_is_refused_and_the_old_one_keeps_serving(client, bundles, tmp_path):
-    for bad, words in (
-        (bundles["broken"], "checksum mismatch"),
-        (tmp_path, "no manifest.json"),
-        (tmp_path / "missing", "not found"),
-    ):
-        r = client.post("/v1/admin/reload", json={"bundle": str(bad)})
-        assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json"
-        assert words in r.json()["detail"] and "still serving tiny-a" in r.json()["detail"]
-        assert client.get("/ready").status_code == 200
-        assert client.post("/v1/predict", json={"text": "python"}).json()["model"]["name"] == "tiny-a"
+def test_a_bad_bundle_is_refused_and_the_old_one_keeps_serving(admin, bundles):
+    client = admin
+    r = reload(client, bundles["broken"])
+    assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json"
+    assert "checksum mismatch" in r.json()["detail"] and "still serving tiny-a" in r.json()["detail"]
+    assert str(bundles["broken"].parent) not in r.text  # named, not located
+    ready = client.get("/ready")
+    assert ready.status_code == 200 and "checksum mismatch" in ready.json()["last_reload_error"]
+    assert client.post("/v1/predict", json={"text": "python"}).json()["model"]["name"] == "tiny-a"
     metrics = client.get("/metrics").text
-    assert 'xtag_model_reloads_total{outcome="failed"} 3.0' in metrics
+    assert 'xtag_model_reloads_total{outcome="failed"} 1.0' in metrics
 
 
-def test_no_request_fails_during_reloads(client, bundles):
+def test_no_request_fails_during_reloads(admin, bundles):
+    client = admin
     errors, done, served = [], threading.Event(), set()
 
     def hammer():
@@ -94,7 +114,7 @@ def test_no_request_fails_during_reloads(client, bundles):
     for t in threads:
         t.start()
     for target in ("b", "broken", "a", "broken", "b"):
-        client.post("/v1/admin/reload", json={"bundle": str(bundles[target])})
+        assert reload(client, bundles[target]).status_code in (200, 422)
     done.set()
     for t in threads:
         t.join()
@@ -116,12 +136,12 @@ def test_sighup_reloads_the_configured_path(bundles, tmp_path):
     link.symlink_to(bundles["a"])
     port = free_port()
     env = {**os.environ, "XTAG_LOG_LEVEL": "warning"}
-    code = f"from service.server import serve; serve({str(link)!r}, '127.0.0.1', {port}, 1)"
+    code = f"from service.server import serve; serve({str(link)!r}, '127.0.0.1', {port}, 1)"  # in its main thread
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=os.getcwd())
     url = f"http://127.0.0.1:{port}"
     try:
 
-        def model_name(timeout=20.0, want=None):
+        def model_name(timeout=STARTUP_S, want=None):
             deadline = time.time() + timeout
             while time.time() < deadline:
                 try:
@@ -141,11 +161,13 @@ def test_sighup_reloads_the_configured_path(bundles, tmp_path):
         link.unlink()
         link.symlink_to(bundles["broken"])
         proc.send_signal(signal.SIGHUP)
-        time.sleep(1.0)
+        failed = 'xtag_model_reloads_total{outcome="failed"} 1.0'
+        deadline = time.time() + STARTUP_S  # poll for the refusal: a fixed sleep was too short under load
+        while failed not in httpx.get(url + "/metrics", timeout=5).text and time.time() < deadline:
+            time.sleep(0.1)
+        assert failed in httpx.get(url + "/metrics", timeout=5).text
         assert proc.poll() is None
         assert model_name() == "tiny-b"  # the bad bundle was refused; still serving
-        metrics = httpx.get(url + "/metrics").text
-        assert 'xtag_model_reloads_total{outcome="failed"} 1.0' in metrics
     finally:
         proc.terminate()
         proc.wait(10)
@@ -155,7 +177,7 @@ def test_live_server_reload_under_load(bundles):
     """Over real HTTP: concurrent clients see no error while the admin endpoint switches bundles."""
     import httpx
 
-    with LiveServer(Settings(_env_file=None, bundle=bundles["a"])) as server:
+    with LiveServer(Settings(_env_file=None, bundle=bundles["a"], admin_key=ADMIN_KEY)) as server:
         errors, done = [], threading.Event()
 
         def hammer():
@@ -170,7 +192,7 @@ def test_live_server_reload_under_load(bundles):
             t.start()
         with httpx.Client(base_url=server.url, timeout=30) as h:
             for target in ("b", "broken", "a"):
-                h.post("/v1/admin/reload", json={"bundle": str(bundles[target])})
+                h.post("/v1/admin/reload", json={"bundle": str(bundles[target])}, headers=ADMIN)
         done.set()
         for t in threads:
             t.join()

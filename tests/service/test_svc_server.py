@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-from svc_support import bundles, free_port  # noqa: F401  (pytest fixtures)
+from svc_support import ADMIN, ADMIN_KEY, STARTUP_S, bundles, free_port  # noqa: F401  (pytest fixtures)
 
 XTAG = Path(sys.executable).with_name("xtag")
 
@@ -26,7 +26,7 @@ def model_info(url: str) -> dict[str, str]:
     return out
 
 
-def wait_for(predicate, timeout: float = 40.0) -> bool:
+def wait_for(predicate, timeout: float = STARTUP_S) -> bool:
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
@@ -48,6 +48,7 @@ def test_multi_worker_serve_and_rolling_sighup(bundles, tmp_path):
     url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XTAG_", "PROMETHEUS_MULTIPROC_DIR"))}
     env["XTAG_LOG_LEVEL"] = "warning"
+    env["XTAG_ADMIN_KEY"] = ADMIN_KEY
     log = tmp_path / "serve.log"
     proc = subprocess.Popen(
         [str(XTAG), "serve", str(link), "--host", "127.0.0.1", "--port", str(port), "--workers", "2"],
@@ -56,7 +57,7 @@ def test_multi_worker_serve_and_rolling_sighup(bundles, tmp_path):
         stderr=log.open("w"),
     )
     try:
-        assert wait_for(lambda: len(model_info(url)) == 2, 60), log.read_text()[-3000:]
+        assert wait_for(lambda: len(model_info(url)) == 2), log.read_text()[-3000:]
         assert set(model_info(url).values()) == {va}
         for _ in range(20):
             assert httpx.post(url + "/v1/predict", json={"text": "python script"}).status_code == 200
@@ -69,7 +70,7 @@ def test_multi_worker_serve_and_rolling_sighup(bundles, tmp_path):
         assert total == 20  # counted across both workers
 
         # a bundle switch by path needs a single worker
-        r = httpx.post(url + "/v1/admin/reload", json={"bundle": str(bundles["b"])})
+        r = httpx.post(url + "/v1/admin/reload", json={"bundle": str(bundles["b"])}, headers=ADMIN)
         assert r.status_code == 409 and r.headers["content-type"] == "application/problem+json"
 
         # SIGHUP with a broken bundle behind the path: the rolling restart is refused, old workers serve on
@@ -77,7 +78,7 @@ def test_multi_worker_serve_and_rolling_sighup(bundles, tmp_path):
         link.symlink_to(bundles["broken"])
         before = model_info(url)
         proc.send_signal(signal.SIGHUP)
-        assert wait_for(lambda: "aborting the restart" in log.read_text(), 60), log.read_text()[-3000:]
+        assert wait_for(lambda: "aborting the restart" in log.read_text()), log.read_text()[-3000:]
         assert "checksum mismatch" in log.read_text()
         assert proc.poll() is None
         assert model_info(url) == before
@@ -87,9 +88,9 @@ def test_multi_worker_serve_and_rolling_sighup(bundles, tmp_path):
         link.unlink()
         link.symlink_to(bundles["b"])
         proc.send_signal(signal.SIGHUP)
-        assert wait_for(lambda: set(model_info(url).values()) == {vb} and len(model_info(url)) == 2, 90), (
-            log.read_text()[-3000:]
-        )
+        assert wait_for(lambda: set(model_info(url).values()) == {vb} and len(model_info(url)) == 2), log.read_text()[
+            -3000:
+        ]
         assert not set(model_info(url)) & set(before), "workers were not replaced"
         assert httpx.post(url + "/v1/predict", json={"text": "python script"}).json()["model"]["version"] == vb
     finally:

@@ -1,0 +1,211 @@
+"""The admin plane: its own key, reload targets fenced to the bundle root, no filesystem probing, JSON only,
+one reload at a time, no server paths in answers, and a warm-up that refuses a corrupt (NaN) bundle."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import threading
+import time
+
+import numpy as np
+import pytest
+from svc_support import (  # noqa: F401  (pytest fixtures)
+    ADMIN,
+    ADMIN_KEY,
+    STARTUP_S,
+    bundles,
+    client,
+    make_client,
+    poisoned_bundle,
+    wait_ready,
+)
+
+from models.beam_search import Predictions
+from models.bundle import load_bundle
+from service import registry
+from service.registry import ServedModel
+
+RELOAD = "/v1/admin/reload"
+
+
+def version(path) -> str:
+    return load_bundle(path).version
+
+
+def test_without_an_admin_key_http_may_only_reread_the_configured_bundle(client, bundles):
+    r = client.post(RELOAD, json={"bundle": str(bundles["b"])})
+    assert r.status_code == 403 and r.headers["content-type"] == "application/problem+json"
+    assert "XTAG_ADMIN_KEY" in r.json()["detail"]
+    assert client.post("/v1/predict", json={"text": "python"}).json()["model"]["name"] == "tiny-a"
+    again = client.post(RELOAD, json={})
+    assert again.status_code == 200 and again.json()["model"]["name"] == "tiny-a"
+
+
+def test_the_admin_key_is_required_and_is_not_the_api_key(make_client, bundles):
+    c = make_client(admin_key=ADMIN_KEY, api_key="api-s3cret")
+    body = {"bundle": str(bundles["b"])}
+    api = {"X-API-Key": "api-s3cret"}
+    for headers in ({}, api, {"X-Admin-Key": "wrong"}, {"Authorization": "Bearer api-s3cret"}):
+        r = c.post(RELOAD, json=body, headers=headers)
+        assert r.status_code == 401 and "admin key" in r.json()["detail"], headers
+    assert c.post("/v1/predict", json={"text": "python"}, headers=api).json()["model"]["name"] == "tiny-a"
+    assert c.post(RELOAD, json=body, headers=ADMIN).json()["model"]["name"] == "tiny-b"
+    r = c.post(RELOAD, json={"bundle": str(bundles["a"])}, headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+    assert r.status_code == 200 and r.json()["model"]["name"] == "tiny-a"
+
+
+def test_reload_targets_must_lie_under_the_bundle_root(make_client, bundles, tmp_path):
+    outside = tmp_path / "elsewhere"
+    shutil.copytree(bundles["b"], outside)
+    escape = bundles["a"].parent / f"link-out-{tmp_path.name}"  # a symlink under the root to a bundle outside
+    escape.symlink_to(outside)
+    try:
+        c = make_client(admin_key=ADMIN_KEY)  # default root: tiny-a's parent folder
+        for target in (outside, escape, bundles["a"].parent / ".." / tmp_path.name / "elsewhere"):
+            r = c.post(RELOAD, json={"bundle": str(target)}, headers=ADMIN)
+            assert r.status_code == 403 and "XTAG_BUNDLE_ROOT" in r.json()["detail"], target
+            assert str(outside) not in r.text
+        # with the root set to where it is, the same bundle loads
+        c2 = make_client(admin_key=ADMIN_KEY, bundle_root=tmp_path)
+        assert c2.post(RELOAD, json={"bundle": str(outside)}, headers=ADMIN).json()["model"]["name"] == "tiny-b"
+    finally:
+        escape.unlink()
+
+
+def test_missing_and_non_bundle_targets_get_the_same_answer(make_client, bundles, tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file").write_text("x")
+    c = make_client(admin_key=ADMIN_KEY, bundle_root=tmp_path)
+    answers = set()
+    for name in ("empty", "missing", "file"):
+        r = c.post(RELOAD, json={"bundle": str(tmp_path / name)}, headers=ADMIN)
+        assert r.status_code == 422 and "still serving tiny-a" in r.json()["detail"]
+        answers.add(r.json()["detail"].replace(str(tmp_path / name), "X"))
+    assert len(answers) == 1, answers
+    assert c.post("/v1/predict", json={"text": "python"}).json()["model"]["name"] == "tiny-a"
+
+
+@pytest.mark.parametrize(
+    "headers,body",
+    [
+        ({"Content-Type": "text/plain"}, b""),  # what a foreign page's form or fetch sends without a preflight
+        ({"Content-Type": "text/plain"}, b'{"bundle": null}'),
+        ({"Content-Type": "application/x-www-form-urlencoded"}, b""),
+        ({}, b""),
+    ],
+)
+def test_reload_needs_a_json_content_type(client, headers, body):
+    before = client.app.state.registry.current
+    r = client.post(RELOAD, content=body, headers={"Origin": "https://evil.example", **headers})
+    assert r.status_code == 415 and r.headers["content-type"] == "application/problem+json"
+    assert client.app.state.registry.current is before  # nothing was reloaded
+    assert "access-control-allow-origin" not in r.headers
+
+
+def test_a_second_concurrent_reload_gets_409(make_client, monkeypatch):
+    c = make_client()
+    gate, entered = threading.Event(), threading.Event()
+    real = registry.load_and_warm
+
+    def slow(path, text):
+        entered.set()
+        gate.wait(STARTUP_S)
+        return real(path, text)
+
+    monkeypatch.setattr(registry, "load_and_warm", slow)
+    first: list = []
+    t = threading.Thread(target=lambda: first.append(c.post(RELOAD, json={})))
+    t.start()
+    try:
+        assert entered.wait(STARTUP_S)
+        r = c.post(RELOAD, json={})
+        assert r.status_code == 409 and r.headers["content-type"] == "application/problem+json"
+        assert "in progress" in r.json()["detail"]
+    finally:
+        gate.set()
+        t.join()
+    assert first[0].status_code == 200
+
+
+def test_a_successful_reload_is_logged_with_old_and_new_versions(make_client, bundles, caplog):
+    c = make_client(admin_key=ADMIN_KEY)
+    with caplog.at_level(logging.INFO, logger="xtag.service"):
+        assert c.post(RELOAD, json={"bundle": str(bundles["b"])}, headers=ADMIN).status_code == 200
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert any(version(bundles["a"]) in m and version(bundles["b"]) in m for m in lines), lines
+
+
+def test_public_answers_show_no_server_paths(make_client, bundles):
+    c = make_client(bundle=bundles["a"])
+    folder = str(bundles["a"].parent)
+    manifest = load_bundle(bundles["a"]).manifest
+    assert folder in json.dumps(manifest)  # the training corpus path is in the manifest...
+    for path in ("/v1/model", "/v1/stats", "/ready", "/v1/projects", "/v1/projects/tiny-a"):
+        r = c.get(path)
+        assert r.status_code == 200 and folder not in r.text, path  # ...but in no answer
+    info = c.get("/v1/model").json()
+    assert info["path"] == "tiny-a" and info["manifest"]["files"] == manifest["files"]
+    assert info["manifest"]["training"]["config"]["corpus"] == "tiny-a.jsonl"
+
+
+def test_startup_with_a_broken_bundle_names_no_path(make_client, bundles):
+    c = make_client(wait=False, bundle=bundles["broken"])
+    deadline = time.time() + STARTUP_S
+    while "checksum" not in c.get("/ready").text and time.time() < deadline:
+        time.sleep(0.02)
+    r = c.get("/ready")
+    assert r.status_code == 503 and "broken" in r.json()["detail"]
+    assert str(bundles["broken"].parent) not in r.text
+
+
+@pytest.fixture(scope="module")
+def poisoned(bundles, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("poisoned")
+    return {what: poisoned_bundle(bundles, folder / f"nan-{what}", what) for what in ("data", "bias")}
+
+
+@pytest.mark.parametrize("what", ["data", "bias"])
+def test_a_bundle_with_nan_weights_is_refused_and_the_old_one_serves(make_client, poisoned, what):
+    c = make_client(admin_key=ADMIN_KEY, bundle_root=poisoned[what].parent)
+    r = c.post(RELOAD, json={"bundle": str(poisoned[what])}, headers=ADMIN)
+    assert r.status_code == 422 and "non-finite" in r.json()["detail"], r.text
+    ready = c.get("/ready")
+    assert ready.status_code == 200 and ready.json()["model"]["name"] == "tiny-a"
+    assert "non-finite" in ready.json()["last_reload_error"]
+    p = c.post("/v1/predict", json={"text": "python script"}).json()
+    assert p["model"]["name"] == "tiny-a" and p["labels"]
+
+
+def test_a_bundle_with_nan_weights_never_becomes_ready(make_client, poisoned):
+    c = make_client(wait=False, bundle=poisoned["data"])
+    deadline = time.time() + STARTUP_S
+    while "non-finite" not in c.get("/ready").text and time.time() < deadline:
+        time.sleep(0.05)
+    r = c.get("/ready")
+    assert r.status_code == 503 and "non-finite" in r.json()["detail"] and "level_2.npz" in r.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    "labels,scores,words",
+    [
+        ([[-1, -1, -1]], [[0.0, 0.0, 0.0]], "no labels"),
+        ([[2, 0, -1]], [[np.nan, 0.5, 0.0]], "non-finite"),
+        ([[2, 0, 1]], [[0.7, np.inf, 0.1]], "non-finite"),
+    ],
+)
+def test_warm_up_checks_the_predictions_not_just_that_they_ran(
+    make_client, bundles, monkeypatch, labels, scores, words
+):
+    """Predictions a corrupt model can give without raising (NaN scores, an empty top-k) keep it out."""
+    c = make_client(admin_key=ADMIN_KEY)
+
+    def bad_predict(self, texts, k, beam_size, a):
+        return Predictions(np.array(labels * len(texts)), np.array(scores * len(texts), dtype=np.float32))
+
+    monkeypatch.setattr(ServedModel, "predict", bad_predict)
+    r = c.post(RELOAD, json={"bundle": str(bundles["b"])}, headers=ADMIN)
+    assert r.status_code == 422 and words in r.json()["detail"]
+    assert c.get("/ready").json()["model"]["name"] == "tiny-a"
+    assert words in c.get("/ready").json()["last_reload_error"]

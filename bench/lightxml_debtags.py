@@ -141,9 +141,11 @@ def main() -> None:
         entry = {**run_variant(name, config, work, None, quantize=False), **log_facts(run)}
         bundle = work / f"{name}-bundle"
         start = time.perf_counter()
-        metrics, _ = evaluate_bundle(load_bundle(bundle), test, progress=True)
+        metrics, info = evaluate_bundle(load_bundle(bundle), test, progress=True)  # the XMC convention
         entry["eval_seconds"] = round(time.perf_counter() - start, 1)
         entry["metrics"] = {m: round(metrics[m], 2) for m in METRICS}
+        entry["convention"] = info["convention"]  # per variant: results.json accumulates over invocations
+        entry["unseen_test_label_mentions"] = info["unknown_label_mentions"]
         entry["latency"] = latencies(bundle, test.texts, args.latency_texts)
         entry["args"] = {k: str(v) for k, v in vars(args).items()}
         # Variants may run as separate processes (one per budget): keep what the others wrote.

@@ -77,6 +77,31 @@ def payloads(docs: list[dict]) -> list[dict]:
     return [d["result"] for d in docs]
 
 
+# Metric convention of a result (models/metrics.py): the benchmark scripts record "convention"; results from
+# before issue 14 lack it and were computed under the known-labels convention.
+BEFORE_XMC = "known-labels (computed before the XMC convention became the default)"
+
+
+CONVENTION_TEXT = {
+    "xmc": "xmc (unseen test labels count as misses; macro metrics over the test split's labels)",
+    "known-labels": "known-labels (unseen test labels dropped; macro metrics over all model labels)",
+}
+
+
+def convention(*levels: dict | None) -> str:
+    """The first "convention" recorded in `levels` (e.g. a variant, then its result), else BEFORE_XMC."""
+    name = next((d["convention"] for d in levels if isinstance(d, dict) and d.get("convention")), None)
+    return BEFORE_XMC if name is None else CONVENTION_TEXT.get(name, name)
+
+
+def convention_line(names: list[str]) -> str:
+    """One line under a table of accuracy figures naming the convention(s) its rows were computed with."""
+    unique = list(dict.fromkeys(names)) or [BEFORE_XMC]
+    if len(unique) == 1:
+        return f"Metric convention: {unique[0]}."
+    return "Metric conventions (see the convention column): " + "; ".join(unique) + "."
+
+
 def one_result_each(build):
     """A builder of one result's tables; files matched together by one marker get theirs one after the other."""
 
@@ -114,6 +139,7 @@ def xlinear_vs_pecos(r: dict) -> dict[str, str]:
     out["accuracy"] = table(
         ["metric", "xtag", f"PECOS{version}"], "lrr", [[m, f2(ours[m]), f2(peer[m])] for m in metrics]
     )
+    out["accuracy"] += "\n\n" + convention_line([convention(r)])
     ratios = r.get("ratios", {})
     rows = []
     for key, label, fmt in (
@@ -163,6 +189,8 @@ def xlinear_validation(docs: list[dict]) -> dict[str, str]:
         "table": table(
             ["variant"] + [h for _, h, _ in cols], "l" + "".join("l" if k == "note" else "r" for k, _, _ in cols), body
         )
+        + "\n\n"
+        + convention_line([convention(r) for r in payloads(docs)])
     }
 
 
@@ -251,6 +279,7 @@ def service_latency(r: dict) -> dict[str, str]:
                 for s, row in cells.items()
             ],
         )
+        out["reweighting"] += "\n\n" + convention_line([convention(rw, r)])
     return out
 
 
@@ -342,6 +371,7 @@ def tail_debtags(r: dict) -> dict[str, str]:
     out["smallest_alpha"] = table(
         ["model", "plain P@5 / macro-R@5", "scheme", "alpha", "P@5", "macro-R@5"], "lllrrr", rows
     )
+    out["smallest_alpha"] += "\n\n" + convention_line([convention(s, r) for _, _, s in models if s])
     study = r["calibrated"]["study"]
     fw = {x["alpha"]: x for x in study.get("fw", [])}
     per_alpha = study["comparison"]["per_alpha"]
@@ -376,6 +406,7 @@ def tail_debtags(r: dict) -> dict[str, str]:
         "rrrrlrrr",
         rows,
     )
+    out["batch"] += "\n\n" + convention_line([convention(study, r)])
     return out
 
 
@@ -405,7 +436,7 @@ def _seconds(entry: dict):
 
 
 def xr_transformer_debtags(docs: list[dict]) -> dict[str, str]:
-    rows = []
+    rows, conventions = [], []
     for r in payloads(docs):
         args = r.get("args", {})
         for name, v in _variants(r):
@@ -415,15 +446,20 @@ def xr_transformer_debtags(docs: list[dict]) -> dict[str, str]:
                 stages = ("finetune_seconds", "encode_seconds", "bootstrap_seconds", "ranker_seconds")
                 train += " = " + " + ".join(f0(s[k]) for k in stages)
             rows.append([v.get("label", _xrt_label(name, args))] + [f2(v["metrics"][m]) for m in METRICS] + [train])
+            conventions.append(convention(v, r))
             if v.get("int8_metrics"):
                 rows.append(["… int8 encoder"] + [f2(v["int8_metrics"][m]) for m in METRICS] + [""])
+                conventions.append(conventions[-1])
     bold_column_maxima(rows, range(1, 1 + len(METRICS)))
+    mixed = len(set(conventions)) > 1
     out = {
         "accuracy": table(
-            ["variant", *METRICS, "training s = fine-tune + encode + bootstrap + rankers"],
-            "l" + "r" * len(METRICS) + "l",
-            rows,
+            ["variant", *METRICS, "training s = fine-tune + encode + bootstrap + rankers"] + ["convention"] * mixed,
+            "l" + "r" * len(METRICS) + "l" + "l" * mixed,
+            [row + [c.split(" ")[0]] * mixed for row, c in zip(rows, conventions)],
         )
+        + "\n\n"
+        + convention_line(conventions)
     }
     measured = [(r.get("args", {}), name, v) for r in payloads(docs) for name, v in _variants(r) if v.get("latency")]
     if measured:
@@ -507,14 +543,71 @@ def xr_transformer_latency(docs: list[dict]) -> dict[str, str]:
     }
 
 
+@one_result_each
+def xr_transformer_engine(r: dict) -> dict[str, str]:
+    """bench/xr_transformer_engine.py: predict minus encoder, compiled engine vs numpy beam search, one bundle."""
+    b, agree = r["bundle"], r["agreement"]
+    lat = lambda key: [ms(r[key]["p50_ms"]), ms(r[key]["p99_ms"]), ms(r[key]["mean_ms"])]  # noqa: E731
+    times = table(
+        [f"one text per request, k = {r['k']}", "p50 ms", "p99 ms", "mean ms"],
+        "lrrr",
+        [
+            ["predict minus encoder, before: numpy beam search (models/beam_search.py)", *lat("before")],
+            ["predict minus encoder, after: compiled engine (models/engine/)", *lat("after")],
+            [
+                "before / after",
+                f2(r["ratio_p50"]),
+                f2(r["ratio_p99"]),
+                f2(r["before"]["mean_ms"] / r["after"]["mean_ms"]),
+            ],
+            ["shared part alone: TF-IDF + Φ_cat assembly (embedding looked up)", *lat("features")],
+            ["bare ONNX encoder (tokenise + forward), for context", *lat("onnx")],
+        ],
+    )
+    enc = b["encoder"]
+    source = [part for part in str(enc["source"]).split("/") if part]
+    source = source[-2] if len(source) > 1 and source[-1] == "model" else source[-1]  # a package's model/ folder
+    frozen = {True: "frozen", False: "fine-tuned", None: "encoder training not recorded"}[b.get("frozen_encoder")]
+    load = r["load_average_timed"]
+    facts = table(
+        ["", ""],
+        "ll",
+        [
+            [
+                "bundle",
+                f"{frozen} {source} (max_length {enc['max_length']}, {enc['pooling']} pooling), "
+                f"{enc['features']} features ({b['features']:,} columns), levels "
+                + " → ".join(f"{n:,}" for n in b["levels"])
+                + f", beam {b['beam_size']}"
+                + (", FAISS level 1" if b["first_level_index"] else ""),
+            ],
+            [
+                "texts; samples per method",
+                f"first {r['texts']} test texts; {r['samples_per_method']:,} ({r['rounds']} rounds, methods taking "
+                f"turns in blocks of {r['block']}); ONNX {r['onnx_samples']:,} in a pass of its own",
+            ],
+            [
+                f"top-k agreement (labels in order, scores within {agree['tolerance']:.0e})".replace("e-0", "e-"),
+                f"{agree['agree']} / {agree['texts']} texts; max score difference {e1(agree['max_abs_score_diff'])}",
+            ],
+            [
+                "load average (1 min) around the timed passes",
+                f"{load['before_timing'][0]:.2f} → {load['after_before_vs_after'][0]:.2f} → {load['after_onnx'][0]:.2f}",
+            ],
+        ],
+    )
+    return {"table": times + "\n\n" + facts}
+
+
 def lightxml_debtags(docs: list[dict]) -> dict[str, str]:
-    rows = []
+    rows, conventions = [], []
     for r in payloads(docs):
         for b in r.get("baselines", []):
             t = b.get("training_s")
             train = "–" if t is None else f0(t)
             train += f" (fine-tune {b['finetune_s']:.0f})" if t is not None and b.get("finetune_s") else ""
             rows.append([b["label"]] + [f2(b["metrics"][m]) for m in METRICS] + [train, b.get("epochs", "")])
+            conventions.append(convention(b, r))
     measured = []
     for r in payloads(docs):
         for name, v in _variants(r):
@@ -531,9 +624,19 @@ def lightxml_debtags(docs: list[dict]) -> dict[str, str]:
                 + [f2(v["metrics"][m]) for m in METRICS]
                 + [f0(_seconds(v)), epochs]
             )
+            conventions.append(convention(v, r))
             if v.get("latency"):
                 measured.append((name, v))
-    out = {"accuracy": table(["model", *METRICS, "training s", "epochs"], "l" + "r" * (len(METRICS) + 1) + "l", rows)}
+    mixed = len(set(conventions)) > 1
+    out = {
+        "accuracy": table(
+            ["model", *METRICS, "training s", "epochs"] + ["convention"] * mixed,
+            "l" + "r" * (len(METRICS) + 1) + "l" + "l" * mixed,
+            [row + [c.split(" ")[0]] * mixed for row, c in zip(rows, conventions)],
+        )
+        + "\n\n"
+        + convention_line(conventions)
+    }
     if measured:
         texts = next((get(v, "export", "parity_texts") for _, v in measured if get(v, "export", "parity_texts")), 64)
         out["latency"] = table(
@@ -572,6 +675,7 @@ BUILDERS = {
         tail_debtags,
         xr_transformer_debtags,
         xr_transformer_latency,
+        xr_transformer_engine,
         lightxml_debtags,
     )
 }

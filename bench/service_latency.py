@@ -34,6 +34,7 @@ from models.bundle import load_bundle  # noqa: E402
 from models.metrics import evaluate  # noqa: E402
 from models.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank  # noqa: E402
 from training.data import load_corpus  # noqa: E402
+from training.evaluate import ground_truth  # noqa: E402
 
 ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -198,10 +199,13 @@ def throughput(port: int, predictor, texts: list[str], k: int, batch: int) -> di
 
 
 def reweighting_table(bundle, corpus, k: int = 5) -> dict:
-    """macro-R@k and P@k per scheme and alpha, candidates widened exactly as the service widens them."""
+    """macro-R@k and P@k per scheme and alpha, candidates widened exactly as the service widens them.
+
+    Under the XMC convention (models/metrics.py): test labels unseen in training are misses that count,
+    macro-R@k averages over the labels of the test split."""
     p = bundle.predictor
     vocab = p.vocab
-    Y, _ = corpus.label_matrix(vocab)
+    truth = ground_truth(corpus, vocab)
     beam = p.model.config.beam_size
     plain = p.predict(corpus.texts, k=k, beam_size=beam)
     k_cand, wide_beam = candidate_budget(k, beam, p.n_labels)
@@ -211,9 +215,16 @@ def reweighting_table(bundle, corpus, k: int = 5) -> dict:
         w = label_weights(vocab.frequency_array, vocab.n_train_docs, scheme)
         for alpha in ALPHAS:
             labels = plain.labels if alpha == 0 else rerank(wide, gains_for(w, alpha), k)[0].labels
-            m = evaluate(labels, Y, (k,))
+            m = evaluate(labels, truth.Y, (k,), convention=truth.convention)
             table[f"{scheme}@{alpha}"] = {"P@5": m[f"P@{k}"], "macro-R@5": m[f"macro-R@{k}"]}
-    return {"candidates": k_cand, "beam": wide_beam, "default_beam": beam, "table": table}
+    return {
+        "candidates": k_cand,
+        "beam": wide_beam,
+        "default_beam": beam,
+        "convention": truth.convention,
+        "unseen_test_label_mentions": truth.unseen_mentions,
+        "table": table,
+    }
 
 
 def main() -> None:
@@ -285,7 +296,7 @@ def main() -> None:
     )
     print(
         f"\nreweighting on {args.test.name}: {len(corpus)} docs, candidates k'={rw['candidates']}, "
-        f"beam {rw['default_beam']}→{rw['beam']}  (P@5 / macro-R@5, %)"
+        f"beam {rw['default_beam']}→{rw['beam']}  (P@5 / macro-R@5, %, {rw['convention']} convention)"
     )
     print(f"{'scheme':<14}" + "".join(f"{'α=' + str(a):>16}" for a in ALPHAS))
     for scheme in SCHEMES:
@@ -295,7 +306,14 @@ def main() -> None:
         args.json.write_text(json.dumps(out, indent=2))
     save_result(
         args.result_name,
-        {**out, "requests": len(texts), "concurrency": args.concurrency, "k": args.k, "test_documents": len(corpus)},
+        {
+            **out,
+            "convention": rw["convention"],
+            "requests": len(texts),
+            "concurrency": args.concurrency,
+            "k": args.k,
+            "test_documents": len(corpus),
+        },
     )
 
 

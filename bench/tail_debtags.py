@@ -14,6 +14,9 @@ fit split (the encoder's cached embeddings of the training texts, checkpoints/xr
 the validation split. Deviation, stated in the results: the encoder itself was fine-tuned on all of TRAIN (up to
 steps × batch texts per level), so some validation texts were seen by the encoder, though not by the rankers.
 
+Metrics follow the XMC convention (models/metrics.py; training.evaluate.ground_truth): test labels unseen in
+training stay in the ground truth as misses, and macro-P/R/F1@5 average over the labels of the test split.
+
 Writes results.json, results.md, tradeoff.png and buckets.png into --out, and the figures to
 bench/results/<--result-name>.json (default: the name of --out).
 """
@@ -35,12 +38,12 @@ from models.bundle import Bundle, load_bundle
 from models.calibration import expected_calibration_error, scored_pairs
 from models.errors import XtagError
 from models.macro_inference import OptimizeConfig, optimize
-from models.metrics import bucket_metrics, evaluate, frequency_buckets, relevance
+from models.metrics import CONVENTIONS, bucket_metrics, evaluate, frequency_buckets, relevance
 from models.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank
 from training.calibrate import fit_bundle_calibration, write_calibration
 from training.config import TrainConfig
 from training.data import load_corpus
-from training.evaluate import predict_corpus
+from training.evaluate import GroundTruth, ground_truth, predict_corpus
 from training.export import export_run
 from training.report import plot_buckets, plot_tradeoff
 from training.run import save_model, train_run
@@ -146,8 +149,8 @@ def transformer_model_a(
     return bundle, info
 
 
-def point(labels: np.ndarray, Y) -> dict[str, float]:
-    m = evaluate(labels[:, :K], Y, (K,))
+def point(labels: np.ndarray, truth: GroundTruth) -> dict[str, float]:
+    m = evaluate(labels[:, :K], truth.Y, (K,), convention=truth.convention)
     return {f"P@{K}": m[f"P@{K}"], f"macro-R@{K}": m[f"macro-R@{K}"], f"macro-F1@{K}": m[f"macro-F1@{K}"]}
 
 
@@ -155,7 +158,8 @@ def study(bundle: Bundle, test, calibrated: bool) -> dict:
     """Plain, reweighting table, BCA / FW sweeps (η = calibrated scores when `calibrated`) on the test split."""
     p = bundle.predictor
     vocab, L = p.vocab, p.n_labels
-    Y, _ = test.label_matrix(vocab)
+    truth = ground_truth(test, vocab)
+    Y, buckets = truth.Y, frequency_buckets(truth.frequencies)  # unseen test labels: frequency 0, tail
     beam = p.model.config.beam_size
     t0 = time.perf_counter()
     plain = predict_corpus(bundle, test.texts, K, None, False, calibrated=calibrated)
@@ -165,18 +169,20 @@ def study(bundle: Bundle, test, calibrated: bool) -> dict:
     t2 = time.perf_counter()
     out: dict = {
         "documents": len(test),
+        "convention": truth.convention,
+        "unseen_test_label_mentions": truth.unseen_mentions,
         "candidates": k_cand,
         "candidate_beam": wide,
         "eta": "calibrated" if calibrated else "raw",
         "predict_seconds": round(t1 - t0, 2),
         "candidate_predict_seconds": round(t2 - t1, 2),
     }
-    base = out["plain"] = point(plain.labels, Y)
+    base = out["plain"] = point(plain.labels, truth)
     table = out["reweighting"] = {}
     for scheme in SCHEMES:
         w = label_weights(vocab.frequency_array, vocab.n_train_docs, scheme)
         table[scheme] = [
-            {"alpha": a, **(base if a == 0 else point(rerank(cand, gains_for(w, a), K)[0].labels, Y))}
+            {"alpha": a, **(base if a == 0 else point(rerank(cand, gains_for(w, a), K)[0].labels, truth))}
             for a in RW_ALPHAS
         ]
     out["smallest_alpha"] = {}
@@ -194,15 +200,15 @@ def study(bundle: Bundle, test, calibrated: bool) -> dict:
             runs.append(
                 {
                     "alpha": a,
-                    **point(res.labels, Y),
+                    **point(res.labels, truth),
                     "seconds": round(res.seconds, 2),
                     "steps": res.steps,
                     "stopped": res.stopped,
                 }
             )
             if method == "bca" and a == OPT_ALPHAS[-1]:
-                out["buckets_plain"] = bucket_metrics(plain.labels, Y, K, frequency_buckets(vocab.frequency_array))
-                out["buckets_bca"] = bucket_metrics(res.labels, Y, K, frequency_buckets(vocab.frequency_array))
+                out["buckets_plain"] = bucket_metrics(plain.labels, Y, K, buckets, truth.convention)
+                out["buckets_bca"] = bucket_metrics(res.labels, Y, K, buckets, truth.convention)
     out["comparison"] = compare(out)
     out["_curves"] = {
         **{f"reweight {s}": rows for s, rows in table.items()},
@@ -231,7 +237,7 @@ def compare(res: dict) -> dict:
 def ece_study(bundle: Bundle, test) -> dict:
     """ECE on the test split of raw vs calibrated scores, over top-5 predictions and over the widened candidates."""
     p = bundle.predictor
-    Y, _ = test.label_matrix(p.vocab)
+    Y = ground_truth(test, p.vocab).Y
     k_cand, wide = candidate_budget(K, p.model.config.beam_size, p.n_labels)
     out = {}
     for name, k, beam in ((f"top-{K}", K, None), (f"candidates ({k_cand}, beam {wide})", k_cand, wide)):
@@ -255,6 +261,8 @@ def markdown(results: dict) -> str:
         f"(training {c['trained']}), isotonic calibration fitted on that split "
         f"({c['calibration']['pairs']} candidate pairs of {c['calibration']['documents']} documents).",
         "",
+        f"Metrics: {CONVENTIONS[results['convention']]}.",
+        "",
     ]
     lines += [
         "## Calibration (test split, ECE %, 15 bins)",
@@ -267,6 +275,8 @@ def markdown(results: dict) -> str:
             f"| {name} | {e['pairs']} | {e['positive_rate']:.3f} | {e['ece_raw']:.2f} | {e['ece_calibrated']:.2f} |"
         )
     for key, res in results.items():
+        if key == "convention":
+            continue
         if key == "calibrated":
             res = res["study"]
         title = {"calibrated": "Model A, η = calibrated scores", "full": f"Model B ({c['model_b']}), η = raw scores"}[
@@ -363,6 +373,7 @@ def main() -> None:
         )
     setup["val_fraction"], setup["model_b"] = args.val_fraction, str(args.full_bundle)
     results: dict = {"calibrated": {"setup": setup, "ece": ece_study(bundle, test), "study": study(bundle, test, True)}}
+    results["convention"] = results["calibrated"]["study"]["convention"]
     try:
         full = load_bundle(args.full_bundle)
         if encoder is not None:  # the same encoder weights as model A's: share the embedding cache

@@ -424,13 +424,17 @@ def main() -> None:
         )
         bundle = load_bundle(work / f"{name}-bundle")
         start = time.perf_counter()
-        metrics, _ = evaluate_bundle(bundle, test, progress=True)
+        metrics, info = evaluate_bundle(bundle, test, progress=True)  # the XMC convention (models/metrics.py)
         entry["eval_seconds"] = round(time.perf_counter() - start, 1)
         entry["metrics"] = {m: round(metrics[m], 2) for m in METRICS}
+        entry["convention"] = info["convention"]  # per variant: results.json accumulates over invocations
+        entry["unseen_test_label_mentions"] = info["unknown_label_mentions"]
         if name != "xlinear":
             entry["stages"] = log_seconds(work / f"{name}-run")
             if not args.no_int8:
-                metrics8, _ = evaluate_bundle(load_bundle(work / f"{name}-int8-bundle"), test, progress=True)
+                metrics8, _ = evaluate_bundle(
+                    load_bundle(work / f"{name}-int8-bundle"), test, progress=True, convention=info["convention"]
+                )
                 entry["int8_metrics"] = {m: round(metrics8[m], 2) for m in METRICS}
             if not args.no_latency:
                 entry["latency"] = latencies(

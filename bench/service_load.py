@@ -1,0 +1,335 @@
+"""Service under load on loopback: steady clients, clients during reloads, and a flood past XTAG_MAX_QUEUE.
+
+Starts the server (service.server.serve, one worker, default settings but XTAG_MAX_QUEUE when given)
+in a subprocess and drives it from this process, the load generator, with closed-loop keep-alive
+clients: each sends POST /v1/predict (one text, k=10), waits for the answer, and sends the next.
+
+  (a) steady: --clients clients for --seconds → errors, p50, p99 (targets: 0 errors, p99 ≤ 5 × p50)
+  (b) reloads: the same with --reloads POST /v1/admin/reload (no body: re-read the configured bundle)
+      spread over the run → failed requests (target 0) and each reload's status and duration
+  (c) flood: --flood-clients clients → every answer 2xx, or 503/429 with Retry-After (target); p99 of
+      the admitted requests; how fast refusals come back; the server's RSS (start, peak, end)
+
+The clients are a minimal HTTP/1.1 client on raw asyncio streams (as in service_latency.py), not httpx
+or aiohttp: 1,000 of them in one process cost the loop little, so on a small machine the figures say
+more about the server than about the client. A refused client waits the Retry-After it was given
+before its next request, as a well-behaved client does (--no-backoff: it retries at once).
+The machine's load average and this process's CPU time are printed beside the figures: on a shared
+machine the client and the server compete for the CPUs.
+
+    .venv/bin/python bench/service_load.py --bundle bench/out/xlinear_vs_pecos/xtag_bundle \\
+        --texts ../shared/data/debtags/test.jsonl.gz --seconds 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from results import save_result  # noqa: E402
+
+FALLBACK_TEXTS = [
+    "command line tool written in C to convert images between formats",
+    "python library for parsing and writing audio files",
+    "arcade puzzle game for the X window system",
+    "network proxy server with caching for HTTP and FTP",
+    "text editor with syntax highlighting for many languages",
+    "SQL database server client tools and libraries",
+    "fonts for the console and the terminal",
+    "documentation for the GNU compiler collection",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def raise_fd_limit() -> int:
+    """Room for a thousand connections at each end (the server inherits the limit)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else 65536
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Conn:
+    """One keep-alive HTTP/1.1 connection: write a request, read status, headers and a Content-Length body."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, port: int) -> Conn:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=2**20)
+        writer.transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return cls(reader, writer)
+
+    async def request(self, method: str, path: str, body: bytes | None, extra: str = "") -> tuple[int, dict, bytes]:
+        head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}"
+        if body is not None:
+            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        self.writer.write(head.encode() + b"\r\n" + (body or b""))
+        raw = await self.reader.readuntil(b"\r\n\r\n")
+        lines = raw.decode("latin-1").split("\r\n")
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            if name:
+                headers[name.strip().lower()] = value.strip()
+        data = await self.reader.readexactly(int(headers.get("content-length", 0)))
+        return int(lines[0][9:12]), headers, data
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+@dataclass
+class Tally:
+    """What the clients saw: per answered request its latency and status, whether a refusal said when to retry."""
+
+    seconds: list[float] = field(default_factory=list)
+    status: list[int] = field(default_factory=list)
+    refusals_without_retry_after: int = 0
+    connection_errors: int = 0
+    error_samples: list[str] = field(default_factory=list)
+
+    def error(self, what: str) -> None:
+        self.connection_errors += 1
+        if len(self.error_samples) < 5:
+            self.error_samples.append(what)
+
+
+async def client(port: int, bodies: list[bytes], offset: int, stop_at: float, tally: Tally, backoff: bool, auth: str):
+    conn, i = None, offset
+    while time.perf_counter() < stop_at:
+        try:
+            if conn is None:
+                conn = await Conn.open(port)
+            body = bodies[i % len(bodies)]
+            i += 1
+            start = time.perf_counter()
+            status, headers, _ = await conn.request("POST", "/v1/predict", body, auth)
+            tally.seconds.append(time.perf_counter() - start)
+            tally.status.append(status)
+            if headers.get("connection", "").lower() == "close":
+                conn.close()
+                conn = None
+            if status in (429, 503):
+                retry = headers.get("retry-after")
+                if retry is None:
+                    tally.refusals_without_retry_after += 1
+                elif backoff:
+                    await asyncio.sleep(min(float(retry), max(stop_at - time.perf_counter(), 0)))
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
+            tally.error(f"{type(exc).__name__}: {exc}")
+            if conn is not None:
+                conn.close()
+            conn = None
+            await asyncio.sleep(0.01)
+    if conn is not None:
+        conn.close()
+
+
+async def reloader(port: int, count: int, seconds: float, start: float, auth: str) -> list[dict]:
+    """`count` reloads of the configured bundle (no body: re-read the configured path), spread over the run."""
+    out = []
+    for n in range(count):
+        await asyncio.sleep(max(start + seconds * (n + 1) / (count + 1) - time.perf_counter(), 0))
+        t = time.perf_counter()
+        try:
+            conn = await Conn.open(port)
+            try:
+                # an empty JSON body: the service refuses a POST without a JSON Content-Type (CSRF)
+                status, _, data = await conn.request("POST", "/v1/admin/reload", b"", auth)
+            finally:
+                conn.close()
+            out.append({"status": status, "seconds": round(time.perf_counter() - t, 3), "detail": data[:200].decode()})
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            out.append({"status": None, "seconds": round(time.perf_counter() - t, 3), "detail": str(exc)})
+    return out
+
+
+async def rss_sampler(pid: int, until: float, samples: list[float]) -> None:
+    while time.perf_counter() < until:
+        samples.append(rss_mib(pid))
+        await asyncio.sleep(0.25)
+
+
+def ms(values: np.ndarray, q: float) -> float | None:
+    return round(float(np.percentile(values, q) * 1e3), 2) if len(values) else None
+
+
+async def phase(port: int, pid: int, bodies: list[bytes], clients: int, seconds: float, args, reloads: int = 0) -> dict:
+    tally, rss = Tally(), [rss_mib(pid)]
+    auth = f"X-API-Key: {args.api_key}\r\n" if args.api_key else ""
+    admin = f"X-Admin-Key: {args.admin_key}\r\n" if args.admin_key else ""
+    cpu, wall = time.process_time(), time.perf_counter()
+    stop_at = wall + seconds
+    jobs = [client(port, bodies, c * 7919, stop_at, tally, not args.no_backoff, auth) for c in range(clients)]
+    extra = [rss_sampler(pid, stop_at, rss)]
+    if reloads:
+        extra.append(reloader(port, reloads, seconds, wall, admin))
+    done = await asyncio.gather(*jobs, *extra)
+    wall = time.perf_counter() - wall
+    rss.append(rss_mib(pid))
+    status = np.array(tally.status, dtype=int)
+    lat = np.array(tally.seconds)
+    ok, refused = lat[(status >= 200) & (status < 300)], lat[np.isin(status, (429, 503))]
+    other = status[~((status >= 200) & (status < 300)) & ~np.isin(status, (429, 503))]
+    out = {
+        "clients": clients,
+        "seconds": round(wall, 2),
+        "requests": int(len(status)),
+        "admitted_2xx": int(len(ok)),
+        "admitted_per_s": round(len(ok) / wall, 1),
+        "refused_503_429": int(len(refused)),
+        "refused_without_retry_after": tally.refusals_without_retry_after,
+        "other_status": {str(s): int((other == s).sum()) for s in np.unique(other)},
+        "connection_errors": tally.connection_errors,
+        "error_samples": tally.error_samples,
+        "errors": int(len(other)) + tally.connection_errors,
+        "admitted_ms": {"p50": ms(ok, 50), "p90": ms(ok, 90), "p99": ms(ok, 99), "max": ms(ok, 100)},
+        "refused_ms": {"p50": ms(refused, 50), "p99": ms(refused, 99)},
+        "server_rss_mib": {"start": round(rss[0], 1), "peak": round(max(rss), 1), "end": round(rss[-1], 1)},
+        "client_cpu_s": round(time.process_time() - cpu, 2),
+        "load_average_end": [round(x, 2) for x in os.getloadavg()],
+    }
+    if reloads:
+        out["reloads"] = done[-1]
+    return out
+
+
+def start_server(bundle: Path, port: int, max_queue: int | None) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XTAG_")}
+    env.update({"XTAG_LOG_LEVEL": "warning", "PYTHONPATH": str(ROOT)})
+    if max_queue is not None:
+        env["XTAG_MAX_QUEUE"] = str(max_queue)
+    code = f"from service.server import serve; serve({str(bundle)!r}, '127.0.0.1', {port}, 1)"
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env)
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with {proc.returncode}")
+        try:
+            status, _, _ = asyncio.run(_once(port, "GET", "/ready"))
+            if status == 200:
+                return proc
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("server did not become ready in 300 s")
+
+
+async def _once(port: int, method: str, path: str) -> tuple[int, dict, bytes]:
+    conn = await Conn.open(port)
+    try:
+        return await conn.request(method, path, None)
+    finally:
+        conn.close()
+
+
+def checks(results: dict) -> dict[str, bool]:
+    out = {}
+    if "steady" in results:
+        a = results["steady"]
+        out["steady: 0 errors"] = a["errors"] == 0 and a["refused_503_429"] == 0
+        out["steady: p99 <= 5 x p50"] = bool(
+            a["admitted_ms"]["p99"] and a["admitted_ms"]["p99"] <= 5 * a["admitted_ms"]["p50"]
+        )
+    if "reloads" in results:
+        b = results["reloads"]
+        out["reloads: 0 failed requests"] = b["errors"] == 0 and b["refused_503_429"] == 0
+        out["reloads: every reload 200"] = all(r["status"] == 200 for r in b["reloads"])
+    if "flood" in results:
+        c = results["flood"]
+        out["flood: only 2xx or 503/429 with Retry-After"] = c["errors"] == 0 and c["refused_without_retry_after"] == 0
+        out["flood: some admitted"] = c["admitted_2xx"] > 0
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bundle", type=Path, required=True)
+    ap.add_argument("--texts", type=Path, help="corpus whose texts the clients send (default: a few built-in ones)")
+    ap.add_argument("--seconds", type=float, default=60.0, help="length of each phase")
+    ap.add_argument("--clients", type=int, default=100, help="clients in the steady and reload phases")
+    ap.add_argument("--reloads", type=int, default=5)
+    ap.add_argument("--flood-clients", type=int, default=1000)
+    ap.add_argument("--phases", default="steady,reloads,flood")
+    ap.add_argument("--max-queue", type=int, help="XTAG_MAX_QUEUE for the server (default: its own default)")
+    ap.add_argument("--no-backoff", action="store_true", help="refused clients retry at once")
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--api-key", help="sent as X-API-Key when the server requires one")
+    ap.add_argument("--admin-key", help="sent as X-Admin-Key on reloads")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument(
+        "--save", metavar="NAME", help="write bench/results/NAME.json (needs a service_load table builder to render)"
+    )
+    args = ap.parse_args()
+
+    if args.texts:
+        from training.data import load_corpus
+
+        texts = load_corpus(args.texts, need_labels=False).texts[:5000]
+    else:
+        texts = FALLBACK_TEXTS
+    bodies = [json.dumps({"text": t, "k": args.k}).encode() for t in texts]
+    fds = raise_fd_limit()
+    load_start = os.getloadavg()
+    port = free_port()
+    server = start_server(args.bundle, port, args.max_queue)
+    results: dict = {
+        "bundle": str(args.bundle),
+        "texts": str(args.texts) if args.texts else "built-in",
+        "cpus": os.cpu_count(),
+        "fd_limit": fds,
+        "backoff": not args.no_backoff,
+        "load_average_start": [round(x, 2) for x in load_start],
+    }
+    try:
+        for name in args.phases.split(","):
+            clients = args.flood_clients if name == "flood" else args.clients
+            reloads = args.reloads if name == "reloads" else 0
+            results[name] = asyncio.run(phase(port, server.pid, bodies, clients, args.seconds, args, reloads))
+            print(f"{name}: {json.dumps(results[name])}", file=sys.stderr)
+    finally:
+        server.terminate()
+        server.wait(60)
+    results["checks"] = checks(results)
+    print(json.dumps(results, indent=1))
+    for what, ok in results["checks"].items():
+        print(f"{'ok  ' if ok else 'MISS'} {what}", file=sys.stderr)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+    if args.save:
+        save_result(args.save, results)
+    return 0 if all(results["checks"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -663,6 +663,57 @@ def lightxml_debtags(docs: list[dict]) -> dict[str, str]:
     return out
 
 
+@one_result_each
+def service_load(r: dict) -> dict[str, str]:
+    """bench/service_load.py: closed-loop clients on /v1/predict; steady, during reloads, and a flood."""
+    names = {"steady": "steady", "reloads": "with reloads", "flood": "flood"}
+    rows = []
+    for key, name in names.items():
+        p = r.get(key)
+        if not p:
+            continue
+        refused = p["refused_503_429"]
+        rows.append(
+            [
+                name,
+                thousands(p["clients"]),
+                f0(p["seconds"]),
+                thousands(p["admitted_2xx"]),
+                thousands(p["admitted_per_s"]),
+                ms(p["admitted_ms"]["p50"]),
+                ms(p["admitted_ms"]["p99"]),
+                f2(p["admitted_ms"]["p99"] / p["admitted_ms"]["p50"]) if p["admitted_ms"]["p50"] else "",
+                thousands(refused) + (f" (p50 {ms(p['refused_ms']['p50'])} ms)" if refused else ""),
+                thousands(p["errors"]),
+                f"{f0(p['server_rss_mib']['start'])} / {f0(p['server_rss_mib']['peak'])} / "
+                f"{f0(p['server_rss_mib']['end'])}",
+            ]
+        )
+    phases = table(
+        [
+            "phase",
+            "clients",
+            "s",
+            "2xx",
+            "2xx/s",
+            "p50 ms",
+            "p99 ms",
+            "p99 / p50",
+            "503/429 with Retry-After",
+            "errors",
+            "server RSS MiB start / peak / end",
+        ],
+        "lrrrrrrrrrl",
+        rows,
+    )
+    reloads = get(r, "reloads", "reloads") or []
+    facts = [
+        ["reloads during the run", ", ".join(f"{x['status']} in {x['seconds']:.2f} s" for x in reloads) or "none"],
+        ["checks", "; ".join(f"{what}: {'yes' if ok else 'NO'}" for what, ok in r.get("checks", {}).items())],
+    ]
+    return {"table": phases + "\n\n" + table(["", ""], "ll", facts)}
+
+
 BUILDERS = {
     f.__name__: f
     for f in (
@@ -671,6 +722,7 @@ BUILDERS = {
         beam_1m,
         shortlist_vs_exact,
         service_latency,
+        service_load,
         inline_vs_worker,
         tail_debtags,
         xr_transformer_debtags,

@@ -15,10 +15,10 @@ def test_bisection_cuts_at_the_capacity_and_separates_groups():
     E = normalize(np.repeat(np.eye(2, 5), 6, axis=0) + rng.normal(0, 0.05, (12, 5)))
     E = sp.csr_matrix(E, dtype=np.float32)
     rows = rng.permutation(12)
-    C, marker = np.zeros((5, 2), np.float32), np.zeros(5, np.bool_)
-    bisect(E.indptr.astype(np.int64), E.indices.astype(np.int32), E.data, rows, 6, 20, node_state(0, 0), C, marker)
+    S, D, marker = np.zeros((5, 2)), np.zeros(5, np.float32), np.zeros(5, np.bool_)
+    bisect(E.indptr.astype(np.int64), E.indices.astype(np.int32), E.data, rows, 6, 20, node_state(0, 0), S, D, marker)
     assert {tuple(sorted(rows[:6] // 6)), tuple(sorted(rows[6:] // 6))} == {(0,) * 6, (1,) * 6}
-    assert not C.any() and not marker.any()  # the scratch is handed back zeroed
+    assert not S.any() and not D.any() and not marker.any()  # the scratch is handed back zeroed
 
 
 def test_uneven_splits_give_sizes_that_differ_by_at_most_one():

@@ -9,7 +9,8 @@ heuristic; and it is cheaper: 16 children cost 4 passes of 2 similarities per no
 
 Written with Numba: the scipy/sklearn version spent most of its time in per-call checks and
 copies and held one core. The kernel releases the GIL, so the bisections of one round run in
-threads, each with its own zeroed scratch (two centroids and a column marker over all features).
+threads, each with its own zeroed scratch (the two centroids' sums, their normalised difference and a
+column marker, over all features).
 """
 
 from __future__ import annotations
@@ -40,12 +41,15 @@ def _columns_of(indptr, indices, rows, marker):
 
 
 @jit()
-def bisect(indptr, indices, data, rows, left, iters, state, C, marker):
+def bisect(indptr, indices, data, rows, left, iters, state, S, D, marker):
     """Reorder `rows` (unit-length rows of a CSR matrix) so that its first `left` form one cluster.
 
     Spherical 2-means from two random rows; each iteration ranks rows by the difference of their
     similarities to the two centroids and cuts at `left`, until the cut stops changing or after
-    `iters` iterations. C (features × 2) and `marker` (features) are zero on entry and on exit.
+    `iters` iterations. The centroids' sums S (features × 2, float64) are kept up to date by moving
+    only the rows that changed side, so after the first iterations an iteration costs one pass of
+    gathers from the normalised difference D (features, float32). S, D and `marker` are zero on entry
+    and on exit.
     """
     m = len(rows)
     touched = _columns_of(indptr, indices, rows, marker)
@@ -53,19 +57,29 @@ def bisect(indptr, indices, data, rows, left, iters, state, C, marker):
     b = rand_below(state, m - 1)
     b += b >= a
     for j in range(indptr[rows[a]], indptr[rows[a] + 1]):
-        C[indices[j], 0] = data[j]
+        S[indices[j], 0] = data[j]
     for j in range(indptr[rows[b]], indptr[rows[b] + 1]):
-        C[indices[j], 1] = data[j]
+        S[indices[j], 1] = data[j]
     diff = np.empty(m, np.float64)
     order = np.arange(m)
     in_left = np.zeros(m, np.bool_)
+    was_left = np.zeros(m, np.bool_)
     for it in range(iters):
+        n0 = n1 = 0.0
+        for c in touched:
+            n0 += S[c, 0] * S[c, 0]
+            n1 += S[c, 1] * S[c, 1]
+        n0 = 1.0 / np.sqrt(n0) if n0 > 0 else 0.0
+        n1 = 1.0 / np.sqrt(n1) if n1 > 0 else 0.0
+        for c in touched:
+            D[c] = S[c, 0] * n0 - S[c, 1] * n1
         for k in range(m):
             r, s = rows[k], 0.0
             for j in range(indptr[r], indptr[r + 1]):
-                s += data[j] * (C[indices[j], 0] - C[indices[j], 1])
+                s += data[j] * D[indices[j]]
             diff[k] = s
         order = np.argsort(-diff, kind="mergesort")  # ties keep the rows' order
+        was_left[:] = in_left
         changed = it == 0
         for rank in range(m):
             now = rank < left
@@ -73,21 +87,23 @@ def bisect(indptr, indices, data, rows, left, iters, state, C, marker):
             in_left[order[rank]] = now
         if not changed:
             break
-        for c in touched:
-            C[c, 0] = C[c, 1] = 0.0
-        for k in range(m):
-            side, r = 0 if in_left[k] else 1, rows[k]
-            for j in range(indptr[r], indptr[r + 1]):
-                C[indices[j], side] += data[j]
-        for side in range(2):
-            norm = 0.0
+        if it == 0:  # from the seeds to the sums of each side
             for c in touched:
-                norm += np.float64(C[c, side]) * C[c, side]
-            scale = 1.0 / np.sqrt(norm) if norm > 0 else 0.0
-            for c in touched:
-                C[c, side] *= scale
+                S[c, 0] = S[c, 1] = 0.0
+            for k in range(m):
+                side, r = 0 if in_left[k] else 1, rows[k]
+                for j in range(indptr[r], indptr[r + 1]):
+                    S[indices[j], side] += data[j]
+            continue
+        for k in range(m):  # the rows that changed side move their contribution
+            if in_left[k] != was_left[k]:
+                to, r = 0 if in_left[k] else 1, rows[k]
+                for j in range(indptr[r], indptr[r + 1]):
+                    S[indices[j], to] += data[j]
+                    S[indices[j], 1 - to] -= data[j]
     for c in touched:
-        C[c, 0] = C[c, 1] = 0.0
+        S[c, 0] = S[c, 1] = 0.0
+        D[c] = 0.0
     rows[:] = rows[order]
 
 

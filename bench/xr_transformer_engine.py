@@ -33,6 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from engine_vs_numpy import percentiles  # bench/ is on sys.path when run as a script
 from results import save_result  # records the load average at import
 from xr_transformer_debtags import CachedEncoder, alternating  # bench/ is on sys.path when run as a script
 
@@ -101,15 +102,6 @@ def first_texts(path: Path, n: int) -> list[str]:
                 break
             texts.append(json.loads(line)["text"])
     return texts
-
-
-def percentiles(seconds: list[float]) -> dict:
-    ms = np.asarray(seconds) * 1e3
-    return {
-        "p50_ms": round(float(np.percentile(ms, 50)), 4),
-        "p99_ms": round(float(np.percentile(ms, 99)), 4),
-        "mean_ms": round(float(ms.mean()), 4),
-    }
 
 
 def agreement(before: list[Predictions], after: list[Predictions], tolerance: float) -> dict:

@@ -90,19 +90,28 @@ def poisoned_bundle(bundles: dict[str, Path], out: Path, array: str) -> Path:
     return out
 
 
-def wait_ready(client, timeout: float = STARTUP_S) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if client.get("/ready").status_code == 200:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"not ready in {timeout} s: {client.get('/ready').text}")
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_ready(target, timeout: float = STARTUP_S, alive=lambda: None) -> None:
+    """Poll /ready until 200 with a generous deadline (a loaded machine loads slowly). `target` is a base URL
+    or a client (TestClient); `alive()` may raise to stop early (a server process that exited)."""
+    get = (
+        (lambda: httpx.get(target + "/ready", timeout=2)) if isinstance(target, str) else (lambda: target.get("/ready"))
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive()
+        try:
+            if get().status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.02)
+    raise AssertionError(f"not ready in {timeout} s")
 
 
 class LiveServer:
@@ -121,15 +130,8 @@ class LiveServer:
 
     def __enter__(self) -> LiveServer:
         self.thread.start()
-        deadline = time.time() + STARTUP_S
-        while time.time() < deadline:
-            try:
-                if httpx.get(self.url + "/ready", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise AssertionError(f"live server not ready in {STARTUP_S} s")
+        wait_ready(self.url)
+        return self
 
     def __exit__(self, *exc) -> None:
         self.server.should_exit = True

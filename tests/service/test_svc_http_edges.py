@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import requests
-from svc_support import bundles, free_port  # noqa: F401  (pytest fixtures)
+from svc_support import bundles, free_port, wait_ready  # noqa: F401  (pytest fixtures)
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_S = 180.0  # a loaded CI machine can take long to import, load and warm up: poll, never a fixed sleep
@@ -36,16 +36,11 @@ class ServerProcess:
         self.proc = subprocess.Popen(command, env=env, cwd=log.parent, stderr=log.open("w"))
 
     def wait_ready(self, timeout: float = STARTUP_S) -> ServerProcess:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def alive() -> None:
             assert self.proc.poll() is None, f"server exited with {self.proc.returncode}: {self.tail()}"
-            try:
-                if httpx.get(self.url + "/ready", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError(f"server not ready in {timeout} s: {self.tail()}")
+
+        wait_ready(self.url, timeout, alive)
+        return self
 
     def tail(self) -> str:
         return self.log.read_text()[-3000:]

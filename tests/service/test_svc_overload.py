@@ -4,49 +4,18 @@ at once, instead of queueing every client (and its latency and memory) without b
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 
 import httpx
 import pytest
-import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
-from svc_support import bundles, free_port  # noqa: F401  (pytest fixtures)
+from svc_support import LiveServer, bundles  # noqa: F401  (pytest fixtures)
 
-from service.app import create_app
 from service.registry import ServedModel
-from service.server import uvicorn_options
 from service.settings import Settings
 
 STARTUP_S = 180.0  # poll with a generous deadline: a loaded machine can take long to load and warm up
 PREDICT_S = 0.5
-
-
-class ThreadServer:
-    """uvicorn in a thread of this process, so that a test can slow the model down with monkeypatch."""
-
-    def __init__(self, settings: Settings):
-        self.settings = settings.model_copy(update={"port": free_port(), "host": "127.0.0.1"})
-        self.url = f"http://127.0.0.1:{self.settings.port}"
-        config = uvicorn.Config(create_app(self.settings), **{**uvicorn_options(self.settings), "log_level": "warning"})
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> ThreadServer:
-        self.thread.start()
-        deadline = time.monotonic() + STARTUP_S
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(self.url + "/ready", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise AssertionError(f"server not ready in {STARTUP_S} s")
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(30)
 
 
 def rejected_total(url: str) -> float:
@@ -92,7 +61,7 @@ async def flood(url: str, n: int) -> tuple[list[tuple[httpx.Response, float]], l
 
 def test_flood_past_max_queue_gets_503_with_retry_after(bundles, slow_model):
     settings = Settings(_env_file=None, bundle=bundles["a"], max_queue=2, inline_max_texts=0)
-    with ThreadServer(settings) as server:
+    with LiveServer(settings) as server:
         slow_model()
         answers, ops = asyncio.run(flood(server.url, 20))
         assert ops == [200, 200, 200]  # operations endpoints are never turned away
@@ -113,7 +82,7 @@ def test_flood_past_max_queue_gets_503_with_retry_after(bundles, slow_model):
 
 def test_no_bound_with_max_queue_0(bundles, slow_model):
     settings = Settings(_env_file=None, bundle=bundles["a"], max_queue=0, inline_max_texts=0)
-    with ThreadServer(settings) as server:
+    with LiveServer(settings) as server:
         slow_model()
         answers, _ = asyncio.run(flood(server.url, 8))
         assert [r.status_code for r, _ in answers] == [200] * 8

@@ -79,21 +79,22 @@ def nonfinite_arrays(folder: Path, files: dict) -> list[str]:
     """The bundle's .npy/.npz float arrays (those its manifest lists) that hold NaN or inf, as
     `file[key] (n of size)`; a few hundred MB scan in well under a second, like the checksums."""
     bad = []
+
+    def check(name: str, array: np.ndarray) -> None:
+        if array.dtype.kind in "fc":
+            n = int(
+                sum((~np.isfinite(chunk)).sum() for chunk in np.array_split(array.ravel(), 1 + array.size // 2**24))
+            )
+            if n:
+                bad.append(f"{name} ({n} of {array.size})")
+
     for rel in files:
-        if rel.endswith(".npy"):
-            arrays = {"": np.load(folder / rel, mmap_mode="r", allow_pickle=False)}
+        if rel.endswith(".npy"):  # memory-mapped: scanned in chunks, never copied whole
+            check(rel, np.load(folder / rel, mmap_mode="r", allow_pickle=False))
         elif rel.endswith(".npz"):
             with np.load(folder / rel, allow_pickle=False) as z:
-                arrays = {key: z[key] for key in z.files}
-        else:
-            continue
-        for key, array in arrays.items():
-            if array.dtype.kind in "fc":
-                n = int(
-                    sum((~np.isfinite(chunk)).sum() for chunk in np.array_split(array.ravel(), 1 + array.size // 2**24))
-                )
-                if n:
-                    bad.append(f"{rel}{f'[{key}]' if key else ''} ({n} of {array.size})")
+                for key in z.files:  # one member in memory at a time (an 1M-label level holds GBs)
+                    check(f"{rel}[{key}]", z[key])
     return bad
 
 

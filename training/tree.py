@@ -86,11 +86,10 @@ def build_tree(embeddings, config: TreeConfig | None = None, progress: bool = Fa
     bisections = 0  # ids of the bisections so far, which seed them
 
     def run(job: tuple) -> None:
-        lo, hi, parts, seed_id = job
-        rows = order[lo:hi]  # a view: bisect reorders the node's labels in place
+        lo, mid, hi, seed_id = job
+        rows = order[lo:hi]  # a view: bisect reorders the node's labels in place, the first mid - lo on the left
         state = node_state(config.seed, seed_id)
-        left = left_size(hi - lo, parts)
-        bisect(indptr, indices, data, rows, left, config.kmeans_iters, state, scratch.S, scratch.D, scratch.marker)
+        bisect(indptr, indices, data, rows, mid - lo, config.kmeans_iters, state, scratch.S, scratch.D, scratch.marker)
 
     with ThreadPoolExecutor(max_workers=threads or cpu_count()) as pool:
         for branching in tqdm(level_branching(L, config), desc="label tree", disable=not progress):
@@ -105,7 +104,7 @@ def build_tree(embeddings, config: TreeConfig | None = None, progress: bool = Fa
                         next_segments.append((lo, hi, 1))
                         continue
                     mid = lo + left_size(hi - lo, p)
-                    jobs.append((lo, hi, p, bisections))
+                    jobs.append((lo, mid, hi, bisections))
                     bisections += 1
                     next_segments += [(lo, mid, p // 2), (mid, hi, p - p // 2)]
                 list(pool.map(run, jobs))

@@ -77,19 +77,25 @@ def _shuffle(index: np.ndarray, n: int, state: np.ndarray) -> None:
         index[i], index[j] = index[j], index[i]
 
 
+# The two loops below take nearly all of training's time. Their positions are cast to unsigned types
+# because Numba wraps negative indices around (as Python does) with a sign test per signed index:
+# three extra integer operations per gathered weight, which made these loops 1.5x slower (measured on
+# debtags' leaf level: 0.61-0.68x the time without them, same arithmetic, bit-identical weights).
+
+
 @jit(inline="always")
 def _dot(w, bias_at, indptr, indices, data, i):
     s = w[bias_at]
-    for j in range(indptr[i], indptr[i + 1]):
-        s += w[indices[j]] * data[j]
+    for j in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
+        s += w[np.uint32(indices[j])] * data[j]
     return s
 
 
 @jit(inline="always")
 def _axpy(w, bias_at, indptr, indices, data, i, a):
     w[bias_at] += a
-    for j in range(indptr[i], indptr[i + 1]):
-        w[indices[j]] += a * data[j]
+    for j in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
+        w[np.uint32(indices[j])] += a * data[j]
 
 
 @jit()

@@ -714,6 +714,152 @@ def service_load(r: dict) -> dict[str, str]:
     return {"table": phases + "\n\n" + table(["", ""], "ll", facts)}
 
 
+def cascadexml_debtags(docs: list[dict]) -> dict[str, str]:
+    """CascadeXML beside the other families (their figures read from their own result files, budgets named)."""
+    rows, conventions, latency = [], [], []
+    for r in payloads(docs):
+        c = r["cascadexml"]
+        lat = c["latency"]
+        for v in [c, *r.get("baselines", [])]:
+            p50 = get(lat, "features", "predict_p50_ms") if v is c else v.get("predict_p50_ms")
+            rows.append(
+                [v["label"]] + [f2(v["metrics"][m]) for m in METRICS] + [f0(v.get("training_s")), v["budget"], f1(p50)]
+            )
+            conventions.append(convention(v))
+        worst = max((p["max_abs_diff"] for p in (get(c, "export", "parity") or {}).values()), default=None)
+        for kind, label in (("features", "per-level features, heads in numpy"), ("logits", "whole-level logits")):
+            latency.append(
+                [
+                    label + (" (served)" if get(c, "export", "outputs") == kind else ""),
+                    e1(worst) if kind == get(c, "export", "outputs") else "",
+                    f1(get(lat, kind, "onnx_forward_p50_ms")),
+                    f1(get(lat, kind, "predict_p50_ms")),
+                    f1(lat.get("http_v1_predict_p50_ms")) if kind == get(c, "export", "outputs") else "",
+                ]
+            )
+    mixed = len(set(conventions)) > 1
+    accuracy = table(
+        ["model", *METRICS, "training s", "budget", "`Predictor.predict` p50 ms (128 tokens)"] + ["convention"] * mixed,
+        "l" + "r" * (len(METRICS) + 1) + "lr" + "l" * mixed,
+        [row + [c.split(" ")[0]] * mixed for row, c in zip(rows, conventions)],
+    )
+    return {
+        "accuracy": accuracy + "\n\n" + convention_line(conventions),
+        "latency": table(
+            [
+                "graph outputs",
+                "ONNX vs torch max abs diff",
+                "bare ONNX forward ms (128 tokens)",
+                "`Predictor.predict` ms (128 tokens)",
+                "`POST /v1/predict` ms (64 tokens)",
+            ],
+            "lrrrr",
+            latency,
+        ),
+    }
+
+
+ENCODER_VARIANTS = {
+    "exported": "graph as exported before issue 17",
+    "fused": "onnxruntime transformer fusions (fp32)",
+    "int8": "fused + dynamic int8",
+}
+
+
+@one_result_each
+def encoder_variants(r: dict) -> dict[str, str]:
+    """bench/encoder_variants.py: exported vs fused vs int8 encoder graphs, bare forward, /v1/predict and accuracy."""
+    rows, acc_rows = [], []
+    for family, e in r["families"].items():
+        fwd, http = e["bare_forward"]["p50_ms"], e["predict_http"]["p50_ms"]
+        base_fwd, base_http = fwd["exported"], http["exported"]
+        for name, label in ENCODER_VARIANTS.items():
+            rows.append(
+                [
+                    f"{family}: {label}",
+                    e["export"][name]["model_onnx_mb"],
+                    ms(fwd[name]),
+                    f"{base_fwd / fwd[name]:.2f}×",
+                    ms(http[name]),
+                    f"{base_http / http[name]:.2f}×",
+                ]
+            )
+        for name, metrics in e.get("accuracy", {}).items():
+            acc_rows.append([f"{family}: {ENCODER_VARIANTS[name]}"] + [f2(metrics[m]) for m in ACC_COLUMNS])
+    first = next(iter(r["families"].values()))
+    out = {
+        "latency": table(
+            ["bundle", "model.onnx MB", "bare forward p50 ms", "speed-up", "`/v1/predict` p50 ms", "speed-up"],
+            "lrrrrr",
+            [[c if isinstance(c, str) else f"{c:g}" for c in row] for row in rows],
+        )
+        + f"\n\nBare forward: batch 1, {r['texts']} test texts at their real length (median "
+        f"{first['bare_forward']['tokens_median']} tokens, cap 128), {first['bare_forward']['samples_per_variant']} "
+        f"samples per variant; `/v1/predict`: one text, k=5, sequential client over loopback, "
+        f"{first['predict_http']['samples_per_variant']} samples per variant (the bundle's own max_length); "
+        f"variants taking turns in blocks of {r['block']} texts, {r['rounds']} rounds."
+    }
+    if acc_rows:
+        conventions = {m.get("convention") for e in r["families"].values() for m in e.get("accuracy", {}).values()}
+        out["accuracy"] = (
+            table(["bundle", *ACC_COLUMNS], "l" + "r" * len(ACC_COLUMNS), acc_rows)
+            + f"\n\nMetric convention: {', '.join(sorted(c for c in conventions if c))}."
+        )
+    return out
+
+
+ACC_COLUMNS = ("P@1", "P@3", "P@5", "PSP@1", "PSP@3", "PSP@5")
+
+
+# -- Missing-label losses (issue 16) ----------------------------------------------------------------------------------
+
+LOSS_COLUMNS = ("P@1", "P@3", "P@5", "PSP@1", "PSP@3", "PSP@5", "macro-R@5", "coverage@5")
+
+
+@one_result_each
+def losses_debtags(r: dict) -> dict[str, str]:
+    """bench/losses_debtags.py: XR-Linear plain vs the missing-label losses, complete and drop-labels training."""
+    out = {}
+    rows = []
+    for key, corpus in (("complete", "complete"), ("drop_labels", "drop-labels")):
+        part = r[key]
+        plain = part["rows"][0]
+        for row in part["rows"]:
+            cells = [corpus, row["variant"], row.get("propensities", "")]
+            for col in LOSS_COLUMNS:
+                text = f2(row[col])
+                cells.append(text if row is plain else f"{text} ({signed(row[col] - plain[col])})")
+            rows.append(cells + [f1(row["train_s"])])
+    header = ["training set", "loss", "propensities", *LOSS_COLUMNS, "train s"]
+    drop = r["drop_labels"]["drop"]
+    # The script evaluates with training.evaluate.ground_truth's default convention (xmc) and records it.
+    conv = convention(r["complete"]) if r["complete"].get("convention") else CONVENTION_TEXT["xmc"]
+    out["table"] = (
+        table(header, "lll" + "r" * (len(LOSS_COLUMNS) + 1), rows)
+        + f"\n\nDrop rule: {drop['rule']}; seed {drop['seed']}. {thousands(drop['positives_before'])} training "
+        f"positives → {thousands(drop['positives_after'])} (kept {drop['kept_fraction_of_positives']:.1%}); "
+        f"{thousands(drop['documents_without_labels_left_out'])} of {thousands(drop['train_documents'])} documents "
+        f"lost every label and were left out; {drop['labels_before']} → {drop['labels_after']} labels. "
+        "Every row is measured against the complete test labels. " + convention_line([conv])
+    )
+    rw = r["reweighting"]
+    base = rw["rows"][0]
+    rw_rows = []
+    for row in rw["rows"]:
+        cells = [row["training"], row["reweighting"]]
+        for col in ("P@5", "PSP@5", "macro-R@5", "coverage@5"):
+            cells.append(f2(row[col]) if row is base else f"{f2(row[col])} ({signed(row[col] - base[col])})")
+        rw_rows.append(cells)
+    out["reweighting"] = table(
+        ["training loss", "per-request reweighting", "P@5", "PSP@5", "macro-R@5", "coverage@5"], "llrrrr", rw_rows
+    ) + (
+        f"\n\nTraining on complete debtags; `{rw['best']}` is the weighted loss with the highest macro-R@5 whose "
+        "P@5 stays within one point of plain training. Reweighting re-ranks a widened beam of raw model scores "
+        "(models/reweighting.py); changes are against plain training without reweighting."
+    )
+    return out
+
+
 BUILDERS = {
     f.__name__: f
     for f in (
@@ -729,5 +875,8 @@ BUILDERS = {
         xr_transformer_latency,
         xr_transformer_engine,
         lightxml_debtags,
+        cascadexml_debtags,
+        encoder_variants,
+        losses_debtags,
     )
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from models.components import assemble
@@ -21,6 +21,7 @@ class Bundle:
     manifest: dict
     predictor: Predictor
     load_seconds: float
+    runtime: dict = field(default_factory=dict)  # {"device", "placement": component → provider or device}
 
     @property
     def name(self) -> str:
@@ -33,15 +34,16 @@ class Bundle:
         return hashlib.sha256(files).hexdigest()[:12]
 
 
-def load_bundle(path: str | Path) -> Bundle:
+def load_bundle(path: str | Path, device=None) -> Bundle:
     """Verify and load a bundle; raises XtagError with a clear message on any mismatch, unlisted file (an
-    unlisted calibration.json included) or unreadable file (models/manifest.py)."""
+    unlisted calibration.json included) or unreadable file (models/manifest.py). `device`: where its ONNX
+    graphs and FAISS indexes run (models/device.py; default cpu); CUDA that cannot start raises."""
     start = time.perf_counter()
     folder = Path(path)
     if not folder.is_dir():
         raise XtagError(f"{folder}: bundle directory not found")
     manifest = read_manifest(folder)
-    parts = assemble(folder, manifest["components"])
+    parts = assemble(folder, manifest["components"], device)
     if parts.featurizer is None or parts.model is None:
         raise XtagError(
             f"{folder}: its components {[c['type'] for c in manifest['components']]} give no featuriser or no model"
@@ -54,4 +56,5 @@ def load_bundle(path: str | Path) -> Bundle:
     )
     if predictor.model.n_labels != len(predictor.vocab):
         raise XtagError(f"{folder}: model has {predictor.model.n_labels} labels, labels.json {len(predictor.vocab)}")
-    return Bundle(folder, manifest, predictor, time.perf_counter() - start)
+    runtime = {"device": str(parts.device), "placement": parts.placement}
+    return Bundle(folder, manifest, predictor, time.perf_counter() - start, runtime)

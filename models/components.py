@@ -10,7 +10,7 @@ their family's inference code when called: loading a TF-IDF bundle never imports
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,8 @@ class Parts:
     model: Any = None
     chain: ClusterChain | None = None
     calibration: Calibration | None = None
+    device: Any = None  # models.device.Device the graphs and indexes go to (None: cpu)
+    placement: dict[str, str] = field(default_factory=dict)  # component type → where it runs (/v1/model says)
 
     def need(self, what: str, component: str) -> Any:
         value = getattr(self, what)
@@ -46,7 +48,9 @@ def _text_encoder(path: Path, parts: Parts) -> None:
     from models.onnx_encoder import OnnxEncoder
     from models.xr_transformer.concat_features import ConcatFeaturizer
 
-    parts.featurizer = ConcatFeaturizer(parts.featurizer, OnnxEncoder.load(path))
+    encoder = OnnxEncoder.load(path, device=parts.device)
+    parts.placement["text-encoder"] = encoder.provider
+    parts.featurizer = ConcatFeaturizer(parts.featurizer, encoder)
 
 
 def _label_tree(path: Path, parts: Parts) -> None:
@@ -57,25 +61,44 @@ def _rankers(path: Path, parts: Parts) -> None:
     from models.xlinear.model import XLinearModel
 
     parts.model = XLinearModel.load_rankers(path, parts.need("chain", "rankers"))
+    parts.placement["rankers"] = "cpu"  # the compiled sparse engine: see models/device.py for why
     parts.model.prepare()  # the compiled engine's layout and kernels, before any request
 
 
 def _shortlist(path: Path, parts: Parts) -> None:
     from models.xlinear.shortlist import FaissShortlist
 
-    parts.need("model", "shortlist").first_level = FaissShortlist.load(path)
+    shortlist = FaissShortlist.load(path).to_device(parts.device)
+    parts.need("model", "shortlist").first_level = shortlist
+    parts.placement["shortlist"] = shortlist.placement
 
 
 def _lightxml_encoder(path: Path, parts: Parts) -> None:
     from models.lightxml.model import LightXMLEncoder
 
-    parts.featurizer = LightXMLEncoder.load(path)
+    parts.featurizer = LightXMLEncoder.load(path, device=parts.device)
+    parts.placement["lightxml-encoder"] = parts.featurizer.onnx.provider
 
 
 def _lightxml_heads(path: Path, parts: Parts) -> None:
     from models.lightxml.model import LightXMLModel
 
     parts.model = LightXMLModel.load_heads(path, parts.need("chain", "lightxml-heads"))
+    parts.placement["lightxml-heads"] = "cpu"  # gathered dot products over the top clusters' labels
+
+
+def _cascadexml_encoder(path: Path, parts: Parts) -> None:
+    from models.cascadexml.model import CascadeXMLEncoder
+
+    parts.featurizer = CascadeXMLEncoder.load(path, device=parts.device)
+    parts.placement["cascadexml-encoder"] = parts.featurizer.onnx.provider
+
+
+def _cascadexml_heads(path: Path, parts: Parts) -> None:
+    from models.cascadexml.model import CascadeXMLModel
+
+    parts.model = CascadeXMLModel.load_heads(path, parts.need("chain", "cascadexml-heads"))
+    parts.placement["cascadexml-heads"] = "cpu"  # the cascade's top-k and gathered dot products, numpy
 
 
 def _calibration(path: Path, parts: Parts) -> None:
@@ -96,6 +119,8 @@ COMPONENTS: dict[str, ComponentType] = {
     "rankers": ComponentType("rankers", _rankers),
     "shortlist": ComponentType("shortlist", _shortlist),
     "lightxml-heads": ComponentType("lightxml", _lightxml_heads),
+    "cascadexml-encoder": ComponentType("encoder", _cascadexml_encoder),
+    "cascadexml-heads": ComponentType("cascadexml", _cascadexml_heads),
     "calibration": ComponentType(CALIBRATION_FILE, _calibration),
 }
 
@@ -109,10 +134,13 @@ def present(folder: Path, types: tuple[str, ...]) -> list[dict[str, str]]:
     ]
 
 
-def assemble(folder: Path, components: list[dict[str, str]]) -> Parts:
+def assemble(folder: Path, components: list[dict[str, str]], device=None) -> Parts:
     """Load each component in order; the manifest's list was checked by models/manifest.py. A loader's read
-    error (numpy, json, onnxruntime's, ...) becomes an XtagError naming the component, unless it names its file."""
-    parts = Parts()
+    error (numpy, json, onnxruntime's, ...) becomes an XtagError naming the component, unless it names its file.
+    `device` (models.device.Device or a spec such as "cuda:0") places the graphs and indexes; default cpu."""
+    from models.device import Device
+
+    parts = Parts(device=Device.parse(device))
     for entry in components:
         path = folder / entry["path"]
         with reading(path, f"the {entry['type']} component", RuntimeError):

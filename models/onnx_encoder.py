@@ -11,13 +11,17 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tokenizers import Tokenizer
 
+from models.device import CPU, Device
 from models.errors import XtagError
 
 Pooling = Literal["mean", "cls"]
 Representation = Literal["tfidf+dense", "dense"]
+Precision = Literal["fp32", "int8", "fp16"]
+# Texts per forward: 2 CPU cores gain nothing past 32; the GPU figure is a default, not a measurement.
+BATCH_SIZE = {"cpu": 32, "cuda": 128}
 
 
 class EncoderConfig(BaseModel):
@@ -31,7 +35,17 @@ class EncoderConfig(BaseModel):
     dim: int = Field(..., ge=1, description="embedding size")
     source: str = Field("", description="the pre-trained model the encoder started from")
     opset: int | None = Field(None, description="ONNX opset of model.onnx (set by export)")
-    quantized: bool = Field(False, description="model.onnx holds dynamic int8 weights")
+    quantized: bool = Field(False, description="model.onnx holds dynamic int8 weights (precision int8)")
+    precision: Precision = Field("fp32", description="weights of model.onnx: fp32, dynamic int8 (CPU) or fp16 (GPU)")
+    optimized: bool = Field(False, description="model.onnx went through onnxruntime's transformer fusions")
+
+    @model_validator(mode="after")
+    def _legacy_quantized(self) -> EncoderConfig:
+        """Bundles from before `precision` say int8 only through `quantized`; keep the two in step."""
+        if self.quantized and self.precision == "fp32":
+            self.precision = "int8"
+        self.quantized = self.precision == "int8"
+        return self
 
 
 class TextTokenizer:
@@ -85,18 +99,30 @@ def length_sorted_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarr
 class OnnxEncoder:
     """Pooled sentence embeddings from encoder/model.onnx; onnxruntime + numpy only."""
 
-    def __init__(self, session, tokenizer: TextTokenizer, config: EncoderConfig, batch_size: int = 32):
+    def __init__(
+        self, session, tokenizer: TextTokenizer, config: EncoderConfig, batch_size: int = 32, device: Device = CPU
+    ):
         self.session, self.tokenizer, self.config, self.batch_size = session, tokenizer, config, batch_size
+        self.device = device
         self.input_names = {i.name for i in session.get_inputs()}
 
     @property
     def dim(self) -> int:
         return self.config.dim
 
+    @property
+    def provider(self) -> str:
+        """The execution provider that runs the graph (the first of the session's list)."""
+        return self.session.get_providers()[0]
+
     @classmethod
-    def load(cls, folder: Path, threads: int | None = None) -> OnnxEncoder:
+    def load(
+        cls, folder: Path, threads: int | None = None, device: Device | str | None = None, batch_size: int | None = None
+    ) -> OnnxEncoder:
+        """The encoder in `folder` on `device` (default cpu); CUDA that cannot start raises, never falls back."""
         import onnxruntime as ort
 
+        device = Device.parse(device)
         try:
             config = EncoderConfig.model_validate_json((folder / "config.json").read_text())
         except (OSError, ValueError) as exc:
@@ -107,17 +133,33 @@ class OnnxEncoder:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         env_threads = os.environ.get("XTAG_ENCODER_THREADS")
         options.intra_op_num_threads = int(threads or env_threads or 0)  # 0 = onnxruntime's default (all cores)
+        providers = device.providers(os.environ.get("XTAG_TENSORRT_CACHE"))
         try:
-            session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
+            session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=providers)
         except Exception as exc:  # onnxruntime raises its own exception types
             raise XtagError(f"{folder}/model.onnx: onnxruntime cannot load it ({exc})") from exc
-        return cls(session, TextTokenizer.load(folder / "tokenizer.json", config.max_length), config)
+        device.check_session(session, f"{folder}/model.onnx")
+        tokenizer = TextTokenizer.load(folder / "tokenizer.json", config.max_length)
+        return cls(session, tokenizer, config, batch_size or BATCH_SIZE[device.kind], device)
 
-    def _run(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def forward(self, output_names: list[str], ids: np.ndarray, mask: np.ndarray) -> list[np.ndarray]:
+        """The graph's `output_names` for one padded batch, as host arrays. On CUDA through an IO binding:
+        inputs are copied to the device once and outputs land in device memory, then come back in one copy."""
         feeds = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in self.input_names:
             feeds["token_type_ids"] = np.zeros_like(ids)
-        hidden = self.session.run(["last_hidden_state"], feeds)[0]
+        if not self.device.is_cuda:
+            return self.session.run(output_names, feeds)
+        binding = self.session.io_binding()
+        for name, value in feeds.items():
+            binding.bind_cpu_input(name, value)
+        for name in output_names:
+            binding.bind_output(name, "cuda", self.device.index)
+        self.session.run_with_iobinding(binding)
+        return binding.copy_outputs_to_cpu()
+
+    def _run(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        hidden = self.forward(["last_hidden_state"], ids, mask)[0]
         return pool_numpy(hidden, mask, self.config.pooling)
 
     def encode(self, texts: list[str]) -> np.ndarray:

@@ -17,6 +17,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.responses import FileResponse
 from starlette.routing import Match, Route
 
+from models.device import Device
 from models.errors import XtagError
 from models.registry import family
 from service import problems
@@ -57,7 +58,7 @@ def make_batcher(
     return MicroBatcher(
         executor,
         wait,
-        settings.batch_max_documents,
+        settings.effective_batch_max_documents,
         max(settings.inference_threads, 1),
         on_batch,
         alone=alone,
@@ -125,7 +126,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         "macro-aware reweighting. Errors are application/problem+json.",
     )
     app.state.settings = settings
-    app.state.registry = ModelRegistry(settings.bundle, settings.warmup_text)
+    app.state.registry = ModelRegistry(
+        settings.bundle, settings.warmup_text, Device.parse(settings.device, settings.tensorrt)
+    )
     app.state.metrics = metrics = Metrics()
     app.state.recent = recent = RecentRequests(settings.stats_window_s)
     app.state.batcher = None

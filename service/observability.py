@@ -24,6 +24,12 @@ def multiprocess() -> bool:
     return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 
 
+def placement_labels(model) -> list[tuple[str, str, str]]:
+    """(device, component, provider) for each placed component of a ServedModel's bundle."""
+    runtime = model.bundle.runtime
+    return [(runtime.get("device", "cpu"), c, where) for c, where in runtime.get("placement", {}).items()]
+
+
 class Metrics:
     """The service's Prometheus metrics, on a registry of its own."""
 
@@ -60,6 +66,13 @@ class Metrics:
         self.model_load = Gauge(
             "xtag_model_load_seconds", "load time of the served bundle", registry=r, multiprocess_mode="liveall"
         )
+        self.placement = Gauge(
+            "xtag_model_placement",
+            "where each component of the served model runs (value 1): its onnxruntime provider or device",
+            ["device", "component", "provider"],
+            registry=r,
+            multiprocess_mode="liveall",
+        )
         self.reloads = Counter("xtag_model_reloads", "bundle reloads by outcome", ["outcome"], registry=r)
         self.rejected = Counter(
             "xtag_overload_rejected_requests",
@@ -69,16 +82,24 @@ class Metrics:
 
     def set_model(self, old, new) -> None:
         if old is not None:
-            labels = (old.bundle.name, old.bundle.version, old.kind, str(old.n_labels))
-            if multiprocess():
-                self.model_info.labels(*labels).set(0)
-            else:
-                try:
-                    self.model_info.remove(*labels)
-                except KeyError:
-                    pass
+            self._drop(self.model_info, (old.bundle.name, old.bundle.version, old.kind, str(old.n_labels)))
+            for labels in placement_labels(old):
+                self._drop(self.placement, labels)
         self.model_info.labels(new.bundle.name, new.bundle.version, new.kind, str(new.n_labels)).set(1)
+        for labels in placement_labels(new):
+            self.placement.labels(*labels).set(1)
         self.model_load.set(new.bundle.load_seconds)
+
+    @staticmethod
+    def _drop(gauge: Gauge, labels: tuple[str, ...]) -> None:
+        """A series of the model being replaced: 0 across worker processes (summed), else removed."""
+        if multiprocess():
+            gauge.labels(*labels).set(0)
+            return
+        try:
+            gauge.remove(*labels)
+        except KeyError:
+            pass
 
     def observe_batch(self, n: int) -> None:
         self.batch_size.observe(n)

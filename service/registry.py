@@ -112,9 +112,9 @@ def check_warmup(preds: Predictions, what: str) -> None:
         raise WarmupCheckFailed(f"the {what} warm-up prediction gave {bad} non-finite scores (NaN or inf weights?)")
 
 
-def load_and_warm(path: Path, warmup_text: str) -> ServedModel:
-    """Load, verify and warm a bundle; raises XtagError if any step fails."""
-    model = ServedModel(load_bundle(path))
+def load_and_warm(path: Path, warmup_text: str, device=None) -> ServedModel:
+    """Load (on `device`, default cpu), verify and warm a bundle; raises XtagError if any step fails."""
+    model = ServedModel(load_bundle(path, device))
     try:
         model.warm_up(warmup_text)
     except WarmupCheckFailed as exc:
@@ -139,8 +139,8 @@ def public_message(message: str, path: Path) -> str:
 class ModelRegistry:
     """Holds the current ServedModel; `load` swaps it in only after a successful load and warm-up."""
 
-    def __init__(self, path: Path | None, warmup_text: str):
-        self.path, self.warmup_text = path, warmup_text
+    def __init__(self, path: Path | None, warmup_text: str, device=None):
+        self.path, self.warmup_text, self.device = path, warmup_text, device
         self.current: ServedModel | None = None
         self.last_error: str | None = None
         self.loading = False
@@ -164,7 +164,7 @@ class ModelRegistry:
                 raise XtagError("no bundle configured (set XTAG_BUNDLE or pass a bundle path)")
             self.loading = True
             try:
-                new = await anyio.to_thread.run_sync(load_and_warm, target, self.warmup_text)
+                new = await anyio.to_thread.run_sync(load_and_warm, target, self.warmup_text, self.device)
             except Exception as exc:  # anything that keeps a bundle from serving leaves the old one in place
                 msg = str(exc) if isinstance(exc, XtagError) else f"{target}: cannot load ({type(exc).__name__}: {exc})"
                 log.error("bundle not loaded: %s", msg)

@@ -143,6 +143,11 @@ class ModelInfo(BaseModel):
     warmup_ms: float
     loaded_at: float
     manifest: dict
+    runtime: dict = Field(
+        default_factory=dict,
+        description="where the bundle runs: `device` (cpu, cuda:N) and `placement`, each component's onnxruntime "
+        "provider (CPUExecutionProvider, CUDAExecutionProvider, ...) or FAISS/ranker device",
+    )
 
 
 class ReloadRequest(Strict):

@@ -54,8 +54,9 @@ def uvicorn_options(settings: Settings) -> dict:
 
 
 def _export(settings: Settings) -> None:
-    """Hand the settings to worker processes through XTAG_* variables."""
-    for name, value in settings.model_dump(exclude_none=True).items():
+    """Hand the settings to worker processes through XTAG_* variables; only those set explicitly, so that a worker
+    derives the rest as the supervisor did (e.g. the GPU batch size when batch_max_documents was not given)."""
+    for name, value in settings.model_dump(exclude_none=True, exclude_unset=True).items():
         if hasattr(value, "get_secret_value"):
             value = value.get_secret_value()
         os.environ[f"XTAG_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)

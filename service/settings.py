@@ -68,6 +68,22 @@ class Settings(BaseSettings):
         "company; default: the model family's batch_wait_ms (models/registry.py)",
     )
     batch_max_documents: int = Field(64, ge=1, description="texts per shared predictor call")
+    gpu_batch_max_documents: int = Field(
+        256,
+        ge=1,
+        description="texts per shared predictor call on a CUDA device, unless XTAG_BATCH_MAX_DOCUMENTS is set; "
+        "a GPU default that was not measured (no GPU was lent when it was chosen)",
+    )
+    device: str = Field(
+        "cpu",
+        description="where the bundle's ONNX graphs and FAISS indexes run: cpu, cuda or cuda:N (the gpu extra); "
+        "a CUDA device that cannot start fails the load, never falls back to the CPU",
+    )
+    tensorrt: bool = Field(
+        False,
+        description="with a CUDA device: onnxruntime's TensorRT provider before the CUDA one (engines are built on "
+        "first use; XTAG_TENSORRT_CACHE names a folder that keeps them)",
+    )
     inference_threads: int = Field(
         1, ge=0, description="predictor calls running at once (worker threads); 0 = run them on the event loop itself"
     )
@@ -100,6 +116,20 @@ class Settings(BaseSettings):
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     annif_language: str = Field("en", description="language reported for the Annif project")
     annif_uri_prefix: str = Field("", description="Annif 'uri' = this prefix + the label name")
+
+    @field_validator("device")
+    @classmethod
+    def _device_spec(cls, value: str) -> str:
+        from models.device import Device
+
+        return str(Device.parse(value))  # its XtagError is a ValueError: pydantic reports a bad setting
+
+    @property
+    def effective_batch_max_documents(self) -> int:
+        """batch_max_documents, or the GPU default on a CUDA device when it was not set explicitly."""
+        if self.device.startswith("cuda") and "batch_max_documents" not in self.model_fields_set:
+            return self.gpu_batch_max_documents
+        return self.batch_max_documents
 
     @field_validator("api_key", "admin_key", mode="before")
     @classmethod

@@ -55,12 +55,19 @@ def copy_run_model(run_model: Path, tmp: Path, leave_out: tuple[str, ...] = ()) 
 
 
 def export_run(
-    run: Path, out: Path, name: str | None = None, overwrite: bool = False, shortlist_min_nodes: int | None = None
+    run: Path,
+    out: Path,
+    name: str | None = None,
+    overwrite: bool = False,
+    shortlist_min_nodes: int | None = None,
+    precision: str | None = None,
+    optimize: bool | None = None,
 ) -> dict:
     """Write the run's final model as a bundle in `out`, with its manifest, and load it back as a check.
 
     `shortlist_min_nodes` overrides the run's `export.shortlist_config.min_nodes` (families that write a
-    FAISS level-1 index): 0 always writes it.
+    FAISS level-1 index): 0 always writes it. `precision` (fp32, int8, fp16) and `optimize` (transformer
+    fusions) override the run's export settings of the transformer families (training/onnx_optimize.py).
     """
     model = run / "model"
     if not model.is_dir():
@@ -73,6 +80,12 @@ def export_run(
     export_settings = getattr(config.family_settings, "export", None)
     if shortlist_min_nodes is not None and hasattr(export_settings, "shortlist_config"):
         export_settings.shortlist_config.min_nodes = shortlist_min_nodes
+    for key, value in (("precision", precision), ("optimize", optimize)):
+        if value is None:
+            continue
+        if not hasattr(export_settings, key):
+            raise XtagError(f"{key}: only transformer bundles have an ONNX graph ({config.model} has none)")
+        setattr(export_settings, key, value)
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     chosen = family(config.model)

@@ -22,7 +22,8 @@ from torch import nn
 
 from models.errors import XtagError
 from models.onnx_encoder import EncoderConfig, TextTokenizer
-from training.export import step
+from training.export import log, step
+from training.onnx_optimize import attention_shape, fuse
 from training.transformer_config import TransformerExportConfig
 
 
@@ -74,8 +75,8 @@ def write_graph(
     config: TransformerExportConfig,
     output_names: list[str],
 ) -> tuple[TextTokenizer, list[str]]:
-    """out/{model.onnx, tokenizer.json, config.json} for a run's torch module; returns the tokenizer and the
-    run's sample texts the caller checks parity on."""
+    """out/{model.onnx, tokenizer.json, config.json} for a run's torch module, fused when `config.optimize`
+    says so; returns the tokenizer and the run's sample texts the caller checks parity on."""
     tokenizer = TextTokenizer.load(run_encoder / "tokenizer.json", enc_config.max_length)
     texts = json.loads((run_encoder / "sample_texts.json").read_text())[: config.parity_texts]
     if len(texts) < 2:
@@ -85,6 +86,12 @@ def write_graph(
     ids, mask = tokenizer([texts[0] + " " + texts[1], texts[1]])
     with step(f"ONNX export (opset {config.opset})"):
         export_graph(module, ids, mask, out / "model.onnx", config.opset, output_names)
+    update = {"opset": config.opset}
+    if getattr(config, "optimize", False):
+        with step("onnxruntime transformer fusions"):
+            fused = fuse(out / "model.onnx", *attention_shape(module), for_gpu=config.precision == "fp16")
+        update["optimized"] = True
+        log.info("fused operators: %s", ", ".join(f"{op} × {n}" for op, n in fused.items()) or "none")
     shutil.copyfile(run_encoder / "tokenizer.json", out / "tokenizer.json")
-    (out / "config.json").write_text(enc_config.model_copy(update={"opset": config.opset}).model_dump_json(indent=2))
+    (out / "config.json").write_text(enc_config.model_copy(update=update).model_dump_json(indent=2))
     return tokenizer, texts

@@ -47,3 +47,13 @@ class TransformerExportConfig(BaseModel):
     opset: int = Field(18, ge=14, description="ONNX opset (torch.onnx dynamo exporter)")
     parity_tolerance: float = Field(1e-3, gt=0, description="max |onnx - torch| on the graph's outputs, else fail")
     parity_texts: int = Field(64, ge=1, description="training texts the parity check runs on")
+    optimize: bool = Field(
+        True,
+        description="onnxruntime's transformer fusions (SkipLayerNorm, BiasGelu, ...) on the exported graph; "
+        "the parity check runs on the fused graph",
+    )
+    precision: Literal["fp32", "int8", "fp16"] = Field(
+        "fp32",
+        description="weights the bundle ships: fp32; int8 (dynamic, for CPUs); fp16 (for GPUs); the cost of "
+        "int8/fp16 against fp32 is measured into the export report",
+    )

@@ -69,6 +69,28 @@ def data_debdeps(
     _build_apt_corpus(build_debdeps_corpus, lists, out, update)
 
 
+@data_app.command("drop-labels")
+def data_drop_labels(
+    data: Path = typer.Option(..., help="corpus folder with train.jsonl.gz and test.jsonl.gz"),
+    out: Path = typer.Option(..., help="folder for the corrupted train, the copied test and propensities.json"),
+    seed: int = typer.Option(0, help="random seed of the drops"),
+    propensity_a: float = typer.Option(0.55, help="Jain propensity A"),
+    propensity_b: float = typer.Option(1.5, help="Jain propensity B"),
+    scale: float = typer.Option(1.0, help="multiply every propensity (≤ 1) for harsher corruption"),
+) -> None:
+    """Missing labels with known propensities: drop each training positive of label j with probability 1 − p_j.
+
+    The test split is copied untouched, so models trained on the result are measured against complete labels;
+    out/propensities.json holds the true p_j (usable as xlinear.missing_labels.propensity_file)."""
+    from training.drop_labels import drop_labels
+
+    try:
+        stats = drop_labels(data, out, seed, propensity_a, propensity_b, scale)
+    except XtagError as exc:
+        _fail(exc)
+    typer.echo(json.dumps(stats))
+
+
 def _read_config(path: Path) -> dict:
     """A training config as JSON, or YAML (.yaml/.yml, needs PyYAML, which the train extra brings)."""
     if path.suffix in (".yaml", ".yml"):
@@ -94,7 +116,15 @@ def train(
     branching: int | None = typer.Option(None, help="label tree branching factor B"),
     max_leaf_size: int | None = typer.Option(None, help="max labels per leaf cluster"),
     negatives: str | None = typer.Option(None, help="tfn | man | tfn+man"),
-    loss: str | None = typer.Option(None, help="squared-hinge | logistic"),
+    loss: str | None = typer.Option(
+        None,
+        help="squared-hinge (default) | logistic | propensity (positives weighted 2/p-1: unbiased under missing "
+        "labels, Jain propensities) | unbiased-balanced (propensity times class balancing (1-b)/(1-b^n), thesis "
+        "eq. 3.14); the weighted ones also weight the transformer families' heads (xlinear.missing_labels)",
+    ),
+    propensity_file: Path | None = typer.Option(
+        None, help="per-label propensities for the weighted losses (JSON {label: p} or label<TAB>p lines)"
+    ),
     C: float | None = typer.Option(None, "--C", help="inverse L2 regularisation"),
     threshold: float | None = typer.Option(None, help="weight pruning threshold"),
     threads: int | None = typer.Option(None, help="training threads (0 = all cores)"),
@@ -140,6 +170,8 @@ def train(
         }.items():
             if value is not None:
                 xl[key] = value
+        if propensity_file is not None:
+            xl.setdefault("missing_labels", {})["propensity_file"] = str(propensity_file)
         for key, value in {"branching": branching, "max_leaf_size": max_leaf_size, "seed": seed}.items():
             if value is not None:
                 tree[key] = value
@@ -203,13 +235,27 @@ def export(
         "(default: the run's config, 4096; 0 = always)",
     ),
     progress: bool = typer.Option(True, help="say what each slow step (ONNX export, parity check, index) is doing"),
+    quantize: str | None = typer.Option(
+        None,
+        help="transformer bundles: 'int8' ships dynamic int8 weights for CPUs (its accuracy cost goes into the "
+        "export report)",
+    ),
+    fp16: bool = typer.Option(False, "--fp16", help="transformer bundles: half-precision weights, for GPU serving"),
+    optimize: bool | None = typer.Option(
+        None, help="transformer bundles: onnxruntime's transformer fusions (default: the run's config, on)"
+    ),
 ) -> None:
     """Turn a run into a self-describing serving bundle (manifest with versions and checksums)."""
     from training.export import export_run
 
+    if quantize not in (None, "int8"):
+        _fail(XtagError(f"--quantize {quantize}: the one quantisation offered is int8"))
+    if quantize and fp16:
+        _fail(XtagError("--quantize int8 and --fp16 exclude each other: int8 is for CPUs, fp16 for GPUs"))
+    precision = "int8" if quantize else "fp16" if fp16 else None
     try:
         with _echo_log("xtag.export", "export", progress):
-            manifest = export_run(run, out, name, overwrite, shortlist_min_nodes)
+            manifest = export_run(run, out, name, overwrite, shortlist_min_nodes, precision, optimize)
     except XtagError as exc:
         _fail(exc)
     typer.echo(
@@ -223,6 +269,10 @@ def export(
             else f"shortlist: {shortlist['index']} FAISS index over {shortlist['nodes']} level-1 nodes, "
             f"recall {shortlist['recall']}"
         )
+    for precision in ("int8", "fp16"):
+        cost = manifest.get("export", {}).get(precision)
+        if cost and "top5_agreement_vs_fp32" in cost:
+            typer.echo(f"{precision}: top-5 agreement with the fp32 graph {cost['top5_agreement_vs_fp32']:.3f}")
 
 
 class _EchoHandler(logging.Handler):
@@ -491,6 +541,11 @@ def serve(
     host: str | None = typer.Option(None, help="bind address (default: XTAG_HOST or 127.0.0.1)"),
     port: int | None = typer.Option(None, help="port (default: XTAG_PORT or 8000)"),
     workers: int | None = typer.Option(None, min=1, help="worker processes (default: XTAG_WORKERS or 1)"),
+    device: str | None = typer.Option(
+        None,
+        help="cpu, cuda or cuda:N: where the ONNX encoder and FAISS indexes run (default: XTAG_DEVICE or cpu); "
+        "CUDA that is not available is an error, never a CPU fallback",
+    ),
 ) -> None:
     """Serve a bundle over HTTP (FastAPI + uvicorn); other settings come from XTAG_* variables or .env."""
     from pydantic import ValidationError
@@ -500,7 +555,7 @@ def serve(
     if bundle is not None and not bundle.is_dir():
         _fail(XtagError(f"{bundle}: bundle directory not found"))
     try:
-        run_server(bundle, host, port, workers)
+        run_server(bundle, host, port, workers, device=device)
     except ValidationError as exc:
         _fail(XtagError(f"invalid setting: {exc}"))
     except XtagError as exc:

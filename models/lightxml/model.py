@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from scipy.special import expit
 
 from models.beam_search import Predictions, top_k
+from models.device import Device
 from models.errors import XtagError
 from models.label_tree import ClusterChain
 from models.lightxml.label_index import LabelIndex
@@ -51,16 +52,15 @@ class LightXMLEncoder:
         self.batch_size = onnx.batch_size
 
     @classmethod
-    def load(cls, folder: Path, threads: int | None = None) -> LightXMLEncoder:
-        onnx = OnnxEncoder.load(folder, threads)
+    def load(cls, folder: Path, threads: int | None = None, device: Device | str | None = None) -> LightXMLEncoder:
+        onnx = OnnxEncoder.load(folder, threads, device)
         names = [o.name for o in onnx.session.get_outputs()]
         if names != list(OUTPUTS):
             raise XtagError(f"{folder}/model.onnx: outputs {names}, a LightXML graph returns {list(OUTPUTS)}")
         return cls(onnx)
 
     def _run(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        ids, mask = self.onnx.tokenizer(texts)
-        g, h = self.onnx.session.run(list(OUTPUTS), {"input_ids": ids, "attention_mask": mask})
+        g, h = self.onnx.forward(list(OUTPUTS), *self.onnx.tokenizer(texts))
         return g, h
 
     def transform(self, texts: list[str]) -> LightXMLOutputs:

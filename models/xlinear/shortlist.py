@@ -56,10 +56,19 @@ class FaissShortlist:
 
     def __init__(self, index, columns: np.ndarray, info: ShortlistInfo):
         self.index, self.columns, self.info = index, columns, info
+        self.placement, self._gpu_resources = "cpu", None
         self.position = np.full(info.n_features, -1, dtype=np.int64)  # feature → column of the index, or -1
         self.position[columns] = np.arange(len(columns))
         if info.index == "hnsw":
             index.hnsw.efSearch = max(info.config.ef_search, 1)
+
+    def to_device(self, device=None) -> FaissShortlist:
+        """This shortlist searched on `device` (models.device.Device or spec; None: stays on the CPU). On CUDA
+        the index becomes a GPU flat index: exact, so recall can only rise over an HNSW one."""
+        from models.device import Device
+
+        self.index, self._gpu_resources, self.placement = Device.parse(device).faiss_index(self.index)
+        return self
 
     @classmethod
     def build(cls, level: RankerLevel, n_features: int, config: ShortlistConfig | None = None) -> FaissShortlist:

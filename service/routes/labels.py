@@ -72,6 +72,7 @@ def model_info(model: ServedModel) -> dict:
         "warmup_ms": round(model.warmup_ms, 3),
         "loaded_at": model.loaded_at,
         "manifest": _public(b.manifest),
+        "runtime": b.runtime,
     }
 
 

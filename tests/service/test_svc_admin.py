@@ -109,10 +109,10 @@ def test_a_second_concurrent_reload_gets_409(make_client, monkeypatch):
     gate, entered = threading.Event(), threading.Event()
     real = registry.load_and_warm
 
-    def slow(path, text):
+    def slow(path, *rest):  # rest: warm-up text, device
         entered.set()
         gate.wait(STARTUP_S)
-        return real(path, text)
+        return real(path, *rest)
 
     monkeypatch.setattr(registry, "load_and_warm", slow)
     first: list = []

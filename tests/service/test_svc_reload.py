@@ -30,9 +30,9 @@ def test_ready_is_503_until_the_model_is_loaded_and_warm(make_client, monkeypatc
     gate = threading.Event()
     real = registry.load_and_warm
 
-    def slow(path, text):
+    def slow(path, *rest):  # rest: warm-up text, device
         gate.wait(10)
-        return real(path, text)
+        return real(path, *rest)
 
     monkeypatch.setattr(registry, "load_and_warm", slow)
     c = make_client(wait=False)

@@ -1,4 +1,5 @@
-"""LightXML run → bundle: encoder + generator + bottleneck as one ONNX graph, parity-checked against torch.
+"""LightXML run → bundle: encoder + generator + bottleneck as one ONNX graph (fused, optionally int8 or fp16:
+training/onnx_optimize.py), parity-checked against torch.
 
 The graph returns `cluster_scores` (generator logits) and `bottleneck` (σ(W_h e + b_h)) for
 dynamic batch and sequence axes; label embeddings and clusters stay numpy (models/lightxml/),
@@ -20,6 +21,7 @@ from training.lightxml.config import LightXMLExportConfig
 from training.lightxml.net import LightXMLNet
 from training.lightxml.result import load_heads
 from training.onnx_export import embedding_diff, top_agreement, write_graph
+from training.onnx_optimize import set_precision
 
 
 def load_run_net(run_encoder: Path, attn_implementation: str | None = "eager") -> tuple[LightXMLNet, EncoderConfig]:
@@ -75,6 +77,17 @@ def export_lightxml(run_model: Path, tmp: Path, config: LightXMLExportConfig) ->
             f"ONNX graph differs from torch by {worst:.3g} on {len(texts)} texts "
             f"(tolerance {config.parity_tolerance}); refusing to export"
         )
+    if config.precision != "fp32":  # its cost: output drift and top-5 agreement with the fp32 graph
+        report[config.precision] = set_precision(
+            out,
+            config.precision,
+            lambda: vars(LightXMLEncoder.load(out).transform(texts)),
+            vars(onnx),
+            vars(reference),
+        )
+        lower = LightXMLEncoder.load(out).transform(texts)
+        agreement = top_agreement(model.predict(lower, k=5).labels, model.predict(onnx, k=5).labels)
+        report[config.precision]["top5_agreement_vs_fp32"] = agreement
     return report
 
 

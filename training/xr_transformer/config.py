@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from models.onnx_encoder import Pooling, Representation
 from models.xlinear.shortlist import ShortlistConfig
@@ -15,9 +15,15 @@ from training.tree import TreeConfig
 class XRExportConfig(TransformerExportConfig):
     """What `xtag export` does with an xr-transformer run (ONNX encoder, parity check, FAISS shortlist)."""
 
-    quantize: bool = Field(False, description="ship a dynamic int8 encoder (accuracy cost is measured)")
+    quantize: bool = Field(False, description="older spelling of precision: int8 (kept so older configs load)")
     shortlist: bool = Field(True, description="write the level-1 FAISS shortlist")
     shortlist_config: ShortlistConfig = Field(default_factory=ShortlistConfig)
+
+    @model_validator(mode="after")
+    def _quantize_is_int8(self) -> XRExportConfig:
+        if self.quantize and self.precision == "fp32":
+            self.precision = "int8"
+        return self
 
 
 class XRTransformerConfig(TransformerConfig):

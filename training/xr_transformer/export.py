@@ -1,5 +1,6 @@
-"""XR-Transformer export: the fine-tuned encoder as encoder/model.onnx (parity-checked, optionally int8) and the
-level-1 rankers as a FAISS shortlist, with their measured costs in the export report.
+"""XR-Transformer export: the fine-tuned encoder as encoder/model.onnx (fused, parity-checked, optionally int8 or
+fp16: training/onnx_optimize.py) and the level-1 rankers as a FAISS shortlist, with their measured costs in the
+export report.
 
 Pooling stays outside the graph (models/onnx_encoder.pool_numpy), as the bundle's encoder/config.json says.
 """
@@ -7,7 +8,6 @@ Pooling stays outside the graph (models/onnx_encoder.pool_numpy), as the bundle'
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +23,7 @@ from training.config import TrainConfig
 from training.encoder import encode_texts, load_trained
 from training.export import copy_run_model, step
 from training.onnx_export import embedding_diff, top_agreement, write_graph
+from training.onnx_optimize import set_precision
 from training.xr_transformer.config import XRExportConfig
 
 
@@ -40,7 +41,7 @@ class _HiddenStates(nn.Module):
 def export_encoder(run_encoder: Path, out: Path, config: XRExportConfig) -> tuple[dict, np.ndarray, np.ndarray]:
     """Write out/{model.onnx, tokenizer.json, config.json}; fail when ONNX and torch disagree beyond tolerance.
 
-    Returns the report and the ONNX and torch embeddings of the parity texts (for `quantize`).
+    Returns the report and the ONNX and torch embeddings of the parity texts (for `set_precision`).
     """
     with step("loading the fine-tuned encoder"):
         encoder, enc_config = load_trained(run_encoder, attn_implementation="eager")
@@ -67,22 +68,6 @@ def export_encoder(run_encoder: Path, out: Path, config: XRExportConfig) -> tupl
     return report, fp32, reference
 
 
-def quantize(folder: Path, texts: list[str], fp32: np.ndarray, reference: np.ndarray) -> dict:
-    """Replace model.onnx by dynamic int8 weights (onnxruntime.quantization) and measure what it costs."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    source = folder / "model.fp32.onnx"
-    (folder / "model.onnx").rename(source)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        quantize_dynamic(source, folder / "model.onnx", weight_type=QuantType.QInt8)
-    source.unlink()
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "quantized": True}, indent=2))
-    int8 = OnnxEncoder.load(folder).encode(texts)
-    return {"vs_fp32": embedding_diff(int8, fp32), "vs_torch": embedding_diff(int8, reference)}
-
-
 def _featurizer(bundle: Path):
     """Φ_cat as the bundle being written will serve it."""
     return assemble(bundle, present(bundle, ("tfidf", "text-encoder"))).featurizer
@@ -97,13 +82,20 @@ def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:
     model = XLinearModel.load(tmp)
     model.save_engine_layout(tmp / "rankers")
     X = _featurizer(tmp).transform(texts)
-    if xc.export.quantize:  # accuracy cost: embedding drift and top-5 agreement with the fp32 encoder
+    precision = xc.export.precision
+    if precision != "fp32":  # its cost: embedding drift and top-5 agreement with the fp32 encoder
         fp32_top = model.predict(X, k=5).labels
-        with step("int8 quantisation"):
-            report["int8"] = quantize(tmp / "encoder", texts[: len(fp32)], fp32, reference)
+        parity = texts[: len(fp32)]
+        report[precision] = set_precision(
+            tmp / "encoder",
+            precision,
+            lambda: {"embedding": OnnxEncoder.load(tmp / "encoder").encode(parity)},
+            {"embedding": fp32},
+            {"embedding": reference},
+        )
         X = _featurizer(tmp).transform(texts)
-        report["int8"]["top5_agreement_vs_fp32"] = top_agreement(model.predict(X, k=5).labels, fp32_top)
-        report["int8"]["agreement_texts"] = len(texts)
+        report[precision]["top5_agreement_vs_fp32"] = top_agreement(model.predict(X, k=5).labels, fp32_top)
+        report[precision]["agreement_texts"] = len(texts)
     nodes, min_nodes = model.levels[0].n_nodes, xc.export.shortlist_config.min_nodes
     if xc.export.shortlist and nodes < min_nodes:
         report["shortlist"] = {

@@ -23,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from models.errors import XtagError
+from models.propensity import jain_propensities  # the one implementation; re-exported here
 
 Convention = Literal["xmc", "known-labels"]
 DEFAULT_CONVENTION: Convention = "xmc"
@@ -45,12 +46,6 @@ def averaged_labels(Y: sp.csr_matrix, convention: str = DEFAULT_CONVENTION) -> n
     if check_convention(convention) == "known-labels":
         return np.ones(Y.shape[1], dtype=bool)
     return np.asarray(Y.sum(axis=0)).ravel() > 0
-
-
-def jain_propensities(frequencies: np.ndarray, n_docs: int, A: float = 0.55, B: float = 1.5) -> np.ndarray:
-    """Jain et al. (2016): p_l = 1 / (1 + C·exp(-A·log(N_l + B))), C = (log N − 1)·(B + 1)^A."""
-    C = (np.log(n_docs) - 1.0) * (B + 1.0) ** A
-    return 1.0 / (1.0 + C * np.exp(-A * np.log(np.asarray(frequencies, dtype=np.float64) + B)))
 
 
 def propensities_with_unseen(

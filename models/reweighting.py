@@ -30,7 +30,7 @@ import numpy as np
 
 from models.beam_search import Predictions
 from models.errors import XtagError
-from models.metrics import jain_propensities
+from models.propensity import jain_propensities
 
 Scheme = Literal["psp", "power", "macro-recall"]
 SCHEMES: tuple[str, ...] = ("psp", "power", "macro-recall")

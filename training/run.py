@@ -65,6 +65,7 @@ def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bo
     t = time.perf_counter()
     featurizer, X = TfidfFeaturizer.fit(corpus.texts, config.tfidf)
     Y, _ = corpus.label_matrix(vocab)
+    config = _with_label_names(config, vocab.names)
     log({"event": "features", "dim": featurizer.dim, "nnz": int(X.nnz), "seconds": time.perf_counter() - t})
 
     t = time.perf_counter()
@@ -101,6 +102,14 @@ def save_model(out: Path, vocab: LabelVocab, featurizer: TfidfFeaturizer, model)
     fsync_dir(out)
 
 
+def _with_label_names(config: TrainConfig, names: list[str]) -> TrainConfig:
+    """A copy of `config` that knows the run's label names, which a propensity file is keyed by
+    (training/label_weights.py); the caller's config stays as it was, equal to the one saved for --resume."""
+    config = config.model_copy(deep=True)
+    config.xlinear.missing_labels.bind_labels(names)
+    return config
+
+
 def _helper_rank(config: TrainConfig, out: Path, progress: bool) -> None:
     """A torchrun rank > 0: same data and features as rank 0, joins fine-tuning, then leaves."""
     fam = family(config.model)
@@ -113,5 +122,6 @@ def _helper_rank(config: TrainConfig, out: Path, progress: bool) -> None:
     vocab = build_vocab(corpus)
     _, X = TfidfFeaturizer.fit(corpus.texts, config.tfidf)
     Y, _ = corpus.label_matrix(vocab)
+    config = _with_label_names(config, vocab.names)
     fam.resolve("train")(corpus.texts, X, Y, config, out / "checkpoints", progress=False)
     return None

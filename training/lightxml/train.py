@@ -27,7 +27,6 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 import torch
-import torch.nn.functional as F
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
@@ -41,14 +40,17 @@ from training.checkpoint import Checkpoint
 from training.config import TrainConfig
 from training.distributed import DistContext
 from training.encoder import TextEncoder, load_tokenizer
+from training.label_weights import head_weights, node_weights
 from training.lightxml.clusters import label_clusters, training_candidates
 from training.lightxml.config import LightXMLConfig
 from training.lightxml.net import LightXMLNet
 from training.lightxml.result import LightXMLResult
 from training.lightxml.validation import ModelSelection, net_outputs, validation_split
 from training.loop import Budget, Callback, TrainingLoop, epoch_order, start_run
+from training.losses import LabelWeightTable, weighted_pointwise_loss
 from training.optim import decay_groups
 from training.swa import SWA
+from training.xlinear.train import label_positive_weights
 
 SAMPLE_TEXTS = 256  # training texts kept with the run for the export's parity check
 
@@ -69,12 +71,23 @@ class Trainer(Callback):
         folder: Path,
         progress: bool,
         log: Callable[[dict], None],
+        label_weights: np.ndarray | None = None,
     ):
         self.net, self.chain, self.texts, self.tokenizer, self.lc, self.ctx = net, chain, texts, tokenizer, lc, ctx
         self.folder, self.progress, self.log = folder, progress, log
         self.Y, self.Yc = Y.tocsr(), chain.level_targets(Y, 1)
         self.train_idx, val_idx = validation_split(len(texts), lc.val_fraction, lc.seed)
         self.members = cluster_members(chain)
+        # Missing-label loss (training/label_weights.py): positives of label j weigh u_j in L_d, positives of
+        # a cluster its labels' occurrence-weighted mean in L_g (node_weights); None: plain BCE.
+        freq = np.asarray((self.Y != 0).sum(axis=0)).ravel().astype(np.float64)
+        self.label_w = LabelWeightTable(label_weights, ctx.device)
+        self.cluster_w = LabelWeightTable(
+            None
+            if label_weights is None
+            else node_weights(label_weights, freq, chain.ancestors(1), chain.level_size(1)),
+            ctx.device,
+        )
         self.budget = Budget.of(len(self.train_idx), ctx.world, lc)
         self.head = LightXMLHeadConfig(
             beam_size=lc.top_clusters,
@@ -134,12 +147,12 @@ class Trainer(Callback):
             torch.from_numpy(mask).to(self.ctx.device),
             self._picker(idx, use_d),
         )
-        loss_g = F.binary_cross_entropy_with_logits(g.float(), yc)
+        loss_g = weighted_pointwise_loss(g.float(), yc, "bce", self.cluster_w.full(len(idx))).mean()
         loss_d = torch.zeros((), device=g.device)
         if cand is not None:
-            _, valid, y = cand
-            per = F.binary_cross_entropy_with_logits(d.float(), y, reduction="none")
-            loss_d = (per * valid).sum() / valid.sum().clamp(min=1.0)
+            labels, valid, y = cand
+            per = weighted_pointwise_loss(d.float(), y, "bce", self.label_w.lookup(labels), base=valid)
+            loss_d = per.sum() / valid.sum().clamp(min=1.0)
         self.parts = (float(loss_g.detach()), float(loss_d.detach()))
         return loss_g + loss_d, self.parts[0] + self.parts[1]
 
@@ -275,7 +288,11 @@ def train_lightxml(
             "negatives": lc.negatives,
         }
     )
-    trainer = Trainer(net, chain, texts, Y, tokenizer, lc, ctx, folder, progress, log)
+    weighted = label_positive_weights(Y, config.xlinear)  # the run's missing-label loss, if any
+    head_w = None if weighted is None else head_weights(weighted[0], np.asarray((Y != 0).sum(axis=0)).ravel())
+    if weighted is not None:
+        log({"event": "head_weights", **weighted[1], "head_max": round(float(head_w.max()), 4)})
+    trainer = Trainer(net, chain, texts, Y, tokenizer, lc, ctx, folder, progress, log, head_w)
     done = folder / "done.json"
     if done.is_file():  # resuming a finished run: its selected weights, no retraining
         with reading(done, "the finished run's summary"):

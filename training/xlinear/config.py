@@ -7,13 +7,25 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from models.beam_search import PostProcessor
+from training.label_weights import MissingLabelsConfig
 from training.tree import TreeConfig
+
+Loss = Literal["squared-hinge", "logistic", "propensity", "unbiased-balanced"]
+LOSSES: dict[str, str] = {
+    "squared-hinge": "plain one-vs-all squared hinge (default)",
+    "logistic": "plain one-vs-all logistic loss",
+    "propensity": "squared hinge, observed positives weighted w+ = 2/p - 1 (unbiased under missing labels)",
+    "unbiased-balanced": "as propensity, times the class-balanced c+ = (1 - beta)/(1 - beta^n) (thesis eq. 3.14)",
+}
 
 
 class XLinearConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    loss: Literal["squared-hinge", "logistic"] = "squared-hinge"
+    loss: Loss = Field(
+        "squared-hinge",
+        description="ranker loss; propensity / unbiased-balanced also weight every family's heads (missing_labels)",
+    )
     C: float = Field(1.0, gt=0, description="inverse L2 regularisation strength")
     tol: float = Field(0.1, gt=0, description="liblinear stopping tolerance")
     max_iter: int = Field(100, ge=1)
@@ -26,3 +38,11 @@ class XLinearConfig(BaseModel):
     post_processor: PostProcessor = "l3-hinge"
     n_jobs: int = Field(0, ge=0, description="threads; 0 = all cores")
     tree: TreeConfig = Field(default_factory=TreeConfig)
+    missing_labels: MissingLabelsConfig = Field(
+        default_factory=MissingLabelsConfig, description="propensity model and β of the weighted losses"
+    )
+
+    @property
+    def weighting(self) -> str:
+        """The positive weighting the loss asks for: none, propensity or unbiased-balanced."""
+        return self.loss if self.loss in ("propensity", "unbiased-balanced") else "none"

@@ -64,12 +64,14 @@ def _lookup(rows, doc):
 @jit()
 def train_nodes(
     s_indptr, s_indices, s_data, sqnorm, cols, rows, nodes, y_ptr, y_docs, r_ptr, r_docs, r_vals, has_r, neg_weight,
-    loss, C, eps, max_iter, seed, threshold,
+    pos_weight, loss, C, eps, max_iter, seed, threshold,
 ):  # fmt: skip
     """Fit `nodes` (children of the parent whose slice this is) one after another, each from a zero start.
 
     Targets come from the level's targets in CSC (`y_ptr`, `y_docs`: the documents of each node);
     with `has_r`, relevance in CSC weighs a document's loss by its value, others by `neg_weight`.
+    `pos_weight` (one per node of the level, or empty: all 1) multiplies every positive's cost on top:
+    the missing-label losses' w⁺c⁺ (liblinear's per-class weight of the positive class).
     Returns the weights pruned below `threshold` as CSR rows over global columns, and the biases.
     """
     n, n_nodes, n_cols = len(rows), len(nodes), len(cols)
@@ -96,6 +98,10 @@ def train_nodes(
                 k = _lookup(rows, r_docs[j])
                 if k >= 0:
                     Ci[k] = C * r_vals[j]
+        if len(pos_weight) > 0 and pos_weight[node] != 1.0:
+            for k in range(n):
+                if y[k] > 0:
+                    Ci[k] *= pos_weight[node]
         out_ptr[t + 1] = out_ptr[t]
         if n_pos == n or n_pos == 0:  # one class only: a constant ranker with a margin-sized bias
             bias[t] = 1.0 if n_pos == n else -1.0

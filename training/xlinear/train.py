@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from models.beam_search import RankerLevel
 from models.label_tree import ClusterChain
 from models.xlinear.model import RankerConfig, XLinearModel, load_level, save_level
+from training.label_weights import node_weights, positive_weights
 from training.threads import cpu_count
 from training.tree import build_tree, pifa_embeddings
 from training.xlinear import nodes, solver
@@ -73,6 +74,7 @@ def _fit_node(
         *(np.array([0, len(r_docs)], np.int64), r_docs, r_vals),
         sample_weight is not None,
         1.0,
+        np.empty(0, np.float64),
         *_solver_args(config),
     )
     return idx, val, float(bias[0])
@@ -189,6 +191,7 @@ def train_level(
     relevance: sp.csr_matrix | None = None,
     neg_weight: float = 1.0,
     stats: dict | None = None,
+    pos_weight: np.ndarray | None = None,
 ) -> RankerLevel:
     """Fit every node of one level on the documents its parent's mask selects, nodes in threads.
 
@@ -197,8 +200,9 @@ def train_level(
     the threads. A node's weights depend only on its data, its id and config.tree.seed, never on the
     thread count. With `relevance` (documents × nodes, the same pattern as `Yt`), the loss is
     cost-sensitive as in XR-Transformer eq. 6/9: a positive weighs its relevance value, a negative
-    `neg_weight`. `stats`, when given, receives the peak bytes held beyond X and the model
-    (`extra_bytes`: live parent slices plus the running units' scratch).
+    `neg_weight`. `pos_weight` (one per node) multiplies each node's positives' cost on top (the
+    missing-label losses, `level_positive_weights`). `stats`, when given, receives the peak bytes held
+    beyond X and the model (`extra_bytes`: live parent slices plus the running units' scratch).
     """
     X, mask = _as_float_csr(X), mask.tocsc()
     n_nodes, d = Yt.shape[1], X.shape[1]
@@ -208,6 +212,9 @@ def train_level(
         _csc_arrays(relevance) if relevance is not None else (np.zeros(1, np.int64), np.empty(0, np.int32), np.empty(0))
     )
     args = _solver_args(config)
+    pw = np.empty(0, np.float64) if pos_weight is None else np.ascontiguousarray(pos_weight, dtype=np.float64)
+    if len(pw) not in (0, n_nodes):
+        raise ValueError(f"{len(pw)} positive weights for {n_nodes} nodes")
     rows = [np.unique(mask.indices[mask.indptr[p] : mask.indptr[p + 1]]).astype(np.int64) for p in range(len(ptr) - 1)]
     units = _groups(X, rows, ptr, workers)
     slices = _ParentSlices(X, rows, np.bincount([p for p, _ in units], minlength=len(rows)).tolist())
@@ -217,7 +224,9 @@ def train_level(
         scratch = 8 * (3 * len(piece[4]) + 7 * len(rows[p]))  # w, output buffers; per-document arrays
         slices.account(scratch)
         try:
-            return nodes.train_nodes(*piece, rows[p], ids, *targets, *weights, relevance is not None, neg_weight, *args)
+            return nodes.train_nodes(
+                *piece, rows[p], ids, *targets, *weights, relevance is not None, neg_weight, pw, *args
+            )
         finally:
             slices.account(-scratch)
             slices.release(p)
@@ -247,6 +256,30 @@ def train_level(
     if stats is not None:
         stats["extra_bytes"] = slices.peak
     return RankerLevel(W=W, bias=np.concatenate([r[3] for r in results] or [np.empty(0, np.float32)]))
+
+
+def label_positive_weights(Y: sp.csr_matrix, config: XLinearConfig) -> tuple[np.ndarray, dict] | None:
+    """Per-label w⁺c⁺ of the configured missing-label loss (None for the plain losses), and facts for the log."""
+    if config.weighting == "none":
+        return None
+    ml = config.missing_labels
+    freq = np.asarray((Y != 0).sum(axis=0)).ravel().astype(np.float64)
+    p, from_file = ml.propensities(Y)
+    w = positive_weights(config.weighting, p, freq, ml.beta, ml.normalise_balance)
+    facts = {
+        "loss": config.loss,
+        "propensities_from_file": from_file,
+        "weight_min": round(float(w.min()), 4) if len(w) else None,
+        "weight_max": round(float(w.max()), 4) if len(w) else None,
+        "weight_mean_per_positive": round(float((freq * w).sum() / max(freq.sum(), 1.0)), 4),
+    }
+    return w, facts
+
+
+def level_positive_weights(chain: ClusterChain, label_w: np.ndarray, freq: np.ndarray, t: int) -> np.ndarray:
+    """Level t's per-node positive weights: at the leaves the labels' own, above them `node_weights`'s
+    occurrence-weighted mean over the cluster's labels (a cluster positive's mean label-level weight)."""
+    return node_weights(label_w, freq, chain.ancestors(t), chain.level_size(t))
 
 
 def train_xlinear(
@@ -279,6 +312,10 @@ def train_xlinear(
         if chain_path:
             checkpoint_dir.mkdir(parents=True, exist_ok=True)
             chain.save(chain_path)
+    weighted = label_positive_weights(Y, config)
+    if weighted is not None:
+        log({"event": "label_weights", **weighted[1]})
+    freq = np.asarray((Y != 0).sum(axis=0)).ravel().astype(np.float64)
     levels: list[RankerLevel] = []
     for t in range(1, chain.depth + 1):
         ckpt = checkpoint_dir / f"level_{t}.npz" if checkpoint_dir else None
@@ -291,7 +328,11 @@ def train_xlinear(
         mask = _parent_mask(X, chain.level_targets(Y, t - 1) if t > 1 else None, levels, chain, t, config)
         stats: dict = {}
         level = train_level(
-            X, Yt, mask, chain.ptrs[t - 1], config, desc=f"level {t}/{chain.depth}", progress=progress, stats=stats
+            *(X, Yt, mask, chain.ptrs[t - 1], config),
+            desc=f"level {t}/{chain.depth}",
+            progress=progress,
+            stats=stats,
+            pos_weight=None if weighted is None else level_positive_weights(chain, weighted[0], freq, t),
         )
         levels.append(level)
         log(

@@ -21,18 +21,21 @@ from training.candidates import csr_row, pad_rows
 from training.checkpoint import Checkpoint
 from training.distributed import DistContext
 from training.loop import Budget, TrainingLoop, epoch_order
+from training.losses import pointwise_loss
 from training.optim import decay_groups, lr_factor
 from training.xr_transformer.config import XRTransformerConfig
 
 
 @dataclass
 class LevelProblem:
-    """Level t's objective: targets Y^(t), positive weights R̂^(t), shortlist M^(t) (all n × K_t)."""
+    """Level t's objective: targets Y^(t), positive weights R̂^(t), shortlist M^(t) (all n × K_t), and the
+    missing-label loss's per-node positive weights (None: plain training; training/label_weights.py)."""
 
     level: int
     Y: sp.csr_matrix
     R: sp.csr_matrix
     M: sp.csr_matrix
+    pos_weight: np.ndarray | None = None
 
 
 class XRNet(nn.Module):
@@ -51,7 +54,8 @@ class XRNet(nn.Module):
 
 
 def batch_targets(p: LevelProblem, idx: np.ndarray, neg_weight: float) -> tuple[np.ndarray, ...]:
-    """Padded candidates, labels and loss weights: R̂ for positives, α for negatives, 0 for padding."""
+    """Padded candidates, labels and loss weights: R̂ (times the node's missing-label weight) for positives,
+    α for negatives, 0 for padding."""
     rows = [csr_row(p.M, i) for i in idx]
     cand, valid, y = pad_rows(rows, [csr_row(p.Y, i) for i in idx])
     weight = valid * np.float32(neg_weight)
@@ -59,13 +63,9 @@ def batch_targets(p: LevelProblem, idx: np.ndarray, neg_weight: float) -> tuple[
         rel = dict(zip(csr_row(p.R, i), p.R.data[p.R.indptr[i] : p.R.indptr[i + 1]]))
         where = np.flatnonzero(y[j])
         weight[j, where] = [rel.get(r[w], 1.0) for w in where]
+        if p.pos_weight is not None:
+            weight[j, where] *= p.pos_weight[r[where]].astype(np.float32)
     return cand, y, weight
-
-
-def pointwise_loss(scores: torch.Tensor, y: torch.Tensor, kind: str) -> torch.Tensor:
-    if kind == "bce":
-        return F.binary_cross_entropy_with_logits(scores, y, reduction="none")
-    return F.relu(1.0 - (2.0 * y - 1.0) * scores) ** 2
 
 
 def make_optimizer(net: XRNet, xc: XRTransformerConfig) -> torch.optim.AdamW:

@@ -35,10 +35,11 @@ from training.checkpoint import seed_all as _seed
 from training.config import TrainConfig
 from training.distributed import DistContext
 from training.encoder import TextEncoder, encode_texts, load_tokenizer
+from training.label_weights import head_weights
 from training.loop import start_run
 from training.tree import build_tree, pifa_embeddings
 from training.xlinear.config import XLinearConfig
-from training.xlinear.train import train_level, train_xlinear
+from training.xlinear.train import label_positive_weights, level_positive_weights, train_level, train_xlinear
 from training.xr_transformer.config import XRTransformerConfig
 from training.xr_transformer.finetune import LevelProblem, XRNet, finetune_level
 
@@ -82,6 +83,18 @@ def relevance(chain: ClusterChain, Y: sp.csr_matrix, t: int) -> sp.csr_matrix:
     return R
 
 
+def head_label_weights(Y: sp.csr_matrix, xl: XLinearConfig) -> np.ndarray | None:
+    """Per-label positive weights of the fine-tuned heads under the run's missing-label loss (None: plain).
+
+    The rankers' w⁺c⁺ (training/xlinear/train.py) normalised as deep models need (`head_weights`); the
+    fine-tuning resolutions' clusters then take `level_positive_weights` of these, as the rankers do.
+    """
+    weighted = label_positive_weights(Y, xl)
+    if weighted is None:
+        return None
+    return head_weights(weighted[0], np.asarray((Y != 0).sum(axis=0)).ravel())
+
+
 def top_k_parents(E: np.ndarray, W: np.ndarray, b: np.ndarray, k: int, chunk: int = 4096) -> sp.csr_matrix:
     """P^(t-1) (eq. 7): binary n × K matrix of each text's top-k nodes under the previous level's head."""
     n, K = E.shape[0], W.shape[0]
@@ -122,8 +135,10 @@ def bootstrap_head(
     R: sp.csr_matrix,
     xc: XRTransformerConfig,
     n_jobs: int,
+    pos_weight: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """W_init^(t) (eq. 11): cost-sensitive liblinear rankers on the previous encoder's embeddings."""
+    """W_init^(t) (eq. 11): cost-sensitive liblinear rankers on the previous encoder's embeddings (positives also
+    weighted by `pos_weight`, the level's missing-label weights, when given)."""
     solver = XLinearConfig(
         loss="squared-hinge" if xc.loss == "squared-hinge" else "logistic", threshold=0.0, n_jobs=n_jobs
     )
@@ -138,6 +153,7 @@ def bootstrap_head(
         progress=False,
         relevance=R,
         neg_weight=xc.neg_weight,
+        pos_weight=pos_weight,
     )
     return level.W.toarray().astype(np.float32), level.bias.astype(np.float32)
 
@@ -229,17 +245,22 @@ def multi_resolution_finetune(
         head = (net.weight.detach().cpu().numpy(), net.bias.detach().cpu().numpy())
         log({"event": "resume", "what": f"fine-tuned levels 1..{first - 1}"})
     ckpt = Checkpoint(folder / "current")
+    label_w = head_label_weights(Y, config.xlinear)
+    if label_w is not None:
+        log({"event": "head_weights", "loss": config.xlinear.loss, "max": round(float(label_w.max()), 4)})
+    freq = np.asarray((Y != 0).sum(axis=0)).ravel().astype(np.float64)
     for t in range(first, chain.depth + 1):
         _seed(xc.seed + t)
         E = embed.get(encoder, t - 1)
         P = top_k_parents(E, *head, xc.shortlist_k) if t > 1 else None
         parents, M = shortlist(chain, Y, t, P)
         R = relevance(chain, Y, t)
+        pos_w = None if label_w is None else level_positive_weights(chain, label_w, freq, t)
         start = time.perf_counter()
         K = chain.level_size(t)
         resuming = (ckpt.state() or {}).get("level") == t  # the checkpoint will overwrite any init
         if xc.bootstrap and ctx.is_main and not resuming:
-            W0, b0 = bootstrap_head(E, chain, Y, t, parents, R, xc, config.xlinear.n_jobs)
+            W0, b0 = bootstrap_head(E, chain, Y, t, parents, R, xc, config.xlinear.n_jobs, pos_w)
         else:  # other ranks get rank 0's head when DDP wraps the model
             W0, b0 = np.zeros((K, encoder.dim), np.float32), np.zeros(K, np.float32)
         net = XRNet(encoder, W0, b0).to(ctx.device)
@@ -252,7 +273,7 @@ def multi_resolution_finetune(
                 "shortlist_mean": round(M.nnz / M.shape[0], 2),
             }
         )
-        problem = LevelProblem(level=t, Y=chain.level_targets(Y, t), R=R, M=M)
+        problem = LevelProblem(level=t, Y=chain.level_targets(Y, t), R=R, M=M, pos_weight=pos_w)
         stats = finetune_level(net, problem, texts, tokenizer, xc, ctx, ckpt, chain.depth, progress, log)
         head = (net.weight.detach().cpu().numpy(), net.bias.detach().cpu().numpy())
         if ctx.is_main:

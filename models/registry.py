@@ -81,6 +81,17 @@ FAMILIES: dict[str, Family] = {
             distributed=True,
             train_needs=TRAIN_EXTRA,
         ),
+        Family(
+            "cascadexml",
+            "cascadexml",
+            "training.cascadexml.config:CascadeXMLConfig",
+            "training.cascadexml.train:train_cascadexml",
+            "training.cascadexml.export:export",
+            ("cascadexml-encoder", "label-tree", "cascadexml-heads"),
+            batch_wait_ms=2.0,
+            distributed=True,
+            train_needs=TRAIN_EXTRA,
+        ),
     )
 }
 

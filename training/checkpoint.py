@@ -3,7 +3,8 @@
 Torch files are safetensors and JSON, never pickle; a checkpoint is swapped in atomically, each of its files
 flushed to disk first (models/atomic.py), so neither a kill nor a power cut leaves half of one. Reading one
 that is damaged anyway raises an XtagError naming the file and the cause. Written and read by the shared
-training loop (training/loop.py) for both transformer families.
+training loop (training/loop.py) for every transformer family, which also ends its runs here
+(`fit_or_reload`) and keeps its heads beside the Hugging Face transformer directory (`save_heads`).
 """
 
 from __future__ import annotations
@@ -126,3 +127,42 @@ class Checkpoint:
     def clear(self) -> None:
         for folder in (self.folder, self.tmp, self.old):
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def fit_or_reload(net: nn.Module, folder: Path, fit, ctx, log, name: str) -> dict:
+    """The end of a transformer family's run: a finished run (done.json) reloads final.safetensors without
+    retraining; otherwise `fit()` trains, rank 0 writes the weights and then done.json (last: it marks them
+    complete) and drops the step checkpoint, and every rank waits. Returns the run's stats."""
+    done = folder / "done.json"
+    if done.is_file():
+        with reading(done, "the finished run's summary"):
+            stats = json.loads(done.read_text())
+        with reading(folder / "final.safetensors", "the finished run's weights", SafetensorError):
+            load_model(net, str(folder / "final.safetensors"), device=str(ctx.device))
+        log({"event": "resume", "what": f"{name} (finished)", "step": stats["steps"]})
+        return stats
+    stats = fit()
+    if ctx.is_main:
+        with replacing(folder / "final.safetensors") as tmp:
+            save_model(net, str(tmp))
+        write_text_atomic(done, json.dumps(stats))
+        Checkpoint(folder / "current").clear()
+    ctx.barrier()
+    return stats
+
+
+HEADS_FILE = "heads.safetensors"
+
+
+def save_heads(net: nn.Module, folder: Path) -> None:
+    """Everything of a finished net but its transformer (saved beside as a Hugging Face directory)."""
+    save_file(
+        {k: v.detach().contiguous() for k, v in net.state_dict().items() if not k.startswith("transformer.")},
+        str(folder / HEADS_FILE),
+    )
+
+
+def load_heads(net: nn.Module, folder: Path) -> None:
+    missing, unexpected = net.load_state_dict(load_file(str(folder / HEADS_FILE)), strict=False)
+    if unexpected or any(not k.startswith("transformer.") for k in missing):
+        raise ValueError(f"{folder / HEADS_FILE}: missing {missing}, unexpected {unexpected}")

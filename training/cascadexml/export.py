@@ -16,7 +16,8 @@ from models.errors import XtagError
 from models.onnx_encoder import EncoderConfig
 from training.cascadexml.config import CascadeXMLExportConfig
 from training.cascadexml.net import CascadeXMLNet, LogitsGraph
-from training.cascadexml.result import SHAPE_FILE, load_heads
+from training.cascadexml.result import SHAPE_FILE
+from training.checkpoint import load_heads
 from training.config import TrainConfig
 from training.export import copy_run_model, step
 from training.onnx_export import embedding_diff, top_agreement, write_graph

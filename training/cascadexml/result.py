@@ -6,28 +6,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from safetensors.torch import load_file, save_file
-
 from models.cascadexml.model import CascadeHeadConfig, CascadeXMLModel
 from models.label_tree import ClusterChain
 from models.onnx_encoder import EncoderConfig, TextTokenizer
 from training.cascadexml.net import CascadeXMLNet
+from training.checkpoint import save_heads
 
-HEADS_FILE, SHAPE_FILE = "heads.safetensors", "cascadexml_net.json"
-
-
-def save_heads(net: CascadeXMLNet, folder: Path) -> None:
-    """Projection and per-resolution classifiers (the transformer is saved as a Hugging Face directory)."""
-    save_file(
-        {k: v.detach().contiguous() for k, v in net.state_dict().items() if not k.startswith("transformer.")},
-        str(folder / HEADS_FILE),
-    )
-
-
-def load_heads(net: CascadeXMLNet, folder: Path) -> None:
-    missing, unexpected = net.load_state_dict(load_file(str(folder / HEADS_FILE)), strict=False)
-    if unexpected or any(not k.startswith("transformer.") for k in missing):
-        raise ValueError(f"{folder / HEADS_FILE}: missing {missing}, unexpected {unexpected}")
+SHAPE_FILE = "cascadexml_net.json"
 
 
 def net_shape(net: CascadeXMLNet) -> dict:

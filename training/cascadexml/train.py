@@ -16,7 +16,6 @@ one-vs-all classifier of appendix A.3 is not implemented.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -25,13 +24,9 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
-from safetensors import SafetensorError
-from safetensors.torch import load_model, save_model
 
-from models.atomic import replacing, write_text_atomic
 from models.cascadexml.cascade import child_tables, expand, top_nodes, with_true_parents
 from models.cascadexml.model import CascadeHeadConfig
-from models.errors import reading
 from models.label_tree import ClusterChain
 from models.onnx_encoder import EncoderConfig, TextTokenizer
 from training.candidates import csr_row, pad_rows
@@ -40,7 +35,7 @@ from training.cascadexml.net import CascadeXMLNet
 from training.cascadexml.recipe import default_dropouts, default_layers, level_top_k, per_level, resolutions
 from training.cascadexml.result import CascadeXMLResult
 from training.cascadexml.schedule import cascade_lr_factor
-from training.checkpoint import Checkpoint
+from training.checkpoint import Checkpoint, fit_or_reload
 from training.config import TrainConfig
 from training.distributed import DistContext
 from training.encoder import TextEncoder, load_tokenizer
@@ -205,21 +200,7 @@ def train_cascadexml(
         }
     )
     trainer = Trainer(net, chain, texts, Y, tokenizer, cc, top_k, weights, ctx, folder, progress, log)
-    done = folder / "done.json"
-    if done.is_file():  # resuming a finished run: its weights, no retraining
-        with reading(done, "the finished run's summary"):
-            stats = json.loads(done.read_text())
-        with reading(folder / "final.safetensors", "the finished run's weights", SafetensorError):
-            load_model(net, str(folder / "final.safetensors"), device=str(ctx.device))
-        log({"event": "resume", "what": "cascadexml (finished)", "step": stats["steps"]})
-    else:
-        stats = trainer.fit()
-        if ctx.is_main:
-            with replacing(folder / "final.safetensors") as tmp:
-                save_model(net, str(tmp))
-            write_text_atomic(done, json.dumps(stats))  # last: it marks the weights as complete
-            Checkpoint(folder / "current").clear()
-        ctx.barrier()
+    stats = fit_or_reload(net, folder, trainer.fit, ctx, log, "cascadexml")
     if not ctx.is_main:
         ctx.close()
         return None

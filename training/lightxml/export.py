@@ -15,11 +15,11 @@ from pathlib import Path
 from models.errors import XtagError
 from models.lightxml.model import OUTPUTS, LightXMLEncoder, LightXMLModel
 from models.onnx_encoder import EncoderConfig
+from training.checkpoint import load_heads
 from training.config import TrainConfig
 from training.export import copy_run_model, step
 from training.lightxml.config import LightXMLExportConfig
 from training.lightxml.net import LightXMLNet
-from training.lightxml.result import load_heads
 from training.onnx_export import embedding_diff, top_agreement, write_graph
 from training.onnx_optimize import set_precision
 

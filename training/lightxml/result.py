@@ -6,28 +6,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from safetensors.torch import load_file, save_file
-
 from models.label_tree import ClusterChain
 from models.lightxml.model import LightXMLHeadConfig, LightXMLModel
 from models.onnx_encoder import EncoderConfig, TextTokenizer
+from training.checkpoint import save_heads
 from training.lightxml.net import LightXMLNet
-
-HEADS_FILE = "heads.safetensors"
-
-
-def save_heads(net: LightXMLNet, folder: Path) -> None:
-    """Generator, bottleneck and label embeddings (the transformer is saved as a Hugging Face directory)."""
-    save_file(
-        {k: v.detach().contiguous() for k, v in net.state_dict().items() if not k.startswith("transformer.")},
-        str(folder / HEADS_FILE),
-    )
-
-
-def load_heads(net: LightXMLNet, folder: Path) -> None:
-    missing, unexpected = net.load_state_dict(load_file(str(folder / HEADS_FILE)), strict=False)
-    if unexpected or any(not k.startswith("transformer.") for k in missing):
-        raise ValueError(f"{folder / HEADS_FILE}: missing {missing}, unexpected {unexpected}")
 
 
 @dataclass

@@ -17,7 +17,6 @@ the selection metric is the mean of P@1/3/5 on the validation split.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import time
@@ -27,16 +26,14 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_model, save_model
 
-from models.atomic import replacing, write_atomic, write_text_atomic
+from models.atomic import write_atomic
 from models.errors import XtagError, reading
 from models.label_tree import ClusterChain
 from models.lightxml.model import LightXMLHeadConfig, LightXMLModel, cluster_members
 from models.onnx_encoder import EncoderConfig, TextTokenizer
 from training.candidates import csr_row
-from training.checkpoint import Checkpoint
+from training.checkpoint import Checkpoint, fit_or_reload
 from training.config import TrainConfig
 from training.distributed import DistContext
 from training.encoder import TextEncoder, load_tokenizer
@@ -293,21 +290,7 @@ def train_lightxml(
     if weighted is not None:
         log({"event": "head_weights", **weighted[1], "head_max": round(float(head_w.max()), 4)})
     trainer = Trainer(net, chain, texts, Y, tokenizer, lc, ctx, folder, progress, log, head_w)
-    done = folder / "done.json"
-    if done.is_file():  # resuming a finished run: its selected weights, no retraining
-        with reading(done, "the finished run's summary"):
-            stats = json.loads(done.read_text())
-        with reading(folder / "final.safetensors", "the finished run's weights", SafetensorError):
-            load_model(net, str(folder / "final.safetensors"), device=str(ctx.device))
-        log({"event": "resume", "what": "lightxml (finished)", "step": stats["steps"]})
-    else:
-        stats = trainer.fit()
-        if ctx.is_main:
-            with replacing(folder / "final.safetensors") as tmp:
-                save_model(net, str(tmp))
-            write_text_atomic(done, json.dumps(stats))  # last: it marks the weights as complete
-            Checkpoint(folder / "current").clear()
-        ctx.barrier()
+    stats = fit_or_reload(net, folder, trainer.fit, ctx, log, "lightxml")
     if not ctx.is_main:
         ctx.close()
         return None

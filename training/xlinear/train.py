@@ -316,6 +316,7 @@ def train_xlinear(
     if weighted is not None:
         log({"event": "label_weights", **weighted[1]})
     freq = np.asarray((Y != 0).sum(axis=0)).ravel().astype(np.float64)
+    X_rankers = _as_float_csr(X)  # sorted once here, not by every level (the tree and matcher keep X as given)
     levels: list[RankerLevel] = []
     for t in range(1, chain.depth + 1):
         ckpt = checkpoint_dir / f"level_{t}.npz" if checkpoint_dir else None
@@ -328,7 +329,7 @@ def train_xlinear(
         mask = _parent_mask(X, chain.level_targets(Y, t - 1) if t > 1 else None, levels, chain, t, config)
         stats: dict = {}
         level = train_level(
-            *(X, Yt, mask, chain.ptrs[t - 1], config),
+            *(X_rankers, Yt, mask, chain.ptrs[t - 1], config),
             desc=f"level {t}/{chain.depth}",
             progress=progress,
             stats=stats,

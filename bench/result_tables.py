@@ -119,6 +119,22 @@ def one_result_each(build):
 # -- XR-Linear ------------------------------------------------------------------------------------------------------
 
 
+SEED_METRICS = ("P@1", "P@3", "P@5", "PSP@1", "PSP@3", "PSP@5")
+
+
+@one_result_each
+def xlinear_seeds(r: dict) -> dict[str, str]:
+    """xtag and PECOS per label-tree seed, then each library's mean (bench/xlinear_seeds.py)."""
+    rows = [[row["library"], str(row["seed"])] + [f2(row["metrics"][m]) for m in SEED_METRICS] for row in r["rows"]]
+    for lib in ("xtag", "PECOS"):
+        rows.append([bold(f"{lib}, mean"), ""] + [bold(f2(r["means"][lib][m])) for m in SEED_METRICS])
+    rows.append(
+        ["mean difference", ""] + [signed(r["means"]["xtag"][m] - r["means"]["PECOS"][m]) for m in SEED_METRICS]
+    )
+    text = table(["library", "tree seed", *SEED_METRICS], "ll" + "r" * len(SEED_METRICS), rows)
+    return {"table": f"{r['data']}:\n\n{text}\n\n{convention_line([convention(r)])}"}
+
+
 @one_result_each
 def xlinear_vs_pecos(r: dict) -> dict[str, str]:
     out = {}
@@ -864,6 +880,7 @@ BUILDERS = {
     f.__name__: f
     for f in (
         xlinear_vs_pecos,
+        xlinear_seeds,
         xlinear_validation,
         beam_1m,
         shortlist_vs_exact,

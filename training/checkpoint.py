@@ -22,6 +22,7 @@ from torch import nn
 
 from models.atomic import fsync_dir, replacing, write_text_atomic
 from models.errors import reading
+from models.label_tree import ClusterChain
 
 # What torch and safetensors raise on a damaged or mismatched checkpoint file, besides models.errors.READ_ERRORS.
 TORCH_READ_ERRORS = (SafetensorError, RuntimeError)
@@ -166,3 +167,13 @@ def load_heads(net: nn.Module, folder: Path) -> None:
     missing, unexpected = net.load_state_dict(load_file(str(folder / HEADS_FILE)), strict=False)
     if unexpected or any(not k.startswith("transformer.") for k in missing):
         raise ValueError(f"{folder / HEADS_FILE}: missing {missing}, unexpected {unexpected}")
+
+
+def run_tree(path: Path, ctx, build) -> ClusterChain:
+    """A run's label tree: the one saved at `path` when resuming, else `build()`, saved there by rank 0."""
+    if path.is_file():
+        return ClusterChain.load(path)
+    chain = build()
+    if ctx.is_main:
+        chain.save(path)
+    return chain

@@ -35,7 +35,7 @@ from training.cascadexml.net import CascadeXMLNet
 from training.cascadexml.recipe import default_dropouts, default_layers, level_top_k, per_level, resolutions
 from training.cascadexml.result import CascadeXMLResult
 from training.cascadexml.schedule import cascade_lr_factor
-from training.checkpoint import Checkpoint, fit_or_reload
+from training.checkpoint import Checkpoint, fit_or_reload, run_tree
 from training.config import TrainConfig
 from training.distributed import DistContext
 from training.encoder import TextEncoder, load_tokenizer
@@ -181,10 +181,7 @@ def train_cascadexml(
     cc = config.cascadexml
     folder = checkpoint_dir / "cascadexml"
     ctx = start_run(cc, folder)
-    chain_path = folder / "resolutions.npz"
-    chain = ClusterChain.load(chain_path) if chain_path.is_file() else resolutions(X, Y, cc)
-    if ctx.is_main and not chain_path.is_file():
-        chain.save(chain_path)
+    chain = run_tree(folder / "resolutions.npz", ctx, lambda: resolutions(X, Y, cc))
     tokenizer = load_tokenizer(cc.encoder, cc.max_length)
     net, top_k, weights = build_net(cc, chain)
     net = net.to(ctx.device)

@@ -33,7 +33,7 @@ from models.label_tree import ClusterChain
 from models.lightxml.model import LightXMLHeadConfig, LightXMLModel, cluster_members
 from models.onnx_encoder import EncoderConfig, TextTokenizer
 from training.candidates import csr_row
-from training.checkpoint import Checkpoint, fit_or_reload
+from training.checkpoint import Checkpoint, fit_or_reload, run_tree
 from training.config import TrainConfig
 from training.distributed import DistContext
 from training.encoder import TextEncoder, load_tokenizer
@@ -264,10 +264,7 @@ def train_lightxml(
     lc = config.lightxml
     folder = checkpoint_dir / "lightxml"
     ctx = start_run(lc, folder)
-    chain_path = folder / "clusters.npz"
-    chain = ClusterChain.load(chain_path) if chain_path.is_file() else label_clusters(X, Y, lc)
-    if ctx.is_main and not chain_path.is_file():
-        chain.save(chain_path)
+    chain = run_tree(folder / "clusters.npz", ctx, lambda: label_clusters(X, Y, lc))
     tokenizer = load_tokenizer(lc.encoder, lc.max_length)
     transformer = TextEncoder.from_pretrained(lc.encoder, "cls").transformer
     net = LightXMLNet(transformer, chain.level_size(1), chain.n_labels, lc.last_layers, lc.dropout, lc.hidden_dim).to(
@@ -286,9 +283,9 @@ def train_lightxml(
         }
     )
     weighted = label_positive_weights(Y, config.xlinear)  # the run's missing-label loss, if any
-    head_w = None if weighted is None else head_weights(weighted[0], np.asarray((Y != 0).sum(axis=0)).ravel())
+    head_w = None if weighted is None else head_weights(weighted.weights, weighted.freq)
     if weighted is not None:
-        log({"event": "head_weights", **weighted[1], "head_max": round(float(head_w.max()), 4)})
+        log({"event": "head_weights", **weighted.facts, "head_max": round(float(head_w.max()), 4)})
     trainer = Trainer(net, chain, texts, Y, tokenizer, lc, ctx, folder, progress, log, head_w)
     stats = fit_or_reload(net, folder, trainer.fit, ctx, log, "lightxml")
     if not ctx.is_main:

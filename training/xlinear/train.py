@@ -15,6 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -258,8 +259,16 @@ def train_level(
     return RankerLevel(W=W, bias=np.concatenate([r[3] for r in results] or [np.empty(0, np.float32)]))
 
 
-def label_positive_weights(Y: sp.csr_matrix, config: XLinearConfig) -> tuple[np.ndarray, dict] | None:
-    """Per-label w⁺c⁺ of the configured missing-label loss (None for the plain losses), and facts for the log."""
+class LabelWeights(NamedTuple):
+    """Per-label w⁺c⁺ of a missing-label loss, the label frequencies they were derived from, facts for the log."""
+
+    weights: np.ndarray
+    freq: np.ndarray
+    facts: dict
+
+
+def label_positive_weights(Y: sp.csr_matrix, config: XLinearConfig) -> LabelWeights | None:
+    """The configured missing-label loss's per-label weights (None for the plain losses)."""
     if config.weighting == "none":
         return None
     ml = config.missing_labels
@@ -273,7 +282,7 @@ def label_positive_weights(Y: sp.csr_matrix, config: XLinearConfig) -> tuple[np.
         "weight_max": round(float(w.max()), 4) if len(w) else None,
         "weight_mean_per_positive": round(float((freq * w).sum() / max(freq.sum(), 1.0)), 4),
     }
-    return w, facts
+    return LabelWeights(w, freq, facts)
 
 
 def level_positive_weights(chain: ClusterChain, label_w: np.ndarray, freq: np.ndarray, t: int) -> np.ndarray:
@@ -314,8 +323,7 @@ def train_xlinear(
             chain.save(chain_path)
     weighted = label_positive_weights(Y, config)
     if weighted is not None:
-        log({"event": "label_weights", **weighted[1]})
-    freq = np.asarray((Y != 0).sum(axis=0)).ravel().astype(np.float64)
+        log({"event": "label_weights", **weighted.facts})
     X_rankers = _as_float_csr(X)  # sorted once here, not by every level (the tree and matcher keep X as given)
     levels: list[RankerLevel] = []
     for t in range(1, chain.depth + 1):
@@ -333,7 +341,7 @@ def train_xlinear(
             desc=f"level {t}/{chain.depth}",
             progress=progress,
             stats=stats,
-            pos_weight=None if weighted is None else level_positive_weights(chain, weighted[0], freq, t),
+            pos_weight=None if weighted is None else level_positive_weights(chain, weighted.weights, weighted.freq, t),
         )
         levels.append(level)
         log(

@@ -83,8 +83,9 @@ def relevance(chain: ClusterChain, Y: sp.csr_matrix, t: int) -> sp.csr_matrix:
     return R
 
 
-def head_label_weights(Y: sp.csr_matrix, xl: XLinearConfig) -> np.ndarray | None:
-    """Per-label positive weights of the fine-tuned heads under the run's missing-label loss (None: plain).
+def head_label_weights(Y: sp.csr_matrix, xl: XLinearConfig) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per-label positive weights of the fine-tuned heads under the run's missing-label loss, and the label
+    frequencies behind them (None: plain).
 
     The rankers' w⁺c⁺ (training/xlinear/train.py) normalised as deep models need (`head_weights`); the
     fine-tuning resolutions' clusters then take `level_positive_weights` of these, as the rankers do.
@@ -92,7 +93,7 @@ def head_label_weights(Y: sp.csr_matrix, xl: XLinearConfig) -> np.ndarray | None
     weighted = label_positive_weights(Y, xl)
     if weighted is None:
         return None
-    return head_weights(weighted[0], np.asarray((Y != 0).sum(axis=0)).ravel())
+    return head_weights(weighted.weights, weighted.freq), weighted.freq
 
 
 def top_k_parents(E: np.ndarray, W: np.ndarray, b: np.ndarray, k: int, chunk: int = 4096) -> sp.csr_matrix:
@@ -245,10 +246,9 @@ def multi_resolution_finetune(
         head = (net.weight.detach().cpu().numpy(), net.bias.detach().cpu().numpy())
         log({"event": "resume", "what": f"fine-tuned levels 1..{first - 1}"})
     ckpt = Checkpoint(folder / "current")
-    label_w = head_label_weights(Y, config.xlinear)
+    label_w, freq = head_label_weights(Y, config.xlinear) or (None, None)
     if label_w is not None:
         log({"event": "head_weights", "loss": config.xlinear.loss, "max": round(float(label_w.max()), 4)})
-    freq = np.asarray((Y != 0).sum(axis=0)).ravel().astype(np.float64)
     for t in range(first, chain.depth + 1):
         _seed(xc.seed + t)
         E = embed.get(encoder, t - 1)

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from training.xlinear.solver import jit, rand_below
+from models.engine._jit import njit
+from training.xlinear.solver import rand_below
 
 
-@jit()
+@njit()
 def _columns_of(indptr, indices, rows, marker):
     """The distinct columns `rows` use; `marker` is all False on entry and on exit."""
     n = 0
@@ -40,7 +41,7 @@ def _columns_of(indptr, indices, rows, marker):
     return touched
 
 
-@jit()
+@njit()
 def bisect(indptr, indices, data, rows, left, iters, state, S, D, marker):
     """Reorder `rows` (unit-length rows of a CSR matrix) so that its first `left` form one cluster.
 

@@ -6,7 +6,8 @@ import warnings
 
 import numba
 
-# Every compiled kernel, so warm-up can turn caching off on all of them if saving a cache entry fails.
+# Every compiled kernel (the engine's and the trainer's), so warm-up can turn caching off on all of them if
+# saving a cache entry fails.
 KERNELS: list = []
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from training.xlinear.solver import jit, node_state, solve
+from models.engine._jit import njit
+from training.xlinear.solver import node_state, solve
 
 
-@jit()
+@njit()
 def build_slice(indptr, indices, data, rows, d):
     """The parent's rows of X as CSR over the columns they use: (indptr, local indices, data, ‖x_i‖², cols).
 
@@ -45,7 +46,7 @@ def build_slice(indptr, indices, data, rows, d):
     return s_indptr, s_indices, s_data, sqnorm, cols
 
 
-@jit()
+@njit()
 def row_sqnorm(indptr, data):
     n = len(indptr) - 1
     out = np.zeros(n, np.float64)
@@ -55,13 +56,13 @@ def row_sqnorm(indptr, data):
     return out
 
 
-@jit()
+@njit()
 def _lookup(rows, doc):
     k = np.searchsorted(rows, doc)
     return k if k < len(rows) and rows[k] == doc else -1
 
 
-@jit()
+@njit()
 def train_nodes(
     s_indptr, s_indices, s_data, sqnorm, cols, rows, nodes, y_ptr, y_docs, r_ptr, r_docs, r_vals, has_r, neg_weight,
     pos_weight, loss, C, eps, max_iter, seed, threshold,

@@ -23,32 +23,17 @@ depending on how much of the shared L3 cache other tenants used: not robust).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from models.engine._jit import njit
 
 SQUARED_HINGE, LOGISTIC = 0, 1
-
-
-def jit(**options):
-    """njit(nogil=True, cache=True): compiled once, then loaded from __pycache__.
-
-    Numba refuses cache=True at decoration when no cache directory is writable (a read-only install
-    without NUMBA_CACHE_DIR); the kernels then compile in memory, once per process.
-    """
-
-    def wrap(func):
-        try:
-            return njit(nogil=True, cache=True, **options)(func)
-        except RuntimeError:
-            return njit(nogil=True, **options)(func)
-
-    return wrap
 
 
 _GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _XORSHIFT_MUL = np.uint64(0x2545F4914F6CDD1D)
 
 
-@jit()
+@njit()
 def node_state(seed: int, node: int) -> np.ndarray:
     """splitmix64 of (seed, node): the xorshift64* state of one node's shuffles."""
     z = np.uint64(seed) * _GOLDEN + np.uint64(node) + np.uint64(1)
@@ -60,7 +45,7 @@ def node_state(seed: int, node: int) -> np.ndarray:
     return state
 
 
-@jit(inline="always")
+@njit(inline="always")
 def rand_below(state: np.ndarray, n: int) -> int:
     x = state[0]
     x ^= x >> np.uint64(12)
@@ -70,7 +55,7 @@ def rand_below(state: np.ndarray, n: int) -> int:
     return np.int64((x * _XORSHIFT_MUL) % np.uint64(n))
 
 
-@jit()
+@njit()
 def _shuffle(index: np.ndarray, n: int, state: np.ndarray) -> None:
     for i in range(n):  # liblinear's shuffle: swap i with a uniform pick from [i, n)
         j = i + rand_below(state, n - i)
@@ -83,7 +68,7 @@ def _shuffle(index: np.ndarray, n: int, state: np.ndarray) -> None:
 # debtags' leaf level: 0.61-0.68x the time without them, same arithmetic, bit-identical weights).
 
 
-@jit(inline="always")
+@njit(inline="always")
 def _dot(w, bias_at, indptr, indices, data, i):
     s = w[bias_at]
     for j in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
@@ -91,14 +76,14 @@ def _dot(w, bias_at, indptr, indices, data, i):
     return s
 
 
-@jit(inline="always")
+@njit(inline="always")
 def _axpy(w, bias_at, indptr, indices, data, i, a):
     w[bias_at] += a
     for j in range(np.uint64(indptr[i]), np.uint64(indptr[i + 1])):
         w[np.uint32(indices[j])] += a * data[j]
 
 
-@jit()
+@njit()
 def _l2svc_dual(indptr, indices, data, sqnorm, y, Ci, eps, max_iter, state, w):
     """liblinear solve_l2r_l1l2_svc for the squared hinge (upper bound ∞, diag ½/C_i), with shrinking."""
     n, bias_at = len(y), len(w) - 1
@@ -149,7 +134,7 @@ def _l2svc_dual(indptr, indices, data, sqnorm, y, Ci, eps, max_iter, state, w):
     return it
 
 
-@jit()
+@njit()
 def _lr_dual(indptr, indices, data, sqnorm, y, Ci, eps, max_iter, state, w):
     """liblinear solve_l2r_lr_dual: α_i + α'_i = C_i, one Newton-solved coordinate at a time."""
     n, bias_at = len(y), len(w) - 1
@@ -203,7 +188,7 @@ def _lr_dual(indptr, indices, data, sqnorm, y, Ci, eps, max_iter, state, w):
     return it
 
 
-@jit()
+@njit()
 def solve(indptr, indices, data, sqnorm, y, Ci, loss, eps, max_iter, state, w):
     """Fit one node into `w` (zeroed, length n_cols + 1, the bias last); returns the epochs run."""
     if loss == LOGISTIC:

@@ -17,6 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.special import expit
 
+from models.atomic import write_atomic, write_text_atomic
 from models.beam_search import Predictions, top_k
 from models.cascadexml.cascade import child_tables, expand, top_nodes
 from models.device import Device
@@ -139,14 +140,14 @@ class CascadeXMLModel:
         return Predictions(*top_k(scores, labels, k))
 
     def save(self, folder: Path) -> None:
-        """tree/chain.npz and cascadexml/{config.json, heads.npz} (E_r and b_r per resolution)."""
+        """tree/chain.npz and cascadexml/{config.json, heads.npz} (E_r and b_r per resolution), each replaced atomically."""
         (folder / "cascadexml").mkdir(parents=True, exist_ok=True)
         (folder / "tree").mkdir(parents=True, exist_ok=True)
         self.chain.save(folder / "tree" / "chain.npz")
         arrays = {f"weight_{r}": w for r, w in enumerate(self.weights)}
         arrays.update({f"bias_{r}": b for r, b in enumerate(self.biases)})
-        np.savez(folder / "cascadexml" / HEADS_FILE, **arrays)
-        (folder / "cascadexml" / "config.json").write_text(self.config.model_dump_json(indent=2))
+        write_atomic(folder / "cascadexml" / HEADS_FILE, lambda fh: np.savez(fh, **arrays))
+        write_text_atomic(folder / "cascadexml" / "config.json", self.config.model_dump_json(indent=2))
 
     @classmethod
     def load(cls, folder: Path) -> CascadeXMLModel:

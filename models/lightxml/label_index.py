@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from models.atomic import replacing, write_atomic
+
 EMBEDDINGS_FILE, INDEX_FILE = "label_embeddings.npy", "labels.faiss"
 
 
@@ -57,9 +59,10 @@ class LabelIndex:
         if self.index is not None:
             import faiss
 
-            faiss.write_index(self.index, str(folder / INDEX_FILE))
+            with replacing(folder / INDEX_FILE) as tmp:
+                faiss.write_index(self.index, str(tmp))
         else:
-            np.save(folder / EMBEDDINGS_FILE, self.embeddings)
+            write_atomic(folder / EMBEDDINGS_FILE, lambda fh: np.save(fh, self.embeddings))
 
     @staticmethod
     def load_embeddings(folder: Path) -> np.ndarray:

@@ -14,6 +14,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.special import expit
 
+from models.atomic import write_text_atomic
 from models.beam_search import Predictions, top_k
 from models.device import Device
 from models.errors import XtagError
@@ -134,7 +135,7 @@ class LightXMLModel:
         (folder / "tree").mkdir(parents=True, exist_ok=True)
         self.chain.save(folder / "tree" / "chain.npz")
         self.labels.save(folder / "lightxml")
-        (folder / "lightxml" / "config.json").write_text(self.config.model_dump_json(indent=2))
+        write_text_atomic(folder / "lightxml" / "config.json", self.config.model_dump_json(indent=2))
 
     @classmethod
     def load(cls, folder: Path) -> LightXMLModel:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -64,6 +65,7 @@ def baselines() -> list[dict]:
     for name, variant, label, budget in BASELINES:
         path = ROOT / "bench" / "results" / f"{name}.json"
         if not path.is_file():
+            print(f"baseline {label!r} left out of the table: {path} is missing", file=sys.stderr)
             continue
         v = json.loads(path.read_text())["result"][variant]
         out.append(

@@ -80,3 +80,19 @@ def test_pifa_and_level_targets_max_pool():
     for i in range(3):
         expected = {chain.ancestors(1)[j] for j in np.flatnonzero(Y[i].toarray())}
         assert set(np.flatnonzero(Y1[i])) == expected
+
+
+def test_pifa_weighting_discounts_documents_with_many_labels():
+    """Label 0 is on a one-label document (feature 0) and on a four-label one (feature 1).
+
+    Eq. 4 as written gives both documents weight 1; the default weighs each by 1/sqrt(its label count),
+    so feature 0 dominates label 0's embedding 2 : 1.
+    """
+    X = sp.csr_matrix(np.array([[1, 0], [0, 1]], dtype=np.float32))
+    Y = sp.csr_matrix(np.array([[1, 0, 0, 0], [1, 1, 1, 1]], dtype=np.float32))
+    uniform = pifa_embeddings(X, Y, "uniform").toarray()
+    weighted = pifa_embeddings(X, Y).toarray()
+    assert np.allclose(uniform[0], [2**-0.5, 2**-0.5])
+    assert np.allclose(weighted[0], np.array([1.0, 0.5]) / np.sqrt(1.25))
+    assert np.allclose(weighted[1:], [0, 1]) and np.allclose(uniform[1:], [0, 1])
+    assert TreeConfig().pifa_weighting == "inverse-sqrt-labels"

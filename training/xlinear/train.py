@@ -310,7 +310,9 @@ def train_xlinear(
         log({"event": "resume", "what": "tree"})
     else:
         start = time.perf_counter()
-        chain = build_tree(pifa_embeddings(X, Y), config.tree, progress=progress, threads=config.n_jobs)
+        chain = build_tree(
+            pifa_embeddings(X, Y, config.tree.pifa_weighting), config.tree, progress=progress, threads=config.n_jobs
+        )
         log(
             {
                 "event": "tree",

@@ -231,7 +231,7 @@ def multi_resolution_finetune(
     if chain_path.is_file():
         chain = ClusterChain.load(chain_path)
     else:
-        chain = build_tree(pifa_embeddings(X, Y), xc.tree)
+        chain = build_tree(pifa_embeddings(X, Y, xc.tree.pifa_weighting), xc.tree)
         if ctx.is_main:
             chain.save(chain_path)
     log({"event": "finetune_tree", "levels": [chain.level_size(t) for t in range(1, chain.depth + 1)]})

@@ -136,6 +136,29 @@ def xlinear_seeds(r: dict) -> dict[str, str]:
 
 
 @one_result_each
+def tree_swap(r: dict) -> dict[str, str]:
+    """Both libraries' rankers on both libraries' trees, means over seeds; then what each tree is (bench/tree_swap.py)."""
+    acc = [
+        [tree, rankers] + [f2(r["means"][f"{tree} tree, {rankers} rankers"][m]) for m in SEED_METRICS]
+        for tree in ("xtag", "PECOS")
+        for rankers in ("xtag", "PECOS")
+    ]
+    seeds = sorted({row["seed"] for row in r["rows"]})
+    accuracy = table(["tree", "rankers", *SEED_METRICS], "ll" + "r" * len(SEED_METRICS), acc)
+    trees = table(
+        ["tree", "seed", "levels", "leaf cosine", "co-occurring label pairs in one leaf"],
+        "lllrr",
+        [
+            [t["tree"], str(t["seed"]), " → ".join(f"{n:,}" for n in t["levels"]), f"{t['leaf_cosine']:.4f}",
+             f"{100 * t['pairs_same_leaf']:.1f} %"]
+            for t in r["trees"]
+        ],
+    )  # fmt: skip
+    head = f"{r['data']}, xtag's PIFA weighted `{r.get('pifa_weighting', 'uniform')}`, means over tree seeds {seeds}:"
+    return {"table": f"{head}\n\n{accuracy}\n\n{convention_line([convention(r)])}\n\n{trees}"}
+
+
+@one_result_each
 def xlinear_vs_pecos(r: dict) -> dict[str, str]:
     out = {}
     ours, peer = r["xtag"], r["pecos"]
@@ -201,12 +224,15 @@ def xlinear_validation(docs: list[dict]) -> dict[str, str]:
     ]
     cols = [c for c in cols if any(v.get(c[0]) is not None for v in rows)]
     body = [[v.get("label", v["variant"])] + [fmt(v.get(key)) for key, _, fmt in cols] for v in rows]
+    seeds = [r["tree_seeds"] for r in payloads(docs) if len(r.get("tree_seeds", [])) > 1]
+    means = f"\n\nFigures are means over label-tree seeds {seeds[0]}." if seeds else ""
     return {
         "table": table(
             ["variant"] + [h for _, h, _ in cols], "l" + "".join("l" if k == "note" else "r" for k, _, _ in cols), body
         )
         + "\n\n"
         + convention_line([convention(r) for r in payloads(docs)])
+        + means
     }
 
 
@@ -881,6 +907,7 @@ BUILDERS = {
     for f in (
         xlinear_vs_pecos,
         xlinear_seeds,
+        tree_swap,
         xlinear_validation,
         beam_1m,
         shortlist_vs_exact,

@@ -38,18 +38,28 @@ def pecos_top(workdir: Path, seed: int, threads: int) -> np.ndarray:
         return z["indices"].astype(np.int64)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def workdir_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options of the accuracy-over-seeds benchmarks that reread bench/xlinear_vs_pecos.py's matrices."""
     ap.add_argument("--workdir", type=Path, required=True, help="a bench/xlinear_vs_pecos.py workdir")
     ap.add_argument("--data", type=Path, required=True, help="the corpus folder (its test split is the truth)")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--threads", type=int, default=2)
+
+
+def load_workdir(w: Path, data: Path) -> tuple:
+    """X_train, Y_train and X_test as both libraries read them, and the test split's truth."""
+    X, Y = (sp.load_npz(w / f"{m}.npz").tocsr().astype(np.float32) for m in ("X_train", "Y_train"))
+    Xt = sp.load_npz(w / "X_test.npz").tocsr().astype(np.float32)
+    return X, Y, Xt, ground_truth(load_corpus(data / "test.jsonl.gz"), LabelVocab.load(w / "labels.json"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    workdir_arguments(ap)
     ap.add_argument("--result-name", default=None, help="default: xlinear_seeds_<data folder name>")
     args = ap.parse_args()
     w = args.workdir
-    X, Y = (sp.load_npz(w / f"{m}.npz").tocsr().astype(np.float32) for m in ("X_train", "Y_train"))
-    Xt = sp.load_npz(w / "X_test.npz").tocsr().astype(np.float32)
-    truth = ground_truth(load_corpus(args.data / "test.jsonl.gz"), LabelVocab.load(w / "labels.json"))
+    X, Y, Xt, truth = load_workdir(w, args.data)
     rows = []
     for seed in (int(s) for s in args.seeds.split(",")):
         config = XLinearConfig(n_jobs=args.threads, tree=TreeConfig(seed=seed))

@@ -75,7 +75,11 @@ def main() -> None:
     result = {"data": str(args.data.name), "convention": truth.convention, "rows": rows, "means": means}
     print(json.dumps(means, indent=2))
     name = args.result_name or f"xlinear_seeds_{args.data.resolve().name}"
-    save_result(name, result, command=[f".venv/bin/python bench/xlinear_seeds.py --workdir {w} --data {args.data}"])
+    save_result(
+        name,
+        result,
+        command=[f".venv/bin/python bench/xlinear_seeds.py --workdir {w} --data {args.data} --seeds {args.seeds}"],
+    )
 
 
 if __name__ == "__main__":

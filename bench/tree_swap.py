@@ -4,9 +4,9 @@
         [--pifa-weighting uniform]
 
 Per seed, both libraries train their rankers on both trees (xtag's and PECOS's, each built by its library
-from the same PIFA embeddings of the same matrices; bench/peers/pecos_tree_swap.py converts between the two
-layouts; PECOS builds its own from its own PIFA, xtag from the one --pifa-weighting names), and both trees are
-described by what a tree is for, in xtag's PIFA space:
+from the same matrices: PECOS's from its own PIFA, xtag's from the one --pifa-weighting names;
+bench/peers/pecos_tree_swap.py converts between the two layouts), and both trees are described by what a
+tree is for, in xtag's PIFA space:
 - `leaf_cosine`: mean cosine of a label's PIFA embedding to its leaf cluster's centroid (the k-means objective);
 - `pairs_same_leaf`: the share of co-occurring label pairs of the training documents that share a leaf
   (pairs of labels a document has together are what one beam must reach together);
@@ -36,6 +36,7 @@ from training.xlinear.train import train_xlinear
 
 
 def tree_stats(chain: ClusterChain, E: sp.csr_matrix, Y: sp.csr_matrix) -> dict:
+    """The leaf level's k-means objective and co-occurrence share in the space of E (module docstring)."""
     leaf = chain.ancestors(chain.depth - 1)  # every label's leaf cluster
     n_leaves = chain.level_size(chain.depth - 1)
     member = sp.csr_matrix((np.ones(len(leaf), np.float32), (leaf, np.arange(len(leaf)))), shape=(n_leaves, len(leaf)))
@@ -117,8 +118,15 @@ def main() -> None:
         for tree in ("xtag", "PECOS")
     }
     print(json.dumps({"means": means, "trees": tree_means}, indent=2))
-    result = {"data": args.data.name, "pifa_weighting": args.pifa_weighting, "convention": truth.convention, "rows": rows, "trees": trees, "means": means,
-              "tree_means": tree_means}  # fmt: skip
+    result = {
+        "data": args.data.name,
+        "pifa_weighting": args.pifa_weighting,
+        "convention": truth.convention,
+        "rows": rows,
+        "trees": trees,
+        "means": means,
+        "tree_means": tree_means,
+    }
     name = args.result_name or f"tree_swap_{args.data.resolve().name}_{args.pifa_weighting}"
     command = (
         f".venv/bin/python bench/tree_swap.py --workdir {w} --data {args.data} --pifa-weighting {args.pifa_weighting}"

@@ -140,7 +140,7 @@ class CascadeXMLModel:
         return Predictions(*top_k(scores, labels, k))
 
     def save(self, folder: Path) -> None:
-        """tree/chain.npz and cascadexml/{config.json, heads.npz} (E_r and b_r per resolution), each replaced atomically."""
+        """tree/chain.npz and cascadexml/{config.json, heads.npz} (E_r and b_r per resolution), written atomically."""
         (folder / "cascadexml").mkdir(parents=True, exist_ok=True)
         (folder / "tree").mkdir(parents=True, exist_ok=True)
         self.chain.save(folder / "tree" / "chain.npz")

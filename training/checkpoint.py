@@ -163,6 +163,20 @@ def save_heads(net: nn.Module, folder: Path) -> None:
     )
 
 
+def save_encoder_folder(
+    folder: Path, net: nn.Module, tokenizer, encoder_config, shape: tuple[str, dict], samples
+) -> None:
+    """The `encoder/` folder a finished transformer run leaves for export: the Hugging Face transformer, its
+    tokenizer, xtag's encoder config, the net's heads, `shape` (file name, the net's shape) and sample texts."""
+    folder.mkdir(parents=True, exist_ok=True)
+    net.transformer.save_pretrained(str(folder), safe_serialization=True)
+    tokenizer.tokenizer.save(str(folder / "tokenizer.json"))
+    (folder / "xtag_encoder.json").write_text(encoder_config.model_dump_json(indent=2))
+    save_heads(net, folder)
+    (folder / shape[0]).write_text(json.dumps(shape[1]))
+    (folder / "sample_texts.json").write_text(json.dumps(samples, ensure_ascii=False))
+
+
 def load_heads(net: nn.Module, folder: Path) -> None:
     missing, unexpected = net.load_state_dict(load_file(str(folder / HEADS_FILE)), strict=False)
     if unexpected or any(not k.startswith("transformer.") for k in missing):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,7 +9,7 @@ from models.cascadexml.model import CascadeHeadConfig, CascadeXMLModel
 from models.label_tree import ClusterChain
 from models.onnx_encoder import EncoderConfig, TextTokenizer
 from training.cascadexml.net import CascadeXMLNet
-from training.checkpoint import save_heads
+from training.checkpoint import save_encoder_folder
 
 SHAPE_FILE = "cascadexml_net.json"
 
@@ -47,14 +46,8 @@ class CascadeXMLResult:
 
     def save(self, folder: Path) -> None:
         self.model.save(folder)
-        enc = folder / "encoder"
-        enc.mkdir(parents=True, exist_ok=True)
-        self.net.transformer.save_pretrained(str(enc), safe_serialization=True)
-        self.tokenizer.tokenizer.save(str(enc / "tokenizer.json"))
-        (enc / "xtag_encoder.json").write_text(self.encoder_config.model_dump_json(indent=2))
-        save_heads(self.net, enc)
-        (enc / SHAPE_FILE).write_text(json.dumps(net_shape(self.net)))
-        (enc / "sample_texts.json").write_text(json.dumps(self.sample_texts, ensure_ascii=False))
+        shape = (SHAPE_FILE, net_shape(self.net))
+        save_encoder_folder(folder / "encoder", self.net, self.tokenizer, self.encoder_config, shape, self.sample_texts)
 
     def summary(self) -> dict:
         return {"resolutions": self.head_config.sizes, "layers": self.net.layers, "training": self.stats}

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from models.label_tree import ClusterChain
 from models.lightxml.model import LightXMLHeadConfig, LightXMLModel
 from models.onnx_encoder import EncoderConfig, TextTokenizer
-from training.checkpoint import save_heads
+from training.checkpoint import save_encoder_folder
 from training.lightxml.net import LightXMLNet
 
 
@@ -32,14 +31,8 @@ class LightXMLResult:
 
     def save(self, folder: Path) -> None:
         self.model.save(folder)
-        enc = folder / "encoder"
-        enc.mkdir(parents=True, exist_ok=True)
-        self.net.transformer.save_pretrained(str(enc), safe_serialization=True)
-        self.tokenizer.tokenizer.save(str(enc / "tokenizer.json"))
-        (enc / "xtag_encoder.json").write_text(self.encoder_config.model_dump_json(indent=2))
-        save_heads(self.net, enc)
-        (enc / "lightxml_net.json").write_text(json.dumps(net_shape(self.net)))
-        (enc / "sample_texts.json").write_text(json.dumps(self.sample_texts, ensure_ascii=False))
+        shape = ("lightxml_net.json", net_shape(self.net))
+        save_encoder_folder(folder / "encoder", self.net, self.tokenizer, self.encoder_config, shape, self.sample_texts)
 
     def summary(self) -> dict:
         return {"features": self.net.width, "training": self.stats}

@@ -57,6 +57,31 @@ def train_command(config_file: Path, out: Path, launcher: list[str] | None = Non
     return [*(launcher or [sys.executable]), *command]
 
 
+def kill_after_first_checkpoint(config_file: Path, out: Path, checkpoint_folder: str) -> list[dict]:
+    """Run `xtag train` in a process of its own and SIGKILL it once checkpoints/<folder>/current exists;
+    returns the log it left, after checking it left a checkpoint and no finished model."""
+    import signal
+    import subprocess
+    import time
+
+    proc = subprocess.Popen(
+        train_command(config_file, out),
+        cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    state = out / "checkpoints" / checkpoint_folder / "current" / "state.json"
+    deadline = time.monotonic() + 120
+    while not state.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert state.exists(), "the run never wrote a checkpoint"
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert "done" not in {e["event"] for e in log} and not (out / "model").exists()
+    return log
+
+
 def torchrun_launcher(processes: int) -> list[str]:
     """torchrun with `processes` processes on a free rendezvous port."""
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
@@ -253,3 +278,38 @@ class NoTorch(importlib.abc.MetaPathFinder):  # any import of torch or transform
 
 sys.meta_path.insert(0, NoTorch())
 """
+
+
+_PREDICT_WITHOUT_TORCH = (
+    NO_TORCH
+    + """
+import json
+from models.bundle import load_bundle
+b = load_bundle(sys.argv[1])
+p = b.predictor.predict(json.loads(sys.argv[2]), k=3)
+print(json.dumps({"labels": p.labels.tolist(), "scores": p.scores.tolist(),
+                  "torch": sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "transformers"))}))
+"""
+)
+
+
+def assert_serves_without_torch(bundle: Path, texts: list[str]) -> None:
+    """A process where torch and transformers cannot be imported loads `bundle` and predicts what this one does."""
+    import subprocess
+
+    import numpy as np
+
+    from models.bundle import load_bundle
+
+    result = subprocess.run(
+        [sys.executable, "-c", _PREDICT_WITHOUT_TORCH, str(bundle), json.dumps(texts)],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.splitlines()[-1])
+    expected = load_bundle(bundle).predictor.predict(texts, k=3)
+    assert out["torch"] == [] and out["labels"] == expected.labels.tolist()
+    assert np.allclose(out["scores"], expected.scores, atol=1e-6)

@@ -2,18 +2,14 @@
 ONNX parity, kill + resume, and torch-free serving of the bundle."""
 
 import json
-import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import NO_TORCH, train_command
+from conftest import assert_serves_without_torch, kill_after_first_checkpoint
 from scipy.special import expit
 
-ROOT = Path(__file__).resolve().parent.parent
 TEXTS = [
     "shooter weapons arena frag multiplayer",
     "python module pip interpreter script",
@@ -188,35 +184,9 @@ def test_export_refuses_a_graph_that_drifts_from_torch(cascade_run, tmp_path, mo
         export_run(cascade_run[0], tmp_path / "bundle")
 
 
-TORCH_FREE = (
-    NO_TORCH
-    + """
-import json
-from models.bundle import load_bundle
-b = load_bundle(sys.argv[1])
-p = b.predictor.predict(json.loads(sys.argv[2]), k=3)
-print(json.dumps({"labels": p.labels.tolist(), "scores": p.scores.tolist(),
-                  "torch": sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "transformers"))}))
-"""
-)
-
-
 def test_bundle_serves_with_torch_unimportable(cascade_run):
-    from models.bundle import load_bundle
-
     bundle = cascade_run[1]
-    result = subprocess.run(
-        [sys.executable, "-c", TORCH_FREE, str(bundle), json.dumps(TEXTS)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    out = json.loads(result.stdout.splitlines()[-1])
-    expected = load_bundle(bundle).predictor.predict(TEXTS, k=3)
-    assert out["torch"] == [] and out["labels"] == expected.labels.tolist()
-    assert np.allclose(out["scores"], expected.scores, atol=1e-6)
+    assert_serves_without_torch(bundle, TEXTS)
 
 
 def test_killed_run_resumes_to_the_uninterrupted_result(corpus_files, tiny_bert, tmp_path):
@@ -233,18 +203,7 @@ def test_killed_run_resumes_to_the_uninterrupted_result(corpus_files, tiny_bert,
     )
     (tmp_path / "config.json").write_text(config.model_dump_json())
     killed = tmp_path / "killed"
-    proc = subprocess.Popen(
-        train_command(tmp_path / "config.json", killed), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    state = killed / "checkpoints" / "cascadexml" / "current" / "state.json"
-    deadline = time.monotonic() + 120
-    while not state.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert state.exists(), "the run never wrote a checkpoint"
-    log = [json.loads(line) for line in (killed / "train_log.jsonl").read_text().splitlines()]
-    assert "done" not in {e["event"] for e in log} and not (killed / "model").exists()
+    log = kill_after_first_checkpoint(tmp_path / "config.json", killed, "cascadexml")
 
     train_run(config, killed, resume=True, progress=False)
     resumed = [json.loads(line) for line in (killed / "train_log.jsonl").read_text().splitlines()][len(log) :]

@@ -1,15 +1,11 @@
 """LightXML bundles: one ONNX graph with parity, label index (numpy = FAISS), service and torch-free serving."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import NO_TORCH, add_drift
+from conftest import add_drift, assert_serves_without_torch
 
-ROOT = Path(__file__).resolve().parent.parent
 TEXTS = [
     "shooter weapons arena frag multiplayer",
     "python module pip interpreter script",
@@ -136,32 +132,6 @@ def test_service_serves_lightxml_like_the_predictor(lightxml_bundle):
         assert model["kind"] == "lightxml" and model["label_count"] == 12 and model["default_beam_size"] == 2
 
 
-TORCH_FREE = (
-    NO_TORCH
-    + """
-import json
-from models.bundle import load_bundle
-b = load_bundle(sys.argv[1])
-p = b.predictor.predict(json.loads(sys.argv[2]), k=3)
-print(json.dumps({"labels": p.labels.tolist(), "scores": p.scores.tolist(),
-                  "torch": sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "transformers"))}))
-"""
-)
-
-
 def test_lightxml_bundle_serves_with_torch_unimportable(lightxml_bundle):
-    from models.bundle import load_bundle
-
     _, bundle = lightxml_bundle
-    result = subprocess.run(
-        [sys.executable, "-c", TORCH_FREE, str(bundle), json.dumps(TEXTS)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    out = json.loads(result.stdout.splitlines()[-1])
-    expected = load_bundle(bundle).predictor.predict(TEXTS, k=3)
-    assert out["torch"] == [] and out["labels"] == expected.labels.tolist()
-    assert np.allclose(out["scores"], expected.scores, atol=1e-6)
+    assert_serves_without_torch(bundle, TEXTS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -146,15 +147,20 @@ def test_unbiased_losses_fit_labels_removed_at_random_better_than_the_plain_loss
     assert recall["unbiased-balanced"] > recall["squared-hinge"] + 2.0, recall
 
 
-def test_drop_labels_keeps_positives_at_their_propensity_and_leaves_test_alone(tmp_path, corpus_files):
-    from training.drop_labels import drop_labels
-
-    train, test = corpus_files
-    data = tmp_path / "data"
+def gzipped_corpus(data: Path, train: Path, test: Path) -> Path:
+    """A corpus folder as `xtag data` writes one: train.jsonl.gz and test.jsonl.gz."""
     data.mkdir()
     for src, name in ((train, "train.jsonl.gz"), (test, "test.jsonl.gz")):
         with gzip.open(data / name, "wt") as fh:
             fh.write(src.read_text())
+    return data
+
+
+def test_drop_labels_keeps_positives_at_their_propensity_and_leaves_test_alone(tmp_path, corpus_files):
+    from training.drop_labels import drop_labels
+
+    train, test = corpus_files
+    data = gzipped_corpus(tmp_path / "data", train, test)
     stats = drop_labels(data, tmp_path / "a", seed=3)
     again = drop_labels(data, tmp_path / "b", seed=3)
     assert (tmp_path / "a" / "train.jsonl.gz").read_bytes() != b""
@@ -203,11 +209,7 @@ def test_cli_drop_labels_writes_the_corrupted_corpus(corpus_files, tmp_path):
     from xtag.cli import app
 
     train, test = corpus_files
-    data = tmp_path / "data"
-    data.mkdir()
-    for src, name in ((train, "train.jsonl.gz"), (test, "test.jsonl.gz")):
-        with gzip.open(data / name, "wt") as fh:
-            fh.write(src.read_text())
+    data = gzipped_corpus(tmp_path / "data", train, test)
     out = tmp_path / "dropped"
     r = CliRunner().invoke(app, ["data", "drop-labels", "--data", str(data), "--out", str(out), "--seed", "1"])
     assert r.exit_code == 0, r.output

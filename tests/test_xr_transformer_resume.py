@@ -3,15 +3,13 @@
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import torchrun_launcher, train_command
+from conftest import kill_after_first_checkpoint, torchrun_launcher, train_command
 from safetensors.numpy import load_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,21 +28,7 @@ def test_killed_run_resumes_to_the_uninterrupted_result(corpus_files, tiny_bert,
     )  # fine-tuning levels: 2 clusters, 12 labels
     (tmp_path / "config.json").write_text(config.model_dump_json())
     killed = tmp_path / "killed"
-    proc = subprocess.Popen(
-        train_command(tmp_path / "config.json", killed),
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    state = killed / "checkpoints" / "xr" / "current" / "state.json"
-    deadline = time.monotonic() + 120
-    while not state.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert state.exists(), "the run never wrote a checkpoint"
-    log = [json.loads(line) for line in (killed / "train_log.jsonl").read_text().splitlines()]
-    assert "done" not in {e["event"] for e in log} and not (killed / "model").exists()
+    log = kill_after_first_checkpoint(tmp_path / "config.json", killed, "xr")
 
     train_run(config, killed, resume=True, progress=False)
     resumed = [json.loads(line) for line in (killed / "train_log.jsonl").read_text().splitlines()][len(log) :]

@@ -14,7 +14,7 @@ RUN useradd --system --uid 10001 --create-home --home-dir /home/xtag xtag
 WORKDIR /app
 
 # Dependencies first (cached while only the code changes), then the code.
-COPY pyproject.toml README.md* ./
+COPY pyproject.toml setup.py README.md* ./
 RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
         > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt \
@@ -22,6 +22,7 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
 COPY xtag ./xtag
 COPY models ./models
 COPY training ./training
+COPY evaluation ./evaluation
 COPY service ./service
 RUN pip install --no-deps . && rm -rf build *.egg-info
 

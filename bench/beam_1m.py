@@ -19,9 +19,8 @@ import numpy as np
 import scipy.sparse as sp
 from results import save_result  # bench/ is on sys.path when run as a script
 from sklearn.preprocessing import normalize
-
-from models.beam_search import RankerLevel, TreeIndex, beam_search
-from training.tree import TreeConfig, build_tree
+from xtag.models.beam_search import RankerLevel, TreeIndex, beam_search
+from xtag.training.tree.build import TreeConfig, build_tree
 
 
 def rss_gb() -> float:

@@ -31,14 +31,13 @@ import numpy as np
 from lightxml_debtags import p50_ms
 from results import save_result
 from xr_transformer_debtags import LATENCY_TOKENS, METRICS, ROOT, HttpPredict, ThreadServer, subset
-
-from models.bundle import load_bundle
-from models.onnx_encoder import TextTokenizer
-from training.config import TrainConfig
-from training.data import load_corpus
-from training.evaluate import evaluate_bundle
-from training.export import export_run
-from training.run import train_run
+from xtag.evaluation.evaluate import evaluate_bundle
+from xtag.models.bundle import load_bundle
+from xtag.models.onnx_encoder import TextTokenizer
+from xtag.training.bundle import export_run
+from xtag.training.config import TrainConfig
+from xtag.training.data.corpus import load_corpus
+from xtag.training.run import train_run
 
 BASELINES = (  # (result file, variant, label, budget)
     ("xr_transformer_debtags_cpu", "finetuned", "XR-Transformer", "128 tokens, 40 steps × 32 texts per level"),

@@ -7,7 +7,7 @@ of 10 every variant's calls right after a switch, while the previous session's t
 weighed on its median):
   - bare forward (onnxruntime session.run, batch 1) on debtags test texts at their real length (cap 128);
   - `/v1/predict` p50 over loopback HTTP, one `xtag serve` server per variant, same texts, k=5;
-  - P@1..5 / PSP@1..5 of each bundle on the test split (XMC convention, training/evaluate.py).
+  - P@1..5 / PSP@1..5 of each bundle on the test split (XMC convention, evaluation/evaluate.py).
 
     .venv/bin/python bench/encoder_variants.py --xr-run bench/out/xr_transformer_engine/run \
         --lightxml-run bench/out/lightxml_issue17/dynamic-run
@@ -25,12 +25,11 @@ from pathlib import Path
 import numpy as np
 from results import save_result
 from service_latency import Conn, free_port, start_server
-
-from models.bundle import load_bundle
-from models.onnx_encoder import OnnxEncoder, TextTokenizer
-from training.data import load_corpus
-from training.evaluate import evaluate_bundle
-from training.export import export_run
+from xtag.evaluation.evaluate import evaluate_bundle
+from xtag.models.bundle import load_bundle
+from xtag.models.onnx_encoder import OnnxEncoder, TextTokenizer
+from xtag.training.bundle import export_run
+from xtag.training.data.corpus import load_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {

@@ -1,4 +1,4 @@
-"""XR-Linear inference: models.beam_search (numpy) vs models.engine (Numba), same bundle, same features, one run.
+"""XR-Linear inference: xtag.models.beam_search (numpy) vs xtag.models.engine (Numba), same bundle, same features, one run.
 
     .venv/bin/python bench/engine_vs_numpy.py                      # debtags and debdeps, bundles cached in /tmp
     .venv/bin/python bench/engine_vs_numpy.py --corpus debtags --bundle debtags=bundles/debtags-xl
@@ -22,10 +22,9 @@ from pathlib import Path
 import numba
 import numpy as np
 import scipy.sparse as sp
-
-import models.beam_search as numpy_search
-from models.bundle import load_bundle
-from models.engine import CompiledLevels, engine_beam_search, warm_up
+import xtag.models.beam_search as numpy_search
+from xtag.models.bundle import load_bundle
+from xtag.models.engine import CompiledLevels, engine_beam_search, warm_up
 
 ROOT = Path(__file__).resolve().parent.parent
 K = 10
@@ -33,9 +32,9 @@ K = 10
 
 def ensure_bundle(corpus: str, data: Path, cache: Path) -> Path:
     """The cached bundle of `corpus`, trained (default XR-Linear) and exported first if missing."""
-    from training.config import TrainConfig
-    from training.export import export_run
-    from training.run import train_run
+    from xtag.training.bundle import export_run
+    from xtag.training.config import TrainConfig
+    from xtag.training.run import train_run
 
     bundle = cache / corpus / "bundle"
     if not (bundle / "manifest.json").exists():

@@ -22,8 +22,7 @@ import numpy as np
 from results import save_result
 from service_latency import ROOT, _clients, free_port, start_server
 from xr_transformer_debtags import HttpPredict, ThreadServer, alternating
-
-from training.data import load_corpus
+from xtag.training.data.corpus import load_corpus
 
 
 def batch_sizes(port: int) -> dict[str, int]:

@@ -21,15 +21,14 @@ from pathlib import Path
 import numpy as np
 from results import logged_commands, save_result
 from xr_transformer_debtags import LATENCY_TOKENS, METRICS, ROOT, run_variant, subset  # same path as XR-T
-
-from models.bundle import load_bundle
-from models.onnx_encoder import TextTokenizer
-from training.config import TrainConfig
-from training.data import load_corpus
-from training.evaluate import evaluate_bundle
-from training.lightxml.config import LightXMLConfig
-from training.loop import steps_per_epoch
-from training.run import train_run
+from xtag.evaluation.evaluate import evaluate_bundle
+from xtag.models.bundle import load_bundle
+from xtag.models.onnx_encoder import TextTokenizer
+from xtag.training.config import TrainConfig
+from xtag.training.data.corpus import load_corpus
+from xtag.training.deep.loop import steps_per_epoch
+from xtag.training.lightxml.config import LightXMLConfig
+from xtag.training.run import train_run
 
 
 def p50_ms(call, n: int) -> float:
@@ -47,7 +46,7 @@ def p50_ms(call, n: int) -> float:
 def latencies(bundle: Path, texts: list[str], n: int) -> dict:
     """p50 single-text latency at exactly 128 tokens: bare ONNX forward vs the bundle's whole predict."""
     predictor = load_bundle(bundle).predictor
-    encoder = predictor.featurizer  # models.lightxml.LightXMLEncoder
+    encoder = predictor.featurizer  # xtag.models.lightxml.LightXMLEncoder
     tok = TextTokenizer.load(bundle / "encoder" / "tokenizer.json", LATENCY_TOKENS)
     encoder.onnx.tokenizer = tok  # measure at 128 tokens even if the model was trained shorter
     long = [t for t in texts if len(tok.tokenizer.encode(t).ids) >= LATENCY_TOKENS][:n]

@@ -6,7 +6,7 @@ Usage (from the repository root; one run, several minutes on 2 cores, nearly all
 Two training sets, one test split (always the complete test labels):
 - ``complete``: debtags TRAIN as it is;
 - ``drop-labels``: TRAIN with each positive of label j kept with probability p_j (Jain et al., A=0.55,
-  B=1.5, from the complete TRAIN counts; training/drop_labels.py, seed --drop-seed), documents left
+  B=1.5, from the complete TRAIN counts; training/data/drop_labels.py, seed --drop-seed), documents left
   without labels removed. On it the weighted losses train twice: with propensities from the formula on
   the observed counts (what a user without ground truth does) and with the true p_j used to drop.
 Every model: XR-Linear defaults (training/xlinear/config.py) except the loss; missing-label settings
@@ -29,15 +29,15 @@ from pathlib import Path
 
 import numpy as np
 from results import save_result  # bench/ is on sys.path when run as a script
-
-from models.features import TfidfFeaturizer
-from models.metrics import evaluate
-from models.reweighting import candidate_budget, gains_for, label_weights, rerank
-from training.data import build_vocab, load_corpus
-from training.drop_labels import drop_labels
-from training.evaluate import ground_truth
-from training.xlinear.config import XLinearConfig
-from training.xlinear.train import train_xlinear
+from xtag.evaluation.evaluate import ground_truth
+from xtag.models.features import TfidfFeaturizer
+from xtag.models.metrics import evaluate
+from xtag.models.reweighting import candidate_budget, gains_for, label_weights, rerank
+from xtag.training.data.corpus import build_vocab, load_corpus
+from xtag.training.data.drop_labels import drop_labels
+from xtag.training.weighting.label_weights import MissingLabelsConfig
+from xtag.training.xlinear.config import XLinearConfig
+from xtag.training.xlinear.train import train_xlinear
 
 K = 5
 KEYS = ("P@1", "P@3", "P@5", "PSP@1", "PSP@3", "PSP@5", "macro-R@5", "coverage@5")
@@ -60,20 +60,20 @@ def run_corpus(name: str, train_path: Path, test_path: Path, variants: list[tupl
     Xt = featurizer.transform(test.texts)
     rows = []
     for label, cfg in variants:
-        config = XLinearConfig.model_validate(cfg)
-        config.missing_labels.bind_labels(vocab.names)
+        config, missing = XLinearConfig(), MissingLabelsConfig.model_validate(cfg)
+        missing.bind_labels(vocab.names)
         start = time.perf_counter()
-        model = train_xlinear(X, Y, config, progress=False)
+        model = train_xlinear(X, Y, config, progress=False, missing_labels=missing)
         seconds = time.perf_counter() - start
         row = {
             "variant": label,
-            "loss": config.loss,
+            "loss": missing.weighting if missing.weighting != "none" else config.loss,
             "train_s": round(seconds, 1),
             **metrics(model.predict(Xt, K).labels, truth),
         }
-        if config.missing_labels.propensity_file:
+        if missing.propensity_file:
             row["propensities"] = "true (drop-labels file)"
-        elif config.loss != "squared-hinge":
+        elif missing.weighting != "none":
             row["propensities"] = "formula on observed counts"
         print(json.dumps({"corpus": name, **row}), flush=True)
         rows.append(row)
@@ -114,15 +114,15 @@ def main() -> None:
     dropped = args.out / f"drop-labels-seed{args.drop_seed}"
     drop = drop_labels(args.data, dropped, seed=args.drop_seed)
     print(json.dumps(drop), flush=True)
-    plain = [("plain", {"loss": "squared-hinge"})] + [(loss, {"loss": loss}) for loss in LOSSES[1:]]
+    plain = [("plain", {})] + [(loss, {"weighting": loss}) for loss in LOSSES[1:]]
     true_p = [
-        (f"{loss} (true p)", {"loss": loss, "missing_labels": {"propensity_file": str(dropped / "propensities.json")}})
+        (f"{loss} (true p)", {"weighting": loss, "propensity_file": str(dropped / "propensities.json")})
         for loss in LOSSES[1:]
     ]
     models: dict = {}
     result = {
         "model": "XR-Linear, defaults except the loss",
-        "missing_labels_defaults": XLinearConfig().missing_labels.model_dump(mode="json"),
+        "missing_labels_defaults": MissingLabelsConfig().model_dump(mode="json", exclude={"weighting"}),
         "complete": run_corpus("complete", args.data / "train.jsonl.gz", args.data / "test.jsonl.gz", plain, models),
         "drop_labels": {
             "drop": drop,

@@ -874,7 +874,7 @@ def losses_debtags(r: dict) -> dict[str, str]:
             rows.append(cells + [f1(row["train_s"])])
     header = ["training set", "loss", "propensities", *LOSS_COLUMNS, "train s"]
     drop = r["drop_labels"]["drop"]
-    # The script evaluates with training.evaluate.ground_truth's default convention (xmc) and records it.
+    # The script evaluates with xtag.evaluation.evaluate.ground_truth's default convention (xmc) and records it.
     conv = convention(r["complete"]) if r["complete"].get("convention") else CONVENTION_TEXT["xmc"]
     out["table"] = (
         table(header, "lll" + "r" * (len(LOSS_COLUMNS) + 1), rows)

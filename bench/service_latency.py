@@ -1,6 +1,6 @@
 """Service latency on loopback vs in-process inference, batch throughput, and the reweighting trade-off table.
 
-Starts `xtag serve`'s server (service.server.serve, uvicorn + httptools/uvloop when installed) in a
+Starts `xtag serve`'s server (xtag.service.server.serve, uvicorn + httptools/uvloop when installed) in a
 subprocess on 127.0.0.1 and talks to it with a minimal keep-alive HTTP/1.1 client on raw asyncio
 streams, so that client cost stays small next to the server's. In the same run it times
 `Predictor.predict` in-process on the same texts, each text in-process then over HTTP back to back.
@@ -29,12 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from results import save_result  # noqa: E402
-
-from models.bundle import load_bundle  # noqa: E402
-from models.metrics import evaluate  # noqa: E402
-from models.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank  # noqa: E402
-from training.data import load_corpus  # noqa: E402
-from training.evaluate import ground_truth  # noqa: E402
+from xtag.evaluation.evaluate import ground_truth  # noqa: E402
+from xtag.models.bundle import load_bundle  # noqa: E402
+from xtag.models.metrics import evaluate  # noqa: E402
+from xtag.models.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank  # noqa: E402
+from xtag.training.data.corpus import load_corpus  # noqa: E402
 
 ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -53,7 +52,7 @@ def start_server(bundle: Path, port: int, batching: str, **extra_env: str) -> su
         "XTAG_MAX_BATCH_DOCUMENTS": "1024",
         **extra_env,
     }
-    code = f"from service.server import serve; serve({str(bundle)!r}, '127.0.0.1', {port}, 1)"
+    code = f"from xtag.service.server import serve; serve({str(bundle)!r}, '127.0.0.1', {port}, 1)"
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env)
     deadline = time.time() + 60
     while time.time() < deadline:

@@ -1,6 +1,6 @@
 """Service under load on loopback: steady clients, clients during reloads, and a flood past XTAG_MAX_QUEUE.
 
-Starts the server (service.server.serve, one worker, default settings but XTAG_MAX_QUEUE when given)
+Starts the server (xtag.service.server.serve, one worker, default settings but XTAG_MAX_QUEUE when given)
 in a subprocess and drives it from this process, the load generator, with closed-loop keep-alive
 clients: each sends POST /v1/predict (one text, k=10), waits for the answer, and sends the next.
 
@@ -228,7 +228,7 @@ def start_server(bundle: Path, port: int, max_queue: int | None) -> subprocess.P
     env.update({"XTAG_LOG_LEVEL": "warning", "PYTHONPATH": str(ROOT)})
     if max_queue is not None:
         env["XTAG_MAX_QUEUE"] = str(max_queue)
-    code = f"from service.server import serve; serve({str(bundle)!r}, '127.0.0.1', {port}, 1)"
+    code = f"from xtag.service.server import serve; serve({str(bundle)!r}, '127.0.0.1', {port}, 1)"
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env)
     deadline = time.time() + 300
     while time.time() < deadline:
@@ -293,7 +293,7 @@ def main() -> int:
     args = ap.parse_args()
 
     if args.texts:
-        from training.data import load_corpus
+        from xtag.training.data.corpus import load_corpus
 
         texts = load_corpus(args.texts, need_labels=False).texts[:5000]
     else:

@@ -14,7 +14,7 @@ fit split (the encoder's cached embeddings of the training texts, checkpoints/xr
 the validation split. Deviation, stated in the results: the encoder itself was fine-tuned on all of TRAIN (up to
 steps × batch texts per level), so some validation texts were seen by the encoder, though not by the rankers.
 
-Metrics follow the XMC convention (models/metrics.py; training.evaluate.ground_truth): test labels unseen in
+Metrics follow the XMC convention (models/metrics.py; xtag.evaluation.evaluate.ground_truth): test labels unseen in
 training stay in the ground truth as misses, and macro-P/R/F1@5 average over the labels of the test split.
 
 Writes results.json, results.md, tradeoff.png and buckets.png into --out, and the figures to
@@ -33,20 +33,19 @@ from pathlib import Path
 import numpy as np
 from results import save_result  # bench/ is on sys.path when run as a script
 from xr_transformer_debtags import CachedEncoder  # bench/ is on sys.path when run as a script
-
-from models.bundle import Bundle, load_bundle
-from models.calibration import expected_calibration_error, scored_pairs
-from models.errors import XtagError
-from models.macro_inference import OptimizeConfig, optimize
-from models.metrics import CONVENTIONS, bucket_metrics, evaluate, frequency_buckets, relevance
-from models.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank
-from training.calibrate import fit_bundle_calibration, write_calibration
-from training.config import TrainConfig
-from training.data import load_corpus
-from training.evaluate import GroundTruth, ground_truth, predict_corpus
-from training.export import export_run
-from training.report import plot_buckets, plot_tradeoff
-from training.run import save_model, train_run
+from xtag.evaluation.calibrate import fit_bundle_calibration, write_calibration
+from xtag.evaluation.evaluate import GroundTruth, ground_truth, predict_corpus
+from xtag.evaluation.report import plot_buckets, plot_tradeoff
+from xtag.models.bundle import Bundle, load_bundle
+from xtag.models.calibration import expected_calibration_error, scored_pairs
+from xtag.models.errors import XtagError
+from xtag.models.macro_inference import OptimizeConfig, optimize
+from xtag.models.metrics import CONVENTIONS, bucket_metrics, evaluate, frequency_buckets, relevance
+from xtag.models.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank
+from xtag.training.bundle import export_run
+from xtag.training.config import TrainConfig
+from xtag.training.data.corpus import load_corpus
+from xtag.training.run import save_model, train_run
 
 K = 5
 RW_ALPHAS = tuple(round(a, 2) for a in np.arange(0.0, 1.0001, 0.05))
@@ -100,13 +99,13 @@ def transformer_model_a(
 ) -> tuple[Bundle, dict]:
     """Model A for an XR-Transformer run: its fine-tuned encoder, TF-IDF and Φ_cat rankers refitted on the fit
     split, exported as a bundle and calibrated on the validation split (see the module docstring's caveat)."""
-    from models.features import TfidfFeaturizer
-    from models.xlinear.model import XLinearModel
-    from models.xr_transformer.concat_features import concat_features
-    from training.data import build_vocab
-    from training.encoder import load_tokenizer, load_trained
-    from training.xlinear.train import train_xlinear
-    from training.xr_transformer.train import SAMPLE_TEXTS, XRTransformerResult
+    from xtag.models.features import TfidfFeaturizer
+    from xtag.models.xlinear.model import XLinearModel
+    from xtag.models.xr_transformer.concat_features import concat_features
+    from xtag.training.data.corpus import build_vocab
+    from xtag.training.deep.encoder import load_tokenizer, load_trained
+    from xtag.training.xlinear.train import train_xlinear
+    from xtag.training.xr_transformer.train import SAMPLE_TEXTS, XRTransformerResult
 
     folder, run, info = out / "bundle", out / "run", {"encoder_from": str(source_run)}
     try:

@@ -27,12 +27,11 @@ import scipy.sparse as sp
 from results import save_result  # bench/ is on sys.path when run as a script
 from xlinear_seeds import load_workdir, workdir_arguments
 from xlinear_vs_pecos import METRICS, PECOS_PY, PEERS
-
-from models.label_tree import ClusterChain
-from models.metrics import evaluate
-from training.tree import PifaWeighting, TreeConfig, build_tree, pifa_embeddings
-from training.xlinear.config import XLinearConfig
-from training.xlinear.train import train_xlinear
+from xtag.models.label_tree import ClusterChain
+from xtag.models.metrics import evaluate
+from xtag.training.tree.build import PifaWeighting, TreeConfig, build_tree, pifa_embeddings
+from xtag.training.xlinear.config import XLinearConfig
+from xtag.training.xlinear.train import train_xlinear
 
 
 def tree_stats(chain: ClusterChain, E: sp.csr_matrix, Y: sp.csr_matrix) -> dict:

@@ -21,14 +21,13 @@ import numpy as np
 import scipy.sparse as sp
 from results import save_result  # bench/ is on sys.path when run as a script
 from xlinear_vs_pecos import METRICS, PECOS_PY, PEERS
-
-from models.labels import LabelVocab
-from models.metrics import evaluate
-from training.data import load_corpus
-from training.evaluate import ground_truth
-from training.tree import TreeConfig
-from training.xlinear.config import XLinearConfig
-from training.xlinear.train import train_xlinear
+from xtag.evaluation.evaluate import ground_truth
+from xtag.models.labels import LabelVocab
+from xtag.models.metrics import evaluate
+from xtag.training.data.corpus import load_corpus
+from xtag.training.tree.build import TreeConfig
+from xtag.training.xlinear.config import XLinearConfig
+from xtag.training.xlinear.train import train_xlinear
 
 
 def pecos_top(workdir: Path, seed: int, threads: int) -> np.ndarray:

@@ -5,7 +5,7 @@ Prints P@1/P@5/PSP@5/macro-R@5 and training time per variant on a seeded 85/15 s
 (also written to bench/results/<--result-name>.json). With several label-tree seeds a variant's figures are
 means over them (each seed's are kept in the result): the tree's seed alone moves P@1 by a few tenths, as much
 as many of the variants do. Metrics follow the XMC convention (models/metrics.py,
-training.evaluate.ground_truth), the 85 % fold playing the training split: the label vocabulary and the
+xtag.evaluation.evaluate.ground_truth), the 85 % fold playing the training split: the label vocabulary and the
 propensities come from that fold, and a validation label absent from it is a miss that still counts.
 """
 
@@ -18,13 +18,12 @@ from pathlib import Path
 
 import numpy as np
 from results import save_result  # bench/ is on sys.path when run as a script
-
-from models.features import TfidfFeaturizer
-from models.metrics import evaluate
-from training.data import Corpus, build_vocab, load_corpus
-from training.evaluate import ground_truth
-from training.xlinear.config import XLinearConfig
-from training.xlinear.train import train_xlinear
+from xtag.evaluation.evaluate import ground_truth
+from xtag.models.features import TfidfFeaturizer
+from xtag.models.metrics import evaluate
+from xtag.training.data.corpus import Corpus, build_vocab, load_corpus
+from xtag.training.xlinear.config import XLinearConfig
+from xtag.training.xlinear.train import train_xlinear
 
 VARIANTS = {
     "default": {},

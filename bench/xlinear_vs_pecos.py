@@ -12,8 +12,8 @@ xtag then PECOS, `--repeats` times; both read the same X_train/Y_train .npz file
 alone and report their process's peak RSS right after training (VmHWM: imports, input matrices and
 training; the figure before training is kept too. Not ru_maxrss: a child started from this process
 would report at least this process's RSS, see bench/peers/xtag_xlinear.py). The last xtag training is
-written as a run (training.run.save_model), exported (training.export.export_run), and the bundle loaded
-by models.bundle.load_bundle in fresh processes (median of --bundle-loads; the files are in the page
+written as a run (xtag.training.run.save_model), exported (xtag.training.bundle.export_run), and the bundle loaded
+by xtag.models.bundle.load_bundle in fresh processes (median of --bundle-loads; the files are in the page
 cache, just written). Prediction timings come from that run's model in this process, after a warm-up,
 as PECOS's come from its predict-only model after one.
 """
@@ -30,13 +30,12 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 from results import save_result  # bench/ is on sys.path when run as a script
-
-from models.features import TfidfConfig, TfidfFeaturizer
-from models.metrics import evaluate
-from models.xlinear.model import XLinearModel
-from training.data import build_vocab, load_corpus
-from training.evaluate import ground_truth
-from training.export import export_run
+from xtag.evaluation.evaluate import ground_truth
+from xtag.models.features import TfidfConfig, TfidfFeaturizer
+from xtag.models.metrics import evaluate
+from xtag.models.xlinear.model import XLinearModel
+from xtag.training.bundle import export_run
+from xtag.training.data.corpus import build_vocab, load_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
 PECOS_PY = ROOT / "bench" / ".venv-pecos" / "bin" / "python"

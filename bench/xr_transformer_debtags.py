@@ -29,17 +29,16 @@ from pathlib import Path
 
 import numpy as np
 from results import logged_commands, save_result  # bench/ is on sys.path when run as a script
-
-from models.bundle import load_bundle
-from models.errors import XtagError
-from training.config import TrainConfig
-from training.data import load_corpus
-from training.evaluate import evaluate_bundle
-from training.export import export_run
-from training.run import train_run
-from training.tree import TreeConfig
-from training.xlinear.config import XLinearConfig
-from training.xr_transformer.config import XRExportConfig, XRTransformerConfig
+from xtag.evaluation.evaluate import evaluate_bundle
+from xtag.models.bundle import load_bundle
+from xtag.models.errors import XtagError
+from xtag.training.bundle import export_run
+from xtag.training.config import TrainConfig
+from xtag.training.data.corpus import load_corpus
+from xtag.training.run import train_run
+from xtag.training.tree.build import TreeConfig
+from xtag.training.xlinear.config import XLinearConfig
+from xtag.training.xr_transformer.config import XRExportConfig, XRTransformerConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 METRICS = ("P@1", "P@3", "P@5", "PSP@1", "PSP@3", "PSP@5")
@@ -161,10 +160,9 @@ class ThreadServer:
 
         import uvicorn
         from service_latency import free_port
-
-        from service.app import create_app
-        from service.server import uvicorn_options
-        from service.settings import Settings
+        from xtag.service.app import create_app
+        from xtag.service.server import uvicorn_options
+        from xtag.service.settings import Settings
 
         self.port = free_port()
         settings = Settings(
@@ -231,9 +229,8 @@ def latencies(run: Path, bundle: Path, texts: list[str], n: int) -> dict:
     `*_separate` figures repeat it with a session of their own and with `xtag serve` in a subprocess."""
     import torch
     from service_latency import free_port, start_server
-
-    from models.onnx_encoder import OnnxEncoder, TextTokenizer
-    from training.encoder import load_trained
+    from xtag.models.onnx_encoder import OnnxEncoder, TextTokenizer
+    from xtag.training.deep.encoder import load_trained
 
     max_length = json.loads((bundle / "encoder" / "config.json").read_text())["max_length"]
     if max_length < LATENCY_TOKENS:
@@ -250,7 +247,7 @@ def latencies(run: Path, bundle: Path, texts: list[str], n: int) -> dict:
     flat, rest = (load_bundle(bundle).predictor for _ in range(2))
     for p in (served.predictor.featurizer.encoder, onnx_separate, flat.featurizer.encoder, rest.featurizer.encoder):
         p.tokenizer = tok  # exactly 128 tokens everywhere (the server truncates at 128 too, checked above)
-    from models.xlinear.shortlist import FaissShortlist, ShortlistConfig
+    from xtag.models.xlinear.shortlist import FaissShortlist, ShortlistConfig
 
     flat.model.first_level = FaissShortlist.build(  # the same bundle with level 1 searched in a flat FAISS index
         flat.model.levels[0], flat.model.config.n_features, ShortlistConfig(min_nodes=0)

@@ -8,11 +8,11 @@ tfidf+dense Φ_cat) on debtags' training split through the product path (`train_
 --workdir, reusing what is already there. Then, on the first --texts test texts, one text per request:
 
 - "after": the bundle's `Predictor.predict` as served (TF-IDF, Φ_cat assembly, `XLinearModel.predict` =
-  models.engine.engine_beam_search on the rankers' compiled layout, calibration), the encoder replaced by a
+  xtag.models.engine.engine_beam_search on the rankers' compiled layout, calibration), the encoder replaced by a
   lookup of its own outputs (bench/xr_transformer_debtags.py's "predict minus encoder": `CachedEncoder`, each
   embedding computed alone, as served);
 - "before": the same Predictor, featuriser and cache, with `XLinearModel.predict` as it was before the engine
-  (commit f8a3b81): models.beam_search.beam_search over the same model's levels, tree and first-level index;
+  (commit f8a3b81): xtag.models.beam_search.beam_search over the same model's levels, tree and first-level index;
 - "features": `ConcatFeaturizer.transform` alone (TF-IDF + Φ_cat with the cached embedding), the part both share;
 - "onnx": the bare ONNX encoder (`OnnxEncoder.encode` of the one text), timed in a pass of its own afterwards
   so that onnxruntime's spinning threads do not slow the other methods.
@@ -36,11 +36,10 @@ import numpy as np
 from engine_vs_numpy import percentiles  # bench/ is on sys.path when run as a script
 from results import save_result  # records the load average at import
 from xr_transformer_debtags import CachedEncoder, alternating  # bench/ is on sys.path when run as a script
-
-from models.beam_search import Predictions, beam_search
-from models.bundle import load_bundle
-from models.errors import XtagError
-from models.xr_transformer.concat_features import ConcatFeaturizer
+from xtag.models.beam_search import Predictions, beam_search
+from xtag.models.bundle import load_bundle
+from xtag.models.errors import XtagError
+from xtag.models.xr_transformer.concat_features import ConcatFeaturizer
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT_NAME = "xr_transformer_engine_debtags"
@@ -48,10 +47,10 @@ RESULT_NAME = "xr_transformer_engine_debtags"
 
 def ensure_bundle(args) -> Path:
     """--workdir/bundle, trained (frozen encoder) and exported first where missing; an unfinished run resumes."""
-    from training.config import TrainConfig
-    from training.export import export_run
-    from training.run import train_run
-    from training.xr_transformer.config import XRTransformerConfig
+    from xtag.training.bundle import export_run
+    from xtag.training.config import TrainConfig
+    from xtag.training.run import train_run
+    from xtag.training.xr_transformer.config import XRTransformerConfig
 
     run, bundle = args.workdir / "run", args.workdir / "bundle"
     if (bundle / "manifest.json").exists():
@@ -70,7 +69,7 @@ def ensure_bundle(args) -> Path:
 
 
 class NumpySearchModel:
-    """An XLinearModel's `predict` as it was before the compiled engine: models.beam_search over its levels."""
+    """An XLinearModel's `predict` as it was before the compiled engine: xtag.models.beam_search over its levels."""
 
     def __init__(self, model):
         self.model, self.config = model, model.config

@@ -12,8 +12,7 @@ from typing import Literal, NamedTuple, Protocol
 
 import numpy as np
 import scipy.sparse as sp
-
-from models.label_tree import ClusterChain
+from xtag.models.label_tree import ClusterChain
 
 PostProcessor = Literal["l3-hinge", "sigmoid", "l2-hinge"]
 

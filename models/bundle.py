@@ -8,11 +8,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from models.components import assemble
-from models.errors import XtagError
-from models.labels import LabelVocab
-from models.manifest import read_manifest
-from models.predictor import Predictor
+from xtag.models.components import assemble
+from xtag.models.errors import XtagError
+from xtag.models.labels import LabelVocab
+from xtag.models.manifest import read_manifest
+from xtag.models.predictor import Predictor
 
 
 @dataclass

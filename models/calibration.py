@@ -17,8 +17,7 @@ from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
-
-from models.errors import XtagError
+from xtag.models.errors import XtagError
 
 CALIBRATION_FILE = "calibration.json"
 ECE_BINS = 15

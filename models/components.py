@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from models.calibration import CALIBRATION_FILE, Calibration
-from models.errors import XtagError, reading
-from models.label_tree import ClusterChain
+from xtag.models.calibration import CALIBRATION_FILE, Calibration
+from xtag.models.errors import XtagError, reading
+from xtag.models.label_tree import ClusterChain
 
 
 @dataclass
@@ -27,7 +27,7 @@ class Parts:
     model: Any = None
     chain: ClusterChain | None = None
     calibration: Calibration | None = None
-    device: Any = None  # models.device.Device the graphs and indexes go to (None: cpu)
+    device: Any = None  # xtag.models.device.Device the graphs and indexes go to (None: cpu)
     placement: dict[str, str] = field(default_factory=dict)  # component type → where it runs (/v1/model says)
 
     def need(self, what: str, component: str) -> Any:
@@ -38,15 +38,15 @@ class Parts:
 
 
 def _tfidf(path: Path, parts: Parts) -> None:
-    from models.features import TfidfFeaturizer
+    from xtag.models.features import TfidfFeaturizer
 
     parts.featurizer = TfidfFeaturizer.load(path)
 
 
 def _text_encoder(path: Path, parts: Parts) -> None:
     """Φ_cat: the ONNX encoder beside the TF-IDF featuriser loaded before it (or alone, when there is none)."""
-    from models.onnx_encoder import OnnxEncoder
-    from models.xr_transformer.concat_features import ConcatFeaturizer
+    from xtag.models.onnx_encoder import OnnxEncoder
+    from xtag.models.xr_transformer.concat_features import ConcatFeaturizer
 
     encoder = OnnxEncoder.load(path, device=parts.device)
     parts.placement["text-encoder"] = encoder.provider
@@ -58,7 +58,7 @@ def _label_tree(path: Path, parts: Parts) -> None:
 
 
 def _rankers(path: Path, parts: Parts) -> None:
-    from models.xlinear.model import XLinearModel
+    from xtag.models.xlinear.model import XLinearModel
 
     parts.model = XLinearModel.load_rankers(path, parts.need("chain", "rankers"))
     parts.placement["rankers"] = "cpu"  # the compiled sparse engine: see models/device.py for why
@@ -66,7 +66,7 @@ def _rankers(path: Path, parts: Parts) -> None:
 
 
 def _shortlist(path: Path, parts: Parts) -> None:
-    from models.xlinear.shortlist import FaissShortlist
+    from xtag.models.xlinear.shortlist import FaissShortlist
 
     shortlist = FaissShortlist.load(path).to_device(parts.device)
     parts.need("model", "shortlist").first_level = shortlist
@@ -74,28 +74,28 @@ def _shortlist(path: Path, parts: Parts) -> None:
 
 
 def _lightxml_encoder(path: Path, parts: Parts) -> None:
-    from models.lightxml.model import LightXMLEncoder
+    from xtag.models.lightxml.model import LightXMLEncoder
 
     parts.featurizer = LightXMLEncoder.load(path, device=parts.device)
     parts.placement["lightxml-encoder"] = parts.featurizer.onnx.provider
 
 
 def _lightxml_heads(path: Path, parts: Parts) -> None:
-    from models.lightxml.model import LightXMLModel
+    from xtag.models.lightxml.model import LightXMLModel
 
     parts.model = LightXMLModel.load_heads(path, parts.need("chain", "lightxml-heads"))
     parts.placement["lightxml-heads"] = "cpu"  # gathered dot products over the top clusters' labels
 
 
 def _cascadexml_encoder(path: Path, parts: Parts) -> None:
-    from models.cascadexml.model import CascadeXMLEncoder
+    from xtag.models.cascadexml.model import CascadeXMLEncoder
 
     parts.featurizer = CascadeXMLEncoder.load(path, device=parts.device)
     parts.placement["cascadexml-encoder"] = parts.featurizer.onnx.provider
 
 
 def _cascadexml_heads(path: Path, parts: Parts) -> None:
-    from models.cascadexml.model import CascadeXMLModel
+    from xtag.models.cascadexml.model import CascadeXMLModel
 
     parts.model = CascadeXMLModel.load_heads(path, parts.need("chain", "cascadexml-heads"))
     parts.placement["cascadexml-heads"] = "cpu"  # the cascade's top-k and gathered dot products, numpy
@@ -137,8 +137,8 @@ def present(folder: Path, types: tuple[str, ...]) -> list[dict[str, str]]:
 def assemble(folder: Path, components: list[dict[str, str]], device=None) -> Parts:
     """Load each component in order; the manifest's list was checked by models/manifest.py. A loader's read
     error (numpy, json, onnxruntime's, ...) becomes an XtagError naming the component, unless it names its file.
-    `device` (models.device.Device or a spec such as "cuda:0") places the graphs and indexes; default cpu."""
-    from models.device import Device
+    `device` (xtag.models.device.Device or a spec such as "cuda:0") places the graphs and indexes; default cpu."""
+    from xtag.models.device import Device
 
     parts = Parts(device=Device.parse(device))
     for entry in components:

@@ -16,8 +16,7 @@ import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from models.errors import XtagError
+from xtag.models.errors import XtagError
 
 CUDA_PROVIDER, TENSORRT_PROVIDER, CPU_PROVIDER = (
     "CUDAExecutionProvider",

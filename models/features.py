@@ -9,8 +9,7 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field
 from sklearn.feature_extraction.text import TfidfVectorizer
-
-from models.errors import XtagError
+from xtag.models.errors import XtagError
 
 # Up to this many texts, `transform` skips scikit-learn's transform (see _transform_few).
 FEW_TEXTS = 8

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-
-from models.atomic import write_atomic
-from models.errors import XtagError, reading
+from xtag.models.atomic import write_atomic
+from xtag.models.errors import XtagError, reading
 
 
 @dataclass

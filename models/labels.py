@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-
-from models.errors import XtagError
+from xtag.models.errors import XtagError
 
 
 @dataclass

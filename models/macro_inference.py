@@ -54,10 +54,9 @@ from typing import Literal, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
-
-from models.beam_search import Predictions
-from models.errors import XtagError
-from models.reweighting import candidate_budget
+from xtag.models.beam_search import Predictions
+from xtag.models.errors import XtagError
+from xtag.models.reweighting import candidate_budget
 
 Metric = Literal["macro-f1", "macro-recall"]
 Method = Literal["bca", "fw"]

@@ -25,13 +25,12 @@ from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
-
-from models.atomic import write_text_atomic
-from models.calibration import CALIBRATION_FILE
-from models.components import COMPONENTS, present
-from models.errors import XtagError
-from models.labels import LabelVocab
-from models.registry import FAMILIES, family
+from xtag.models.atomic import write_text_atomic
+from xtag.models.calibration import CALIBRATION_FILE
+from xtag.models.components import COMPONENTS, present
+from xtag.models.errors import XtagError
+from xtag.models.labels import LabelVocab
+from xtag.models.registry import FAMILIES, family
 
 FORMAT = "xtag-bundle"
 FORMAT_VERSION = 2

@@ -13,9 +13,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tokenizers import Tokenizer
-
-from models.device import CPU, Device
-from models.errors import XtagError
+from xtag.models.device import CPU, Device
+from xtag.models.errors import XtagError
 
 Pooling = Literal["mean", "cls"]
 Representation = Literal["tfidf+dense", "dense"]

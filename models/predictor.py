@@ -7,11 +7,10 @@ from typing import Any, Protocol
 
 import numpy as np
 import scipy.sparse as sp
-
-from models.beam_search import Predictions
-from models.calibration import Calibration
-from models.errors import XtagError
-from models.labels import LabelVocab
+from xtag.models.beam_search import Predictions
+from xtag.models.calibration import Calibration
+from xtag.models.errors import XtagError
+from xtag.models.labels import LabelVocab
 
 
 class Featurizer(Protocol):

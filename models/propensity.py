@@ -13,8 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-
-from models.errors import XtagError
+from xtag.models.errors import XtagError
 
 DEFAULT_A, DEFAULT_B = 0.55, 1.5
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
 
-from models.errors import XtagError
+from xtag.models.errors import XtagError
 
 
 @dataclass(frozen=True)
@@ -25,8 +25,26 @@ class Family:
     export: str  # (run model dir, bundle dir being written, TrainConfig) -> export report
     components: tuple[str, ...]  # bundle components in load order (models/components.py); optional ones may be absent
     batch_wait_ms: float  # the service's micro-batch wait under concurrent traffic (encoders gain from batches)
-    distributed: bool  # trains under torchrun with several processes (DDP)
+    capabilities: frozenset[str]  # what the family supports, from CAPABILITIES; checked when a config is built
     train_needs: tuple[str, ...] = ()  # modules training needs beyond the base install (from the `train` extra)
+    builds_on: tuple[
+        str, ...
+    ] = ()  # families whose training code this one reuses (XR-Transformer: XR-Linear's rankers)
+
+    def supports(self, capability: str) -> bool:
+        if capability not in CAPABILITIES:
+            raise KeyError(f"unknown capability {capability!r} (known: {', '.join(CAPABILITIES)})")
+        return capability in self.capabilities
+
+    def require(self, capability: str, option: str) -> None:
+        """Refuse `option` (a flag or config setting, as the user wrote it) when this family cannot honour it,
+        rather than train or export something else without saying so."""
+        if not self.supports(capability):
+            able = [f.kind for f in FAMILIES.values() if capability in f.capabilities]
+            raise XtagError(
+                f"{option}: model {self.kind} does not support {CAPABILITIES[capability]}"
+                + (f" (supported by {', '.join(able)})" if able else "")
+            )
 
     def resolve(self, field: str) -> Any:
         """The object an entry names, imported now."""
@@ -44,6 +62,16 @@ class Family:
             )
 
 
+CAPABILITIES: dict[str, str] = {
+    "transformer": "a transformer encoder (--encoder, --max-length, --epochs, --batch-size, --device)",
+    "int8": "int8 weights (--quantize int8)",
+    "fp16": "fp16 weights (--fp16)",
+    "onnx-optimize": "onnxruntime's transformer fusions (--optimize/--no-optimize)",
+    "shortlist": "a FAISS level-1 shortlist (--shortlist-min-nodes)",
+    "weighted-losses": "the missing-label losses (--loss propensity | unbiased-balanced)",
+    "torchrun": "training under torchrun with several processes (DDP)",
+}
+TRANSFORMER = frozenset({"transformer", "int8", "fp16", "onnx-optimize", "weighted-losses", "torchrun"})
 TRAIN_EXTRA = ("torch", "transformers")  # what the transformer families' training imports from the train extra
 
 FAMILIES: dict[str, Family] = {
@@ -52,44 +80,45 @@ FAMILIES: dict[str, Family] = {
         Family(
             "xlinear",
             None,
-            "training.xlinear.config:XLinearConfig",
-            "training.xlinear.train:train",
-            "training.xlinear.export:export",
+            "xtag.training.xlinear.config:XLinearConfig",
+            "xtag.training.xlinear.train:train",
+            "xtag.training.xlinear.export:export",
             ("tfidf", "label-tree", "rankers"),
             batch_wait_ms=0.0,
-            distributed=False,
+            capabilities=frozenset({"weighted-losses"}),
         ),
         Family(
             "xr-transformer",
             "xr_transformer",
-            "training.xr_transformer.config:XRTransformerConfig",
-            "training.xr_transformer.train:train_xr_transformer",
-            "training.xr_transformer.export:export",
+            "xtag.training.xr_transformer.config:XRTransformerConfig",
+            "xtag.training.xr_transformer.train:train_xr_transformer",
+            "xtag.training.xr_transformer.export:export",
             ("tfidf", "text-encoder", "label-tree", "rankers", "shortlist"),
             batch_wait_ms=2.0,
-            distributed=True,
+            capabilities=TRANSFORMER | {"shortlist"},
             train_needs=TRAIN_EXTRA,
+            builds_on=("xlinear",),
         ),
         Family(
             "lightxml",
             "lightxml",
-            "training.lightxml.config:LightXMLConfig",
-            "training.lightxml.train:train_lightxml",
-            "training.lightxml.export:export",
+            "xtag.training.lightxml.config:LightXMLConfig",
+            "xtag.training.lightxml.train:train_lightxml",
+            "xtag.training.lightxml.export:export",
             ("lightxml-encoder", "label-tree", "lightxml-heads"),
             batch_wait_ms=2.0,
-            distributed=True,
+            capabilities=TRANSFORMER,
             train_needs=TRAIN_EXTRA,
         ),
         Family(
             "cascadexml",
             "cascadexml",
-            "training.cascadexml.config:CascadeXMLConfig",
-            "training.cascadexml.train:train_cascadexml",
-            "training.cascadexml.export:export",
+            "xtag.training.cascadexml.config:CascadeXMLConfig",
+            "xtag.training.cascadexml.train:train_cascadexml",
+            "xtag.training.cascadexml.export:export",
             ("cascadexml-encoder", "label-tree", "cascadexml-heads"),
             batch_wait_ms=2.0,
-            distributed=True,
+            capabilities=TRANSFORMER - {"int8", "fp16", "weighted-losses"},
             train_needs=TRAIN_EXTRA,
         ),
     )

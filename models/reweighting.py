@@ -27,10 +27,9 @@ from __future__ import annotations
 from typing import Literal, Protocol
 
 import numpy as np
-
-from models.beam_search import Predictions
-from models.errors import XtagError
-from models.propensity import jain_propensities
+from xtag.models.beam_search import Predictions
+from xtag.models.errors import XtagError
+from xtag.models.propensity import jain_propensities
 
 Scheme = Literal["psp", "power", "macro-recall"]
 SCHEMES: tuple[str, ...] = ("psp", "power", "macro-recall")

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q --upgrade pip "setuptools>=70" wheel
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[train,dev]"
 # The dashboard test drives headless Chromium (Debian package); install it when we can.

@@ -16,20 +16,19 @@ from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import FileResponse
 from starlette.routing import Match, Route
-
-from models.device import Device
-from models.errors import XtagError
-from models.registry import family
-from service import problems
-from service.batching import MicroBatcher
-from service.deps import require_admin_key, require_api_key
-from service.limits import AdmissionMiddleware, BodyLimitMiddleware
-from service.observability import Metrics, ObservabilityMiddleware, RecentRequests
-from service.registry import ModelRegistry
-from service.routes import admin, annif, health, labels, predict
-from service.schemas import REQUEST_MODELS, ProblemDetails
-from service.security import DASHBOARD_HEADERS, NoSniffMiddleware
-from service.settings import Settings
+from xtag.models.device import Device
+from xtag.models.errors import XtagError
+from xtag.models.registry import family
+from xtag.service import problems
+from xtag.service.batching import MicroBatcher
+from xtag.service.deps import require_admin_key, require_api_key
+from xtag.service.limits import AdmissionMiddleware, BodyLimitMiddleware
+from xtag.service.model_slot import ModelRegistry
+from xtag.service.observability import Metrics, ObservabilityMiddleware, RecentRequests
+from xtag.service.routes import admin, annif, health, labels, predict
+from xtag.service.schemas import REQUEST_MODELS, ProblemDetails
+from xtag.service.security import DASHBOARD_HEADERS, NoSniffMiddleware
+from xtag.service.settings import Settings
 
 STATIC = Path(__file__).parent / "static"
 log = logging.getLogger("xtag.service")
@@ -192,5 +191,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 def app_from_env() -> FastAPI:
-    """Factory for `uvicorn --factory service.app:app_from_env` (settings from XTAG_* variables)."""
+    """Factory for `uvicorn --factory xtag.service.app:app_from_env` (settings from XTAG_* variables)."""
     return create_app(Settings())

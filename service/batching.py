@@ -34,8 +34,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from models.beam_search import Predictions
+from xtag.models.beam_search import Predictions
 
 BatchFn = Callable[[list[str]], Predictions]
 MEMORY_S = 1.0  # how far back concurrency (or a lone request) counts when deciding to inline

@@ -10,10 +10,9 @@ import orjson
 from fastapi import Request, Security
 from fastapi.security import APIKeyHeader
 from pydantic import BaseModel, SecretStr, ValidationError
-
-from service.problems import Problem, validation_problem
-from service.registry import ServedModel
-from service.settings import Settings
+from xtag.service.model_slot import ServedModel
+from xtag.service.problems import Problem, validation_problem
+from xtag.service.settings import Settings
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -22,8 +22,7 @@ import asyncio
 from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-from service.problems import MEDIA_TYPE, problem_body
+from xtag.service.problems import MEDIA_TYPE, problem_body
 
 RETRY_AFTER_S = 1  # what an overloaded server asks clients to wait; a queue drains in well under that
 DRAIN_SECONDS = 5.0  # longest a rejected body is read and dropped before the connection is closed

@@ -12,8 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
-
-from models.errors import XtagError
+from xtag.models.errors import XtagError
 
 MEDIA_TYPE = "application/problem+json"
 log = logging.getLogger("xtag.service")

@@ -23,10 +23,9 @@ import threading
 from pathlib import Path
 
 import uvicorn
-
-from models.errors import XtagError
-from service.routes.admin import SUPERVISOR_ENV
-from service.settings import Settings
+from xtag.models.errors import XtagError
+from xtag.service.routes.admin import SUPERVISOR_ENV
+from xtag.service.settings import Settings
 
 
 def _fastest(module: str, fallback: str, name: str) -> str:
@@ -87,7 +86,7 @@ def serve(
     if settings.bundle is None:
         raise XtagError("no bundle to serve: give BUNDLE or set XTAG_BUNDLE")
     if settings.workers == 1:
-        from service.app import create_app
+        from xtag.service.app import create_app
 
         app = create_app(settings)
         _exit_zero_on_sigterm()
@@ -103,7 +102,9 @@ def serve(
     os.environ[SUPERVISOR_ENV] = str(os.getpid())
     _exit_zero_on_sigterm()
     try:
-        uvicorn.run("service.app:app_from_env", factory=True, workers=settings.workers, **uvicorn_options(settings))
+        uvicorn.run(
+            "xtag.service.app:app_from_env", factory=True, workers=settings.workers, **uvicorn_options(settings)
+        )
     finally:
         if own_dir:
             shutil.rmtree(own_dir, ignore_errors=True)

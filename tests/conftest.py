@@ -105,12 +105,12 @@ def corpus_files(tmp_path_factory) -> tuple[Path, Path]:
 @pytest.fixture(scope="session")
 def tiny_bundle(corpus_files, tmp_path_factory) -> Path:
     """A small XR-Linear bundle trained and exported through the public training API."""
-    from models.features import TfidfConfig
-    from training.config import TrainConfig
-    from training.export import export_run
-    from training.run import train_run
-    from training.tree import TreeConfig
-    from training.xlinear.config import XLinearConfig
+    from xtag.models.features import TfidfConfig
+    from xtag.training.bundle import export_run
+    from xtag.training.config import TrainConfig
+    from xtag.training.run import train_run
+    from xtag.training.tree.build import TreeConfig
+    from xtag.training.xlinear.config import XLinearConfig
 
     folder = tmp_path_factory.mktemp("model")
     config = TrainConfig(
@@ -161,12 +161,12 @@ def tiny_bert(corpus_files, tmp_path_factory) -> Path:
 
 def make_xr_config(corpus: Path, encoder: Path, **xr):
     """A small XR-Transformer training config over the fixture corpus and the tiny BERT."""
-    from models.features import TfidfConfig
-    from models.xlinear.shortlist import ShortlistConfig
-    from training.config import TrainConfig
-    from training.tree import TreeConfig
-    from training.xlinear.config import XLinearConfig
-    from training.xr_transformer.config import XRExportConfig, XRTransformerConfig
+    from xtag.models.features import TfidfConfig
+    from xtag.models.xlinear.shortlist import ShortlistConfig
+    from xtag.training.config import TrainConfig
+    from xtag.training.tree.build import TreeConfig
+    from xtag.training.xlinear.config import XLinearConfig
+    from xtag.training.xr_transformer.config import XRExportConfig, XRTransformerConfig
 
     settings = {
         "encoder": encoder,
@@ -202,8 +202,8 @@ def xr_bundle(corpus_files, tiny_bert, tmp_path_factory) -> tuple[Path, Path]:
 
 def train_and_export(config, folder: Path) -> tuple[Path, Path]:
     """folder/run trained with `config` through the public API, then exported to folder/bundle."""
-    from training.export import export_run
-    from training.run import train_run
+    from xtag.training.bundle import export_run
+    from xtag.training.run import train_run
 
     train_run(config, folder / "run", progress=False)
     export_run(folder / "run", folder / "bundle")
@@ -213,9 +213,9 @@ def train_and_export(config, folder: Path) -> tuple[Path, Path]:
 def make_lightxml_config(corpus: Path, encoder: Path, **lx):
     """A small LightXML training config over the fixture corpus and the tiny BERT: 12 labels in 4 clusters of 3,
     the generator's top 2 clusters scored by the discriminator."""
-    from models.features import TfidfConfig
-    from training.config import TrainConfig
-    from training.lightxml.config import LightXMLConfig
+    from xtag.models.features import TfidfConfig
+    from xtag.training.config import TrainConfig
+    from xtag.training.lightxml.config import LightXMLConfig
 
     settings = {
         "encoder": encoder,
@@ -284,7 +284,7 @@ _PREDICT_WITHOUT_TORCH = (
     NO_TORCH
     + """
 import json
-from models.bundle import load_bundle
+from xtag.models.bundle import load_bundle
 b = load_bundle(sys.argv[1])
 p = b.predictor.predict(json.loads(sys.argv[2]), k=3)
 print(json.dumps({"labels": p.labels.tolist(), "scores": p.scores.tolist(),
@@ -298,8 +298,7 @@ def assert_serves_without_torch(bundle: Path, texts: list[str]) -> None:
     import subprocess
 
     import numpy as np
-
-    from models.bundle import load_bundle
+    from xtag.models.bundle import load_bundle
 
     result = subprocess.run(
         [sys.executable, "-c", _PREDICT_WITHOUT_TORCH, str(bundle), json.dumps(texts)],

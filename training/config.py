@@ -1,8 +1,10 @@
 """The training configuration: validated flags, JSON round-trip, stored in every run.
 
-Corpus, TF-IDF and the XR-Linear rankers are common to all runs (XR-Transformer's final rankers are
-XR-Linear); each family with settings of its own gets one optional section, built from the family
-registry, and only the chosen family's section may be set.
+Corpus, TF-IDF, the missing-label loss and the XR-Linear rankers are common to all runs (XR-Transformer's
+final rankers are XR-Linear; the rankers' type comes through the registry, so this shared module imports no
+family); each family with settings of its own gets one optional section, built from the family registry,
+and only the chosen family's section may be set. What a family cannot do (a weighted loss, say) is refused
+here, naming the family and the setting, from the capabilities the registry declares.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from xtag.models.features import TfidfConfig
+from xtag.models.registry import DEFAULT_KIND, FAMILIES, family
+from xtag.training.data.corpus import CorpusFormat
+from xtag.training.weighting.label_weights import WEIGHTED_LOSSES, MissingLabelsConfig
 
-from models.features import TfidfConfig
-from models.registry import DEFAULT_KIND, FAMILIES, family
-from training.data import CorpusFormat
-from training.xlinear.config import XLinearConfig
+XLinearConfig = family("xlinear").resolve("config")  # the shared rankers' settings
 
 
 class _CommonConfig(BaseModel):
@@ -29,6 +32,27 @@ class _CommonConfig(BaseModel):
     xlinear: XLinearConfig = Field(
         default_factory=XLinearConfig, description="rankers (for xr-transformer: the final rankers on Φ_cat)"
     )
+    missing_labels: MissingLabelsConfig = Field(
+        default_factory=MissingLabelsConfig, description="the missing-label loss every family trains with"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _settings_moved(cls, data: Any) -> Any:
+        """Runs saved before `missing_labels` had its own section kept it under `xlinear`, with the weighted
+        losses as `xlinear.loss` values: read them where they are now, so old runs still `--resume`."""
+        if not isinstance(data, dict) or not isinstance(data.get("xlinear"), dict):
+            return data
+        data, xl = dict(data), dict(data["xlinear"])
+        moved = dict(xl.pop("missing_labels", None) or {})
+        if xl.get("loss") in WEIGHTED_LOSSES:
+            moved["weighting"] = xl.pop("loss")
+        if moved:
+            if data.get("missing_labels"):
+                raise ValueError("missing_labels is set both in its own section and under xlinear (the old place)")
+            data["missing_labels"] = moved
+        data["xlinear"] = xl
+        return data
 
     @field_validator("model")
     @classmethod
@@ -44,6 +68,8 @@ class _CommonConfig(BaseModel):
                 raise ValueError(f"{other.section} settings are only used with model {other.kind!r}")
         if chosen.section and getattr(self, chosen.section) is None:
             setattr(self, chosen.section, chosen.resolve("config")())
+        if self.missing_labels.weighting != "none":
+            chosen.require("weighted-losses", f"missing_labels.weighting={self.missing_labels.weighting}")
         return self
 
     @property

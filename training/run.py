@@ -8,13 +8,13 @@ import shutil
 import time
 from pathlib import Path
 
-from models.atomic import fsync_dir, write_text_atomic
-from models.errors import XtagError, reading
-from models.features import TfidfFeaturizer
-from models.labels import LabelVocab
-from models.registry import FAMILIES, family
-from training.config import TrainConfig
-from training.data import build_vocab, load_corpus
+from xtag.models.atomic import fsync_dir, write_text_atomic
+from xtag.models.errors import XtagError, reading
+from xtag.models.features import TfidfFeaturizer
+from xtag.models.labels import LabelVocab
+from xtag.models.registry import family
+from xtag.training.config import TrainConfig
+from xtag.training.data.corpus import build_vocab, load_corpus
 
 
 class RunLog:
@@ -39,7 +39,7 @@ def _is_main_process() -> bool:
 def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bool = True, echo=None) -> dict | None:
     """Train into `out`; with `resume`, reuse its config and finished checkpoints."""
     if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun rank: die with the launcher (imports torch)
-        from training.distributed import die_with_launcher
+        from xtag.training.deep.distributed import die_with_launcher
 
         die_with_launcher()
     if not _is_main_process():
@@ -104,20 +104,16 @@ def save_model(out: Path, vocab: LabelVocab, featurizer: TfidfFeaturizer, model)
 
 def _with_label_names(config: TrainConfig, names: list[str]) -> TrainConfig:
     """A copy of `config` that knows the run's label names, which a propensity file is keyed by
-    (training/label_weights.py); the caller's config stays as it was, equal to the one saved for --resume."""
+    (training/weighting/label_weights.py); the caller's config stays as it was, equal to the one saved for --resume."""
     config = config.model_copy(deep=True)
-    config.xlinear.missing_labels.bind_labels(names)
+    config.missing_labels.bind_labels(names)
     return config
 
 
 def _helper_rank(config: TrainConfig, out: Path, progress: bool) -> None:
     """A torchrun rank > 0: same data and features as rank 0, joins fine-tuning, then leaves."""
     fam = family(config.model)
-    if not fam.distributed:
-        raise XtagError(
-            f"torchrun with several processes only applies to "
-            f"{' or '.join(f.kind for f in FAMILIES.values() if f.distributed)}"
-        )
+    fam.require("torchrun", "torchrun with several processes")
     corpus = load_corpus(config.corpus, config.format, skip_bad=config.skip_bad_rows)
     vocab = build_vocab(corpus)
     _, X = TfidfFeaturizer.fit(corpus.texts, config.tfidf)

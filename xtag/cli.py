@@ -11,8 +11,8 @@ from pathlib import Path
 
 import typer
 
-from models.errors import XtagError
-from models.registry import DEFAULT_KIND, FAMILIES
+from xtag.models.errors import XtagError
+from xtag.models.registry import DEFAULT_KIND, FAMILIES
 
 app = typer.Typer(
     add_completion=False,
@@ -34,7 +34,7 @@ _UPDATE_HELP = "run `apt-get update -o Acquire::Languages=en` first (root)"
 
 
 def _build_apt_corpus(build: Callable[[Path, Path], dict], lists: Path, out: Path, update: bool) -> None:
-    from training.apt_corpus import update_apt_lists
+    from xtag.training.data.apt_corpus import update_apt_lists
 
     try:
         if update:
@@ -52,7 +52,7 @@ def data_debtags(
     update: bool = typer.Option(False, help=_UPDATE_HELP),
 ) -> None:
     """Rebuild the debtags corpus from a Debian machine's apt lists (Packages ⨝ Translation-en)."""
-    from training.debtags import build_debtags_corpus
+    from xtag.training.data.debtags import build_debtags_corpus
 
     _build_apt_corpus(build_debtags_corpus, lists, out, update)
 
@@ -64,7 +64,7 @@ def data_debdeps(
     update: bool = typer.Option(False, help=_UPDATE_HELP),
 ) -> None:
     """Rebuild the debdeps corpus (labels: Depends, Pre-Depends, Recommends) from the apt lists, like debtags."""
-    from training.debdeps import build_debdeps_corpus
+    from xtag.training.data.debdeps import build_debdeps_corpus
 
     _build_apt_corpus(build_debdeps_corpus, lists, out, update)
 
@@ -81,8 +81,8 @@ def data_drop_labels(
     """Missing labels with known propensities: drop each training positive of label j with probability 1 − p_j.
 
     The test split is copied untouched, so models trained on the result are measured against complete labels;
-    out/propensities.json holds the true p_j (usable as xlinear.missing_labels.propensity_file)."""
-    from training.drop_labels import drop_labels
+    out/propensities.json holds the true p_j (usable as missing_labels.propensity_file)."""
+    from xtag.training.data.drop_labels import drop_labels
 
     try:
         stats = drop_labels(data, out, seed, propensity_a, propensity_b, scale)
@@ -120,7 +120,7 @@ def train(
         None,
         help="squared-hinge (default) | logistic | propensity (positives weighted 2/p-1: unbiased under missing "
         "labels, Jain propensities) | unbiased-balanced (propensity times class balancing (1-b)/(1-b^n), thesis "
-        "eq. 3.14); the weighted ones also weight the transformer families' heads (xlinear.missing_labels)",
+        "eq. 3.14); the weighted ones also weight every family's heads (missing_labels)",
     ),
     propensity_file: Path | None = typer.Option(
         None, help="per-label propensities for the weighted losses (JSON {label: p} or label<TAB>p lines)"
@@ -144,10 +144,10 @@ def train(
     progress: bool = typer.Option(True, help="show progress bars"),
 ) -> None:
     """Train a model; writes a run directory (config, log, checkpoints, final model)."""
-    from models.registry import family
-    from training.config import TrainConfig
-    from training.run import train_run
-    from training.transformer_config import TransformerConfig
+    from xtag.models.registry import family
+    from xtag.training.config import TrainConfig
+    from xtag.training.run import train_run
+    from xtag.training.weighting.label_weights import WEIGHTED_LOSSES
 
     try:
         base = _read_config(config) if config else {}
@@ -160,6 +160,11 @@ def train(
             base["skip_bad_rows"] = True
         xl = base.setdefault("xlinear", {})
         tree = xl.setdefault("tree", {})
+        missing = base.setdefault("missing_labels", {}) if loss in WEIGHTED_LOSSES or propensity_file else {}
+        if loss in WEIGHTED_LOSSES:
+            missing["weighting"], loss = loss, None
+        if propensity_file is not None:
+            missing["propensity_file"] = str(propensity_file)
         for key, value in {
             "beam_size": beam_size,
             "negatives": negatives,
@@ -170,8 +175,6 @@ def train(
         }.items():
             if value is not None:
                 xl[key] = value
-        if propensity_file is not None:
-            xl.setdefault("missing_labels", {})["propensity_file"] = str(propensity_file)
         for key, value in {"branching": branching, "max_leaf_size": max_leaf_size, "seed": seed}.items():
             if value is not None:
                 tree[key] = value
@@ -184,18 +187,13 @@ def train(
             "seed": seed,
         }
         chosen = family(base["model"])
-        if chosen.section and issubclass(chosen.resolve("config"), TransformerConfig):
+        if chosen.supports("transformer"):
             section = base.setdefault(chosen.section, {})
             section.update({k: v for k, v in transformer_flags.items() if v is not None})
-        elif any(v is not None for k, v in transformer_flags.items() if k != "seed"):
-            raise XtagError(
-                "--encoder/--max-length/--epochs/--batch-size/--device need a transformer model: "
-                + " or ".join(
-                    f.kind
-                    for f in FAMILIES.values()
-                    if f.section and issubclass(f.resolve("config"), TransformerConfig)
-                )
-            )
+        else:
+            for key, value in transformer_flags.items():
+                if value is not None and key != "seed":
+                    chosen.require("transformer", "--" + key.replace("_", "-"))
         if print_config:
             # A template needs no corpus: validate with a stand-in, print "corpus": null to fill in.
             shown = json.loads(
@@ -246,7 +244,7 @@ def export(
     ),
 ) -> None:
     """Turn a run into a self-describing serving bundle (manifest with versions and checksums)."""
-    from training.export import export_run
+    from xtag.training.bundle import export_run
 
     if quantize not in (None, "int8"):
         _fail(XtagError(f"--quantize {quantize}: the one quantisation offered is int8"))
@@ -304,7 +302,7 @@ def _echo_log(logger_name: str, prefix: str, enabled: bool) -> Iterator[None]:
 
 
 def _load(bundle: Path):
-    from models.bundle import load_bundle
+    from xtag.models.bundle import load_bundle
 
     try:
         return load_bundle(bundle)
@@ -344,10 +342,10 @@ def evaluate_cmd(
     progress: bool = typer.Option(True),
 ) -> None:
     """Evaluate a bundle: P@k, nDCG@k, PSP@k, PSnDCG@k, recall@k, macro-P/R/F1@k, coverage@k, by frequency bucket."""
-    from models.macro_inference import OptimizeConfig
-    from models.metrics import BUCKETS, CONVENTIONS, check_convention
-    from training.data import load_corpus
-    from training.report import ReportConfig, build_report
+    from xtag.evaluation.report import ReportConfig, build_report
+    from xtag.models.macro_inference import OptimizeConfig
+    from xtag.models.metrics import BUCKETS, CONVENTIONS, check_convention
+    from xtag.training.data.corpus import load_corpus
 
     b = _load(bundle)
     try:
@@ -428,8 +426,8 @@ def calibrate(
     progress: bool = typer.Option(True),
 ) -> None:
     """Fit an isotonic score calibration on a validation corpus so scores (and `threshold`) are probabilities."""
-    from training.calibrate import fit_bundle_calibration, write_calibration
-    from training.data import load_corpus
+    from xtag.evaluation.calibrate import fit_bundle_calibration, write_calibration
+    from xtag.training.data.corpus import load_corpus
 
     b = _load(bundle)
     try:
@@ -480,8 +478,8 @@ def predict(
     --reweight/--alpha/--beta/--threshold mean what the service's per-request options mean
     (service/schemas.py) and run the same code (models/reweighting.py).
     """
-    from training.data import load_corpus
-    from training.evaluate import predict_corpus
+    from xtag.evaluation.evaluate import predict_corpus
+    from xtag.training.data.corpus import load_corpus
 
     if (text is None) == (corpus is None):
         _fail(XtagError("give either a TEXT or --corpus"))
@@ -515,7 +513,7 @@ def predict(
 
 def _reweight_gains(predictor, scheme: str | None, alpha: float | None, beta: float | None):
     """The gains a_j of a reweighting request, as the service derives them (None: plain scores, also at alpha 0)."""
-    from models.reweighting import SCHEMES, gains_for, label_weights
+    from xtag.models.reweighting import SCHEMES, gains_for, label_weights
 
     if scheme is None:
         if alpha is not None or beta is not None:
@@ -550,7 +548,7 @@ def serve(
     """Serve a bundle over HTTP (FastAPI + uvicorn); other settings come from XTAG_* variables or .env."""
     from pydantic import ValidationError
 
-    from service.server import serve as run_server
+    from xtag.service.server import serve as run_server
 
     if bundle is not None and not bundle.is_dir():
         _fail(XtagError(f"{bundle}: bundle directory not found"))

@@ -5,19 +5,19 @@
     .venv/bin/python bench/peers/xtag_xlinear.py load-bundle BUNDLE
 
 train: reads DIR/X_train.npz and DIR/Y_train.npz (the matrices pecos_xlinear.py reads), trains XR-Linear
-(training.xlinear.train.train_xlinear, XLinearConfig defaults but n_jobs) and writes DIR/xtag_result.json:
+(xtag.training.xlinear.train.train_xlinear, XLinearConfig defaults but n_jobs) and writes DIR/xtag_result.json:
 
     train_s                  train_xlinear's wall time (PIFA + tree + rankers; features come ready-made)
     rss_before_train_mb  peak RSS (VmHWM; see peak_rss_mb) after the imports and the two matrices are loaded
     train_peak_rss_mb    peak RSS right after training: the peak of the whole training process, its input
                          matrices included (pecos_xlinear.py reads its own at the same point)
 
-With --save-run it then writes RUN as `xtag train` would (training.run.save_model: labels, TF-IDF and
-model, from DIR/labels.json and DIR/tfidf; config.json; summary.json), for training.export.export_run.
+With --save-run it then writes RUN as `xtag train` would (xtag.training.run.save_model: labels, TF-IDF and
+model, from DIR/labels.json and DIR/tfidf; config.json; summary.json), for xtag.training.bundle.export_run.
 
-load-bundle: in a fresh interpreter that imports nothing else first, times models.bundle.load_bundle
+load-bundle: in a fresh interpreter that imports nothing else first, times xtag.models.bundle.load_bundle
 (manifest and checksums, TF-IDF, tree, rankers and the engine layout, kernel warm-up) and prints one JSON
-line: load_s (load_bundle's own clock), import_and_load_s (including importing models.bundle) and
+line: load_s (load_bundle's own clock), import_and_load_s (including importing xtag.models.bundle) and
 peak_rss_mb (the process's peak RSS once the predictor is loaded).
 """
 
@@ -37,9 +37,8 @@ START = time.perf_counter()
 def train(args: argparse.Namespace) -> None:
     import numpy as np
     import scipy.sparse as sp
-
-    from training.xlinear.config import XLinearConfig
-    from training.xlinear.train import XLinearResult, train_xlinear
+    from xtag.training.xlinear.config import XLinearConfig
+    from xtag.training.xlinear.train import XLinearResult, train_xlinear
 
     X = sp.load_npz(args.workdir / "X_train.npz").tocsr().astype(np.float32)
     Y = sp.load_npz(args.workdir / "Y_train.npz").tocsr().astype(np.float32)
@@ -53,10 +52,10 @@ def train(args: argparse.Namespace) -> None:
     if args.save_run:
         import shutil
 
-        from models.features import TfidfFeaturizer
-        from models.labels import LabelVocab
-        from training.config import TrainConfig
-        from training.run import save_model
+        from xtag.models.features import TfidfFeaturizer
+        from xtag.models.labels import LabelVocab
+        from xtag.training.config import TrainConfig
+        from xtag.training.run import save_model
 
         shutil.rmtree(args.save_run, ignore_errors=True)
         args.save_run.mkdir(parents=True)
@@ -73,7 +72,7 @@ def train(args: argparse.Namespace) -> None:
 
 
 def load_bundle(args: argparse.Namespace) -> None:
-    from models.bundle import load_bundle
+    from xtag.models.bundle import load_bundle
 
     bundle = load_bundle(args.bundle)
     total = time.perf_counter() - START

@@ -8,8 +8,7 @@ parents: teacher forcing).
 from __future__ import annotations
 
 import numpy as np
-
-from models.label_tree import ClusterChain
+from xtag.models.label_tree import ClusterChain
 
 
 def child_tables(chain: ClusterChain) -> list[np.ndarray]:

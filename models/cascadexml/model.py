@@ -16,14 +16,13 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.special import expit
-
-from models.atomic import write_atomic, write_text_atomic
-from models.beam_search import Predictions, top_k
-from models.cascadexml.cascade import child_tables, expand, top_nodes
-from models.device import Device
-from models.errors import XtagError
-from models.label_tree import ClusterChain
-from models.onnx_encoder import OnnxEncoder, length_sorted_batches
+from xtag.models.atomic import write_atomic, write_text_atomic
+from xtag.models.beam_search import Predictions, top_k
+from xtag.models.cascadexml.cascade import child_tables, expand, top_nodes
+from xtag.models.device import Device
+from xtag.models.errors import XtagError
+from xtag.models.label_tree import ClusterChain
+from xtag.models.onnx_encoder import OnnxEncoder, length_sorted_batches
 
 HEADS_FILE = "heads.npz"
 

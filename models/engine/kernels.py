@@ -1,8 +1,8 @@
 """Compiled beam search over CompiledLevels: per document, per kept parent, score its chunk and keep the best.
 
-The ranking key is float64(score) + 1e-9·tanh(summed raw margins), as in models.beam_search, with ties
+The ranking key is float64(score) + 1e-9·tanh(summed raw margins), as in xtag.models.beam_search, with ties
 kept in candidate order (parents best first, children in tree order): the order top_k_positions
-documents (its argpartition does not always keep it; see tests/test_engine.py).
+documents (its argpartition does not always keep it; see tests/models/test_engine.py).
 Arguments are grouped in tuples: A (CompiledLevels.arrays), P (ratio, first level, last level, beam,
 k, post-processor id), ws (one thread's buffers, `workspace`), init (a starting beam, or no rows).
 """
@@ -13,9 +13,8 @@ import math
 
 import numpy as np
 from numba import prange
-
-from models.engine._jit import njit
-from models.engine.scoring import dot, offer, post, score_chunk
+from xtag.models.engine.jit import njit
+from xtag.models.engine.scoring import dot, offer, post, score_chunk
 
 # A feature-major level is scored whole when the beam keeps at least 1/WHOLE_LEVEL_FACTOR of its parents:
 # one row per document feature, streamed, costs less than a cache-missing hash probe per (feature, kept

@@ -14,12 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-
-from models.atomic import write_atomic, write_text_atomic
-from models.beam_search import RankerLevel
-from models.engine._jit import njit
-from models.errors import reading
-from models.label_tree import ClusterChain
+from xtag.models.atomic import write_atomic, write_text_atomic
+from xtag.models.beam_search import RankerLevel
+from xtag.models.engine.jit import njit
+from xtag.models.errors import reading
+from xtag.models.label_tree import ClusterChain
 
 HASH_MULTIPLIER = 2654435761  # Fibonacci hashing: slot = top bits of (feature · 2^32/φ) mod 2^32
 # Deviation from PECOS: levels with at most this many sibling groups are also stored feature-major (CSC over

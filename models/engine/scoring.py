@@ -1,6 +1,6 @@
 """Scoring pieces of the compiled beam search: post-processors, dense dot, one chunk's children, top-m insert.
 
-Arithmetic follows models.beam_search where it decides the result: a ranker's raw score is the float32
+Arithmetic follows xtag.models.beam_search where it decides the result: a ranker's raw score is the float32
 rounding of a float64 sum of float32 products plus a float32 bias (plus the float32 dense-tail dot
 product); post-processed scores are multiplied in float32 along the path.
 """
@@ -10,16 +10,15 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
-from models.engine._jit import njit
-from models.engine.layout import HASH_MULTIPLIER
+from xtag.models.engine.jit import njit
+from xtag.models.engine.layout import HASH_MULTIPLIER
 
 POST_IDS = {"l3-hinge": 0, "l2-hinge": 1, "sigmoid": 2}
 
 
 @njit()
 def post(raw, post_id):
-    """POST_PROCESSORS of models.beam_search, evaluated in float64 and rounded to float32."""
+    """POST_PROCESSORS of xtag.models.beam_search, evaluated in float64 and rounded to float32."""
     s = np.float64(raw)
     if post_id == 2:
         return np.float32(1.0 / (1.0 + math.exp(-s)))

@@ -6,12 +6,11 @@ import time
 
 import numpy as np
 import scipy.sparse as sp
-
-from models.beam_search import RankerLevel
-from models.engine._jit import disable_caching
-from models.engine.layout import CompiledLevels
-from models.engine.search import PARALLEL_MIN_DOCS, engine_beam_search
-from models.label_tree import ClusterChain
+from xtag.models.beam_search import RankerLevel
+from xtag.models.engine.jit import disable_caching
+from xtag.models.engine.layout import CompiledLevels
+from xtag.models.engine.search import PARALLEL_MIN_DOCS, engine_beam_search
+from xtag.models.label_tree import ClusterChain
 
 
 def _tiny() -> CompiledLevels:

@@ -13,14 +13,13 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.special import expit
-
-from models.atomic import write_text_atomic
-from models.beam_search import Predictions, top_k
-from models.device import Device
-from models.errors import XtagError
-from models.label_tree import ClusterChain
-from models.lightxml.label_index import LabelIndex
-from models.onnx_encoder import OnnxEncoder, length_sorted_batches
+from xtag.models.atomic import write_text_atomic
+from xtag.models.beam_search import Predictions, top_k
+from xtag.models.device import Device
+from xtag.models.errors import XtagError
+from xtag.models.label_tree import ClusterChain
+from xtag.models.lightxml.label_index import LabelIndex
+from xtag.models.onnx_encoder import OnnxEncoder, length_sorted_batches
 
 OUTPUTS = ("cluster_scores", "bottleneck")  # the ONNX graph's outputs, in this order
 

@@ -12,11 +12,10 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field
-
-from models.atomic import write_atomic, write_text_atomic
-from models.beam_search import FirstLevelSearch, PostProcessor, Predictions, RankerLevel, TreeIndex
-from models.errors import XtagError, reading
-from models.label_tree import ClusterChain
+from xtag.models.atomic import write_atomic, write_text_atomic
+from xtag.models.beam_search import FirstLevelSearch, PostProcessor, Predictions, RankerLevel, TreeIndex
+from xtag.models.errors import XtagError, reading
+from xtag.models.label_tree import ClusterChain
 
 ENGINE_DIR = "engine"  # rankers/engine/: the compiled engine's layout, written by export, memory-mapped at load
 
@@ -59,9 +58,9 @@ class XLinearModel:
 
     @property
     def compiled(self):
-        """The rankers in the compiled engine's layout (models.engine.CompiledLevels), built on first use."""
+        """The rankers in the compiled engine's layout (xtag.models.engine.CompiledLevels), built on first use."""
         if self._compiled is None:
-            from models.engine import CompiledLevels
+            from xtag.models.engine import CompiledLevels
 
             self._compiled = CompiledLevels.build(self.levels, self.chain)
         return self._compiled
@@ -69,7 +68,7 @@ class XLinearModel:
     def prepare(self) -> float:
         """Build the engine layout and compile its kernels now, so that no request waits for either (bundle
         loading calls this); returns the seconds the kernels took to compile or load from numba's cache."""
-        from models.engine import warm_up
+        from xtag.models.engine import warm_up
 
         _ = self.compiled
         return warm_up()
@@ -81,7 +80,7 @@ class XLinearModel:
     def predict(self, X: sp.csr_matrix, k: int = 10, beam_size: int | None = None) -> Predictions:
         if X.shape[1] != self.config.n_features:
             raise XtagError(f"features have {X.shape[1]} columns, the model expects {self.config.n_features}")
-        from models.engine import engine_beam_search
+        from xtag.models.engine import engine_beam_search
 
         beam = max(beam_size or self.config.beam_size, 1)
         return engine_beam_search(X, self.compiled, beam, k, self.config.post_processor, first_level=self.first_level)
@@ -108,7 +107,7 @@ class XLinearModel:
         levels = [load_level(folder / f"level_{t}.npz") for t in range(1, chain.depth + 1)]
         model = cls(chain, levels, config)
         if (folder / ENGINE_DIR).is_dir():
-            from models.engine import CompiledLevels
+            from xtag.models.engine import CompiledLevels
 
             compiled = CompiledLevels.load(folder / ENGINE_DIR)  # its errors name the file at fault
             if compiled.depth != chain.depth or len(compiled.leaf_labels) != chain.n_labels:

@@ -13,9 +13,8 @@ from typing import Literal
 import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field
-
-from models.beam_search import RankerLevel
-from models.errors import XtagError
+from xtag.models.beam_search import RankerLevel
+from xtag.models.errors import XtagError
 
 # Queries are densified in chunks of at most this many entries (documents × indexed columns).
 QUERY_CHUNK_ENTRIES = 8_000_000
@@ -63,9 +62,9 @@ class FaissShortlist:
             index.hnsw.efSearch = max(info.config.ef_search, 1)
 
     def to_device(self, device=None) -> FaissShortlist:
-        """This shortlist searched on `device` (models.device.Device or spec; None: stays on the CPU). On CUDA
+        """This shortlist searched on `device` (xtag.models.device.Device or spec; None: stays on the CPU). On CUDA
         the index becomes a GPU flat index: exact, so recall can only rise over an HNSW one."""
-        from models.device import Device
+        from xtag.models.device import Device
 
         self.index, self._gpu_resources, self.placement = Device.parse(device).faiss_index(self.index)
         return self
@@ -139,7 +138,7 @@ class FaissShortlist:
 
 def level1_recall(shortlist: FaissShortlist, X: sp.csr_matrix, level: RankerLevel, beam: int) -> float:
     """Fraction of the exact top-`beam` level-1 nodes (by raw score) that the index returns."""
-    from models.beam_search import score_candidates, top_k
+    from xtag.models.beam_search import score_candidates, top_k
 
     beam = min(beam, level.n_nodes)
     all_nodes = np.tile(np.arange(level.n_nodes), (X.shape[0], 1))

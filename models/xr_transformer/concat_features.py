@@ -11,9 +11,8 @@ from typing import Protocol
 
 import numpy as np
 import scipy.sparse as sp
-
-from models.beam_search import GATHER_MAX_DOCS, CsrArrays, SplitFeatures
-from models.features import TfidfFeaturizer
+from xtag.models.beam_search import GATHER_MAX_DOCS, CsrArrays, SplitFeatures
+from xtag.models.features import TfidfFeaturizer
 
 
 class DenseEncoder(Protocol):

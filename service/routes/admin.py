@@ -13,15 +13,14 @@ import time
 from pathlib import Path
 
 from fastapi import APIRouter, Depends, Request
-
-from models.errors import XtagError
-from service.deps import json_body, openapi_body
-from service.problems import Problem, problem_responses
-from service.registry import ReloadInProgress
-from service.schemas import ReloadRequest, ReloadResponse
+from xtag.models.errors import XtagError
+from xtag.service.deps import json_body, openapi_body
+from xtag.service.model_slot import ReloadInProgress
+from xtag.service.problems import Problem, problem_responses
+from xtag.service.schemas import ReloadRequest, ReloadResponse
 
 router = APIRouter(tags=["admin"])
-SUPERVISOR_ENV = "XTAG_UVICORN_SUPERVISOR_PID"  # set by service.server.serve for multi-worker runs
+SUPERVISOR_ENV = "XTAG_UVICORN_SUPERVISOR_PID"  # set by xtag.service.server.serve for multi-worker runs
 
 
 async def reload_model(request_app, bundle: str | Path | None = None, wait: bool = True) -> dict:

@@ -8,12 +8,11 @@ from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Depends, Request
 from starlette.formparsers import MultiPartException, MultiPartParser
-
-from service.deps import json_body, openapi_body, served_model
-from service.problems import Problem, problem_responses
-from service.registry import ServedModel
-from service.routes.predict import JSONBytes, predict_rows
-from service.schemas import AnnifBatchRequest
+from xtag.service.deps import json_body, openapi_body, served_model
+from xtag.service.model_slot import ServedModel
+from xtag.service.problems import Problem, problem_responses
+from xtag.service.routes.predict import JSONBytes, predict_rows
+from xtag.service.schemas import AnnifBatchRequest
 
 router = APIRouter(tags=["annif"])
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")

@@ -8,11 +8,10 @@ from typing import Annotated
 
 import numpy as np
 from fastapi import APIRouter, Depends, Query, Request
-
-from service.deps import served_model
-from service.problems import problem_responses
-from service.registry import ServedModel
-from service.schemas import LabelsPage, ModelInfo
+from xtag.service.deps import served_model
+from xtag.service.model_slot import ServedModel
+from xtag.service.problems import problem_responses
+from xtag.service.schemas import LabelsPage, ModelInfo
 
 router = APIRouter(tags=["model"])
 AUTH_AND_MODEL = {401: "missing API key", 503: "no model loaded yet"}

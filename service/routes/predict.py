@@ -9,14 +9,13 @@ import numpy as np
 import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
-
-from models.errors import XtagError
-from models.macro_inference import SERVING_MAX_DOCS, predict_optimized, serving_config
-from service.batching import run_off_loop
-from service.deps import openapi_body, parse_body, require_api_key, served_model
-from service.problems import Problem, problem_responses
-from service.registry import ServedModel
-from service.schemas import BatchRequest, BatchResponse, PredictOptions, PredictRequest, PredictResponse, Reweight
+from xtag.models.errors import XtagError
+from xtag.models.macro_inference import SERVING_MAX_DOCS, predict_optimized, serving_config
+from xtag.service.batching import run_off_loop
+from xtag.service.deps import openapi_body, parse_body, require_api_key, served_model
+from xtag.service.model_slot import ServedModel
+from xtag.service.problems import Problem, problem_responses
+from xtag.service.schemas import BatchRequest, BatchResponse, PredictOptions, PredictRequest, PredictResponse, Reweight
 
 router = APIRouter(tags=["predict"])
 # /predict and /predict/batch are unversioned aliases (the same handlers, auth included), kept out of

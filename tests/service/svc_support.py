@@ -17,14 +17,13 @@ import httpx
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
-
-from service.app import create_app
-from service.settings import Settings
-from training.config import TrainConfig
-from training.export import export_run
-from training.run import train_run
-from training.tree import TreeConfig
-from training.xlinear.config import XLinearConfig
+from xtag.service.app import create_app
+from xtag.service.settings import Settings
+from xtag.training.bundle import export_run
+from xtag.training.config import TrainConfig
+from xtag.training.run import train_run
+from xtag.training.tree.build import TreeConfig
+from xtag.training.xlinear.config import XLinearConfig
 
 TOPICS = {
     "lang::python": "python interpreter script module pip package",
@@ -77,7 +76,7 @@ ADMIN = {"X-Admin-Key": ADMIN_KEY}
 
 def poisoned_bundle(bundles: dict[str, Path], out: Path, array: str) -> Path:
     """A copy of tiny-a whose last ranker level has NaN in `array` ("data": the weights, or "bias"),
-    exported through the normal path (training/export.py), so that its manifest checksums match."""
+    exported through the normal path (training/bundle.py), so that its manifest checksums match."""
     import numpy as np
 
     run = out.with_name(f"run-{out.name}")
@@ -118,7 +117,7 @@ class LiveServer:
     """uvicorn on 127.0.0.1 in a thread (same options as `xtag serve`)."""
 
     def __init__(self, settings: Settings):
-        from service.server import uvicorn_options
+        from xtag.service.server import uvicorn_options
 
         self.settings = settings.model_copy(update={"port": free_port(), "host": "127.0.0.1"})
         self.url = f"http://127.0.0.1:{self.settings.port}"

@@ -11,7 +11,12 @@ import time
 
 import numpy as np
 import pytest
-from svc_support import (  # noqa: F401  (pytest fixtures)
+from xtag.models.beam_search import Predictions
+from xtag.models.bundle import load_bundle
+from xtag.service import model_slot as registry
+from xtag.service.model_slot import ServedModel
+
+from tests.service.svc_support import (  # noqa: F401  (pytest fixtures)
     ADMIN,
     ADMIN_KEY,
     STARTUP_S,
@@ -21,11 +26,6 @@ from svc_support import (  # noqa: F401  (pytest fixtures)
     poisoned_bundle,
     wait_ready,
 )
-
-from models.beam_search import Predictions
-from models.bundle import load_bundle
-from service import registry
-from service.registry import ServedModel
 
 RELOAD = "/v1/admin/reload"
 

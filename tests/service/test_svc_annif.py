@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from svc_support import bundles, live_server  # noqa: F401  (pytest fixtures)
+
+from tests.service.svc_support import bundles, live_server  # noqa: F401  (pytest fixtures)
 
 annif_client = pytest.importorskip("annif_client", reason="annif-client is a dev extra: pip install -e .[dev]")
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from svc_support import bundles, client, make_client  # noqa: F401  (pytest fixtures)
+from xtag.models.bundle import load_bundle
+from xtag.models.reweighting import gains_for, label_weights, predict_reweighted
 
-from models.bundle import load_bundle
-from models.reweighting import gains_for, label_weights, predict_reweighted
+from tests.service.svc_support import bundles, client, make_client  # noqa: F401  (pytest fixtures)
 
 TAIL_TEXT = "quasar telescope image tool"
 

@@ -7,7 +7,8 @@ import socket
 import time
 
 import pytest
-from svc_support import bundles, client, make_client  # noqa: F401  (pytest fixtures)
+
+from tests.service.svc_support import bundles, client, make_client  # noqa: F401  (pytest fixtures)
 
 OK = {"text": "python script", "k": 2}
 
@@ -104,9 +105,9 @@ def test_body_over_the_limit_is_413(make_client):
 
 def test_body_over_the_limit_is_rejected_before_it_is_read(bundles):
     """A live server answers 413 on the headers alone, while the client has sent none of the body."""
-    from svc_support import LiveServer
+    from xtag.service.settings import Settings
 
-    from service.settings import Settings
+    from tests.service.svc_support import LiveServer
 
     with LiveServer(Settings(_env_file=None, bundle=bundles["a"], max_body_bytes=4096)) as server:
         with socket.create_connection(("127.0.0.1", server.settings.port), timeout=5) as s:

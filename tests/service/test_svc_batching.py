@@ -10,12 +10,12 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import numpy as np
 import pytest
-from svc_support import bundles, client, make_client  # noqa: F401  (pytest fixtures)
+from xtag.models.beam_search import Predictions
+from xtag.service.app import create_app
+from xtag.service.batching import MicroBatcher
+from xtag.service.settings import Settings
 
-from models.beam_search import Predictions
-from service.app import create_app
-from service.batching import MicroBatcher
-from service.settings import Settings
+from tests.service.svc_support import bundles, client, make_client  # noqa: F401  (pytest fixtures)
 
 
 class Echo:
@@ -257,7 +257,7 @@ def test_no_inlining_for_a_while_after_concurrent_traffic(executor, monkeypatch)
     """Under concurrent load the loop must keep reading requests while the worker predicts, so a request
     that happens to be alone right after a shared batch still goes to the worker; once traffic has been
     quiet for MEMORY_S, a sequential client's requests are inlined again (from its second one)."""
-    import service.batching as batching
+    import xtag.service.batching as batching
 
     monkeypatch.setattr(batching, "MEMORY_S", 0.2)
     echo = Echo()

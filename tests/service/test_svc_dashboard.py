@@ -10,7 +10,8 @@ from urllib.parse import quote_plus
 
 import httpx
 import pytest
-from svc_support import bundles, live_server  # noqa: F401  (pytest fixtures)
+
+from tests.service.svc_support import bundles, live_server  # noqa: F401  (pytest fixtures)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 IN_CI = os.environ.get("CI") == "true"  # CI installs chromium (scripts/setup.sh): there a skip would hide a failure

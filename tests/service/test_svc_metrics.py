@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
-from svc_support import ADMIN, ADMIN_KEY, bundles, client, make_client  # noqa: F401  (pytest fixtures)
+
+from tests.service.svc_support import ADMIN, ADMIN_KEY, bundles, client, make_client  # noqa: F401  (pytest fixtures)
 
 
 def samples(text: str) -> dict[tuple, float]:
@@ -63,7 +64,7 @@ def test_stats_feed_has_qps_percentiles_errors_and_top_labels(client):
 
 
 def test_stats_window_forgets_old_requests_and_wraps_around():
-    from service.observability import RecentRequests
+    from xtag.service.observability import RecentRequests
 
     r = RecentRequests(window=60, capacity=8)
     for i in range(20):  # more than the capacity: only the last 8 remain

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from svc_support import bundles, client, make_client, tiny_corpus  # noqa: F401  (pytest fixtures)
+from xtag.models.bundle import load_bundle
+from xtag.models.macro_inference import predict_optimized, serving_config
 
-from models.bundle import load_bundle
-from models.macro_inference import predict_optimized, serving_config
+from tests.service.svc_support import bundles, client, make_client, tiny_corpus  # noqa: F401  (pytest fixtures)
 
 
 def batch(n: int = 40) -> list[dict]:

@@ -9,10 +9,10 @@ import time
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from svc_support import LiveServer, bundles  # noqa: F401  (pytest fixtures)
+from xtag.service.model_slot import ServedModel
+from xtag.service.settings import Settings
 
-from service.registry import ServedModel
-from service.settings import Settings
+from tests.service.svc_support import LiveServer, bundles  # noqa: F401  (pytest fixtures)
 
 STARTUP_S = 180.0  # poll with a generous deadline: a loaded machine can take long to load and warm up
 PREDICT_S = 0.5

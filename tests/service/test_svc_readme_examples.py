@@ -13,7 +13,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from svc_support import bundles, live_server  # noqa: F401  (pytest fixtures)
+
+from tests.service.svc_support import bundles, live_server  # noqa: F401  (pytest fixtures)
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 CURL = shutil.which("curl")

@@ -6,7 +6,11 @@ import threading
 import time
 
 import pytest
-from svc_support import (  # noqa: F401  (pytest fixtures)
+from xtag.models.bundle import load_bundle
+from xtag.service import model_slot as registry
+from xtag.service.settings import Settings
+
+from tests.service.svc_support import (  # noqa: F401  (pytest fixtures)
     ADMIN,
     ADMIN_KEY,
     STARTUP_S,
@@ -16,10 +20,6 @@ from svc_support import (  # noqa: F401  (pytest fixtures)
     make_client,
     wait_ready,
 )
-
-from models.bundle import load_bundle
-from service import registry
-from service.settings import Settings
 
 
 def version(path) -> str:
@@ -130,13 +130,14 @@ def test_sighup_reloads_the_configured_path(bundles, tmp_path):
     import sys
 
     import httpx
-    from svc_support import free_port
+
+    from tests.service.svc_support import free_port
 
     link = tmp_path / "current"
     link.symlink_to(bundles["a"])
     port = free_port()
     env = {**os.environ, "XTAG_LOG_LEVEL": "warning"}
-    code = f"from service.server import serve; serve({str(link)!r}, '127.0.0.1', {port}, 1)"  # in its main thread
+    code = f"from xtag.service.server import serve; serve({str(link)!r}, '127.0.0.1', {port}, 1)"  # in its main thread
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, cwd=os.getcwd())
     url = f"http://127.0.0.1:{port}"
     try:

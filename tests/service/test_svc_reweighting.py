@@ -1,14 +1,13 @@
-"""models.reweighting: gains from label frequencies, re-ranking of beam candidates, candidate widening."""
+"""xtag.models.reweighting: gains from label frequencies, re-ranking of beam candidates, candidate widening."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from models.beam_search import Predictions
-from models.errors import XtagError
-from models.metrics import jain_propensities
-from models.reweighting import (
+from xtag.models.beam_search import Predictions
+from xtag.models.errors import XtagError
+from xtag.models.metrics import jain_propensities
+from xtag.models.reweighting import (
     BEAM_FACTOR,
     CANDIDATE_FACTOR,
     MIN_CANDIDATES,

@@ -9,15 +9,15 @@ Hypothesis strategies directly (schema.as_strategy), a few hundred cases in all.
 from __future__ import annotations
 
 import pytest
-from svc_support import ADMIN_KEY, bundles  # noqa: F401  (pytest fixtures)
+
+from tests.service.svc_support import ADMIN_KEY, bundles  # noqa: F401  (pytest fixtures)
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is a dev extra: pip install -e .[dev]")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from schemathesis.generation import GenerationMode  # noqa: E402
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance  # noqa: E402
-
-from service.app import create_app  # noqa: E402
-from service.settings import Settings  # noqa: E402
+from xtag.service.app import create_app  # noqa: E402
+from xtag.service.settings import Settings  # noqa: E402
 
 API_KEY = "fuzz-api-key"
 CASES = {GenerationMode.POSITIVE: 250, GenerationMode.NEGATIVE: 150}

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-from svc_support import ADMIN, ADMIN_KEY, STARTUP_S, bundles, free_port  # noqa: F401  (pytest fixtures)
+
+from tests.service.svc_support import ADMIN, ADMIN_KEY, STARTUP_S, bundles, free_port  # noqa: F401  (pytest fixtures)
 
 XTAG = Path(sys.executable).with_name("xtag")
 
@@ -39,7 +40,7 @@ def wait_for(predicate, timeout: float = STARTUP_S) -> bool:
 
 
 def test_multi_worker_serve_and_rolling_sighup(bundles, tmp_path):
-    from models.bundle import load_bundle
+    from xtag.models.bundle import load_bundle
 
     va, vb = load_bundle(bundles["a"]).version, load_bundle(bundles["b"]).version
     link = tmp_path / "current"

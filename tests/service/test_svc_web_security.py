@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from svc_support import bundles, client, make_client  # noqa: F401  (pytest fixtures)
+from tests.service.svc_support import bundles, client, make_client  # noqa: F401  (pytest fixtures)
 
 PREDICT = {"text": "python script"}
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, model_validator
-
-from training.transformer_config import TransformerConfig, TransformerExportConfig
+from xtag.training.deep.config import TransformerConfig, TransformerExportConfig
 
 
 class CascadeXMLExportConfig(TransformerExportConfig):

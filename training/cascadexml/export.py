@@ -11,23 +11,24 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from models.cascadexml.model import CascadeOutputs, CascadeXMLEncoder, CascadeXMLModel, output_names
-from models.errors import XtagError
-from models.onnx_encoder import EncoderConfig
-from training.cascadexml.config import CascadeXMLExportConfig
-from training.cascadexml.net import CascadeXMLNet, LogitsGraph
-from training.cascadexml.result import SHAPE_FILE
-from training.checkpoint import load_heads
-from training.config import TrainConfig
-from training.export import copy_run_model, step
-from training.onnx_export import embedding_diff, top_agreement, write_graph
+from xtag.models.cascadexml.model import CascadeOutputs, CascadeXMLEncoder, CascadeXMLModel, output_names
+from xtag.models.errors import XtagError
+from xtag.models.onnx_encoder import EncoderConfig
+from xtag.training.cascadexml.config import CascadeXMLExportConfig
+from xtag.training.cascadexml.net import CascadeXMLNet, LogitsGraph
+from xtag.training.cascadexml.result import SHAPE_FILE
+from xtag.training.config import TrainConfig
+from xtag.training.deep.checkpoint import load_heads
+from xtag.training.exporting import copy_run_model, step
+from xtag.training.onnx.graph import write_graph
+from xtag.training.onnx.parity import embedding_diff, top_agreement
 
 EVAL_BATCH = 64
 
 
 def load_run_net(run_encoder: Path, attn_implementation: str | None = "eager") -> tuple[CascadeXMLNet, EncoderConfig]:
     """The trained torch net of a run's model/encoder (Hugging Face transformer + heads.safetensors)."""
-    from training.encoder import TextEncoder
+    from xtag.training.deep.encoder import TextEncoder
 
     config = EncoderConfig.model_validate_json((run_encoder / "xtag_encoder.json").read_text())
     shape = json.loads((run_encoder / SHAPE_FILE).read_text())
@@ -40,8 +41,7 @@ def load_run_net(run_encoder: Path, attn_implementation: str | None = "eager") -
 def torch_outputs(module, tokenizer, texts: list[str]) -> CascadeOutputs:
     """What the graph should return for `texts`: the torch module in eval mode, on CPU, in float32."""
     import torch
-
-    from training.encoder import run_batched
+    from xtag.training.deep.encoder import run_batched
 
     return CascadeOutputs(list(run_batched(module, tokenizer, texts, EVAL_BATCH, torch.device("cpu"))))
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-
-from models.errors import XtagError
+from xtag.models.errors import XtagError
 
 
 class CascadeXMLNet(nn.Module):

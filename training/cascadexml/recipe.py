@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-
-from models.errors import XtagError
-from models.label_tree import ClusterChain
-from training.cascadexml.config import CascadeXMLConfig
-from training.tree import TreeConfig, build_tree, pifa_embeddings
+from xtag.models.errors import XtagError
+from xtag.models.label_tree import ClusterChain
+from xtag.training.cascadexml.config import CascadeXMLConfig
+from xtag.training.tree.build import TreeConfig, build_tree, pifa_embeddings
 
 REFERENCE_DROPOUTS = (0.2, 0.25, 0.4, 0.5)  # the reference's four resolutions, coarse first
 
 
 def resolutions(X: sp.csr_matrix, Y: sp.csr_matrix, cc: CascadeXMLConfig) -> ClusterChain:
-    """The shared label tree (B-ary balanced k-means on PIFA, training/tree.py): each of its levels below the
+    """The shared label tree (B-ary balanced k-means on PIFA, training/tree/build.py): each of its levels below the
     root is one resolution, the labels the last (595 debtags labels, B=16, leaves ≤ 8: 8 → 128 → 595)."""
     return build_tree(
         pifa_embeddings(X, Y), TreeConfig(branching=cc.branching, max_leaf_size=cc.max_leaf_size, seed=cc.seed)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.cascadexml.model import CascadeHeadConfig, CascadeXMLModel
-from models.label_tree import ClusterChain
-from models.onnx_encoder import EncoderConfig, TextTokenizer
-from training.cascadexml.net import CascadeXMLNet
-from training.checkpoint import save_encoder_folder
+from xtag.models.cascadexml.model import CascadeHeadConfig, CascadeXMLModel
+from xtag.models.label_tree import ClusterChain
+from xtag.models.onnx_encoder import EncoderConfig, TextTokenizer
+from xtag.training.cascadexml.net import CascadeXMLNet
+from xtag.training.deep.checkpoint import save_encoder_folder
 
 SHAPE_FILE = "cascadexml_net.json"
 

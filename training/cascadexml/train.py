@@ -24,23 +24,22 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
-
-from models.cascadexml.cascade import child_tables, expand, top_nodes, with_true_parents
-from models.cascadexml.model import CascadeHeadConfig
-from models.label_tree import ClusterChain
-from models.onnx_encoder import EncoderConfig, TextTokenizer
-from training.candidates import csr_row, pad_rows
-from training.cascadexml.config import CascadeXMLConfig
-from training.cascadexml.net import CascadeXMLNet
-from training.cascadexml.recipe import default_dropouts, default_layers, level_top_k, per_level, resolutions
-from training.cascadexml.result import CascadeXMLResult
-from training.cascadexml.schedule import cascade_lr_factor
-from training.checkpoint import Checkpoint, fit_or_reload, run_tree
-from training.config import TrainConfig
-from training.distributed import DistContext
-from training.encoder import TextEncoder, load_tokenizer
-from training.loop import Budget, TrainingLoop, epoch_order, start_run
-from training.optim import decay_groups
+from xtag.models.cascadexml.cascade import child_tables, expand, top_nodes, with_true_parents
+from xtag.models.cascadexml.model import CascadeHeadConfig
+from xtag.models.label_tree import ClusterChain
+from xtag.models.onnx_encoder import EncoderConfig, TextTokenizer
+from xtag.training.cascadexml.config import CascadeXMLConfig
+from xtag.training.cascadexml.net import CascadeXMLNet
+from xtag.training.cascadexml.recipe import default_dropouts, default_layers, level_top_k, per_level, resolutions
+from xtag.training.cascadexml.result import CascadeXMLResult
+from xtag.training.cascadexml.schedule import cascade_lr_factor
+from xtag.training.config import TrainConfig
+from xtag.training.deep.candidates import csr_row, pad_rows
+from xtag.training.deep.checkpoint import Checkpoint, fit_or_reload, run_tree
+from xtag.training.deep.distributed import DistContext
+from xtag.training.deep.encoder import TextEncoder, load_tokenizer
+from xtag.training.deep.loop import Budget, TrainingLoop, epoch_order, start_run
+from xtag.training.deep.optim import decay_groups
 
 SAMPLE_TEXTS = 256  # training texts kept with the run for the export's parity check
 
@@ -58,7 +57,7 @@ def training_shortlist(
 
 
 class Trainer:
-    """State of one CascadeXML run: the cascade's loss for the shared loop (training/loop.py)."""
+    """State of one CascadeXML run: the cascade's loss for the shared loop (training/deep/loop.py)."""
 
     def __init__(
         self,

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-
-from models.label_tree import ClusterChain
-from training.candidates import pad_rows
-from training.lightxml.config import LightXMLConfig
-from training.tree import TreeConfig, build_tree, pifa_embeddings
+from xtag.models.label_tree import ClusterChain
+from xtag.training.deep.candidates import pad_rows
+from xtag.training.lightxml.config import LightXMLConfig
+from xtag.training.tree.build import TreeConfig, build_tree, pifa_embeddings
 
 
 def label_clusters(X: sp.csr_matrix, Y: sp.csr_matrix, lc: LightXMLConfig) -> ClusterChain:

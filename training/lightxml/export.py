@@ -1,5 +1,5 @@
 """LightXML run → bundle: encoder + generator + bottleneck as one ONNX graph (fused, optionally int8 or fp16:
-training/onnx_optimize.py), parity-checked against torch.
+training/onnx/optimize.py), parity-checked against torch.
 
 The graph returns `cluster_scores` (generator logits) and `bottleneck` (σ(W_h e + b_h)) for
 dynamic batch and sequence axes; label embeddings and clusters stay numpy (models/lightxml/),
@@ -12,21 +12,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from models.errors import XtagError
-from models.lightxml.model import OUTPUTS, LightXMLEncoder, LightXMLModel
-from models.onnx_encoder import EncoderConfig
-from training.checkpoint import load_heads
-from training.config import TrainConfig
-from training.export import copy_run_model, step
-from training.lightxml.config import LightXMLExportConfig
-from training.lightxml.net import LightXMLNet
-from training.onnx_export import embedding_diff, top_agreement, write_graph
-from training.onnx_optimize import set_precision
+from xtag.models.errors import XtagError
+from xtag.models.lightxml.model import OUTPUTS, LightXMLEncoder, LightXMLModel
+from xtag.models.onnx_encoder import EncoderConfig
+from xtag.training.config import TrainConfig
+from xtag.training.deep.checkpoint import load_heads
+from xtag.training.exporting import copy_run_model, step
+from xtag.training.lightxml.config import LightXMLExportConfig
+from xtag.training.lightxml.net import LightXMLNet
+from xtag.training.onnx.graph import write_graph
+from xtag.training.onnx.optimize import set_precision
+from xtag.training.onnx.parity import embedding_diff, top_agreement
 
 
 def load_run_net(run_encoder: Path, attn_implementation: str | None = "eager") -> tuple[LightXMLNet, EncoderConfig]:
     """The trained torch net of a run's model/encoder (Hugging Face transformer + heads.safetensors)."""
-    from training.encoder import TextEncoder
+    from xtag.training.deep.encoder import TextEncoder
 
     config = EncoderConfig.model_validate_json((run_encoder / "xtag_encoder.json").read_text())
     shape = json.loads((run_encoder / "lightxml_net.json").read_text())
@@ -39,8 +40,7 @@ def load_run_net(run_encoder: Path, attn_implementation: str | None = "eager") -
 def export_lightxml(run_model: Path, tmp: Path, config: LightXMLExportConfig) -> dict:
     """Write tmp/encoder/{model.onnx, tokenizer.json, config.json} and the label index; return the parity report."""
     import torch
-
-    from training.lightxml.validation import net_outputs
+    from xtag.training.lightxml.validation import net_outputs
 
     run_encoder = run_model / "encoder"
     with step("loading the trained LightXML net"):

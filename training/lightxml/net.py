@@ -11,8 +11,7 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-
-from models.errors import XtagError
+from xtag.models.errors import XtagError
 
 
 class LightXMLNet(nn.Module):

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.label_tree import ClusterChain
-from models.lightxml.model import LightXMLHeadConfig, LightXMLModel
-from models.onnx_encoder import EncoderConfig, TextTokenizer
-from training.checkpoint import save_encoder_folder
-from training.lightxml.net import LightXMLNet
+from xtag.models.label_tree import ClusterChain
+from xtag.models.lightxml.model import LightXMLHeadConfig, LightXMLModel
+from xtag.models.onnx_encoder import EncoderConfig, TextTokenizer
+from xtag.training.deep.checkpoint import save_encoder_folder
+from xtag.training.lightxml.net import LightXMLNet
 
 
 @dataclass

@@ -26,34 +26,32 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 import torch
-
-from models.atomic import write_atomic
-from models.errors import XtagError, reading
-from models.label_tree import ClusterChain
-from models.lightxml.model import LightXMLHeadConfig, LightXMLModel, cluster_members
-from models.onnx_encoder import EncoderConfig, TextTokenizer
-from training.candidates import csr_row
-from training.checkpoint import Checkpoint, fit_or_reload, run_tree
-from training.config import TrainConfig
-from training.distributed import DistContext
-from training.encoder import TextEncoder, load_tokenizer
-from training.label_weights import head_weights, node_weights
-from training.lightxml.clusters import label_clusters, training_candidates
-from training.lightxml.config import LightXMLConfig
-from training.lightxml.net import LightXMLNet
-from training.lightxml.result import LightXMLResult
-from training.lightxml.validation import ModelSelection, net_outputs, validation_split
-from training.loop import Budget, Callback, TrainingLoop, epoch_order, start_run
-from training.losses import LabelWeightTable, weighted_pointwise_loss
-from training.optim import decay_groups
-from training.swa import SWA
-from training.xlinear.train import label_positive_weights
+from xtag.models.atomic import write_atomic
+from xtag.models.errors import XtagError, reading
+from xtag.models.label_tree import ClusterChain
+from xtag.models.lightxml.model import LightXMLHeadConfig, LightXMLModel, cluster_members
+from xtag.models.onnx_encoder import EncoderConfig, TextTokenizer
+from xtag.training.config import TrainConfig
+from xtag.training.deep.candidates import csr_row
+from xtag.training.deep.checkpoint import Checkpoint, fit_or_reload, run_tree
+from xtag.training.deep.distributed import DistContext
+from xtag.training.deep.encoder import TextEncoder, load_tokenizer
+from xtag.training.deep.loop import Budget, Callback, TrainingLoop, epoch_order, start_run
+from xtag.training.deep.losses import LabelWeightTable, weighted_pointwise_loss
+from xtag.training.deep.optim import decay_groups
+from xtag.training.deep.swa import SWA
+from xtag.training.lightxml.clusters import label_clusters, training_candidates
+from xtag.training.lightxml.config import LightXMLConfig
+from xtag.training.lightxml.net import LightXMLNet
+from xtag.training.lightxml.result import LightXMLResult
+from xtag.training.lightxml.validation import ModelSelection, net_outputs, validation_split
+from xtag.training.weighting.label_weights import head_weights, label_positive_weights, node_weights
 
 SAMPLE_TEXTS = 256  # training texts kept with the run for the export's parity check
 
 
 class Trainer(Callback):
-    """State of one LightXML run: Algorithm 1's loss for the shared loop (training/loop.py), which `fit` runs
+    """State of one LightXML run: Algorithm 1's loss for the shared loop (training/deep/loop.py), which `fit` runs
     (resumable) with SWA, model selection and, as this object's own callback, the switch to static negatives."""
 
     def __init__(
@@ -75,7 +73,7 @@ class Trainer(Callback):
         self.Y, self.Yc = Y.tocsr(), chain.level_targets(Y, 1)
         self.train_idx, val_idx = validation_split(len(texts), lc.val_fraction, lc.seed)
         self.members = cluster_members(chain)
-        # Missing-label loss (training/label_weights.py): positives of label j weigh u_j in L_d, positives of
+        # Missing-label loss (training/weighting/label_weights.py): positives of label j weigh u_j in L_d, positives of
         # a cluster its labels' occurrence-weighted mean in L_g (node_weights); None: plain BCE.
         freq = np.asarray((self.Y != 0).sum(axis=0)).ravel().astype(np.float64)
         self.label_w = LabelWeightTable(label_weights, ctx.device)
@@ -282,7 +280,7 @@ def train_lightxml(
             "negatives": lc.negatives,
         }
     )
-    weighted = label_positive_weights(Y, config.xlinear)  # the run's missing-label loss, if any
+    weighted = label_positive_weights(Y, config.missing_labels)  # the run's missing-label loss, if any
     head_w = None if weighted is None else head_weights(weighted.weights, weighted.freq)
     if weighted is not None:
         log({"event": "head_weights", **weighted.facts, "head_max": round(float(head_w.max()), 4)})

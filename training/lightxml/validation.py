@@ -9,16 +9,15 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 from safetensors.torch import load_model, save_model
-
-from models.atomic import replacing
-from models.lightxml.model import LightXMLModel, LightXMLOutputs
-from models.metrics import evaluate
-from models.onnx_encoder import TextTokenizer
-from training.distributed import DistContext
-from training.encoder import run_batched
-from training.lightxml.net import LightXMLNet
-from training.loop import Callback, TrainingLoop
-from training.swa import SWA
+from xtag.models.atomic import replacing
+from xtag.models.lightxml.model import LightXMLModel, LightXMLOutputs
+from xtag.models.metrics import evaluate
+from xtag.models.onnx_encoder import TextTokenizer
+from xtag.training.deep.distributed import DistContext
+from xtag.training.deep.encoder import run_batched
+from xtag.training.deep.loop import Callback, TrainingLoop
+from xtag.training.deep.swa import SWA
+from xtag.training.lightxml.net import LightXMLNet
 
 EVAL_BATCH = 64
 

@@ -5,26 +5,17 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from xtag.models.beam_search import PostProcessor
+from xtag.training.tree.build import TreeConfig
 
-from models.beam_search import PostProcessor
-from training.label_weights import MissingLabelsConfig
-from training.tree import TreeConfig
-
-Loss = Literal["squared-hinge", "logistic", "propensity", "unbiased-balanced"]
-LOSSES: dict[str, str] = {
-    "squared-hinge": "plain one-vs-all squared hinge (default)",
-    "logistic": "plain one-vs-all logistic loss",
-    "propensity": "squared hinge, observed positives weighted w+ = 2/p - 1 (unbiased under missing labels)",
-    "unbiased-balanced": "as propensity, times the class-balanced c+ = (1 - beta)/(1 - beta^n) (thesis eq. 3.14)",
-}
+Loss = Literal["squared-hinge", "logistic"]
 
 
 class XLinearConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     loss: Loss = Field(
-        "squared-hinge",
-        description="ranker loss; propensity / unbiased-balanced also weight every family's heads (missing_labels)",
+        "squared-hinge", description="ranker surrogate; the missing-label weighting is the `missing_labels` section"
     )
     C: float = Field(1.0, gt=0, description="inverse L2 regularisation strength")
     tol: float = Field(0.1, gt=0, description="liblinear stopping tolerance")
@@ -38,11 +29,3 @@ class XLinearConfig(BaseModel):
     post_processor: PostProcessor = "l3-hinge"
     n_jobs: int = Field(0, ge=0, description="threads; 0 = all cores")
     tree: TreeConfig = Field(default_factory=TreeConfig)
-    missing_labels: MissingLabelsConfig = Field(
-        default_factory=MissingLabelsConfig, description="propensity model and β of the weighted losses"
-    )
-
-    @property
-    def weighting(self) -> str:
-        """The positive weighting the loss asks for: none, propensity or unbiased-balanced."""
-        return self.loss if self.loss in ("propensity", "unbiased-balanced") else "none"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.xlinear.model import XLinearModel
-from training.config import TrainConfig
-from training.export import copy_run_model
+from xtag.models.xlinear.model import XLinearModel
+from xtag.training.config import TrainConfig
+from xtag.training.exporting import copy_run_model
 
 
 def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:

@@ -3,47 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-
-from models.engine._jit import njit
-from training.xlinear.solver import node_state, solve
-
-
-@njit()
-def build_slice(indptr, indices, data, rows, d):
-    """The parent's rows of X as CSR over the columns they use: (indptr, local indices, data, ‖x_i‖², cols).
-
-    Local column ids go by descending frequency among the rows (`cols[local]` is the global id),
-    so the weights of the features most rows share sit together in a few cache lines of w; the
-    entries of each row keep their order, so the solver's arithmetic is the same in any numbering.
-    """
-    n = len(rows)
-    count = np.zeros(d, np.int32)
-    nnz = 0
-    for k in range(n):
-        r = rows[k]
-        nnz += indptr[r + 1] - indptr[r]
-        for j in range(indptr[r], indptr[r + 1]):
-            count[indices[j]] += 1
-    used = np.flatnonzero(count).astype(np.int32)
-    cols = used[np.argsort(-count[used], kind="mergesort")]  # ties in global order
-    marker = count  # reused: global id -> local id
-    for m in range(len(cols)):
-        marker[cols[m]] = m
-    s_indptr = np.empty(n + 1, np.int64)
-    s_indices = np.empty(nnz, np.int32)
-    s_data = np.empty(nnz, data.dtype)
-    sqnorm = np.zeros(n, np.float64)
-    s_indptr[0] = 0
-    pos = 0
-    for k in range(n):
-        r = rows[k]
-        for j in range(indptr[r], indptr[r + 1]):
-            s_indices[pos] = marker[indices[j]]
-            s_data[pos] = data[j]
-            sqnorm[k] += np.float64(data[j]) * data[j]
-            pos += 1
-        s_indptr[k + 1] = pos
-    return s_indptr, s_indices, s_data, sqnorm, cols
+from xtag.models.engine.jit import njit
+from xtag.training.tree.kernels import node_state
+from xtag.training.xlinear.solver import solve
 
 
 @njit()

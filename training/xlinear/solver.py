@@ -23,36 +23,10 @@ depending on how much of the shared L3 cache other tenants used: not robust).
 from __future__ import annotations
 
 import numpy as np
-
-from models.engine._jit import njit
+from xtag.models.engine.jit import njit
+from xtag.training.tree.kernels import rand_below
 
 SQUARED_HINGE, LOGISTIC = 0, 1
-
-
-_GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-_XORSHIFT_MUL = np.uint64(0x2545F4914F6CDD1D)
-
-
-@njit()
-def node_state(seed: int, node: int) -> np.ndarray:
-    """splitmix64 of (seed, node): the xorshift64* state of one node's shuffles."""
-    z = np.uint64(seed) * _GOLDEN + np.uint64(node) + np.uint64(1)
-    z = (z ^ (z >> np.uint64(30))) * _MIX1
-    z = (z ^ (z >> np.uint64(27))) * _MIX2
-    z = z ^ (z >> np.uint64(31))
-    state = np.empty(1, np.uint64)
-    state[0] = z if z != np.uint64(0) else np.uint64(1)
-    return state
-
-
-@njit(inline="always")
-def rand_below(state: np.ndarray, n: int) -> int:
-    x = state[0]
-    x ^= x >> np.uint64(12)
-    x ^= x << np.uint64(25)
-    x ^= x >> np.uint64(27)
-    state[0] = x
-    return np.int64((x * _XORSHIFT_MUL) % np.uint64(n))
 
 
 @njit()

@@ -15,20 +15,19 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
-
-from models.beam_search import RankerLevel
-from models.label_tree import ClusterChain
-from models.xlinear.model import RankerConfig, XLinearModel, load_level, save_level
-from training.label_weights import node_weights, positive_weights
-from training.threads import cpu_count
-from training.tree import build_tree, pifa_embeddings
-from training.xlinear import nodes, solver
-from training.xlinear.config import XLinearConfig
+from xtag.models.beam_search import RankerLevel
+from xtag.models.label_tree import ClusterChain
+from xtag.models.xlinear.model import RankerConfig, XLinearModel, load_level, save_level
+from xtag.training.threads import cpu_count
+from xtag.training.tree.build import build_tree, pifa_embeddings
+from xtag.training.tree.kernels import build_slice
+from xtag.training.weighting.label_weights import MissingLabelsConfig, label_positive_weights, level_positive_weights
+from xtag.training.xlinear import nodes, solver
+from xtag.training.xlinear.config import XLinearConfig
 
 
 def _as_float_csr(X: sp.spmatrix) -> sp.csr_matrix:
@@ -84,7 +83,7 @@ def _fit_node(
 def _matcher_top(X, levels, chain: ClusterChain, beam: int, k: int, post_processor: str):
     """The top-k nodes of the deepest trained level for every document, by the compiled engine the
     service uses: the tree cut below that level, its nodes standing in for labels."""
-    from models.engine import CompiledLevels, engine_beam_search
+    from xtag.models.engine import CompiledLevels, engine_beam_search
 
     t = len(levels)
     partial = ClusterChain(ptrs=chain.ptrs[:t], leaf_labels=np.arange(chain.level_size(t), dtype=np.int64))
@@ -138,7 +137,7 @@ class _ParentSlices:
             nbytes = piece[3].nbytes + piece[4].nbytes
         else:
             self.account(4 * d)  # the column marker, while building
-            piece = nodes.build_slice(self.indptr, self.indices, self.X.data, rows, d)
+            piece = build_slice(self.indptr, self.indices, self.X.data, rows, d)
             self.account(-4 * d)
             nbytes = sum(a.nbytes for a in piece)
         self.account(nbytes)
@@ -259,38 +258,6 @@ def train_level(
     return RankerLevel(W=W, bias=np.concatenate([r[3] for r in results] or [np.empty(0, np.float32)]))
 
 
-class LabelWeights(NamedTuple):
-    """Per-label w⁺c⁺ of a missing-label loss, the label frequencies they were derived from, facts for the log."""
-
-    weights: np.ndarray
-    freq: np.ndarray
-    facts: dict
-
-
-def label_positive_weights(Y: sp.csr_matrix, config: XLinearConfig) -> LabelWeights | None:
-    """The configured missing-label loss's per-label weights (None for the plain losses)."""
-    if config.weighting == "none":
-        return None
-    ml = config.missing_labels
-    freq = np.asarray((Y != 0).sum(axis=0)).ravel().astype(np.float64)
-    p, from_file = ml.propensities(Y)
-    w = positive_weights(config.weighting, p, freq, ml.beta, ml.normalise_balance)
-    facts = {
-        "loss": config.loss,
-        "propensities_from_file": from_file,
-        "weight_min": round(float(w.min()), 4) if len(w) else None,
-        "weight_max": round(float(w.max()), 4) if len(w) else None,
-        "weight_mean_per_positive": round(float((freq * w).sum() / max(freq.sum(), 1.0)), 4),
-    }
-    return LabelWeights(w, freq, facts)
-
-
-def level_positive_weights(chain: ClusterChain, label_w: np.ndarray, freq: np.ndarray, t: int) -> np.ndarray:
-    """Level t's per-node positive weights: at the leaves the labels' own, above them `node_weights`'s
-    occurrence-weighted mean over the cluster's labels (a cluster positive's mean label-level weight)."""
-    return node_weights(label_w, freq, chain.ancestors(t), chain.level_size(t))
-
-
 def train_xlinear(
     X: sp.csr_matrix,
     Y: sp.csr_matrix,
@@ -298,10 +265,12 @@ def train_xlinear(
     checkpoint_dir: Path | None = None,
     progress: bool = True,
     log: Callable[[dict], None] = lambda event: None,
+    missing_labels: MissingLabelsConfig | None = None,
 ) -> XLinearModel:
     """Build the label tree (PIFA + balanced k-means) and train its rankers level by level.
 
-    With `checkpoint_dir`, the tree and each finished level are saved there and reused on resume.
+    With `checkpoint_dir`, the tree and each finished level are saved there and reused on resume;
+    `missing_labels` (the run's section) weights each level's positives for the missing-label losses.
     """
     X = X.tocsr().astype(np.float32)
     chain_path = checkpoint_dir / "chain.npz" if checkpoint_dir else None
@@ -323,7 +292,7 @@ def train_xlinear(
         if chain_path:
             checkpoint_dir.mkdir(parents=True, exist_ok=True)
             chain.save(chain_path)
-    weighted = label_positive_weights(Y, config)
+    weighted = label_positive_weights(Y, missing_labels or MissingLabelsConfig())
     if weighted is not None:
         log({"event": "label_weights", **weighted.facts})
     X_rankers = _as_float_csr(X)  # sorted once here, not by every level (the tree and matcher keep X as given)
@@ -388,4 +357,13 @@ def train(
     log: Callable[[dict], None] = lambda event: None,
 ) -> XLinearResult:
     """The family's entry in the registry: rankers on the run's TF-IDF (the texts are not needed again)."""
-    return XLinearResult(train_xlinear(X, Y, config.xlinear, checkpoint_dir=checkpoint_dir, progress=progress, log=log))
+    model = train_xlinear(
+        X,
+        Y,
+        config.xlinear,
+        checkpoint_dir=checkpoint_dir,
+        progress=progress,
+        log=log,
+        missing_labels=config.missing_labels,
+    )
+    return XLinearResult(model)

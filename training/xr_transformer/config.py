@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, model_validator
-
-from models.onnx_encoder import Pooling, Representation
-from models.xlinear.shortlist import ShortlistConfig
-from training.transformer_config import TransformerConfig, TransformerExportConfig
-from training.tree import TreeConfig
+from xtag.models.onnx_encoder import Pooling, Representation
+from xtag.models.xlinear.shortlist import ShortlistConfig
+from xtag.training.deep.config import TransformerConfig, TransformerExportConfig
+from xtag.training.tree.build import TreeConfig
 
 
 class XRExportConfig(TransformerExportConfig):

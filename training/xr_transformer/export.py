@@ -1,5 +1,5 @@
 """XR-Transformer export: the fine-tuned encoder as encoder/model.onnx (fused, parity-checked, optionally int8 or
-fp16: training/onnx_optimize.py) and the level-1 rankers as a FAISS shortlist, with their measured costs in the
+fp16: training/onnx/optimize.py) and the level-1 rankers as a FAISS shortlist, with their measured costs in the
 export report.
 
 Pooling stays outside the graph (models/onnx_encoder.pool_numpy), as the bundle's encoder/config.json says.
@@ -13,18 +13,18 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
-
-from models.components import assemble, present
-from models.errors import XtagError
-from models.onnx_encoder import OnnxEncoder
-from models.xlinear.model import XLinearModel
-from models.xlinear.shortlist import FaissShortlist, level1_recall
-from training.config import TrainConfig
-from training.encoder import encode_texts, load_trained
-from training.export import copy_run_model, step
-from training.onnx_export import embedding_diff, top_agreement, write_graph
-from training.onnx_optimize import set_precision
-from training.xr_transformer.config import XRExportConfig
+from xtag.models.components import assemble, present
+from xtag.models.errors import XtagError
+from xtag.models.onnx_encoder import OnnxEncoder
+from xtag.models.xlinear.model import XLinearModel
+from xtag.models.xlinear.shortlist import FaissShortlist, level1_recall
+from xtag.training.config import TrainConfig
+from xtag.training.deep.encoder import encode_texts, load_trained
+from xtag.training.exporting import copy_run_model, step
+from xtag.training.onnx.graph import write_graph
+from xtag.training.onnx.optimize import set_precision
+from xtag.training.onnx.parity import embedding_diff, top_agreement
+from xtag.training.xr_transformer.config import XRExportConfig
 
 
 class _HiddenStates(nn.Module):

@@ -1,7 +1,7 @@
 """One tree level's fine-tuning (XR-Transformer eq. 9): the level's net, targets and loss for the shared loop.
 
 AdamW with separate encoder/head learning rates, warm-up + linear/cosine decay of both; the shared
-training loop (training/loop.py) runs the steps: clipping, AMP on CUDA, gradient accumulation, DDP
+training loop (training/deep/loop.py) runs the steps: clipping, AMP on CUDA, gradient accumulation, DDP
 under torchrun, checkpoints (tagged with the level) that a killed run resumes from exactly.
 """
 
@@ -15,21 +15,20 @@ import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from models.onnx_encoder import TextTokenizer
-from training.candidates import csr_row, pad_rows
-from training.checkpoint import Checkpoint
-from training.distributed import DistContext
-from training.loop import Budget, TrainingLoop, epoch_order
-from training.losses import pointwise_loss
-from training.optim import decay_groups, lr_factor
-from training.xr_transformer.config import XRTransformerConfig
+from xtag.models.onnx_encoder import TextTokenizer
+from xtag.training.deep.candidates import csr_row, pad_rows
+from xtag.training.deep.checkpoint import Checkpoint
+from xtag.training.deep.distributed import DistContext
+from xtag.training.deep.loop import Budget, TrainingLoop, epoch_order
+from xtag.training.deep.losses import pointwise_loss
+from xtag.training.deep.optim import decay_groups, lr_factor
+from xtag.training.xr_transformer.config import XRTransformerConfig
 
 
 @dataclass
 class LevelProblem:
     """Level t's objective: targets Y^(t), positive weights R̂^(t), shortlist M^(t) (all n × K_t), and the
-    missing-label loss's per-node positive weights (None: plain training; training/label_weights.py)."""
+    missing-label loss's per-node positive weights (None: plain training; training/weighting/label_weights.py)."""
 
     level: int
     Y: sp.csr_matrix

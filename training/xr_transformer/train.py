@@ -1,6 +1,6 @@
 """XR-Transformer (Algorithm 2): fine-tune an encoder coarse→fine on a preliminary tree, then XR-Linear on Φ_cat.
 
-1. Preliminary tree from TF-IDF PIFA (training/tree.py).
+1. Preliminary tree from TF-IDF PIFA (training/tree/build.py).
 2. For each level t: targets Y^(t) (eq. 5), relevance R̂^(t) (eq. 6), shortlist M^(t) from the
    previous level's top-k plus true parents (eq. 7-8), head bootstrapped by a linear solve on the
    previous encoder's embeddings (eq. 11), then fine-tuning of encoder + head (eq. 9); the encoder
@@ -23,25 +23,29 @@ import numpy as np
 import scipy.sparse as sp
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
-
-from models.atomic import replacing, write_atomic, write_text_atomic
-from models.errors import reading
-from models.label_tree import ClusterChain
-from models.onnx_encoder import EncoderConfig, TextTokenizer
-from models.xlinear.model import XLinearModel
-from models.xr_transformer.concat_features import concat_features
-from training.checkpoint import Checkpoint
-from training.checkpoint import seed_all as _seed
-from training.config import TrainConfig
-from training.distributed import DistContext
-from training.encoder import TextEncoder, encode_texts, load_tokenizer
-from training.label_weights import head_weights
-from training.loop import start_run
-from training.tree import build_tree, pifa_embeddings
-from training.xlinear.config import XLinearConfig
-from training.xlinear.train import label_positive_weights, level_positive_weights, train_level, train_xlinear
-from training.xr_transformer.config import XRTransformerConfig
-from training.xr_transformer.finetune import LevelProblem, XRNet, finetune_level
+from xtag.models.atomic import replacing, write_atomic, write_text_atomic
+from xtag.models.errors import reading
+from xtag.models.label_tree import ClusterChain
+from xtag.models.onnx_encoder import EncoderConfig, TextTokenizer
+from xtag.models.xlinear.model import XLinearModel
+from xtag.models.xr_transformer.concat_features import concat_features
+from xtag.training.config import TrainConfig
+from xtag.training.deep.checkpoint import Checkpoint
+from xtag.training.deep.checkpoint import seed_all as _seed
+from xtag.training.deep.distributed import DistContext
+from xtag.training.deep.encoder import TextEncoder, encode_texts, load_tokenizer
+from xtag.training.deep.loop import start_run
+from xtag.training.tree.build import build_tree, pifa_embeddings
+from xtag.training.weighting.label_weights import (
+    MissingLabelsConfig,
+    head_weights,
+    label_positive_weights,
+    level_positive_weights,
+)
+from xtag.training.xlinear.config import XLinearConfig
+from xtag.training.xlinear.train import train_level, train_xlinear
+from xtag.training.xr_transformer.config import XRTransformerConfig
+from xtag.training.xr_transformer.finetune import LevelProblem, XRNet, finetune_level
 
 SAMPLE_TEXTS = 256  # training texts kept with the run for the export's parity and recall checks
 
@@ -83,14 +87,14 @@ def relevance(chain: ClusterChain, Y: sp.csr_matrix, t: int) -> sp.csr_matrix:
     return R
 
 
-def head_label_weights(Y: sp.csr_matrix, xl: XLinearConfig) -> tuple[np.ndarray, np.ndarray] | None:
+def head_label_weights(Y: sp.csr_matrix, missing: MissingLabelsConfig) -> tuple[np.ndarray, np.ndarray] | None:
     """Per-label positive weights of the fine-tuned heads under the run's missing-label loss, and the label
     frequencies behind them (None: plain).
 
-    The rankers' w⁺c⁺ (training/xlinear/train.py) normalised as deep models need (`head_weights`); the
+    The rankers' w⁺c⁺ (training/weighting/label_weights.py) normalised as deep models need (`head_weights`); the
     fine-tuning resolutions' clusters then take `level_positive_weights` of these, as the rankers do.
     """
-    weighted = label_positive_weights(Y, xl)
+    weighted = label_positive_weights(Y, missing)
     if weighted is None:
         return None
     return head_weights(weighted.weights, weighted.freq), weighted.freq
@@ -246,9 +250,9 @@ def multi_resolution_finetune(
         head = (net.weight.detach().cpu().numpy(), net.bias.detach().cpu().numpy())
         log({"event": "resume", "what": f"fine-tuned levels 1..{first - 1}"})
     ckpt = Checkpoint(folder / "current")
-    label_w, freq = head_label_weights(Y, config.xlinear) or (None, None)
+    label_w, freq = head_label_weights(Y, config.missing_labels) or (None, None)
     if label_w is not None:
-        log({"event": "head_weights", "loss": config.xlinear.loss, "max": round(float(label_w.max()), 4)})
+        log({"event": "head_weights", "loss": config.missing_labels.weighting, "max": round(float(label_w.max()), 4)})
     for t in range(first, chain.depth + 1):
         _seed(xc.seed + t)
         E = embed.get(encoder, t - 1)
@@ -334,7 +338,9 @@ def train_xr_transformer(
             "finetune_seconds": round(finetune_seconds, 3),
         }
     )
-    model = train_xlinear(Phi, Y, config.xlinear, checkpoint_dir=checkpoint_dir / "rankers", progress=progress, log=log)
+    model = train_xlinear(
+        Phi, Y, config.xlinear, checkpoint_dir / "rankers", progress, log, missing_labels=config.missing_labels
+    )
     model = XLinearModel(model.chain, model.levels, model.config.model_copy(update={"dense_features": E.shape[1]}))
     ctx.close()
     enc_config = EncoderConfig(

@@ -1,0 +1,1 @@
+"""Torch-free evaluation of a bundle on a corpus: metrics, reports and score calibration."""

@@ -1,0 +1,187 @@
+"""The one piece of mutable service state: the served model, loaded and warmed beside the old one, swapped atomically."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio.to_thread
+import numpy as np
+from xtag.models.beam_search import Predictions
+from xtag.models.bundle import Bundle, load_bundle
+from xtag.models.errors import XtagError
+from xtag.models.reweighting import gains_for, label_weights, predict_reweighted
+
+log = logging.getLogger("xtag.service")
+
+
+@dataclass
+class ServedModel:
+    """A loaded bundle plus what requests derive from it (weights per scheme, prediction counts)."""
+
+    bundle: Bundle
+    loaded_at: float = field(default_factory=time.time)
+    warmup_ms: float = 0.0
+    _weights: dict[tuple[str, float | None], np.ndarray] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        p = self.bundle.predictor
+        self.n_labels = p.n_labels
+        self.names = p.vocab.names
+        self.lower_names = [n.lower() for n in self.names]
+        self.default_beam = int(p.model.config.beam_size)
+        self.ref = {"name": self.bundle.name, "version": self.bundle.version}
+        self.kind = str(self.bundle.manifest.get("model_kind", "unknown"))
+        self.predicted = np.zeros(self.n_labels, dtype=np.int64)  # label id → times returned
+
+    def gains(self, scheme: str, alpha: float, beta: float | None) -> np.ndarray | None:
+        """The a_j of the request's reweighting (None for plain scores); weights cached per (scheme, beta)."""
+        if alpha == 0:
+            return None
+        key = (scheme, beta)
+        w = self._weights.get(key)
+        if w is None:
+            vocab = self.bundle.predictor.vocab
+            w = self._weights[key] = label_weights(vocab.frequency_array, vocab.n_train_docs, scheme, beta)
+        return gains_for(w, alpha)
+
+    def predict(self, texts: list[str], k: int, beam_size: int | None, a: np.ndarray | None) -> Predictions:
+        """Top-k for a batch through the bundle's predictor (re-ranked when `a` is given)."""
+        beam = beam_size or self.default_beam
+        preds = predict_reweighted(self.bundle.predictor, texts, k, a, beam, self.n_labels)
+        labels = preds.labels[preds.labels >= 0]
+        np.add.at(self.predicted, labels, 1)
+        return preds
+
+    def warm_up(self, text: str) -> None:
+        """Check the model, not just run it: a bundle whose arrays are corrupt (NaN weights or biases) loads
+        and predicts without raising, yet scores NaN, returns no label, or (the hinge post-processors map
+        NaN to 1.0) ranks garbage. So its float arrays must be finite, and the warm-up texts (the configured
+        one, and one of label names that surely hits the model's vocabulary) must get finite top-k lists,
+        plain and reweighted."""
+        start = time.perf_counter()
+        bad = nonfinite_arrays(self.bundle.path, self.bundle.manifest.get("files", {}))
+        if bad:
+            raise WarmupCheckFailed(f"non-finite values (NaN or inf) in {', '.join(bad)}")
+        k = min(10, self.n_labels)
+        texts = [text, " ".join(n.replace("::", " ").replace("_", " ") for n in self.names[:64])]
+        check_warmup(self.predict(texts, k, None, None), "plain")
+        check_warmup(self.predict(texts, k, None, self.gains("psp", 0.5, None)), "reweighted")
+        self.predicted[:] = 0
+        self.warmup_ms = (time.perf_counter() - start) * 1e3
+
+
+def nonfinite_arrays(folder: Path, files: dict) -> list[str]:
+    """The bundle's .npy/.npz float arrays (those its manifest lists) that hold NaN or inf, as
+    `file[key] (n of size)`; a few hundred MB scan in well under a second, like the checksums."""
+    bad = []
+
+    def check(name: str, array: np.ndarray) -> None:
+        if array.dtype.kind in "fc":
+            n = int(
+                sum((~np.isfinite(chunk)).sum() for chunk in np.array_split(array.ravel(), 1 + array.size // 2**24))
+            )
+            if n:
+                bad.append(f"{name} ({n} of {array.size})")
+
+    for rel in files:
+        if rel.endswith(".npy"):  # memory-mapped: scanned in chunks, never copied whole
+            check(rel, np.load(folder / rel, mmap_mode="r", allow_pickle=False))
+        elif rel.endswith(".npz"):
+            with np.load(folder / rel, allow_pickle=False) as z:
+                for key in z.files:  # one member in memory at a time (an 1M-label level holds GBs)
+                    check(f"{rel}[{key}]", z[key])
+    return bad
+
+
+class WarmupCheckFailed(XtagError):
+    """The warm-up prediction ran but its answer is unusable."""
+
+
+def check_warmup(preds: Predictions, what: str) -> None:
+    """Raise WarmupCheckFailed unless every document got at least one label and every score is finite."""
+    found = preds.labels >= 0
+    if not found.any(axis=1).all():
+        raise WarmupCheckFailed(f"the {what} warm-up prediction returned no labels (corrupt weights or biases?)")
+    bad = int((~np.isfinite(preds.scores[found])).sum())
+    if bad:
+        raise WarmupCheckFailed(f"the {what} warm-up prediction gave {bad} non-finite scores (NaN or inf weights?)")
+
+
+def load_and_warm(path: Path, warmup_text: str, device=None) -> ServedModel:
+    """Load (on `device`, default cpu), verify and warm a bundle; raises XtagError if any step fails."""
+    model = ServedModel(load_bundle(path, device))
+    try:
+        model.warm_up(warmup_text)
+    except WarmupCheckFailed as exc:
+        raise XtagError(f"{path}: refused: {exc}") from exc
+    except Exception as exc:  # a bundle that loads but cannot predict must not go live
+        raise XtagError(f"{path}: warm-up prediction failed ({type(exc).__name__}: {exc})") from exc
+    return model
+
+
+class ReloadInProgress(XtagError):
+    """Another load is running; HTTP callers are told so (409) instead of being queued behind it."""
+
+
+def public_message(message: str, path: Path) -> str:
+    """`message` with the bundle's path shown as its directory name: errors reach clients (/ready, the
+    reload answer), and absolute paths tell them about the server's filesystem."""
+    for form in sorted({str(path), str(path.absolute()), str(path.resolve())}, key=len, reverse=True):
+        message = message.replace(form, path.name or str(path))
+    return message
+
+
+class ModelRegistry:
+    """Holds the current ServedModel; `load` swaps it in only after a successful load and warm-up."""
+
+    def __init__(self, path: Path | None, warmup_text: str, device=None):
+        self.path, self.warmup_text, self.device = path, warmup_text, device
+        self.current: ServedModel | None = None
+        self.last_error: str | None = None
+        self.loading = False
+        self._lock = asyncio.Lock()
+        self.listeners: list = []  # called with (old, new) after a swap
+
+    @property
+    def busy(self) -> bool:
+        return self._lock.locked()
+
+    async def load(self, path: Path | None = None, wait: bool = True) -> tuple[ServedModel | None, ServedModel]:
+        """Load `path` (default: the configured one) beside the current model and switch to it; returns (old, new).
+
+        With wait=False a load already running raises ReloadInProgress instead of queueing behind it.
+        The error raised (and kept in last_error for /ready) names the bundle by its directory name only."""
+        if not wait and self.busy:
+            raise ReloadInProgress("another reload is in progress; try again when it has finished")
+        async with self._lock:
+            target = Path(path) if path is not None else self.path
+            if target is None:
+                raise XtagError("no bundle configured (set XTAG_BUNDLE or pass a bundle path)")
+            self.loading = True
+            try:
+                new = await anyio.to_thread.run_sync(load_and_warm, target, self.warmup_text, self.device)
+            except Exception as exc:  # anything that keeps a bundle from serving leaves the old one in place
+                msg = str(exc) if isinstance(exc, XtagError) else f"{target}: cannot load ({type(exc).__name__}: {exc})"
+                log.error("bundle not loaded: %s", msg)
+                self.last_error = public_message(msg, target)
+                raise XtagError(self.last_error) from exc
+            finally:
+                self.loading = False
+            old, self.current = self.current, new  # the atomic switch: one reference assignment
+            self.path, self.last_error = target, None
+            for listener in self.listeners:
+                listener(old, new)
+            was = f"{old.bundle.name} version {old.bundle.version}" if old is not None else "nothing"
+            log.info(
+                "serving %s version %s (%d labels) from %s; was %s",
+                new.bundle.name,
+                new.bundle.version,
+                new.n_labels,
+                target,
+                was,
+            )
+            return old, new

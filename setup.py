@@ -1,0 +1,20 @@
+"""Package layout: the repository's top-level folders install under one import root, `xtag`.
+
+`models/`, `training/`, `evaluation/` and `service/` stay where they are in the checkout but become
+`xtag.models`, `xtag.training`, `xtag.evaluation` and `xtag.service` (setuptools' package-dir mapping),
+so nothing but `xtag` lands at the top of site-packages. Everything else lives in pyproject.toml.
+"""
+
+from setuptools import find_packages, setup
+
+ROOTS = ("models", "training", "evaluation", "service")
+
+packages = ["xtag", *(f"xtag.{p}" for p in find_packages(include=["xtag.*"]) if p != "xtag")]
+for root in ROOTS:
+    packages += [f"xtag.{root}", *(f"xtag.{root}.{sub}" for sub in find_packages(root))]
+
+setup(
+    packages=packages,
+    package_dir={"xtag": "xtag", **{f"xtag.{root}": root for root in ROOTS}},
+    package_data={"xtag.service": ["static/*"]},
+)

@@ -1,0 +1,201 @@
+"""The package layout users and contributors rely on: one `xtag` import root, imports that run one way.
+
+The import rules are read from the source (AST), so a back-edge fails here before it becomes a cycle, a
+torch import on the serving path or a family's internals leaking into shared code.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from xtag.models.registry import FAMILIES
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = {"xtag": "xtag", "models": "xtag.models", "training": "xtag.training", "evaluation": "xtag.evaluation"}
+PACKAGES["service"] = "xtag.service"
+FAMILY_PACKAGES = {f.train.partition(":")[0].rsplit(".", 1)[0]: f for f in FAMILIES.values()}
+NUMPY_ONLY = ("xtag.training.data", "xtag.training.tree", "xtag.training.weighting")
+HEAVY = ("torch", "transformers", "onnx")  # the train extra; onnxruntime is a serving dependency
+
+
+def module_files(root: Path) -> dict[str, Path]:
+    """Every module of the installed layout, by its dotted name under `xtag`."""
+    found = {}
+    for folder, prefix in PACKAGES.items():
+        for path in sorted((root / folder).rglob("*.py")):
+            parts = list(path.relative_to(root / folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join([prefix, *parts])] = path
+    return found
+
+
+def imports_of(path: Path, name: str, known: set[str]) -> set[str]:
+    """Dotted names a module imports, anywhere in it (lazy imports inside functions count too)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            out.add(base)
+            out.update(f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in known)
+    return out
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    files = module_files(root)
+    return {name: imports_of(path, name, set(files)) for name, path in files.items()}
+
+
+def within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every broken rule, one line each (empty: the layout holds)."""
+    found = []
+    internal = set(graph)
+    for module, imported in sorted(graph.items()):
+        for target in sorted(imported):
+            top = target.split(".")[0]
+            if top in ("models", "training", "evaluation", "service"):
+                found.append(f"{module} imports {target}: import it as xtag.{target}")
+            family = next((f for f in FAMILY_PACKAGES if within(target, f)), None)
+            owner = next((f for f in FAMILY_PACKAGES if within(module, f)), None)
+            if family and within(module, "xtag.training") and family != owner:
+                if owner is None:
+                    found.append(f"{module} (shared code) imports the family module {target}")
+                elif FAMILY_PACKAGES[family].kind not in FAMILY_PACKAGES[owner].builds_on:
+                    found.append(f"{module} imports {target}, a family its registry entry does not build on")
+            if within(module, "xtag.models") and (
+                within(target, "xtag.training") or within(target, "xtag.evaluation") or within(target, "xtag.service")
+            ):
+                found.append(f"{module} (torch-free inference) imports {target}")
+            if within(module, "xtag.evaluation") and within(target, "xtag.training"):
+                if not within(target, "xtag.training.data"):
+                    found.append(f"{module} (evaluation) imports {target}: only training.data is torch-free")
+            if (within(module, "xtag.models") or within(module, "xtag.evaluation")) and top in HEAVY:
+                found.append(f"{module} (serving path) imports {target}")
+            if any(within(module, p) for p in NUMPY_ONLY) and top in HEAVY:
+                found.append(f"{module} (numpy-only group) imports {target}")
+            private = [i for i, part in enumerate(target.split(".")) if part.startswith("_") and part != "__init__"]
+            if private and target in internal:
+                owner = ".".join(target.split(".")[: private[0]])
+                if not within(module, owner):
+                    found.append(f"{module} imports the private module {target}")
+    found += [f"import cycle: {' -> '.join(c)}" for c in cycles(graph)]
+    return found
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle per strongly connected group of internal modules (a package importing its own modules,
+    or a module its package, is not a cycle: __init__ files are left out of the walk)."""
+    edges = {
+        m: {t for t in ts if t in graph and t != m and not within(m, t) and not within(t, m)} for m, ts in graph.items()
+    }
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_imports_run_one_way():
+    assert violations(import_graph(ROOT)) == []
+
+
+@pytest.mark.parametrize(
+    ("file", "line", "expected"),
+    [
+        ("training/lightxml/train.py", "from xtag.training.xlinear import nodes", "does not build on"),
+        ("training/tree/build.py", "from xtag.training.xlinear import nodes", "(shared code) imports the family"),
+        ("models/labels.py", "from xtag.training.data.corpus import Corpus", "(torch-free inference) imports"),
+        ("evaluation/report.py", "from xtag.training.deep import loop", "(evaluation) imports"),
+        ("training/weighting/label_weights.py", "import torch", "(numpy-only group) imports torch"),
+        ("training/deep/optim.py", "from xtag.models.engine import _scratch", "private module"),
+        ("training/onnx/parity.py", "from xtag.training.onnx import graph", "import cycle"),
+        ("service/app.py", "import service.problems", "import it as xtag.service"),
+    ],
+)
+def test_a_planted_back_edge_fails(tmp_path, file, line, expected):
+    for folder in PACKAGES:
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "models/engine/_scratch.py").write_text("")  # a private module, for the private-import rule
+    planted = tmp_path / file
+    planted.write_text(planted.read_text() + f"\n{line}\n")
+    assert any(expected in v for v in violations(import_graph(tmp_path)))
+
+
+def test_the_wheel_installs_one_top_level_package(tmp_path):
+    """`pip install .` must not put `models`, `training` or `service` beside other distributions' packages."""
+    source = tmp_path / "source"  # a copy, so the build leaves no build/ folder in the checkout
+    for folder in PACKAGES:
+        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    for file in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copyfile(ROOT / file, source / file)
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    (wheel,) = tmp_path.glob("xtag-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names} == {
+        "xtag",
+        f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info",
+    }
+    assert "xtag/service/static/index.html" in names  # the dashboard ships with the service
+    for package in ("xtag/models/engine/", "xtag/training/tree/", "xtag/evaluation/", "xtag/service/routes/"):
+        assert any(n.startswith(package) for n in names), package
+
+
+def test_old_top_level_names_are_not_importable_outside_the_checkout(tmp_path):
+    probe = "import importlib.util as u; print([m for m in ('models', 'training', 'service') if u.find_spec(m)])"
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, check=True)
+    assert shown.stdout.strip() == "[]"

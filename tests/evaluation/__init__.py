@@ -1,0 +1,1 @@
+"""Tests of xtag.evaluation: reports, conventions and calibration."""

@@ -1,0 +1,1 @@
+"""Tests of xtag.models: the bundle, the engine, inference and metrics."""

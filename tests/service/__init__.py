@@ -1,0 +1,1 @@
+"""Tests of xtag.service over HTTP (TestClient and live uvicorn servers)."""

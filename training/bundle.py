@@ -1,0 +1,76 @@
+"""Export: turn a finished run into a verified serving bundle.
+
+The family's exporter (named in the registry) writes its files into a temporary folder (XR-Linear
+copies its arrays; the transformer families export and parity-check ONNX graphs); this module
+writes the manifest, loads the result back as a check and only then publishes it under its name.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from contextlib import nullcontext
+from pathlib import Path
+
+from xtag.models.bundle import load_bundle
+from xtag.models.errors import XtagError
+from xtag.models.manifest import write_manifest
+from xtag.models.registry import family
+from xtag.training.config import TrainConfig
+from xtag.training.exporting import quiet_transformers, step
+
+
+def export_run(
+    run: Path,
+    out: Path,
+    name: str | None = None,
+    overwrite: bool = False,
+    shortlist_min_nodes: int | None = None,
+    precision: str | None = None,
+    optimize: bool | None = None,
+) -> dict:
+    """Write the run's final model as a bundle in `out`, with its manifest, and load it back as a check.
+
+    `shortlist_min_nodes` overrides the run's `export.shortlist_config.min_nodes` (families that write a
+    FAISS level-1 index): 0 always writes it. `precision` (fp32, int8, fp16) and `optimize` (transformer
+    fusions) override the run's export settings of the transformer families (training/onnx/optimize.py).
+    """
+    model = run / "model"
+    if not model.is_dir():
+        raise XtagError(f"{run}: no finished model (train it first, or resume it)")
+    if out.exists():
+        if not overwrite:
+            raise XtagError(f"{out}: already exists (use --overwrite)")
+        shutil.rmtree(out)
+    config = TrainConfig.load(run / "config.json")
+    chosen = family(config.model)
+    export_settings = getattr(config.family_settings, "export", None)
+    if shortlist_min_nodes is not None:
+        chosen.require("shortlist", "--shortlist-min-nodes")
+        export_settings.shortlist_config.min_nodes = shortlist_min_nodes
+    if precision is not None:
+        flag = {"int8": "--quantize int8", "fp16": "--fp16"}.get(precision, f"precision {precision}")
+        chosen.require(precision if precision in ("int8", "fp16") else "transformer", flag)
+        export_settings.precision = precision
+    if optimize is not None:
+        chosen.require("onnx-optimize", "--optimize" if optimize else "--no-optimize")
+        export_settings.optimize = optimize
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    with quiet_transformers() if chosen.train_needs else nullcontext():
+        report = chosen.resolve("export")(model, tmp, config)
+    summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
+    manifest = write_manifest(
+        tmp,
+        config.model,
+        name or run.name,
+        extra={
+            "feature_config": {"tfidf": config.tfidf.model_dump()} if (tmp / "features" / "tfidf").is_dir() else {},
+            "training": {"config": json.loads(config.model_dump_json()), "summary": summary},
+            **({"export": report} if report else {}),
+        },
+    )
+    with step("loading the bundle back as a check"):
+        load_bundle(tmp)  # refuse to publish a bundle that does not load
+    tmp.rename(out)
+    return manifest

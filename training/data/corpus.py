@@ -1,0 +1,177 @@
+"""Corpus loaders (JSONL, Annif TSV, AttentionXML pairs) and the label vocabulary."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import scipy.sparse as sp
+
+from xtag.models.errors import XtagError
+from xtag.models.labels import LabelVocab
+
+CorpusFormat = Literal["auto", "jsonl", "tsv", "attentionxml"]
+
+
+@dataclass
+class Corpus:
+    """Texts with their label names, as read from a file; ids are the corpus ids or line numbers."""
+
+    ids: list[str]
+    texts: list[str]
+    labels: list[list[str]]
+    skipped: int = 0
+    source: str = ""
+    skipped_lines: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def label_matrix(self, vocab: LabelVocab, extra: Sequence[str] = ()) -> tuple[sp.csr_matrix, int]:
+        """Binary doc×label matrix over `vocab` (then one column per name of `extra`); also returns how
+        many label mentions are in neither.
+
+        Training wants the model's labels only. Evaluation under the XMC convention passes the test
+        labels the model has never seen (`unseen_labels`) as `extra`, so their mentions stay in the
+        ground truth as misses instead of vanishing (models/metrics.py).
+        """
+        index = dict(vocab.index)
+        for name in extra:
+            index.setdefault(name, len(index))
+        indptr, indices, unknown = [0], [], 0
+        for names in self.labels:
+            ids = sorted({index[n] for n in names if n in index})
+            unknown += sum(1 for n in set(names) if n not in index)
+            indices.extend(ids)
+            indptr.append(len(indices))
+        data = np.ones(len(indices), dtype=np.float32)
+        Y = sp.csr_matrix(
+            (data, np.asarray(indices, dtype=np.int64), np.asarray(indptr)), shape=(len(self), len(index))
+        )
+        return Y, unknown
+
+    def unseen_labels(self, vocab: LabelVocab) -> list[str]:
+        """The corpus's label names the vocabulary lacks, sorted (stable column order whatever the row order)."""
+        return sorted({n for names in self.labels for n in names if n not in vocab.index})
+
+
+def build_vocab(corpus: Corpus) -> LabelVocab:
+    """Label ids are the sorted label names: stable whatever the row order of the corpus."""
+    counts = Counter(n for names in corpus.labels for n in set(names))
+    names = sorted(counts)
+    return LabelVocab(names=names, frequencies=[counts[n] for n in names], n_train_docs=len(corpus))
+
+
+def _open_text(path: Path) -> io.TextIOBase:
+    if not path.exists():
+        raise XtagError(f"{path}: no such corpus file")
+    if path.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="strict")
+    return open(path, encoding="utf-8", errors="strict")
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    with _open_text(path) as fh:
+        try:
+            for number, line in enumerate(fh, start=1):
+                yield number, line.rstrip("\n").rstrip("\r")
+        except UnicodeDecodeError as exc:
+            raise XtagError(f"{path}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from exc
+
+
+def detect_format(path: Path) -> CorpusFormat:
+    name = path.name.removesuffix(".gz")
+    if name.endswith((".jsonl", ".json", ".ndjson")):
+        return "jsonl"
+    if name.endswith(".tsv"):
+        return "tsv"
+    if name.endswith("_texts.txt") or name.endswith("texts.txt"):
+        return "attentionxml"
+    raise XtagError(f"{path}: cannot tell the corpus format from the name; use --format jsonl|tsv|attentionxml")
+
+
+class _Reader:
+    """Collects rows, and either raises on a malformed one or counts it when skipping is allowed."""
+
+    def __init__(self, path: Path, skip_bad: bool):
+        self.path, self.skip_bad = path, skip_bad
+        self.corpus = Corpus(ids=[], texts=[], labels=[], source=str(path))
+
+    def bad(self, line: int, why: str) -> None:
+        if not self.skip_bad:
+            raise XtagError(f"{self.path}:{line}: {why}")
+        self.corpus.skipped += 1
+        self.corpus.skipped_lines.append(line)
+
+    def add(self, line: int, doc_id: object, text: object, labels: object, need_labels: bool) -> None:
+        if not isinstance(text, str) or not text.strip():
+            return self.bad(line, "no text")
+        if not isinstance(labels, list) or not all(isinstance(x, str) and x.strip() for x in labels):
+            return self.bad(line, "labels must be a list of non-empty strings")
+        labels = [x.strip() for x in labels]
+        if need_labels and not labels:
+            return self.bad(line, "no labels")
+        self.corpus.ids.append(str(doc_id) if doc_id is not None else str(line))
+        self.corpus.texts.append(text)
+        self.corpus.labels.append(labels)
+
+
+def _read_jsonl(r: _Reader, need_labels: bool) -> None:
+    for number, line in _lines(r.path):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            r.bad(number, f"bad JSON ({exc.msg})")
+            continue
+        if not isinstance(row, dict):
+            r.bad(number, "a row must be a JSON object with 'text' and 'labels'")
+            continue
+        r.add(number, row.get("id"), row.get("text"), row.get("labels", [] if not need_labels else None), need_labels)
+
+
+def _read_tsv(r: _Reader, need_labels: bool) -> None:
+    for number, line in _lines(r.path):
+        if not line.strip():
+            continue
+        cols = line.split("\t")
+        if len(cols) != 2:
+            r.bad(number, f"expected 2 tab-separated columns (text, labels), found {len(cols)}")
+            continue
+        uris = [u.strip("<>") for u in cols[1].split()]
+        r.add(number, None, cols[0], uris, need_labels)
+
+
+def _read_attentionxml(r: _Reader, need_labels: bool) -> None:
+    name = r.path.name
+    labels_name = name.replace("texts", "labels", 1) if "texts" in name else None
+    labels_path = r.path.with_name(labels_name) if labels_name else None
+    if labels_path is None or not labels_path.exists():
+        raise XtagError(f"{r.path}: AttentionXML texts need a labels file beside them ({labels_path})")
+    texts = list(_lines(r.path))
+    labels = list(_lines(labels_path))
+    if len(texts) != len(labels):
+        raise XtagError(f"{r.path}: {len(texts)} texts but {labels_path} has {len(labels)} label lines")
+    for (number, text), (_, label_line) in zip(texts, labels):
+        r.add(number, None, text, label_line.split(), need_labels)
+
+
+def load_corpus(
+    path: str | Path, fmt: CorpusFormat = "auto", skip_bad: bool = False, need_labels: bool = True
+) -> Corpus:
+    """Read a corpus; malformed rows raise XtagError naming file and line unless `skip_bad`."""
+    path = Path(path)
+    fmt = detect_format(path) if fmt == "auto" else fmt
+    reader = _Reader(path, skip_bad)
+    {"jsonl": _read_jsonl, "tsv": _read_tsv, "attentionxml": _read_attentionxml}[fmt](reader, need_labels)
+    if not reader.corpus.texts:
+        raise XtagError(f"{path}: no usable rows")
+    return reader.corpus

@@ -1,0 +1,1 @@
+"""ONNX: graph export, the one parity gate, onnxruntime's optimiser and precisions."""

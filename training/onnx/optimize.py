@@ -1,0 +1,103 @@
+"""Graph passes between torch.onnx and the bundle: onnxruntime's transformer fusions, then the bundle's precision.
+
+Fusion (onnxruntime.transformers.optimizer) rewrites the exported graph into onnxruntime's fused kernels
+(SkipLayerNormalization, BiasGelu, Attention where its pattern matches); it runs before the parity check,
+so what ships is what was checked. Precision then rewrites model.onnx once more: dynamic int8 weights
+(onnxruntime.quantization) for CPUs, or fp16 (float inputs and outputs kept fp32) for GPUs. Each is
+measured against the fp32 graph on the parity texts and the numbers go into the export report; int8's
+cost is reported, not gated (it is a choice the user makes with `--quantize int8`), while an fp16 graph
+whose outputs leave fp32's direction (cosine below FP16_MIN_COSINE) or go non-finite is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from torch import nn
+from xtag.models.errors import XtagError
+from xtag.training.exporting import step
+from xtag.training.onnx.parity import embedding_diff
+
+FP16_MIN_COSINE = 0.999
+Outputs = dict[str, np.ndarray]
+
+
+def attention_shape(module: nn.Module) -> tuple[int, int]:
+    """(heads, hidden size) of the first Hugging Face config inside `module`; (0, 0) lets the optimizer guess."""
+    for sub in module.modules():
+        config = getattr(sub, "config", None)
+        if config is not None and hasattr(config, "num_attention_heads"):
+            return int(config.num_attention_heads), int(config.hidden_size)
+    return 0, 0
+
+
+def fuse(path: Path, heads: int, hidden: int, for_gpu: bool = False) -> dict[str, int]:
+    """Rewrite `path` with onnxruntime's transformer fusions (python fusions only, opt_level 0, so the file
+    stays portable across providers; the session applies its own optimisations at load). Returns the
+    count of each fused operator."""
+    from onnxruntime.transformers import optimizer
+
+    logging.getLogger("onnxruntime.transformers").setLevel(logging.ERROR)  # per-fusion chatter
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = optimizer.optimize_model(
+            str(path), model_type="bert", num_heads=heads, hidden_size=hidden, opt_level=0, use_gpu=for_gpu
+        )
+    model.save_model_to_file(str(path))
+    return {op: n for op, n in model.get_fused_operator_statistics().items() if n}
+
+
+def _int8(source: Path, target: Path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantize_dynamic(source, target, weight_type=QuantType.QInt8)
+
+
+def _fp16(source: Path, target: Path) -> None:
+    import onnx
+    from onnxruntime.transformers.onnx_model import OnnxModel
+
+    model = OnnxModel(onnx.load(str(source)))
+    model.convert_float_to_float16(keep_io_types=True)  # ids in, fp32 hidden states / scores out
+    model.save_model_to_file(str(target))
+
+
+def _diff(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
+    return embedding_diff(a.astype(np.float32), b.astype(np.float32))
+
+
+def set_precision(folder: Path, precision: str, outputs: Callable[[], Outputs], fp32: Outputs, torch: Outputs) -> dict:
+    """Rewrite folder/model.onnx to `precision` (int8 or fp16), mark it in config.json, and measure the new
+    graph's `outputs()` against the fp32 graph's and torch's. fp16 runs on onnxruntime's CPU provider
+    here: GPU kernels round differently, so the figures say which provider checked them."""
+    source = folder / "model.fp32.onnx"
+    (folder / "model.onnx").rename(source)
+    with step(f"{precision} conversion"):
+        (_int8 if precision == "int8" else _fp16)(source, folder / "model.onnx")
+    source.unlink()
+    config = json.loads((folder / "config.json").read_text())
+    config.update(precision=precision, quantized=precision == "int8")
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    got = outputs()
+    report = {
+        "vs_fp32": {name: _diff(got[name], fp32[name]) for name in fp32},
+        "vs_torch": {name: _diff(got[name], torch[name]) for name in torch},
+        "checked_on": "CPUExecutionProvider",
+    }
+    if len(fp32) == 1:  # one output: the flat form the report had before there were several
+        report = {k: (next(iter(v.values())) if isinstance(v, dict) else v) for k, v in report.items()}
+    if precision == "fp16":
+        worst = min(_diff(got[n], fp32[n])["mean_cosine"] for n in fp32)
+        if not all(np.isfinite(got[n]).all() for n in got) or not worst >= FP16_MIN_COSINE:
+            raise XtagError(
+                f"fp16 graph: outputs non-finite or off the fp32 graph's (mean cosine {worst:.4g} < "
+                f"{FP16_MIN_COSINE}); refusing to export"
+            )
+    return report

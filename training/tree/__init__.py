@@ -1,0 +1,1 @@
+"""The label tree: PIFA label embeddings, balanced k-means, and the compiled helpers it shares with XR-Linear."""

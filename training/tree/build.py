@@ -1,0 +1,140 @@
+"""Label tree construction: PIFA label embeddings and balanced B-ary spherical k-means, level by level."""
+
+from __future__ import annotations
+
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Literal
+
+import numpy as np
+import scipy.sparse as sp
+from pydantic import BaseModel, ConfigDict, Field
+from sklearn.preprocessing import normalize
+from tqdm.auto import tqdm
+from xtag.models.label_tree import ClusterChain
+from xtag.training.threads import cpu_count
+from xtag.training.tree.balanced_kmeans import bisect, left_size
+from xtag.training.tree.kernels import build_slice, node_state
+
+PifaWeighting = Literal["inverse-sqrt-labels", "uniform"]
+
+
+class TreeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    pifa_weighting: PifaWeighting = Field(
+        "inverse-sqrt-labels",
+        description="a document's weight in its labels' PIFA embeddings: 1/sqrt(its label count), or 1 (eq. 4)",
+    )
+    branching: int = Field(16, ge=2, description="B: children per cluster")
+    max_leaf_size: int = Field(100, ge=1, description="at most this many labels in a leaf cluster")
+    kmeans_iters: int = Field(20, ge=1)
+    seed: int = 0
+
+
+def pifa_embeddings(
+    X: sp.csr_matrix, Y: sp.csr_matrix, weighting: PifaWeighting = "inverse-sqrt-labels"
+) -> sp.csr_matrix:
+    """PIFA (XR-Transformer eq. 4): v_l = normalised sum of the normalised features of l's positives.
+
+    Deviation from eq. 4, by default: each document is weighted by 1/sqrt(its label count), i.e. the rows
+    of Y are L2-normalised first, as PECOS's PIFA does (normalized_Y). A document with many labels (debdeps
+    has documents with up to 332) otherwise pulls all of its labels' embeddings towards itself. This
+    weighting was the whole of a debdeps P@1 gap to PECOS, whose rankers score as ours on either tree; on
+    validation splits it gains P@1 on debtags and is level on debdeps, at a small cost in tail metrics there
+    (bench/RESULTS.md, "Tree or rankers"). `weighting="uniform"` is eq. 4 as written.
+
+    Computed as (Xᵀ Y)ᵀ: scipy's product leaves each row's columns unsorted, and the transpose back
+    sorts them for free, where sorting Yᵀ X afterwards cost as much as the product (the tree needs
+    canonical rows). The entries are the same floats either way: each is summed over documents in order.
+    """
+    Xt = normalize(X, norm="l2").tocsc()  # its arrays are Xᵀ in CSR; the normalised copy is dropped at once
+    Xt = sp.csr_matrix((Xt.data, Xt.indices, Xt.indptr), shape=(X.shape[1], X.shape[0]))
+    Y = Y.tocsr().astype(np.float32)
+    if weighting == "inverse-sqrt-labels":
+        Y = normalize(Y, norm="l2")
+    V = (Xt @ Y).T.tocsr()
+    return normalize(V, norm="l2").astype(np.float32)
+
+
+def level_branching(n_labels: int, config: TreeConfig) -> list[int]:
+    """Children per node for each cluster level, top first.
+
+    As in PECOS, the number of leaf clusters is the smallest power of two that keeps leaves at most
+    max_leaf_size labels (for B a power of two); levels below the top split B-ways and the top takes
+    what remains, so 595 labels with leaves of 100 and B=16 give one level of 8 clusters.
+    """
+    ratio = n_labels / config.max_leaf_size
+    if ratio <= 1:
+        return []
+    depth = max(1, math.ceil(math.log(ratio, config.branching) - 1e-12))
+    top_ratio = ratio / config.branching ** (depth - 1)
+    top = min(config.branching, 2 ** math.ceil(math.log2(top_ratio) - 1e-12))
+    return [max(2, top)] + [config.branching] * (depth - 1)
+
+
+class _Scratch(threading.local):
+    """Per thread: the centroids' sums, their difference and a column marker over all features, zero between uses."""
+
+    def __init__(self, n_features: int):
+        self.S = np.zeros((n_features, 2), np.float64)
+        self.D = np.zeros(n_features, np.float32)
+        self.marker = np.zeros(n_features, np.bool_)
+
+
+def build_tree(embeddings, config: TreeConfig | None = None, progress: bool = False, threads: int = 0) -> ClusterChain:
+    """Top-down: every node of a level is split into min(branching, size) balanced children.
+
+    Labels are kept in one permutation in which every node is a contiguous range, so a level is
+    just a list of range boundaries (see ClusterChain). A node is split by recursive balanced
+    2-means (training/tree/balanced_kmeans.py); all bisections of a round run side by side in `threads`
+    threads (0: all cores), each seeded from (seed, its own id), so the tree does not depend on
+    the thread count.
+    """
+    config = config or TreeConfig()
+    E = sp.csr_matrix(embeddings, dtype=np.float32)
+    if not E.has_canonical_format:
+        E.sum_duplicates()
+    L, d = E.shape
+    # Columns renumbered by descending frequency (the slice of all rows): the centroid entries that
+    # most labels touch share a few cache lines, which is what the bisections' scatter and gather hit.
+    indptr, indices, data, _, used = build_slice(
+        E.indptr.astype(np.int64), E.indices.astype(np.int32), E.data, np.arange(L), d
+    )
+    d = len(used)
+    scratch = _Scratch(d)
+    order = np.arange(L)
+    bounds = np.array([0, L])  # label ranges of the current level's nodes
+    ptrs: list[np.ndarray] = []
+    bisections = 0  # ids of the bisections so far, which seed them
+
+    def run(job: tuple) -> None:
+        lo, mid, hi, seed_id = job
+        rows = order[lo:hi]  # a view: bisect reorders the node's labels in place, the first mid - lo on the left
+        state = node_state(config.seed, seed_id)
+        bisect(indptr, indices, data, rows, mid - lo, config.kmeans_iters, state, scratch.S, scratch.D, scratch.marker)
+
+    with ThreadPoolExecutor(max_workers=threads or cpu_count()) as pool:
+        for branching in tqdm(level_branching(L, config), desc="label tree", disable=not progress):
+            ranges = list(zip(bounds[:-1], bounds[1:]))
+            # (lo, hi, parts) segments; a round bisects every segment that still has parts > 1
+            segments = [(lo, hi, min(branching, hi - lo)) for lo, hi in ranges]
+            ptr = np.concatenate([[0], np.cumsum([p for _, _, p in segments])]).astype(np.int64)
+            while any(p > 1 for _, _, p in segments):
+                jobs, next_segments = [], []
+                for lo, hi, p in segments:
+                    if p == 1:
+                        next_segments.append((lo, hi, 1))
+                        continue
+                    mid = lo + left_size(hi - lo, p)
+                    jobs.append((lo, mid, hi, bisections))
+                    bisections += 1
+                    next_segments += [(lo, mid, p // 2), (mid, hi, p - p // 2)]
+                list(pool.map(run, jobs))
+                segments = next_segments
+            ptrs.append(ptr)
+            bounds = np.asarray([0] + [hi for _, hi, _ in segments], dtype=np.int64)
+    # The label level: every leaf cluster's labels are its children.
+    ptrs.append(bounds)
+    return ClusterChain(ptrs=ptrs, leaf_labels=order.astype(np.int64))

@@ -143,7 +143,9 @@ def test_export_precision_options_are_checked(xr_bundle, tiny_bundle, tmp_path):
     xlinear_run = tiny_bundle.parent / "run"
     result = runner.invoke(app, ["export", str(xlinear_run), "--out", str(tmp_path / "c"), "--quantize", "int8"])
     assert result.exit_code == 2 and "--quantize int8: model xlinear does not support int8 weights" in result.output
-    result = runner.invoke(app, ["export", str(xlinear_run), "--out", str(tmp_path / "d"), "--shortlist-min-nodes", "0"])
+    result = runner.invoke(
+        app, ["export", str(xlinear_run), "--out", str(tmp_path / "d"), "--shortlist-min-nodes", "0"]
+    )
     assert result.exit_code == 2 and "--shortlist-min-nodes: model xlinear does not support" in result.output
 
 

@@ -6,7 +6,8 @@
 # A block is `<!-- results:SPEC -->` ... `<!-- /results:SPEC -->`; everything outside blocks is hand-written and
 # left alone. SPEC is NAME[#PARTS]: NAME a result file's stem or a glob over stems (their rows go into one table,
 # files without a date first, then by date); PARTS, comma-separated: `provenance` (command, machine and source
-# lines) and/or tables of the benchmark's builder in bench/result_tables.py; no PARTS: provenance and every table.
+# lines) and/or tables of the benchmark's builder (bench/result_tables/, a module per benchmark family); no PARTS:
+# provenance and every table.
 # Every result file must appear in some block, and its provenance in one. Stdlib only, so CI can run it as is.
 
 from __future__ import annotations

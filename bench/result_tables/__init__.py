@@ -1,0 +1,37 @@
+"""Markdown tables of bench/RESULTS.md, one builder per benchmark, from the payloads in bench/results/*.json.
+
+One module per benchmark family; what they share (accuracy columns, cell formats, conventions) is in common.py.
+"""
+
+from __future__ import annotations
+
+from .lightxml_cascadexml import cascadexml_debtags, lightxml_debtags
+from .onnx_encoders import encoder_variants
+from .service import inline_vs_worker, service_latency, service_load
+from .tail import losses_debtags, tail_debtags
+from .xlinear import beam_1m, shortlist_vs_exact, tree_swap, xlinear_seeds, xlinear_validation, xlinear_vs_pecos
+from .xr_transformer import xr_transformer_debtags, xr_transformer_engine, xr_transformer_latency
+
+# The benchmark name a result file records → the builder of its tables.
+BUILDERS = {
+    f.__name__: f
+    for f in (
+        xlinear_vs_pecos,
+        xlinear_seeds,
+        tree_swap,
+        xlinear_validation,
+        beam_1m,
+        shortlist_vs_exact,
+        service_latency,
+        service_load,
+        inline_vs_worker,
+        tail_debtags,
+        xr_transformer_debtags,
+        xr_transformer_latency,
+        xr_transformer_engine,
+        lightxml_debtags,
+        cascadexml_debtags,
+        encoder_variants,
+        losses_debtags,
+    )
+}

@@ -1,0 +1,159 @@
+"""Service tables: latency of one request, inlined vs worker-thread predicts, closed-loop load with reloads."""
+
+from __future__ import annotations
+
+import re
+
+from .common import convention, convention_line, f0, f1, f2, get, ms, one_result_each, signed, table, thousands
+
+
+@one_result_each
+def service_latency(r: dict) -> dict[str, str]:
+    out = {}
+    lat = r["latency"]
+    rows = []
+    first = next(iter(lat.values()))
+    rows.append(
+        [
+            "in-process `Predictor.predict` (one text, TF-IDF included)",
+            ms(get(first, "in_process_ms", "p50")),
+            ms(get(first, "in_process_ms", "p99")),
+            "",
+        ]
+    )
+    for batching, figures in lat.items():
+        label = "micro-batching on (default)" if batching == "on" else f"micro-batching {batching}"
+        for key in sorted(
+            (k for k in figures if re.fullmatch(r"http_\d+_clients?_ms", k)), key=lambda k: int(k.split("_")[1])
+        ):
+            n = int(key.split("_")[1])
+            qps = get(figures, key, "qps")
+            rows.append(
+                [
+                    f"HTTP, {n} client{'s' if n > 1 else ''}, {label if n == 1 else label.split(' (')[0]}",
+                    ms(get(figures, key, "p50")),
+                    ms(get(figures, key, "p99")),
+                    f"{qps:,.0f} req/s" if qps is not None else "",
+                ]
+            )
+    out["latency"] = table(["", "p50 ms", "p99 ms", "throughput"], "lrrr", rows)
+    rw = r.get("reweighting")
+    if rw:
+        cells: dict[str, dict[float, dict]] = {}
+        for key, value in rw["table"].items():
+            scheme, alpha = key.rsplit("@", 1)
+            cells.setdefault(scheme, {})[float(alpha)] = value
+        alphas = sorted({a for row in cells.values() for a in row})
+        names = {"power": "power (β=0.5)"}  # the default β of models/reweighting.py, which the service uses
+        out["reweighting"] = table(
+            ["scheme"] + [f"α={a:g}" if i == 0 else f"{a:g}" for i, a in enumerate(alphas)],
+            "l" * (1 + len(alphas)),
+            [
+                [names.get(s, s)]
+                + [f"{row[a]['P@5']:.2f} / {row[a]['macro-R@5']:.2f}" if a in row else "" for a in alphas]
+                for s, row in cells.items()
+            ],
+        )
+        out["reweighting"] += "\n\n" + convention_line([convention(rw, r)])
+    return out
+
+
+@one_result_each
+def inline_vs_worker(r: dict) -> dict[str, str]:
+    out = {}
+    out["lone_client"] = table(
+        [
+            "repeat",
+            "in-process predict p50 ms",
+            "`/v1/predict` inlined p50 ms",
+            "via the worker p50 ms",
+            "inlined − worker ms",
+        ],
+        "rrrrr",
+        [
+            [
+                str(i),
+                f2(x.get("predict")),
+                f2(x.get("http_inline")),
+                f2(x.get("http_worker")),
+                signed(x["inline_minus_worker_ms"]),
+            ]
+            for i, x in enumerate(r.get("lone_client", []), 1)
+        ],
+    )
+    rows = []
+    for key, runs in r.items():
+        m = re.fullmatch(r"clients=(\d+) inline_max_texts=(\d+)", key)
+        if m:
+            rows.append(
+                [
+                    m[1],
+                    m[2],
+                    " / ".join(f2(x["p50_ms"]) for x in runs),
+                    " / ".join(f1(x["req_per_s"]) for x in runs),
+                    "; ".join(", ".join(f"{b}: {c}" for b, c in x.get("batch_sizes", {}).items()) for x in runs),
+                ]
+            )
+    out["closed_loop"] = table(
+        [
+            "clients",
+            "XTAG_INLINE_MAX_TEXTS",
+            "p50 ms per run",
+            "req/s per run",
+            "predictor calls per batch size, per run",
+        ],
+        "rrrrl",
+        rows,
+    )
+    return out
+
+
+@one_result_each
+def service_load(r: dict) -> dict[str, str]:
+    """bench/service_load.py: closed-loop clients on /v1/predict; steady, during reloads, and a flood."""
+    names = {"steady": "steady", "reloads": "with reloads", "flood": "flood"}
+    rows = []
+    for key, name in names.items():
+        p = r.get(key)
+        if not p:
+            continue
+        refused = p["refused_503_429"]
+        rows.append(
+            [
+                name,
+                thousands(p["clients"]),
+                f0(p["seconds"]),
+                thousands(p["admitted_2xx"]),
+                thousands(p["admitted_per_s"]),
+                ms(p["admitted_ms"]["p50"]),
+                ms(p["admitted_ms"]["p99"]),
+                f2(p["admitted_ms"]["p99"] / p["admitted_ms"]["p50"]) if p["admitted_ms"]["p50"] else "",
+                thousands(refused) + (f" (p50 {ms(p['refused_ms']['p50'])} ms)" if refused else ""),
+                thousands(p["errors"]),
+                f"{f0(p['server_rss_mib']['start'])} / {f0(p['server_rss_mib']['peak'])} / "
+                f"{f0(p['server_rss_mib']['end'])}",
+            ]
+        )
+    phases = table(
+        [
+            "phase",
+            "clients",
+            "s",
+            "2xx",
+            "2xx/s",
+            "p50 ms",
+            "p99 ms",
+            "p99 / p50",
+            "503/429 with Retry-After",
+            "errors",
+            "server RSS MiB start / peak / end",
+        ],
+        "lrrrrrrrrrl",
+        rows,
+    )
+    reloads = get(r, "reloads", "reloads") or []
+    facts = [
+        ["reloads during the run", ", ".join(f"{x['status']} in {x['seconds']:.2f} s" for x in reloads) or "none"],
+        ["checks", "; ".join(f"{what}: {'yes' if ok else 'NO'}" for what, ok in r.get("checks", {}).items())],
+    ]
+    return {"table": phases + "\n\n" + table(["", ""], "ll", facts)}

@@ -84,8 +84,9 @@ def kill_after_first_checkpoint(config_file: Path, out: Path, checkpoint_folder:
 
 def torchrun_launcher(processes: int) -> list[str]:
     """torchrun with `processes` processes on a free rendezvous port."""
-    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
-    return [torchrun, "--nproc-per-node", str(processes), "--master-port", str(free_port())]
+    found = shutil.which("torchrun", path=str(Path(sys.executable).parent)) or shutil.which("torchrun")
+    launcher = [found] if found else [sys.executable, "-m", "torch.distributed.run"]  # the module torchrun runs
+    return [*launcher, "--nproc-per-node", str(processes), "--master-port", str(free_port())]
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:

@@ -9,7 +9,7 @@ from setuptools import find_packages, setup
 
 ROOTS = ("models", "training", "evaluation", "service")
 
-packages = ["xtag", *(f"xtag.{p}" for p in find_packages(include=["xtag.*"]) if p != "xtag")]
+packages = ["xtag", *find_packages(include=["xtag.*"])]  # xtag/'s own subpackages (xtag.cli) are already named
 for root in ROOTS:
     packages += [f"xtag.{root}", *(f"xtag.{root}.{sub}" for sub in find_packages(root))]
 

@@ -1,1 +1,1 @@
-"""xtag, the tool: its command line (xtag/cli.py) over the training/, models/ and service/ packages."""
+"""xtag, the tool: its command line (xtag/cli/) over the training/, models/ and service/ packages."""

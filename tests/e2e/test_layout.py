@@ -191,7 +191,13 @@ def test_the_wheel_installs_one_top_level_package(tmp_path):
         f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info",
     }
     assert "xtag/service/static/index.html" in names  # the dashboard ships with the service
-    for package in ("xtag/models/engine/", "xtag/training/tree/", "xtag/evaluation/", "xtag/service/routes/"):
+    for package in (
+        "xtag/cli/",
+        "xtag/models/engine/",
+        "xtag/training/tree/",
+        "xtag/evaluation/",
+        "xtag/service/routes/",
+    ):
         assert any(n.startswith(package) for n in names), package
 
 

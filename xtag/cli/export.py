@@ -1,0 +1,66 @@
+"""`xtag export`: a run directory -> a self-describing serving bundle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from xtag.cli.options import echo_log, fail, failing
+from xtag.models.errors import XtagError
+
+Opt = typer.Option
+SHORTLIST_HELP = (
+    "xr-transformer: write the FAISS level-1 index only from this many level-1 nodes (default: the run's config, "
+    "4096; 0 = always)"
+)
+QUANTIZE_HELP = (
+    "transformer bundles: 'int8' ships dynamic int8 weights for CPUs (its accuracy cost goes into the export report)"
+)
+
+
+def export(
+    run: Annotated[Path, typer.Argument(help="run directory written by `xtag train`")],
+    out: Annotated[Path, Opt(help="bundle directory to write")],
+    name: Annotated[str | None, Opt(help="model name in the manifest (default: run folder name)")] = None,
+    overwrite: Annotated[bool, Opt(help="replace an existing bundle")] = False,
+    shortlist_min_nodes: Annotated[int | None, Opt(min=0, help=SHORTLIST_HELP)] = None,
+    progress: Annotated[bool, Opt(help="say what each slow step (ONNX export, parity check, index) is doing")] = True,
+    quantize: Annotated[str | None, Opt(help=QUANTIZE_HELP)] = None,
+    fp16: Annotated[bool, Opt("--fp16", help="transformer bundles: half-precision weights, for GPU serving")] = False,
+    optimize: Annotated[
+        bool | None, Opt(help="transformer bundles: onnxruntime's transformer fusions (default: the run's config, on)")
+    ] = None,
+) -> None:
+    """Turn a run into a self-describing serving bundle (manifest with versions and checksums)."""
+    from xtag.training.bundle import export_run
+
+    if quantize not in (None, "int8"):
+        fail(XtagError(f"--quantize {quantize}: the one quantisation offered is int8"))
+    if quantize and fp16:
+        fail(XtagError("--quantize int8 and --fp16 exclude each other: int8 is for CPUs, fp16 for GPUs"))
+    precision = "int8" if quantize else "fp16" if fp16 else None
+    with failing(), echo_log("xtag.export", "export", progress):
+        manifest = export_run(run, out, name, overwrite, shortlist_min_nodes, precision, optimize)
+    _summary(out, manifest)
+
+
+def _summary(out: Path, manifest: dict) -> None:
+    """What was written: the bundle, its shortlist and the measured cost of reduced precision."""
+    typer.echo(
+        f"bundle {out}: {manifest['model_kind']}, {manifest['label_count']} labels, {len(manifest['files'])} files"
+    )
+    report = manifest.get("export", {})
+    shortlist = report.get("shortlist")
+    if shortlist:
+        typer.echo(
+            f"shortlist: skipped, {shortlist['skipped']}"
+            if "skipped" in shortlist
+            else f"shortlist: {shortlist['index']} FAISS index over {shortlist['nodes']} level-1 nodes, "
+            f"recall {shortlist['recall']}"
+        )
+    for precision in ("int8", "fp16"):
+        cost = report.get(precision)
+        if cost and "top5_agreement_vs_fp32" in cost:
+            typer.echo(f"{precision}: top-5 agreement with the fp32 graph {cost['top5_agreement_vs_fp32']:.3f}")

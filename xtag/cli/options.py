@@ -1,0 +1,137 @@
+"""What the commands share: option declarations, the failure printer, config reading and log echoing.
+
+Declared once here (as Annif's cli_util does) so that the same option reads the same in every command's
+--help. Nothing here imports torch or xtag.training: `xtag predict` and `xtag evaluate` import this too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from pydantic import ValidationError
+
+from xtag.models.errors import XtagError
+
+BundleDir = Annotated[Path, typer.Argument(help="bundle directory")]
+CorpusFormat = Annotated[str, typer.Option(help="auto | jsonl | tsv | attentionxml")]
+SkipBadRows = Annotated[bool, typer.Option(help="skip malformed rows (and report how many) instead of failing")]
+Progress = Annotated[bool, typer.Option(help="show progress bars")]
+PropensityA = Annotated[float, typer.Option(help="Jain propensity A")]
+PropensityB = Annotated[float, typer.Option(help="Jain propensity B")]
+
+
+def fail(exc: Exception, name: Callable[[str], str] = str) -> NoReturn:
+    """Print `error: ...` in red on stderr and exit 2; a pydantic error in one line, each field `name`d as the
+    user sets it (a flag, an environment variable) rather than pydantic's multi-line dump with its URL."""
+    message = one_line(exc, name) if isinstance(exc, ValidationError) else str(exc)
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(2)
+
+
+@contextmanager
+def failing(*errors: type[Exception], name: Callable[[str], str] = str) -> Iterator[None]:
+    """Turn the user-caused `errors` (XtagError always) raised inside the block into `fail`."""
+    try:
+        yield
+    except (XtagError, *errors) as exc:
+        fail(exc, name)
+
+
+_REWORDED = {"extra_forbidden": "no such setting"}  # pydantic's "Extra inputs are not permitted"
+
+
+def one_line(exc: ValidationError, name: Callable[[str], str] = str) -> str:
+    """Every error of `exc` as `option: message`, joined by '; ' (a model-level error has no option)."""
+    parts = []
+    for error in exc.errors(include_url=False):
+        cause = (error.get("ctx") or {}).get("error")  # a validator's own exception: its message without prefix
+        message = str(cause) if isinstance(cause, Exception) else _REWORDED.get(error["type"], error["msg"])
+        path = ".".join(str(part) for part in error["loc"])
+        parts.append(f"{name(path)}: {message}" if path else message)
+    return "; ".join(parts)
+
+
+def given_flags(ctx: typer.Context) -> dict[str, object]:
+    """The options typed on the command line, by flag as typed ({"--max-leaf-size": 4}); defaults are left out,
+    so an option never typed does not override a config file's setting."""
+    # By name: typer ships its own copy of click, whose ParameterSource is not click's.
+    typed = [p for p in ctx.command.params if getattr(ctx.get_parameter_source(p.name), "name", "") == "COMMANDLINE"]
+    return {p.opts[0]: ctx.params[p.name] for p in typed}
+
+
+def read_config(path: Path) -> dict:
+    """A training config as JSON, or YAML (.yaml/.yml, needs PyYAML, which the train extra brings)."""
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise XtagError(f"{path}: not valid YAML ({exc})") from exc
+    else:
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise XtagError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise XtagError(f"{path}: a config is a mapping of settings, not a {type(data).__name__}")
+    return data
+
+
+def load_bundle_or_fail(bundle: Path):
+    """The bundle at `bundle`, or `fail` naming what is wrong with it."""
+    from xtag.models.bundle import load_bundle
+
+    with failing():
+        return load_bundle(bundle)
+
+
+def echo_json(value: object, err: bool = False) -> None:
+    typer.echo(json.dumps(value), err=err)
+
+
+class _EchoHandler(logging.Handler):
+    """Log records as `prefix: message` lines on stderr, through typer like every other line."""
+
+    def __init__(self, prefix: str):
+        super().__init__(logging.INFO)
+        self.prefix = prefix
+
+    def emit(self, record: logging.LogRecord) -> None:
+        typer.echo(f"{self.prefix}: {record.getMessage()}", err=True)
+
+
+@contextmanager
+def echo_log(logger_name: str, prefix: str, enabled: bool) -> Iterator[None]:
+    """Show one of xtag's step loggers on stderr for the duration of a command (nothing when not `enabled`)."""
+    if not enabled:
+        yield
+        return
+    logger, handler = logging.getLogger(logger_name), _EchoHandler(prefix)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def show_version(value: bool) -> None:
+    """--version: the installed distribution's version (the one pip and the bundle manifests report)."""
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        typer.echo(f"xtag {version('xtag')}")
+    except PackageNotFoundError:
+        fail(XtagError("xtag is not installed (pip install -e .), so it has no version"))
+    raise typer.Exit(0)

@@ -16,7 +16,6 @@ one-vs-all classifier of appendix A.3 is not implemented.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,11 +26,11 @@ import torch.nn.functional as F
 from xtag.models.cascadexml.cascade import child_tables, expand, top_nodes, with_true_parents
 from xtag.models.cascadexml.model import CascadeHeadConfig
 from xtag.models.label_tree import ClusterChain
-from xtag.models.onnx_encoder import EncoderConfig, TextTokenizer
+from xtag.models.onnx_encoder import TextTokenizer
 from xtag.training.cascadexml.config import CascadeXMLConfig
 from xtag.training.cascadexml.net import CascadeXMLNet
 from xtag.training.cascadexml.recipe import default_dropouts, default_layers, level_top_k, per_level, resolutions
-from xtag.training.cascadexml.result import CascadeXMLResult
+from xtag.training.cascadexml.result import CASCADEXML_NET
 from xtag.training.cascadexml.schedule import cascade_lr_factor
 from xtag.training.config import TrainConfig
 from xtag.training.deep.candidates import csr_row, pad_rows
@@ -40,8 +39,7 @@ from xtag.training.deep.distributed import DistContext
 from xtag.training.deep.encoder import TextEncoder, load_tokenizer
 from xtag.training.deep.loop import Budget, TrainingLoop, epoch_order, start_run
 from xtag.training.deep.optim import decay_groups
-
-SAMPLE_TEXTS = 256  # training texts kept with the run for the export's parity check
+from xtag.training.deep.result import NetRunResult, finish_run
 
 
 def training_shortlist(
@@ -175,7 +173,7 @@ def train_cascadexml(
     checkpoint_dir: Path,
     progress: bool = True,
     log: Callable[[dict], None] = lambda e: None,
-) -> CascadeXMLResult | None:
+) -> NetRunResult | None:
     """Train CascadeXML; returns None on DDP ranks other than 0."""
     cc = config.cascadexml
     folder = checkpoint_dir / "cascadexml"
@@ -201,11 +199,6 @@ def train_cascadexml(
         ctx.close()
         return None
     log({"event": "cascadexml_done", **{k: v for k, v in stats.items() if k != "loss"}})
-    ctx.close()
-    net = net.cpu().eval()
-    enc_config = EncoderConfig(
-        max_length=cc.max_length, pooling="cls", features="dense", dim=net.hidden, source=str(cc.encoder)
-    )
+    enc_config, sample = finish_run(ctx, cc, texts, net.hidden)
     head = CascadeHeadConfig(sizes=net.sizes, top_k=top_k, dim=net.hidden, outputs=cc.export.outputs)
-    sample = random.Random(cc.seed).sample(texts, min(SAMPLE_TEXTS, len(texts)))
-    return CascadeXMLResult(net, chain, tokenizer, enc_config, head, sample, stats)
+    return NetRunResult(CASCADEXML_NET, net.cpu().eval(), chain, tokenizer, enc_config, head, sample, stats)

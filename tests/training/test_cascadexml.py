@@ -184,6 +184,41 @@ def test_export_refuses_a_graph_that_drifts_from_torch(cascade_run, tmp_path, mo
         export_run(cascade_run[0], tmp_path / "bundle")
 
 
+@pytest.mark.parametrize("precision", ["int8", "fp16"])
+def test_int8_and_fp16_bundles_report_their_cost_and_tag_as_fp32_does(cascade_run, corpus_files, tmp_path, precision):
+    """The same accuracy check as the other families' lower-precision bundles: each level's drift from the fp32
+    graph and the top-5 agreement in the report, the weights really converted, and the bundle's test metrics."""
+    import onnx
+    from typer.testing import CliRunner
+    from xtag.evaluation.evaluate import evaluate_bundle
+    from xtag.models.bundle import load_bundle
+    from xtag.training.data.corpus import load_corpus
+
+    from xtag.cli import app
+
+    run, fp32_bundle = cascade_run
+    out = tmp_path / precision
+    flag = ["--quantize", "int8"] if precision == "int8" else ["--fp16"]
+    result = CliRunner().invoke(app, ["export", str(run), "--out", str(out), *flag, "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert f"{precision}: top-5 agreement with the fp32 graph" in result.output
+    report = json.loads((out / "manifest.json").read_text())["export"][precision]
+    assert report["checked_on"] == "CPUExecutionProvider" and len(report["vs_fp32"]) == 3
+    min_cosine = 0.95 if precision == "int8" else 0.999
+    assert all(0 < d["max_abs_diff"] < 1.0 and d["mean_cosine"] > min_cosine for d in report["vs_fp32"].values())
+    assert 0.5 <= report["top5_agreement_vs_fp32"] <= 1.0
+    config = json.loads((out / "encoder" / "config.json").read_text())
+    assert config["precision"] == precision and config["quantized"] is (precision == "int8")
+    graph = onnx.load(str(out / "encoder" / "model.onnx")).graph
+    if precision == "int8":
+        assert {"DynamicQuantizeLinear", "MatMulInteger"} & {node.op_type for node in graph.node}
+    else:
+        assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in graph.initializer)
+    test = load_corpus(corpus_files[1])
+    lower, full = (evaluate_bundle(load_bundle(b), test, progress=False)[0] for b in (out, fp32_bundle))
+    assert abs(lower["P@1"] - full["P@1"]) <= 5 and abs(lower["PSP@5"] - full["PSP@5"]) <= 5, (lower, full)
+
+
 def test_bundle_serves_with_torch_unimportable(cascade_run):
     bundle = cascade_run[1]
     assert_serves_without_torch(bundle, TEXTS)

@@ -225,7 +225,6 @@ def train_cascadexml(
     if not ctx.is_main:
         ctx.close()
         return None
-    log({"event": "cascadexml_done", **{k: v for k, v in stats.items() if k != "loss"}})
     enc_config, sample = finish_run(ctx, cc, texts, net.hidden)
     head = CascadeHeadConfig(sizes=net.sizes, top_k=top_k, dim=net.hidden, outputs=cc.export.outputs)
     return NetRunResult(CASCADEXML_NET, net.cpu().eval(), chain, tokenizer, enc_config, head, sample, stats)

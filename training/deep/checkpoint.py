@@ -132,7 +132,8 @@ class Checkpoint:
 def fit_or_reload(net: nn.Module, folder: Path, fit, ctx, log, name: str) -> dict:
     """The end of a transformer family's run: a finished run (done.json) reloads final.safetensors without
     retraining; otherwise `fit()` trains, rank 0 writes the weights and then done.json (last: it marks them
-    complete) and drops the step checkpoint, and every rank waits. Returns the run's stats."""
+    complete) and drops the step checkpoint, and every rank waits. Rank 0 logs the stats (`<name>_done`, the
+    loss aside); returns them."""
     done = folder / "done.json"
     if done.is_file():
         with reading(done, "the finished run's summary"):
@@ -140,14 +141,16 @@ def fit_or_reload(net: nn.Module, folder: Path, fit, ctx, log, name: str) -> dic
         with reading(folder / "final.safetensors", "the finished run's weights", SafetensorError):
             load_model(net, str(folder / "final.safetensors"), device=str(ctx.device))
         log({"event": "resume", "what": f"{name} (finished)", "step": stats["steps"]})
-        return stats
-    stats = fit()
+    else:
+        stats = fit()
+        if ctx.is_main:
+            with replacing(folder / "final.safetensors") as tmp:
+                save_model(net, str(tmp))
+            write_text_atomic(done, json.dumps(stats))
+            Checkpoint(folder / "current").clear()
+        ctx.barrier()
     if ctx.is_main:
-        with replacing(folder / "final.safetensors") as tmp:
-            save_model(net, str(tmp))
-        write_text_atomic(done, json.dumps(stats))
-        Checkpoint(folder / "current").clear()
-    ctx.barrier()
+        log({"event": f"{name}_done", **{k: v for k, v in stats.items() if k != "loss"}})
     return stats
 
 

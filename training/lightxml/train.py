@@ -287,6 +287,5 @@ def train_lightxml(
     if not ctx.is_main:
         ctx.close()
         return None
-    log({"event": "lightxml_done", **{k: v for k, v in stats.items() if k != "loss"}})
     enc_config, sample = finish_run(ctx, lc, texts, net.width)
     return NetRunResult(LIGHTXML_NET, net.cpu().eval(), chain, tokenizer, enc_config, trainer.head, sample, stats)

@@ -104,8 +104,9 @@ def transformer_model_a(
     from xtag.models.xr_transformer.concat_features import concat_features
     from xtag.training.data.corpus import build_vocab
     from xtag.training.deep.encoder import load_tokenizer, load_trained
+    from xtag.training.deep.result import SAMPLE_TEXTS
     from xtag.training.xlinear.train import train_xlinear
-    from xtag.training.xr_transformer.train import SAMPLE_TEXTS, XRTransformerResult
+    from xtag.training.xr_transformer.train import XRTransformerResult
 
     folder, run, info = out / "bundle", out / "run", {"encoder_from": str(source_run)}
     try:

@@ -118,7 +118,7 @@ FAMILIES: dict[str, Family] = {
             "xtag.training.cascadexml.export:export",
             ("cascadexml-encoder", "label-tree", "cascadexml-heads"),
             batch_wait_ms=2.0,
-            capabilities=TRANSFORMER - {"int8", "fp16", "weighted-losses"},
+            capabilities=TRANSFORMER,
             train_needs=TRAIN_EXTRA,
         ),
     )

@@ -184,6 +184,90 @@ def test_export_refuses_a_graph_that_drifts_from_torch(cascade_run, tmp_path, mo
         export_run(cascade_run[0], tmp_path / "bundle")
 
 
+@pytest.mark.parametrize("precision", ["int8", "fp16"])
+def test_int8_and_fp16_bundles_report_their_cost_and_tag_as_fp32_does(cascade_run, corpus_files, tmp_path, precision):
+    """The same accuracy check as the other families' lower-precision bundles: each level's drift from the fp32
+    graph and the top-5 agreement in the report, the weights really converted, and the bundle's test metrics."""
+    import onnx
+    from typer.testing import CliRunner
+    from xtag.evaluation.evaluate import evaluate_bundle
+    from xtag.models.bundle import load_bundle
+    from xtag.training.data.corpus import load_corpus
+
+    from xtag.cli import app
+
+    run, fp32_bundle = cascade_run
+    out = tmp_path / precision
+    flag = ["--quantize", "int8"] if precision == "int8" else ["--fp16"]
+    result = CliRunner().invoke(app, ["export", str(run), "--out", str(out), *flag, "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert f"{precision}: top-5 agreement with the fp32 graph" in result.output
+    report = json.loads((out / "manifest.json").read_text())["export"][precision]
+    assert report["checked_on"] == "CPUExecutionProvider" and len(report["vs_fp32"]) == 3
+    min_cosine = 0.95 if precision == "int8" else 0.999
+    assert all(0 < d["max_abs_diff"] < 1.0 and d["mean_cosine"] > min_cosine for d in report["vs_fp32"].values())
+    assert 0.5 <= report["top5_agreement_vs_fp32"] <= 1.0
+    config = json.loads((out / "encoder" / "config.json").read_text())
+    assert config["precision"] == precision and config["quantized"] is (precision == "int8")
+    graph = onnx.load(str(out / "encoder" / "model.onnx")).graph
+    if precision == "int8":
+        assert {"DynamicQuantizeLinear", "MatMulInteger"} & {node.op_type for node in graph.node}
+    else:
+        assert any(t.data_type == onnx.TensorProto.FLOAT16 for t in graph.initializer)
+    test = load_corpus(corpus_files[1])
+    lower, full = (evaluate_bundle(load_bundle(b), test, progress=False)[0] for b in (out, fp32_bundle))
+    assert abs(lower["P@1"] - full["P@1"]) <= 5 and abs(lower["PSP@5"] - full["PSP@5"]) <= 5, (lower, full)
+
+
+def label_logits(run: Path, texts: list[str]) -> np.ndarray:
+    """The trained torch net's label-level logits (texts × labels, in label order) of a run."""
+    from xtag.models.label_tree import ClusterChain
+    from xtag.models.onnx_encoder import TextTokenizer
+    from xtag.training.cascadexml.export import torch_outputs
+    from xtag.training.cascadexml.net import LogitsGraph
+    from xtag.training.cascadexml.result import CASCADEXML_NET
+
+    net, config = CASCADEXML_NET.load_run_net(run / "model" / "encoder")
+    tokenizer = TextTokenizer.load(run / "model" / "encoder" / "tokenizer.json", config.max_length)
+    nodes = torch_outputs(LogitsGraph(net), tokenizer, texts).levels[-1]  # the label level, in leaf order
+    logits = np.empty_like(nodes)
+    logits[:, ClusterChain.load_tree(run / "model" / "tree").leaf_labels] = nodes
+    return logits
+
+
+def test_a_weighted_loss_lifts_the_labels_it_weighs_up(corpus_files, tiny_bert, tmp_path):
+    """unbiased-balanced (missing-label loss): the rare label (role::tail, on one text in 15) gets the largest
+    positive weight, and against the plain run from the same seed its logits on its own training texts rise
+    more than any other label's."""
+    from typer.testing import CliRunner
+    from xtag.training.data.corpus import build_vocab, load_corpus
+
+    from xtag.cli import app
+
+    settings = cascade_settings(tiny_bert, max_length=32, epochs=3, batch_size=16, device="cpu")
+    (tmp_path / "config.json").write_text(json.dumps({"tfidf": {"min_df": 1}, "cascadexml": settings}))
+    args = ["train", "--config", str(tmp_path / "config.json"), "--corpus", str(corpus_files[0]), "--model"]
+    for loss in ("none", "unbiased-balanced"):
+        extra = [] if loss == "none" else ["--loss", loss]
+        result = CliRunner().invoke(app, [*args, "cascadexml", *extra, "--out", str(tmp_path / loss), "--no-progress"])
+        assert result.exit_code == 0, result.output
+    logs = {
+        loss: [json.loads(line) for line in (tmp_path / loss / "train_log.jsonl").read_text().splitlines()]
+        for loss in ("none", "unbiased-balanced")
+    }
+    assert not any(e["event"] == "head_weights" for e in logs["none"])
+    weights = next(e for e in logs["unbiased-balanced"] if e["event"] == "head_weights")
+    assert weights["loss"] == "unbiased-balanced" and len(weights["level_max"]) == 3  # clusters, clusters, labels
+    assert weights["level_max"][-1] == weights["head_max"] > 1.5 and any(e["event"] == "step" for e in logs["none"])
+
+    corpus = load_corpus(corpus_files[0])
+    Y = corpus.label_matrix(build_vocab(corpus))[0].toarray() > 0
+    plain, weighted = (label_logits(tmp_path / loss, corpus.texts) for loss in ("none", "unbiased-balanced"))
+    gain = np.array([(weighted[Y[:, j], j] - plain[Y[:, j], j]).mean() for j in range(Y.shape[1])])
+    tail = build_vocab(corpus).names.index("role::tail")
+    assert gain[tail] > 0.3 and gain[tail] == gain.max(), gain
+
+
 def test_bundle_serves_with_torch_unimportable(cascade_run):
     bundle = cascade_run[1]
     assert_serves_without_torch(bundle, TEXTS)

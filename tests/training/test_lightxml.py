@@ -173,7 +173,7 @@ def test_selection_validates_exactly_the_weights_it_saves(corpus_files, tiny_ber
     from xtag.models.metrics import evaluate
     from xtag.models.onnx_encoder import TextTokenizer
     from xtag.training.data.corpus import load_corpus
-    from xtag.training.lightxml.export import load_run_net
+    from xtag.training.lightxml.result import LIGHTXML_NET
     from xtag.training.lightxml.validation import net_outputs, validation_split
     from xtag.training.run import train_run
 
@@ -187,7 +187,7 @@ def test_selection_validates_exactly_the_weights_it_saves(corpus_files, tiny_ber
     assert best["step"] > 24  # selected among SWA averages (SWA starts after epoch 1 = step 20)
     train = load_corpus(corpus_files[0])
     _, val = validation_split(len(train), 0.2, 0)
-    net, enc = load_run_net(run / "model" / "encoder", None)
+    net, enc = LIGHTXML_NET.load_run_net(run / "model" / "encoder", None)
     out = net_outputs(
         net,
         TextTokenizer.load(run / "model" / "encoder" / "tokenizer.json", enc.max_length),

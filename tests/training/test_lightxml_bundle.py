@@ -17,7 +17,7 @@ TEXTS = [
 def test_bundle_layout_graph_and_parity(lightxml_bundle, corpus_files):
     import onnx
     from xtag.models.lightxml.model import OUTPUTS, LightXMLEncoder
-    from xtag.training.lightxml.export import load_run_net
+    from xtag.training.lightxml.result import LIGHTXML_NET
     from xtag.training.lightxml.validation import net_outputs
 
     run, bundle = lightxml_bundle
@@ -45,7 +45,7 @@ def test_bundle_layout_graph_and_parity(lightxml_bundle, corpus_files):
         assert dims[0].dim_param and dims[1].dim_param, f"{value.name} has a fixed batch or sequence axis"
     texts = [json.loads(line)["text"] for line in corpus_files[1].read_text().splitlines()][:40]
     onnx_out = LightXMLEncoder.load(bundle / "encoder").transform(texts)
-    net, _ = load_run_net(run / "model" / "encoder")
+    net, _ = LIGHTXML_NET.load_run_net(run / "model" / "encoder")
     import torch
 
     ref = net_outputs(net, LightXMLEncoder.load(bundle / "encoder").onnx.tokenizer, texts, torch.device("cpu"), False)

@@ -1,17 +1,12 @@
-"""What a finished CascadeXML run is: the numpy model it serves with and the torch net the export reads."""
+"""A finished CascadeXML run (training/deep/result.py's NetRunResult): how its net's shape is saved, and its served
+model (each resolution's classifier, numpy) read from the net."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-
 from xtag.models.cascadexml.model import CascadeHeadConfig, CascadeXMLModel
 from xtag.models.label_tree import ClusterChain
-from xtag.models.onnx_encoder import EncoderConfig, TextTokenizer
 from xtag.training.cascadexml.net import CascadeXMLNet
-from xtag.training.deep.checkpoint import save_encoder_folder
-
-SHAPE_FILE = "cascadexml_net.json"
+from xtag.training.deep.result import NetKind
 
 
 def net_shape(net: CascadeXMLNet) -> dict:
@@ -30,24 +25,8 @@ def numpy_model(net: CascadeXMLNet, chain: ClusterChain, config: CascadeHeadConf
     return CascadeXMLModel(chain, weights, biases, config)
 
 
-@dataclass
-class CascadeXMLResult:
-    net: CascadeXMLNet
-    chain: ClusterChain
-    tokenizer: TextTokenizer
-    encoder_config: EncoderConfig
-    head_config: CascadeHeadConfig
-    sample_texts: list[str]
-    stats: dict
+def _facts(net: CascadeXMLNet, head: CascadeHeadConfig) -> dict:
+    return {"resolutions": head.sizes, "layers": net.layers}
 
-    @property
-    def model(self) -> CascadeXMLModel:
-        return numpy_model(self.net, self.chain, self.head_config)
 
-    def save(self, folder: Path) -> None:
-        self.model.save(folder)
-        shape = (SHAPE_FILE, net_shape(self.net))
-        save_encoder_folder(folder / "encoder", self.net, self.tokenizer, self.encoder_config, shape, self.sample_texts)
-
-    def summary(self) -> dict:
-        return {"resolutions": self.head_config.sizes, "layers": self.net.layers, "training": self.stats}
+CASCADEXML_NET = NetKind("cascadexml_net.json", CascadeXMLNet, net_shape, numpy_model, _facts)

@@ -3,7 +3,8 @@
 Each step: one forward pass; resolution 0 scores all its clusters from the concatenated [CLS] vectors
 of its layers; resolution r + 1 scores, from its own layer's [CLS] vector, the children of resolution
 r's current top-k_r nodes plus the children of the text's true nodes at r (teacher forcing), so every
-positive is always scored. Loss: Σ_r w_r · BCE_r (each a mean over the level's scored nodes). AdamW:
+positive is always scored. Loss: Σ_r w_r · BCE_r (each a mean over the level's scored nodes; under a
+missing-label loss its positives weighted, as LightXML's, by their label's or cluster's weight). AdamW:
 encoder at lr, heads at lr_head_factor × lr with weight decay / 10; cosine warm-up, constant, cosine
 annealing. AMP, gradient accumulation, DDP, checkpoints and resume come from the shared loop.
 
@@ -11,12 +12,12 @@ Deviations from the reference, for this project's budgets: MiniLM-L6 by default 
 in training/cascadexml/recipe.py); the shortlist is the top-k plus the true parents (a union of
 varying width) rather than a fixed-width top-k whose true parents displace the lowest; no held-out
 model selection (the reference trains a fixed number of epochs too); the optional TF-IDF ‖ [CLS]
-one-vs-all classifier of appendix A.3 is not implemented.
+one-vs-all classifier of appendix A.3 is not implemented. The missing-label losses (Schultheis thesis
+ch. 3, `missing_labels.weighting`) are an addition the reference does not have.
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,11 +28,11 @@ import torch.nn.functional as F
 from xtag.models.cascadexml.cascade import child_tables, expand, top_nodes, with_true_parents
 from xtag.models.cascadexml.model import CascadeHeadConfig
 from xtag.models.label_tree import ClusterChain
-from xtag.models.onnx_encoder import EncoderConfig, TextTokenizer
+from xtag.models.onnx_encoder import TextTokenizer
 from xtag.training.cascadexml.config import CascadeXMLConfig
 from xtag.training.cascadexml.net import CascadeXMLNet
 from xtag.training.cascadexml.recipe import default_dropouts, default_layers, level_top_k, per_level, resolutions
-from xtag.training.cascadexml.result import CascadeXMLResult
+from xtag.training.cascadexml.result import CASCADEXML_NET
 from xtag.training.cascadexml.schedule import cascade_lr_factor
 from xtag.training.config import TrainConfig
 from xtag.training.deep.candidates import csr_row, pad_rows
@@ -39,9 +40,10 @@ from xtag.training.deep.checkpoint import Checkpoint, fit_or_reload, run_tree
 from xtag.training.deep.distributed import DistContext
 from xtag.training.deep.encoder import TextEncoder, load_tokenizer
 from xtag.training.deep.loop import Budget, TrainingLoop, epoch_order, start_run
+from xtag.training.deep.losses import LabelWeightTable, weighted_pointwise_loss
 from xtag.training.deep.optim import decay_groups
-
-SAMPLE_TEXTS = 256  # training texts kept with the run for the export's parity check
+from xtag.training.deep.result import NetRunResult, finish_run
+from xtag.training.weighting.label_weights import head_label_weights, level_positive_weights
 
 
 def training_shortlist(
@@ -73,10 +75,13 @@ class Trainer:
         folder: Path,
         progress: bool,
         log: Callable[[dict], None],
+        level_weights: list[np.ndarray] | None = None,
     ):
         self.net, self.chain, self.texts, self.tokenizer, self.cc, self.ctx = net, chain, texts, tokenizer, cc, ctx
         self.top_k, self.weights, self.folder, self.progress, self.log = top_k, weights, folder, progress, log
         self.targets = [chain.level_targets(Y.tocsr(), t) for t in range(1, chain.depth + 1)]  # node order
+        # Missing-label loss: per resolution, the positive weight of each node (`level_weights`); None: plain BCE.
+        self.level_w = [LabelWeightTable(w, ctx.device) for w in level_weights or [None] * chain.depth]
         self.tables = child_tables(chain)
         self.rows = np.arange(len(texts))
         self.budget = Budget.of(len(texts), ctx.world, cc)
@@ -110,11 +115,15 @@ class Trainer:
         for r, (z, cand) in enumerate(out):
             if cand is None:
                 y = torch.from_numpy(self.targets[r][idx].toarray()).to(device)
-                losses.append(F.binary_cross_entropy_with_logits(z.float(), y))
+                pos = self.level_w[r].full(len(idx))
+                if pos is None:  # torch's fused mean: plain runs train bit for bit as before weights existed
+                    losses.append(F.binary_cross_entropy_with_logits(z.float(), y))
+                else:
+                    losses.append(weighted_pointwise_loss(z.float(), y, "bce", pos).mean())
             else:
-                _, valid, y = cand
-                per = F.binary_cross_entropy_with_logits(z.float(), y, reduction="none")
-                losses.append((per * valid).sum() / valid.sum().clamp(min=1.0))
+                nodes, valid, y = cand
+                per = weighted_pointwise_loss(z.float(), y, "bce", self.level_w[r].lookup(nodes), base=valid)
+                losses.append(per.sum() / valid.sum().clamp(min=1.0))
         self.parts = [float(v.detach()) for v in losses]
         total = sum(w * v for w, v in zip(self.weights, losses))
         return total, float(total.detach())
@@ -155,6 +164,21 @@ class Trainer:
         }
 
 
+def level_weights(chain: ClusterChain, Y: sp.csr_matrix, config: TrainConfig, log) -> list[np.ndarray] | None:
+    """The run's missing-label loss as each resolution's per-node positive weights (None: plain BCE), logged.
+
+    The labels' head weights u_j (training/weighting/label_weights.py: w⁺c⁺ rescaled to mean 1 per observed
+    positive) at the label level; at each coarser resolution a cluster's positive weighs its labels'
+    occurrence-weighted mean (`level_positive_weights`), the weight a positive carries on average below it.
+    """
+    weighted = head_label_weights(Y, config.missing_labels)
+    if weighted is None:
+        return None
+    levels = [level_positive_weights(chain, weighted.weights, weighted.freq, t) for t in range(1, chain.depth + 1)]
+    log({"event": "head_weights", **weighted.facts, "level_max": [round(float(w.max()), 4) for w in levels]})
+    return levels
+
+
 def build_net(cc: CascadeXMLConfig, chain: ClusterChain) -> tuple[CascadeXMLNet, list[int], list[float]]:
     """The net over the configured (or default) layer recipe; also each cluster level's top-k and loss weights."""
     transformer = TextEncoder.from_pretrained(cc.encoder, "cls").transformer
@@ -175,7 +199,7 @@ def train_cascadexml(
     checkpoint_dir: Path,
     progress: bool = True,
     log: Callable[[dict], None] = lambda e: None,
-) -> CascadeXMLResult | None:
+) -> NetRunResult | None:
     """Train CascadeXML; returns None on DDP ranks other than 0."""
     cc = config.cascadexml
     folder = checkpoint_dir / "cascadexml"
@@ -195,17 +219,12 @@ def train_cascadexml(
             "world_size": ctx.world,
         }
     )
-    trainer = Trainer(net, chain, texts, Y, tokenizer, cc, top_k, weights, ctx, folder, progress, log)
+    levels = level_weights(chain, Y, config, log)
+    trainer = Trainer(net, chain, texts, Y, tokenizer, cc, top_k, weights, ctx, folder, progress, log, levels)
     stats = fit_or_reload(net, folder, trainer.fit, ctx, log, "cascadexml")
     if not ctx.is_main:
         ctx.close()
         return None
-    log({"event": "cascadexml_done", **{k: v for k, v in stats.items() if k != "loss"}})
-    ctx.close()
-    net = net.cpu().eval()
-    enc_config = EncoderConfig(
-        max_length=cc.max_length, pooling="cls", features="dense", dim=net.hidden, source=str(cc.encoder)
-    )
+    enc_config, sample = finish_run(ctx, cc, texts, net.hidden)
     head = CascadeHeadConfig(sizes=net.sizes, top_k=top_k, dim=net.hidden, outputs=cc.export.outputs)
-    sample = random.Random(cc.seed).sample(texts, min(SAMPLE_TEXTS, len(texts)))
-    return CascadeXMLResult(net, chain, tokenizer, enc_config, head, sample, stats)
+    return NetRunResult(CASCADEXML_NET, net.cpu().eval(), chain, tokenizer, enc_config, head, sample, stats)

@@ -1,4 +1,4 @@
-"""Ragged per-text candidate lists as padded arrays: the one layout both transformer families train on."""
+"""Ragged per-text candidate lists as padded arrays: the one layout the three transformer families train on."""
 
 from __future__ import annotations
 

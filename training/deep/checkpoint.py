@@ -4,7 +4,7 @@ Torch files are safetensors and JSON, never pickle; a checkpoint is swapped in a
 flushed to disk first (models/atomic.py), so neither a kill nor a power cut leaves half of one. Reading one
 that is damaged anyway raises an XtagError naming the file and the cause. Written and read by the shared
 training loop (training/deep/loop.py) for every transformer family, which also ends its runs here
-(`fit_or_reload`) and keeps its heads beside the Hugging Face transformer directory (`save_heads`).
+(`fit_or_reload`); what a finished run leaves for export is training/deep/result.py's.
 """
 
 from __future__ import annotations
@@ -132,7 +132,8 @@ class Checkpoint:
 def fit_or_reload(net: nn.Module, folder: Path, fit, ctx, log, name: str) -> dict:
     """The end of a transformer family's run: a finished run (done.json) reloads final.safetensors without
     retraining; otherwise `fit()` trains, rank 0 writes the weights and then done.json (last: it marks them
-    complete) and drops the step checkpoint, and every rank waits. Returns the run's stats."""
+    complete) and drops the step checkpoint, and every rank waits. Rank 0 logs the stats (`<name>_done`, the
+    loss aside); returns them."""
     done = folder / "done.json"
     if done.is_file():
         with reading(done, "the finished run's summary"):
@@ -140,46 +141,17 @@ def fit_or_reload(net: nn.Module, folder: Path, fit, ctx, log, name: str) -> dic
         with reading(folder / "final.safetensors", "the finished run's weights", SafetensorError):
             load_model(net, str(folder / "final.safetensors"), device=str(ctx.device))
         log({"event": "resume", "what": f"{name} (finished)", "step": stats["steps"]})
-        return stats
-    stats = fit()
+    else:
+        stats = fit()
+        if ctx.is_main:
+            with replacing(folder / "final.safetensors") as tmp:
+                save_model(net, str(tmp))
+            write_text_atomic(done, json.dumps(stats))
+            Checkpoint(folder / "current").clear()
+        ctx.barrier()
     if ctx.is_main:
-        with replacing(folder / "final.safetensors") as tmp:
-            save_model(net, str(tmp))
-        write_text_atomic(done, json.dumps(stats))
-        Checkpoint(folder / "current").clear()
-    ctx.barrier()
+        log({"event": f"{name}_done", **{k: v for k, v in stats.items() if k != "loss"}})
     return stats
-
-
-HEADS_FILE = "heads.safetensors"
-
-
-def save_heads(net: nn.Module, folder: Path) -> None:
-    """Everything of a finished net but its transformer (saved beside as a Hugging Face directory)."""
-    save_file(
-        {k: v.detach().contiguous() for k, v in net.state_dict().items() if not k.startswith("transformer.")},
-        str(folder / HEADS_FILE),
-    )
-
-
-def save_encoder_folder(
-    folder: Path, net: nn.Module, tokenizer, encoder_config, shape: tuple[str, dict], samples
-) -> None:
-    """The `encoder/` folder a finished transformer run leaves for export: the Hugging Face transformer, its
-    tokenizer, xtag's encoder config, the net's heads, `shape` (file name, the net's shape) and sample texts."""
-    folder.mkdir(parents=True, exist_ok=True)
-    net.transformer.save_pretrained(str(folder), safe_serialization=True)
-    tokenizer.tokenizer.save(str(folder / "tokenizer.json"))
-    (folder / "xtag_encoder.json").write_text(encoder_config.model_dump_json(indent=2))
-    save_heads(net, folder)
-    (folder / shape[0]).write_text(json.dumps(shape[1]))
-    (folder / "sample_texts.json").write_text(json.dumps(samples, ensure_ascii=False))
-
-
-def load_heads(net: nn.Module, folder: Path) -> None:
-    missing, unexpected = net.load_state_dict(load_file(str(folder / HEADS_FILE)), strict=False)
-    if unexpected or any(not k.startswith("transformer.") for k in missing):
-        raise ValueError(f"{folder / HEADS_FILE}: missing {missing}, unexpected {unexpected}")
 
 
 def run_tree(path: Path, ctx, build) -> ClusterChain:

@@ -71,16 +71,9 @@ class TextEncoder(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return pool(self.hidden(input_ids, attention_mask), attention_mask, self.pooling)
 
-    def save(self, folder: Path, tokenizer: TextTokenizer, config: EncoderConfig) -> None:
-        """A Hugging Face directory (safetensors) plus tokenizer.json and xtag's encoder config."""
-        folder.mkdir(parents=True, exist_ok=True)
-        self.transformer.save_pretrained(str(folder), safe_serialization=True)
-        tokenizer.tokenizer.save(str(folder / "tokenizer.json"))
-        (folder / "xtag_encoder.json").write_text(config.model_dump_json(indent=2))
-
 
 def load_trained(folder: Path, attn_implementation: str | None = None) -> tuple[TextEncoder, EncoderConfig]:
-    """Load an encoder saved by `TextEncoder.save` (a run's model/encoder)."""
+    """The encoder of a run's model/encoder (training/deep/result.save_encoder_folder) and its encoder config."""
     config = EncoderConfig.model_validate(json.loads((folder / "xtag_encoder.json").read_text()))
     return TextEncoder.from_pretrained(folder, config.pooling, attn_implementation), config
 

@@ -1,9 +1,9 @@
-"""The one training loop both transformer families run, each with its own net, optimiser, loss and epoch order.
+"""The one training loop the three transformer families run, each with its own net, optimiser, loss and epoch order.
 
-XR-Transformer runs it once per tree level (training/xr_transformer/finetune.py), LightXML once end
-to end (training/lightxml/train.py). The loop owns what they share: AMP (training/deep/optim.py),
-gradient accumulation (DDP all-reduces only on the micro-batch that ends an accumulation), the LR
-schedule, clipping, step checkpoints that a killed run resumes from to the same weights
+XR-Transformer runs it once per tree level (training/xr_transformer/finetune.py), LightXML and CascadeXML
+once end to end (training/lightxml/train.py, training/cascadexml/train.py). The loop owns what they share:
+AMP (training/deep/optim.py), gradient accumulation (DDP all-reduces only on the micro-batch that ends an
+accumulation), the LR schedule, clipping, step checkpoints that a killed run resumes from to the same weights
 (training/deep/checkpoint.py), the progress bar, `step` events in the JSON log, and the callbacks run
 after each optimiser step (SWA in training/deep/swa.py, LightXML's model selection and static negatives).
 """

@@ -18,7 +18,6 @@ the selection metric is the mean of P@1/3/5 on the validation split.
 from __future__ import annotations
 
 import math
-import random
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +29,7 @@ from xtag.models.atomic import write_atomic
 from xtag.models.errors import XtagError, reading
 from xtag.models.label_tree import ClusterChain
 from xtag.models.lightxml.model import LightXMLHeadConfig, LightXMLModel, cluster_members
-from xtag.models.onnx_encoder import EncoderConfig, TextTokenizer
+from xtag.models.onnx_encoder import TextTokenizer
 from xtag.training.config import TrainConfig
 from xtag.training.deep.candidates import csr_row
 from xtag.training.deep.checkpoint import Checkpoint, fit_or_reload, run_tree
@@ -39,15 +38,14 @@ from xtag.training.deep.encoder import TextEncoder, load_tokenizer
 from xtag.training.deep.loop import Budget, Callback, TrainingLoop, epoch_order, start_run
 from xtag.training.deep.losses import LabelWeightTable, weighted_pointwise_loss
 from xtag.training.deep.optim import decay_groups
+from xtag.training.deep.result import NetRunResult, finish_run
 from xtag.training.deep.swa import SWA
 from xtag.training.lightxml.clusters import label_clusters, training_candidates
 from xtag.training.lightxml.config import LightXMLConfig
 from xtag.training.lightxml.net import LightXMLNet
-from xtag.training.lightxml.result import LightXMLResult
+from xtag.training.lightxml.result import LIGHTXML_NET
 from xtag.training.lightxml.validation import ModelSelection, net_outputs, validation_split
-from xtag.training.weighting.label_weights import head_weights, label_positive_weights, node_weights
-
-SAMPLE_TEXTS = 256  # training texts kept with the run for the export's parity check
+from xtag.training.weighting.label_weights import head_label_weights, node_weights
 
 
 class Trainer(Callback):
@@ -257,7 +255,7 @@ def train_lightxml(
     checkpoint_dir: Path,
     progress: bool = True,
     log: Callable[[dict], None] = lambda e: None,
-) -> LightXMLResult | None:
+) -> NetRunResult | None:
     """Train LightXML; returns None on DDP ranks other than 0."""
     lc = config.lightxml
     folder = checkpoint_dir / "lightxml"
@@ -280,20 +278,14 @@ def train_lightxml(
             "negatives": lc.negatives,
         }
     )
-    weighted = label_positive_weights(Y, config.missing_labels)  # the run's missing-label loss, if any
-    head_w = None if weighted is None else head_weights(weighted.weights, weighted.freq)
+    weighted = head_label_weights(Y, config.missing_labels)  # the run's missing-label loss, if any
     if weighted is not None:
-        log({"event": "head_weights", **weighted.facts, "head_max": round(float(head_w.max()), 4)})
+        log({"event": "head_weights", **weighted.facts})
+    head_w = None if weighted is None else weighted.weights
     trainer = Trainer(net, chain, texts, Y, tokenizer, lc, ctx, folder, progress, log, head_w)
     stats = fit_or_reload(net, folder, trainer.fit, ctx, log, "lightxml")
     if not ctx.is_main:
         ctx.close()
         return None
-    log({"event": "lightxml_done", **{k: v for k, v in stats.items() if k != "loss"}})
-    ctx.close()
-    net = net.cpu().eval()
-    enc_config = EncoderConfig(
-        max_length=lc.max_length, pooling="cls", features="dense", dim=net.width, source=str(lc.encoder)
-    )
-    sample = random.Random(lc.seed).sample(texts, min(SAMPLE_TEXTS, len(texts)))
-    return LightXMLResult(net, chain, tokenizer, enc_config, trainer.head, sample, stats)
+    enc_config, sample = finish_run(ctx, lc, texts, net.width)
+    return NetRunResult(LIGHTXML_NET, net.cpu().eval(), chain, tokenizer, enc_config, trainer.head, sample, stats)

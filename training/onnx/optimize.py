@@ -21,10 +21,9 @@ import numpy as np
 from torch import nn
 from xtag.models.errors import XtagError
 from xtag.training.exporting import step
-from xtag.training.onnx.parity import embedding_diff
+from xtag.training.onnx.parity import Outputs, compare, per_output, top_agreement
 
 FP16_MIN_COSINE = 0.999
-Outputs = dict[str, np.ndarray]
 
 
 def attention_shape(module: nn.Module) -> tuple[int, int]:
@@ -69,14 +68,18 @@ def _fp16(source: Path, target: Path) -> None:
     model.save_model_to_file(str(target))
 
 
-def _diff(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
-    return embedding_diff(a.astype(np.float32), b.astype(np.float32))
-
-
-def set_precision(folder: Path, precision: str, outputs: Callable[[], Outputs], fp32: Outputs, torch: Outputs) -> dict:
+def set_precision(
+    folder: Path,
+    precision: str,
+    outputs: Callable[[], Outputs],
+    fp32: Outputs,
+    torch: Outputs,
+    top5: Callable[[Outputs], np.ndarray] | None = None,
+) -> dict:
     """Rewrite folder/model.onnx to `precision` (int8 or fp16), mark it in config.json, and measure the new
-    graph's `outputs()` against the fp32 graph's and torch's. fp16 runs on onnxruntime's CPU provider
-    here: GPU kernels round differently, so the figures say which provider checked them."""
+    graph's `outputs()` against the fp32 graph's and torch's, and (`top5`: outputs → top-5 label ids) how far
+    its predictions agree with the fp32 graph's. fp16 runs on onnxruntime's CPU provider here: GPU kernels
+    round differently, so the figures say which provider checked them."""
     source = folder / "model.fp32.onnx"
     (folder / "model.onnx").rename(source)
     with step(f"{precision} conversion"):
@@ -86,16 +89,13 @@ def set_precision(folder: Path, precision: str, outputs: Callable[[], Outputs], 
     config.update(precision=precision, quantized=precision == "int8")
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     got = outputs()
-    report = {
-        "vs_fp32": {name: _diff(got[name], fp32[name]) for name in fp32},
-        "vs_torch": {name: _diff(got[name], torch[name]) for name in torch},
-        "checked_on": "CPUExecutionProvider",
-    }
-    if len(fp32) == 1:  # one output: the flat form the report had before there were several
-        report = {k: (next(iter(v.values())) if isinstance(v, dict) else v) for k, v in report.items()}
+    report = {"vs_fp32": compare(got, fp32), "vs_torch": compare(got, torch), "checked_on": "CPUExecutionProvider"}
+    if top5 is not None:
+        report["top5_agreement_vs_fp32"] = top_agreement(top5(got), top5(fp32))
     if precision == "fp16":
-        worst = min(_diff(got[n], fp32[n])["mean_cosine"] for n in fp32)
-        if not all(np.isfinite(got[n]).all() for n in got) or not worst >= FP16_MIN_COSINE:
+        arrays = got.values() if isinstance(got, dict) else [got]
+        worst = min(m["mean_cosine"] for m in per_output(report["vs_fp32"]))
+        if not all(np.isfinite(a).all() for a in arrays) or not worst >= FP16_MIN_COSINE:
             raise XtagError(
                 f"fp16 graph: outputs non-finite or off the fp32 graph's (mean cosine {worst:.4g} < "
                 f"{FP16_MIN_COSINE}); refusing to export"

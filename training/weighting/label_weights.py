@@ -143,6 +143,17 @@ def head_weights(weights: np.ndarray, frequencies: np.ndarray) -> np.ndarray:
     return w * (n.sum() / total) if total > 0 else w
 
 
+def head_label_weights(Y: sp.csr_matrix, config: MissingLabelsConfig) -> LabelWeights | None:
+    """The run's missing-label weights as the transformer heads train with them: per label, `head_weights`
+    of w⁺c⁺ (its facts add their maximum, `head_max`); None without a weighting. Tree levels above the labels
+    take `level_positive_weights` of these, as the rankers do of theirs."""
+    weighted = label_positive_weights(Y, config)
+    if weighted is None:
+        return None
+    u = head_weights(weighted.weights, weighted.freq)
+    return LabelWeights(u, weighted.freq, {**weighted.facts, "head_max": round(float(u.max()), 4)})
+
+
 def node_weights(weights: np.ndarray, frequencies: np.ndarray, leaf_node: np.ndarray, n_nodes: int) -> np.ndarray:
     """A tree level's per-node positive weight from its labels' weights (XR-Linear and XR-Transformer levels).
 

@@ -14,7 +14,6 @@ import numpy as np
 import torch
 from torch import nn
 from xtag.models.components import assemble, present
-from xtag.models.errors import XtagError
 from xtag.models.onnx_encoder import OnnxEncoder
 from xtag.models.xlinear.model import XLinearModel
 from xtag.models.xlinear.shortlist import FaissShortlist, level1_recall
@@ -23,7 +22,7 @@ from xtag.training.deep.encoder import encode_texts, load_trained
 from xtag.training.exporting import copy_run_model, step
 from xtag.training.onnx.graph import write_graph
 from xtag.training.onnx.optimize import set_precision
-from xtag.training.onnx.parity import embedding_diff, top_agreement
+from xtag.training.onnx.parity import parity_gate, top_agreement
 from xtag.training.xr_transformer.config import XRExportConfig
 
 
@@ -39,7 +38,8 @@ class _HiddenStates(nn.Module):
 
 
 def export_encoder(run_encoder: Path, out: Path, config: XRExportConfig) -> tuple[dict, np.ndarray, np.ndarray]:
-    """Write out/{model.onnx, tokenizer.json, config.json}; fail when ONNX and torch disagree beyond tolerance.
+    """Write out/{model.onnx, tokenizer.json, config.json}; fail when ONNX and torch disagree beyond tolerance
+    (training/onnx/parity.parity_gate).
 
     Returns the report and the ONNX and torch embeddings of the parity texts (for `set_precision`).
     """
@@ -53,19 +53,7 @@ def export_encoder(run_encoder: Path, out: Path, config: XRExportConfig) -> tupl
     with step(f"parity check, torch vs ONNX on {len(texts)} texts"):
         reference = encode_texts(encoder, tokenizer, texts, 16, torch.device("cpu"))
         fp32 = OnnxEncoder.load(out).encode(texts)
-        parity = embedding_diff(fp32, reference)
-    report = {
-        "opset": config.opset,
-        "parity_texts": len(texts),
-        "parity_tolerance": config.parity_tolerance,
-        "parity": parity,
-    }
-    if not parity["max_abs_diff"] <= config.parity_tolerance:
-        raise XtagError(
-            f"ONNX encoder differs from torch by {parity['max_abs_diff']:.3g} on {len(texts)} "
-            f"texts (tolerance {config.parity_tolerance}); refusing to export"
-        )
-    return report, fp32, reference
+    return parity_gate(config, len(texts), fp32, reference), fp32, reference
 
 
 def _featurizer(bundle: Path):
@@ -87,11 +75,7 @@ def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:
         fp32_top = model.predict(X, k=5).labels
         parity = texts[: len(fp32)]
         report[precision] = set_precision(
-            tmp / "encoder",
-            precision,
-            lambda: {"embedding": OnnxEncoder.load(tmp / "encoder").encode(parity)},
-            {"embedding": fp32},
-            {"embedding": reference},
+            tmp / "encoder", precision, lambda: OnnxEncoder.load(tmp / "encoder").encode(parity), fp32, reference
         )
         X = _featurizer(tmp).transform(texts)
         report[precision]["top5_agreement_vs_fp32"] = top_agreement(model.predict(X, k=5).labels, fp32_top)

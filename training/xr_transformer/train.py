@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import random
 import shutil
 import time
 from collections.abc import Callable
@@ -35,19 +34,13 @@ from xtag.training.deep.checkpoint import seed_all as _seed
 from xtag.training.deep.distributed import DistContext
 from xtag.training.deep.encoder import TextEncoder, encode_texts, load_tokenizer
 from xtag.training.deep.loop import start_run
+from xtag.training.deep.result import finish_run, save_encoder_folder
 from xtag.training.tree.build import build_tree, pifa_embeddings
-from xtag.training.weighting.label_weights import (
-    MissingLabelsConfig,
-    head_weights,
-    label_positive_weights,
-    level_positive_weights,
-)
+from xtag.training.weighting.label_weights import head_label_weights, level_positive_weights
 from xtag.training.xlinear.config import XLinearConfig
 from xtag.training.xlinear.train import train_level, train_xlinear
 from xtag.training.xr_transformer.config import XRTransformerConfig
 from xtag.training.xr_transformer.finetune import LevelProblem, XRNet, finetune_level
-
-SAMPLE_TEXTS = 256  # training texts kept with the run for the export's parity and recall checks
 
 
 @dataclass
@@ -62,8 +55,7 @@ class XRTransformerResult:
 
     def save(self, folder: Path) -> None:
         self.model.save(folder)
-        self.encoder.save(folder / "encoder", self.tokenizer, self.encoder_config)
-        (folder / "encoder" / "sample_texts.json").write_text(json.dumps(self.sample_texts, ensure_ascii=False))
+        save_encoder_folder(folder / "encoder", self.encoder, self.tokenizer, self.encoder_config, self.sample_texts)
 
     def summary(self) -> dict:
         return {"features": self.model.config.n_features}
@@ -85,19 +77,6 @@ def relevance(chain: ClusterChain, Y: sp.csr_matrix, t: int) -> sp.csr_matrix:
     scale = np.divide(counts, sums, out=np.zeros_like(sums), where=sums > 0)
     R.data *= np.repeat(scale, counts).astype(np.float32)
     return R
-
-
-def head_label_weights(Y: sp.csr_matrix, missing: MissingLabelsConfig) -> tuple[np.ndarray, np.ndarray] | None:
-    """Per-label positive weights of the fine-tuned heads under the run's missing-label loss, and the label
-    frequencies behind them (None: plain).
-
-    The rankers' w⁺c⁺ (training/weighting/label_weights.py) normalised as deep models need (`head_weights`); the
-    fine-tuning resolutions' clusters then take `level_positive_weights` of these, as the rankers do.
-    """
-    weighted = label_positive_weights(Y, missing)
-    if weighted is None:
-        return None
-    return head_weights(weighted.weights, weighted.freq), weighted.freq
 
 
 def top_k_parents(E: np.ndarray, W: np.ndarray, b: np.ndarray, k: int, chunk: int = 4096) -> sp.csr_matrix:
@@ -250,7 +229,7 @@ def multi_resolution_finetune(
         head = (net.weight.detach().cpu().numpy(), net.bias.detach().cpu().numpy())
         log({"event": "resume", "what": f"fine-tuned levels 1..{first - 1}"})
     ckpt = Checkpoint(folder / "current")
-    label_w, freq = head_label_weights(Y, config.missing_labels) or (None, None)
+    label_w, freq, _ = head_label_weights(Y, config.missing_labels) or (None, None, None)
     if label_w is not None:
         log({"event": "head_weights", "loss": config.missing_labels.weighting, "max": round(float(label_w.max()), 4)})
     for t in range(first, chain.depth + 1):
@@ -342,9 +321,5 @@ def train_xr_transformer(
         Phi, Y, config.xlinear, checkpoint_dir / "rankers", progress, log, missing_labels=config.missing_labels
     )
     model = XLinearModel(model.chain, model.levels, model.config.model_copy(update={"dense_features": E.shape[1]}))
-    ctx.close()
-    enc_config = EncoderConfig(
-        max_length=xc.max_length, pooling=xc.pooling, features=xc.features, dim=encoder.dim, source=str(xc.encoder)
-    )
-    sample = random.Random(xc.seed).sample(texts, min(SAMPLE_TEXTS, len(texts)))
+    enc_config, sample = finish_run(ctx, xc, texts, encoder.dim, xc.pooling, xc.features)
     return XRTransformerResult(model, encoder.cpu(), tokenizer, enc_config, sample)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import gc
 import logging
 import time
 from dataclasses import dataclass, field
@@ -112,15 +114,52 @@ def check_warmup(preds: Predictions, what: str) -> None:
 
 
 def load_and_warm(path: Path, warmup_text: str, device=None) -> ServedModel:
-    """Load (on `device`, default cpu), verify and warm a bundle; raises XtagError if any step fails."""
-    model = ServedModel(load_bundle(path, device))
+    """Load (on `device`, default cpu), verify and warm a bundle; raises XtagError if any step fails.
+
+    The error raised is a fresh one, made after the half-built model is gone: a failure's traceback holds
+    the frames that built it, and in the worker thread that loads, anyio's future and that traceback form a
+    reference cycle, so each refused bundle stayed in memory until a full collection, and the memory it freed
+    then stayed in the thread's malloc arena (issue 30: every refused reload grew RSS by ~7 MB)."""
+    model, error = _load_and_warm(path, warmup_text, device)
+    if model is None:
+        release_memory()
+        raise XtagError(error)
+    return model
+
+
+def _load_and_warm(path: Path, warmup_text: str, device) -> tuple[ServedModel | None, str]:
+    """(the warmed model, "") or (None, why not): no exception, so no traceback, leaves this function."""
+    try:
+        model = ServedModel(load_bundle(path, device))
+    except XtagError as exc:
+        return None, str(exc)
+    except Exception as exc:  # anything that keeps a bundle from loading leaves the old one in place
+        return None, f"{path}: cannot load ({type(exc).__name__}: {exc})"
     try:
         model.warm_up(warmup_text)
     except WarmupCheckFailed as exc:
-        raise XtagError(f"{path}: refused: {exc}") from exc
+        return None, f"{path}: refused: {exc}"
     except Exception as exc:  # a bundle that loads but cannot predict must not go live
-        raise XtagError(f"{path}: warm-up prediction failed ({type(exc).__name__}: {exc})") from exc
-    return model
+        return None, f"{path}: warm-up prediction failed ({type(exc).__name__}: {exc})"
+    return model, ""
+
+
+def release_memory() -> None:
+    """Collect what a failed load left and give the freed heap back to the OS: glibc keeps the pages a worker
+    thread's arrays used in that thread's arena (malloc_trim returns them; absent outside glibc: a no-op)."""
+    gc.collect()
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
+def _malloc_trim():
+    try:
+        return ctypes.CDLL(None).malloc_trim  # the process's own C library
+    except (OSError, TypeError, AttributeError):  # not glibc (or no dlopen(NULL) at all)
+        return None
+
+
+_MALLOC_TRIM = _malloc_trim()
 
 
 class ReloadInProgress(XtagError):

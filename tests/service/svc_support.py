@@ -89,6 +89,52 @@ def poisoned_bundle(bundles: dict[str, Path], out: Path, array: str) -> Path:
     return out
 
 
+def synthetic_bundle(folder: Path, name: str, labels: int = 2000, features: int = 20000, density: float = 0.01) -> Path:
+    """An XR-Linear bundle of random rankers (no training: seconds), as large as a real one's engine arrays
+    (the defaults: about 20 MB), exported through the normal path (training/bundle.py)."""
+    import numpy as np
+    import scipy.sparse as sp
+    from xtag.models.beam_search import RankerLevel
+    from xtag.models.features import TfidfConfig, TfidfFeaturizer
+    from xtag.models.label_tree import ClusterChain
+    from xtag.models.labels import LabelVocab
+    from xtag.models.xlinear.model import RankerConfig, XLinearModel
+    from xtag.training.run import save_model
+
+    rng = np.random.default_rng(0)
+    texts = [" ".join(f"w{j}" for j in range(i, features, 64)) for i in range(64)]  # every word once
+    featurizer, _ = TfidfFeaturizer.fit(texts, TfidfConfig(min_df=1, ngram_max=1))
+    clusters = 64
+    chain = ClusterChain(
+        [np.array([0, clusters]), np.linspace(0, labels, clusters + 1).astype(np.int64)], np.arange(labels)
+    )
+    levels = [
+        RankerLevel(sp.random(n, featurizer.dim, density=density, format="csr", dtype=np.float32, random_state=rng),
+                    rng.normal(size=n).astype(np.float32))
+        for n in (clusters, labels)
+    ]  # fmt: skip
+    vocab = LabelVocab([f"tag::t{j}" for j in range(labels)], [1] * labels, 1)
+    run = folder / f"run-{name}"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(TrainConfig(corpus=folder / "none.jsonl").model_dump_json())
+    save_model(run, vocab, featurizer, XLinearModel(chain, levels, RankerConfig(n_features=featurizer.dim)))
+    export_run(run, folder / name, name)
+    return folder / name
+
+
+def poison(bundle: Path, rel: str) -> Path:
+    """Set every value of the bundle's float array `rel` (a .npy) to NaN and re-hash it in the manifest."""
+    import numpy as np
+    from xtag.models.manifest import sha256
+
+    array = np.load(bundle / rel)
+    np.save(bundle / rel, np.full_like(array, np.nan))
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["files"][rel] = sha256(bundle / rel)
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    return bundle
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

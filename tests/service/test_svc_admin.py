@@ -209,3 +209,23 @@ def test_warm_up_checks_the_predictions_not_just_that_they_ran(
     assert r.status_code == 422 and words in r.json()["detail"]
     assert c.get("/ready").json()["model"]["name"] == "tiny-a"
     assert words in c.get("/ready").json()["last_reload_error"]
+
+
+def test_a_bundle_with_out_of_range_indices_is_refused_like_a_nan_one(make_client, bundles, tmp_path):
+    """Issue 30: every value of rankers/engine/fm_node.npy set to 50,000,000, the manifest re-hashed: the reload
+    answered 200 and the first prediction segfaulted the server. It is refused at load, naming the array."""
+    from xtag.models.manifest import sha256
+
+    bad = tmp_path / "bad-indices"
+    shutil.copytree(bundles["a"], bad)
+    rel = "rankers/engine/fm_node.npy"
+    np.save(bad / rel, np.full_like(np.load(bad / rel), 50_000_000))
+    manifest = json.loads((bad / "manifest.json").read_text())
+    manifest["files"][rel] = sha256(bad / rel)
+    (bad / "manifest.json").write_text(json.dumps(manifest))
+    c = make_client(admin_key=ADMIN_KEY, bundle_root=tmp_path)
+    r = c.post(RELOAD, json={"bundle": str(bad)}, headers=ADMIN)
+    assert r.status_code == 422 and "bad-indices/rankers/engine/fm_node.npy: bad index array" in r.json()["detail"]
+    assert str(tmp_path) not in r.text
+    p = c.post("/v1/predict", json={"text": "python script"})
+    assert p.status_code == 200 and p.json()["model"]["name"] == "tiny-a"

@@ -63,15 +63,37 @@ def test_reload_targets_must_lie_under_the_bundle_root(make_client, bundles, tmp
     escape.symlink_to(outside)
     try:
         c = make_client(admin_key=ADMIN_KEY)  # default root: tiny-a's parent folder
-        for target in (outside, escape, bundles["a"].parent / ".." / tmp_path.name / "elsewhere"):
+        for target in (outside, bundles["a"].parent / ".." / tmp_path.name / "elsewhere"):
             r = c.post(RELOAD, json={"bundle": str(target)}, headers=ADMIN)
             assert r.status_code == 403 and "XTAG_BUNDLE_ROOT" in r.json()["detail"], target
             assert str(outside) not in r.text
+        # a symlink out is refused as a missing name is (test_odd_targets_get_the_missing_name_answer)
+        r = c.post(RELOAD, json={"bundle": str(escape)}, headers=ADMIN)
+        assert r.status_code == 422 and r.json()["type"].endswith("not-a-bundle") and str(outside) not in r.text
         # with the root set to where it is, the same bundle loads
         c2 = make_client(admin_key=ADMIN_KEY, bundle_root=tmp_path)
         assert c2.post(RELOAD, json={"bundle": str(outside)}, headers=ADMIN).json()["model"]["name"] == "tiny-b"
     finally:
         escape.unlink()
+
+
+def test_odd_targets_get_the_missing_name_answer(make_client, bundles, tmp_path):
+    """Issue 30: a NUL in the name, a component over 255 bytes and a symlink loop answered 500; a symlink that
+    leads out of the root answered 403 where a missing name answers 422, which told symlinks from missing names."""
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "loop").symlink_to(root / "loop")
+    (root / "out").symlink_to(bundles["b"])  # a real bundle, outside the root
+    c = make_client(admin_key=ADMIN_KEY, bundle_root=root)
+    answers = set()
+    for name in ("missing", "a\x00b", "x" * 300, "loop", "loop/deeper", "out", f"{'y' * 256}/z"):
+        for given in (name, str(root / name)):
+            r = c.post(RELOAD, json={"bundle": given}, headers=ADMIN)
+            assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json", (name, r.text)
+            assert str(bundles["b"]) not in r.text
+            answers.add((r.json()["type"], r.json()["detail"].replace(repr(given), "X")))
+    assert len(answers) == 1, answers
+    assert c.post("/v1/predict", json={"text": "python"}).json()["model"]["name"] == "tiny-a"
 
 
 def test_missing_and_non_bundle_targets_get_the_same_answer(make_client, bundles, tmp_path):

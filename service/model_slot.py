@@ -6,6 +6,7 @@ import asyncio
 import ctypes
 import gc
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,10 +169,14 @@ class ReloadInProgress(XtagError):
 
 def public_message(message: str, path: Path) -> str:
     """`message` with the bundle's path shown as its directory name: errors reach clients (/ready, the
-    reload answer), and absolute paths tell them about the server's filesystem."""
+    reload answer), and absolute paths tell them about the server's filesystem. Any absolute path still left
+    (none should be: loaders name files inside the bundle) is replaced, not shown."""
     for form in sorted({str(path), str(path.absolute()), str(path.resolve())}, key=len, reverse=True):
         message = message.replace(form, path.name or str(path))
-    return message
+    return SERVER_PATH.sub("<server path>", message)
+
+
+SERVER_PATH = re.compile(r"(?<![\w.~-])/[^\s'\"(),;]+")  # "/a/b", not "bundle/a/b" nor "1/2"
 
 
 class ModelRegistry:

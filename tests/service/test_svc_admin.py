@@ -251,3 +251,43 @@ def test_a_bundle_with_out_of_range_indices_is_refused_like_a_nan_one(make_clien
     assert str(tmp_path) not in r.text
     p = c.post("/v1/predict", json={"text": "python script"})
     assert p.status_code == 200 and p.json()["model"]["name"] == "tiny-a"
+
+
+@pytest.mark.parametrize("how", ["unlisted symlink", "absolute manifest path"])
+def test_a_refused_bundle_shows_no_server_path(make_client, bundles, tmp_path, how):
+    """Issue 30: /ready named an unlisted symlink's absolute target, and echoed absolute paths of a manifest."""
+    from xtag.models.manifest import sha256
+
+    secret = tmp_path / "secret-place" / "target.json"
+    secret.parent.mkdir()
+    secret.write_text("{}")
+    bad = tmp_path / "root" / "bad"
+    shutil.copytree(bundles["a"], bad)
+    if how == "unlisted symlink":
+        (bad / "link.json").symlink_to(secret)
+    else:
+        manifest = json.loads((bad / "manifest.json").read_text())
+        manifest["files"][str(secret)] = sha256(secret)
+        (bad / "manifest.json").write_text(json.dumps(manifest))
+    c = make_client(wait=False, bundle=bad)
+    deadline = time.time() + STARTUP_S
+    while "bad" not in c.get("/ready").text and time.time() < deadline:
+        time.sleep(0.02)
+    r = c.get("/ready")
+    assert r.status_code == 503 and "bad: " in r.json()["detail"], r.text
+    assert "secret-place" not in r.text and str(tmp_path) not in r.text, r.text
+    ok = make_client(admin_key=ADMIN_KEY, bundle_root=bad.parent)
+    r = ok.post(RELOAD, json={"bundle": "bad"}, headers=ADMIN)
+    assert r.status_code == 422 and "secret-place" not in r.text and str(tmp_path) not in r.text, r.text
+
+
+def test_public_messages_replace_any_absolute_path_left():
+    """The loaders name files inside the bundle (shown relative to it); an absolute path anywhere else in a
+    message, say in an OS error, is a server path and is not shown."""
+    from pathlib import Path
+
+    message = "/srv/xtag/bundles/b: cannot load (OSError: [Errno 5] I/O error: '/mnt/cache/x.npy'); see /var/log"
+    public = registry.public_message(message, Path("/srv/xtag/bundles/b"))
+    assert public == "b: cannot load (OSError: [Errno 5] I/O error: '<server path>'); see <server path>"
+    kept = "b/rankers/level_2.npz: values 0..1 (1/2 of them), application/json"
+    assert registry.public_message(kept, Path("/srv/xtag/bundles/b")) == kept

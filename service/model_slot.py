@@ -16,6 +16,7 @@ import numpy as np
 from xtag.models.beam_search import Predictions
 from xtag.models.bundle import Bundle, load_bundle
 from xtag.models.errors import XtagError
+from xtag.models.finite import nonfinite_arrays
 from xtag.models.reweighting import gains_for, label_weights, predict_reweighted
 
 log = logging.getLogger("xtag.service")
@@ -75,29 +76,6 @@ class ServedModel:
         check_warmup(self.predict(texts, k, None, self.gains("psp", 0.5, None)), "reweighted")
         self.predicted[:] = 0
         self.warmup_ms = (time.perf_counter() - start) * 1e3
-
-
-def nonfinite_arrays(folder: Path, files: dict) -> list[str]:
-    """The bundle's .npy/.npz float arrays (those its manifest lists) that hold NaN or inf, as
-    `file[key] (n of size)`; a few hundred MB scan in well under a second, like the checksums."""
-    bad = []
-
-    def check(name: str, array: np.ndarray) -> None:
-        if array.dtype.kind in "fc":
-            n = int(
-                sum((~np.isfinite(chunk)).sum() for chunk in np.array_split(array.ravel(), 1 + array.size // 2**24))
-            )
-            if n:
-                bad.append(f"{name} ({n} of {array.size})")
-
-    for rel in files:
-        if rel.endswith(".npy"):  # memory-mapped: scanned in chunks, never copied whole
-            check(rel, np.load(folder / rel, mmap_mode="r", allow_pickle=False))
-        elif rel.endswith(".npz"):
-            with np.load(folder / rel, allow_pickle=False) as z:
-                for key in z.files:  # one member in memory at a time (an 1M-label level holds GBs)
-                    check(f"{rel}[{key}]", z[key])
-    return bad
 
 
 class WarmupCheckFailed(XtagError):

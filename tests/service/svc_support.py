@@ -75,18 +75,10 @@ ADMIN = {"X-Admin-Key": ADMIN_KEY}
 
 
 def poisoned_bundle(bundles: dict[str, Path], out: Path, array: str) -> Path:
-    """A copy of tiny-a whose last ranker level has NaN in `array` ("data": the weights, or "bias"),
-    exported through the normal path (training/bundle.py), so that its manifest checksums match."""
-    import numpy as np
-
-    run = out.with_name(f"run-{out.name}")
-    shutil.copytree(bundles["a"].parent / "run-tiny-a", run)
-    level = run / "model" / "rankers" / "level_2.npz"
-    arrays = dict(np.load(level))
-    arrays[array] = np.full_like(arrays[array], np.nan)
-    np.savez(level, **arrays)
-    export_run(run, out, out.name)
-    return out
+    """A copy of tiny-a whose last ranker level has NaN in `array` ("data": the weights, or "bias"), its manifest
+    re-hashed (export itself refuses NaN since issue 30: this is a bundle edited after export)."""
+    shutil.copytree(bundles["a"], out)
+    return poison(out, "rankers/level_2.npz", array)
 
 
 def synthetic_bundle(folder: Path, name: str, labels: int = 2000, features: int = 20000, density: float = 0.01) -> Path:
@@ -122,13 +114,19 @@ def synthetic_bundle(folder: Path, name: str, labels: int = 2000, features: int 
     return folder / name
 
 
-def poison(bundle: Path, rel: str) -> Path:
-    """Set every value of the bundle's float array `rel` (a .npy) to NaN and re-hash it in the manifest."""
+def poison(bundle: Path, rel: str, key: str | None = None) -> Path:
+    """Set every value of the bundle's float array `rel` (a .npy, or member `key` of a .npz) to NaN and re-hash
+    it in the manifest."""
     import numpy as np
     from xtag.models.manifest import sha256
 
-    array = np.load(bundle / rel)
-    np.save(bundle / rel, np.full_like(array, np.nan))
+    if key is None:
+        np.save(bundle / rel, np.full_like(np.load(bundle / rel), np.nan))
+    else:
+        with np.load(bundle / rel) as z:
+            arrays = {k: z[k] for k in z.files}
+        arrays[key] = np.full_like(arrays[key], np.nan)
+        np.savez(bundle / rel, **arrays)
     manifest = json.loads((bundle / "manifest.json").read_text())
     manifest["files"][rel] = sha256(bundle / rel)
     (bundle / "manifest.json").write_text(json.dumps(manifest))

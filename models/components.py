@@ -68,8 +68,9 @@ def _rankers(path: Path, parts: Parts) -> None:
 def _shortlist(path: Path, parts: Parts) -> None:
     from xtag.models.xlinear.shortlist import FaissShortlist
 
-    shortlist = FaissShortlist.load(path).to_device(parts.device)
-    parts.need("model", "shortlist").first_level = shortlist
+    model = parts.need("model", "shortlist")
+    shortlist = FaissShortlist.load(path, nodes=model.chain.level_size(1), n_features=model.config.n_features)
+    model.first_level = shortlist.to_device(parts.device)
     parts.placement["shortlist"] = shortlist.placement
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+from xtag.models import bounds
 from xtag.models.atomic import write_atomic
 from xtag.models.errors import XtagError, reading
 
@@ -24,13 +25,15 @@ class ClusterChain:
     leaf_labels: np.ndarray
 
     def __post_init__(self) -> None:
-        if not self.ptrs or len(self.ptrs[0]) != 2:
-            raise XtagError("cluster chain: level 0 must be a single root")
-        for t in range(1, len(self.ptrs)):
-            if len(self.ptrs[t]) != self.ptrs[t - 1][-1] + 1:
-                raise XtagError(f"cluster chain: level {t} has an inconsistent pointer array")
-        if len(self.leaf_labels) != self.ptrs[-1][-1]:
-            raise XtagError("cluster chain: leaf label map does not cover the last level")
+        """Every pointer array runs from 0 without decreasing and has one entry per parent plus one; the leaves
+        are the labels, each once: beam search and the engine index with them unchecked (models/bounds.py)."""
+        if not self.ptrs:
+            raise XtagError("cluster chain: no levels")
+        for t, ptr in enumerate(self.ptrs):
+            bounds.integers(f"ptr_{t}", ptr)
+            parents = 1 if t == 0 else int(self.ptrs[t - 1][-1])  # level 0 is the single root
+            bounds.pointer(f"ptr_{t}", ptr, int(ptr[-1]) if len(ptr) else 0, parents + 1)
+        bounds.permutation("leaf_labels", bounds.integers("leaf_labels", self.leaf_labels), int(self.ptrs[-1][-1]))
 
     @property
     def depth(self) -> int:
@@ -90,7 +93,10 @@ class ClusterChain:
         """Raises an XtagError naming the file and the cause when it is empty, truncated or inconsistent."""
         with reading(path, "the label tree"), np.load(path, allow_pickle=False) as z:
             n = sum(1 for k in z.files if k.startswith("ptr_"))
-            return cls([z[f"ptr_{t}"].astype(np.int64) for t in range(n)], z["leaf_labels"].astype(np.int64))
+            arrays = [bounds.integers(f"ptr_{t}", z[f"ptr_{t}"]) for t in range(n)]
+            return cls(
+                [a.astype(np.int64) for a in arrays], bounds.integers("leaf_labels", z["leaf_labels"]).astype(np.int64)
+            )
 
     @classmethod
     def load_tree(cls, folder: Path) -> ClusterChain:

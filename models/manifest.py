@@ -113,8 +113,8 @@ def bundle_files(folder: Path) -> list[str]:
         for name in (*dirs, *names):
             full = Path(here) / name
             rel = full.relative_to(folder).as_posix()
-            if full.is_symlink() and not full.resolve().is_relative_to(root):
-                raise XtagError(f"{folder}: {rel} is a symbolic link to {full.resolve()}, outside the bundle")
+            if full.is_symlink() and not full.resolve().is_relative_to(root):  # its target is not named: a server path
+                raise XtagError(f"{folder}: {rel} is a symbolic link that leads outside the bundle")
         found += [(Path(here) / n).relative_to(folder).as_posix() for n in names if n not in JUNK]
     return sorted(f for f in found if f != MANIFEST)
 
@@ -154,7 +154,9 @@ def _inside(folder: Path, rel: str, what: str) -> Path:
     """`folder / rel`, refusing absolute paths, `..`, non-canonical spellings (`./a`, `a//b`, which would dodge
     the unlisted-file check) and paths that a symbolic link leads out of the bundle."""
     pure = PurePosixPath(rel) if isinstance(rel, str) else None
-    if pure is None or pure.is_absolute() or ".." in pure.parts or str(pure) != rel or rel in ("", "."):
+    if pure is not None and pure.is_absolute():  # not echoed: it names a place on the server, not in the bundle
+        raise XtagError(f"{folder}: manifest {what} path is absolute, not a relative path inside the bundle")
+    if pure is None or ".." in pure.parts or str(pure) != rel or rel in ("", "."):
         raise XtagError(f"{folder}: manifest {what} path {rel!r} is not a relative path inside the bundle")
     path = folder / rel
     if not path.resolve().is_relative_to(folder.resolve()):

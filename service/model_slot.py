@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import gc
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +16,7 @@ import numpy as np
 from xtag.models.beam_search import Predictions
 from xtag.models.bundle import Bundle, load_bundle
 from xtag.models.errors import XtagError
+from xtag.models.finite import nonfinite_arrays
 from xtag.models.reweighting import gains_for, label_weights, predict_reweighted
 
 log = logging.getLogger("xtag.service")
@@ -74,29 +78,6 @@ class ServedModel:
         self.warmup_ms = (time.perf_counter() - start) * 1e3
 
 
-def nonfinite_arrays(folder: Path, files: dict) -> list[str]:
-    """The bundle's .npy/.npz float arrays (those its manifest lists) that hold NaN or inf, as
-    `file[key] (n of size)`; a few hundred MB scan in well under a second, like the checksums."""
-    bad = []
-
-    def check(name: str, array: np.ndarray) -> None:
-        if array.dtype.kind in "fc":
-            n = int(
-                sum((~np.isfinite(chunk)).sum() for chunk in np.array_split(array.ravel(), 1 + array.size // 2**24))
-            )
-            if n:
-                bad.append(f"{name} ({n} of {array.size})")
-
-    for rel in files:
-        if rel.endswith(".npy"):  # memory-mapped: scanned in chunks, never copied whole
-            check(rel, np.load(folder / rel, mmap_mode="r", allow_pickle=False))
-        elif rel.endswith(".npz"):
-            with np.load(folder / rel, allow_pickle=False) as z:
-                for key in z.files:  # one member in memory at a time (an 1M-label level holds GBs)
-                    check(f"{rel}[{key}]", z[key])
-    return bad
-
-
 class WarmupCheckFailed(XtagError):
     """The warm-up prediction ran but its answer is unusable."""
 
@@ -112,15 +93,52 @@ def check_warmup(preds: Predictions, what: str) -> None:
 
 
 def load_and_warm(path: Path, warmup_text: str, device=None) -> ServedModel:
-    """Load (on `device`, default cpu), verify and warm a bundle; raises XtagError if any step fails."""
-    model = ServedModel(load_bundle(path, device))
+    """Load (on `device`, default cpu), verify and warm a bundle; raises XtagError if any step fails.
+
+    The error raised is a fresh one, made after the half-built model is gone: a failure's traceback holds
+    the frames that built it, and in the worker thread that loads, anyio's future and that traceback form a
+    reference cycle, so each refused bundle stayed in memory until a full collection, and the memory it freed
+    then stayed in the thread's malloc arena (issue 30: every refused reload grew RSS by ~7 MB)."""
+    model, error = _load_and_warm(path, warmup_text, device)
+    if model is None:
+        release_memory()
+        raise XtagError(error)
+    return model
+
+
+def _load_and_warm(path: Path, warmup_text: str, device) -> tuple[ServedModel | None, str]:
+    """(the warmed model, "") or (None, why not): no exception, so no traceback, leaves this function."""
+    try:
+        model = ServedModel(load_bundle(path, device))
+    except XtagError as exc:
+        return None, str(exc)
+    except Exception as exc:  # anything that keeps a bundle from loading leaves the old one in place
+        return None, f"{path}: cannot load ({type(exc).__name__}: {exc})"
     try:
         model.warm_up(warmup_text)
     except WarmupCheckFailed as exc:
-        raise XtagError(f"{path}: refused: {exc}") from exc
+        return None, f"{path}: refused: {exc}"
     except Exception as exc:  # a bundle that loads but cannot predict must not go live
-        raise XtagError(f"{path}: warm-up prediction failed ({type(exc).__name__}: {exc})") from exc
-    return model
+        return None, f"{path}: warm-up prediction failed ({type(exc).__name__}: {exc})"
+    return model, ""
+
+
+def release_memory() -> None:
+    """Collect what a failed load left and give the freed heap back to the OS: glibc keeps the pages a worker
+    thread's arrays used in that thread's arena (malloc_trim returns them; absent outside glibc: a no-op)."""
+    gc.collect()
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
+def _malloc_trim():
+    try:
+        return ctypes.CDLL(None).malloc_trim  # the process's own C library
+    except (OSError, TypeError, AttributeError):  # not glibc (or no dlopen(NULL) at all)
+        return None
+
+
+_MALLOC_TRIM = _malloc_trim()
 
 
 class ReloadInProgress(XtagError):
@@ -129,10 +147,14 @@ class ReloadInProgress(XtagError):
 
 def public_message(message: str, path: Path) -> str:
     """`message` with the bundle's path shown as its directory name: errors reach clients (/ready, the
-    reload answer), and absolute paths tell them about the server's filesystem."""
+    reload answer), and absolute paths tell them about the server's filesystem. Any absolute path still left
+    (none should be: loaders name files inside the bundle) is replaced, not shown."""
     for form in sorted({str(path), str(path.absolute()), str(path.resolve())}, key=len, reverse=True):
         message = message.replace(form, path.name or str(path))
-    return message
+    return SERVER_PATH.sub("<server path>", message)
+
+
+SERVER_PATH = re.compile(r"(?<![\w.~-])/[^\s'\"(),;]+")  # "/a/b", not "bundle/a/b" nor "1/2"
 
 
 class ModelRegistry:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -140,7 +141,10 @@ class Settings(BaseSettings):
     def cors_origin_list(self) -> list[str]:
         return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
 
-    def reload_root(self) -> Path | None:
-        """The directory HTTP reloads must stay under: XTAG_BUNDLE_ROOT, else the configured bundle's parent."""
+    def reload_root(self, resolve: bool = True) -> Path | None:
+        """The directory HTTP reloads must stay under: XTAG_BUNDLE_ROOT, else the configured bundle's parent
+        (symlinks resolved, or with resolve=False as configured, made absolute)."""
         root = self.bundle_root or (self.bundle.parent if self.bundle is not None else None)
-        return None if root is None else Path(root).resolve()
+        if root is None:
+            return None
+        return Path(root).resolve() if resolve else Path(os.path.abspath(root))

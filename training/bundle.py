@@ -14,6 +14,7 @@ from pathlib import Path
 
 from xtag.models.bundle import load_bundle
 from xtag.models.errors import XtagError
+from xtag.models.finite import array_files, refuse_nonfinite
 from xtag.models.manifest import write_manifest
 from xtag.models.registry import family
 from xtag.training.config import TrainConfig
@@ -55,6 +56,9 @@ def export_run(
     if optimize is not None:
         chosen.require("onnx-optimize", "--optimize" if optimize else "--no-optimize")
         export_settings.optimize = optimize
+    # The server's NaN scan (models/finite.py) on what is exported, and below on the bundle: a run resumed or
+    # trained into NaN weights would export fine, and `xtag predict` would answer garbage.
+    refuse_nonfinite(model, array_files(model), "not exported")
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     with quiet_transformers() if chosen.train_needs else nullcontext():
@@ -71,6 +75,7 @@ def export_run(
         },
     )
     with step("loading the bundle back as a check"):
+        refuse_nonfinite(tmp, manifest["files"], "not published")
         load_bundle(tmp)  # refuse to publish a bundle that does not load
     tmp.rename(out)
     return manifest

@@ -11,6 +11,7 @@ from pathlib import Path
 from xtag.models.atomic import fsync_dir, write_text_atomic
 from xtag.models.errors import XtagError, reading
 from xtag.models.features import TfidfFeaturizer
+from xtag.models.finite import array_files, refuse_nonfinite
 from xtag.models.labels import LabelVocab
 from xtag.models.registry import family
 from xtag.training.config import TrainConfig
@@ -52,6 +53,9 @@ def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bo
             saved = TrainConfig.load(config_path)
         if saved != config:
             raise XtagError(f"{out}: --resume with a different configuration than the run was started with")
+        if (out / "checkpoints").is_dir():  # the server's NaN scan (models/finite.py), before any is reused
+            checkpoints = out / "checkpoints"
+            refuse_nonfinite(checkpoints, array_files(checkpoints), "cannot resume from these checkpoints")
     elif (out / "model").exists() or (out / "checkpoints").exists():
         raise XtagError(f"{out}: run directory already holds a run; use --resume or another --out")
     out.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -38,7 +38,9 @@ class CascadeHeadConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     sizes: list[int] = Field(..., min_length=1, description="nodes per resolution, coarse first; last = labels")
-    top_k: list[int] = Field(..., description="top-k of each cluster level (all resolutions but the labels)")
+    top_k: list[Annotated[int, Field(ge=1)]] = Field(
+        ..., description="top-k of each cluster level (all resolutions but the labels)"
+    )
     dim: int = Field(..., ge=1, description="feature size of every resolution (the encoder's hidden size)")
     outputs: Literal["features", "logits"] = "features"
 

@@ -85,6 +85,11 @@ class CompiledLevels:
         return self.arrays[13].shape[1]
 
     @property
+    def widest(self) -> int:
+        """Most nodes on one level: no beam needs to be wider."""
+        return max(int(np.diff(self.arrays[1]).max()), 1)
+
+    @property
     def nbytes(self) -> int:
         return int(sum(a.nbytes for a in self.arrays))
 

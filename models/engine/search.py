@@ -61,6 +61,10 @@ def _prepare(X, compiled: CompiledLevels):
     n = X.shape[0]
     start = compiled.dense_start
     if isinstance(X, SplitFeatures) and X.start == start:  # Φ_cat blocks as the featuriser made them
+        if X.dense.shape != (n, compiled.dims):  # the kernels read dims values of each row unchecked
+            raise ValueError(
+                f"dense block of shape {X.dense.shape}, the rankers' dense tail has {compiled.dims} columns"
+            )
         return (*_csr_arrays(X.sparse), _c(X.dense, np.float32), None)
     joined = X.tocsr() if isinstance(X, SplitFeatures) else X
     indptr, indices, data = _csr_arrays(joined)
@@ -155,8 +159,11 @@ def engine_beam_search(
             nodes = np.where(nodes >= 0, leaf[np.maximum(nodes, 0)], -1)
         return Predictions(labels=nodes, scores=scores)
     nodes, scores = np.empty((n, k), np.int64), np.empty((n, k), np.float32)
-    cap = max(beam_size, k, init[0].shape[1])
-    P = (float(scatter_ratio), t_start, last, int(beam_size), int(k), POST_IDS[post_processor])
+    # No level has more than `widest` nodes, so a wider beam or k keeps the same nodes: capping them changes
+    # no answer (the kernel pads the k columns), and keeps the workspace sized by the model, not the request.
+    beam_size, k_run = min(beam_size, compiled.widest), min(k, compiled.widest)
+    cap = max(beam_size, k_run, init[0].shape[1])
+    P = (float(scatter_ratio), t_start, last, int(beam_size), int(k_run), POST_IDS[post_processor])
     args = (compiled.arrays, P, leaf, indptr, indices, data, dense, init)
     threads = numba.get_num_threads() if threads is None else max(1, min(threads, numba.config.NUMBA_NUM_THREADS))
     if n < PARALLEL_MIN_DOCS or threads == 1 or _SERIAL_ONLY[0]:

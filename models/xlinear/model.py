@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from xtag.models import bounds
 from xtag.models.atomic import write_atomic, write_text_atomic
 from xtag.models.beam_search import FirstLevelSearch, PostProcessor, Predictions, RankerLevel, TreeIndex
 from xtag.models.errors import XtagError, reading
@@ -29,6 +30,12 @@ class RankerConfig(BaseModel):
     beam_size: int = Field(10, ge=1)
     n_features: int = Field(..., ge=1)
     dense_features: int = Field(0, ge=0, description="trailing dense columns (Φ_cat's embedding), scored by BLAS")
+
+    @model_validator(mode="after")
+    def _dense_tail_inside(self) -> RankerConfig:
+        if self.dense_features > self.n_features:
+            raise ValueError(f"dense_features {self.dense_features} exceeds n_features {self.n_features}")
+        return self
 
 
 class XLinearModel:
@@ -101,17 +108,18 @@ class XLinearModel:
     @classmethod
     def load_rankers(cls, folder: Path, chain: ClusterChain) -> XLinearModel:
         """The rankers/ component over an already loaded tree; its engine layout is memory-mapped when the
-        bundle has one (so worker processes share it), else built from the weights."""
+        bundle has one (so worker processes share it), else built from the weights. Either way every index
+        array is checked against its bounds first (models/bounds.py, models/engine/checks.py)."""
         with reading(folder / "config.json", "the rankers' configuration"):
             config = RankerConfig.model_validate_json((folder / "config.json").read_text())
         levels = [load_level(folder / f"level_{t}.npz") for t in range(1, chain.depth + 1)]
         model = cls(chain, levels, config)
         if (folder / ENGINE_DIR).is_dir():
             from xtag.models.engine import CompiledLevels
+            from xtag.models.engine.checks import check_layout
 
             compiled = CompiledLevels.load(folder / ENGINE_DIR)  # its errors name the file at fault
-            if compiled.depth != chain.depth or len(compiled.leaf_labels) != chain.n_labels:
-                raise XtagError(f"{folder / ENGINE_DIR}: engine layout does not match the tree")
+            check_layout(folder / ENGINE_DIR, compiled, chain, config.n_features, config.dense_features)
             model._compiled = compiled
         return model
 
@@ -134,7 +142,21 @@ def save_level(level: RankerLevel, path: Path) -> None:
 
 
 def load_level(path: Path) -> RankerLevel:
-    """Raises an XtagError naming the file and the cause when it is empty, truncated or inconsistent."""
+    """Raises an XtagError naming the file and the cause when it is empty, truncated or inconsistent, or
+    when an index array is out of bounds (scipy's sparse routines would read past them: models/bounds.py)."""
     with reading(path, "the ranker level"), np.load(path, allow_pickle=False) as z:
-        W = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"]))
-        return RankerLevel(W=W, bias=z["bias"])
+        shape = bounds.integers("shape", z["shape"])
+        if shape.shape != (2,) or bool((shape < 0).any()):
+            raise bounds.fail("shape", f"{shape.tolist()} is not (rows, columns)")
+        rows, cols = int(shape[0]), int(shape[1])
+        indptr, indices = bounds.integers("indptr", z["indptr"]), bounds.integers("indices", z["indices"])
+        data, bias = z["data"], z["bias"]
+        if len(indptr) != rows + 1:
+            raise bounds.fail("indptr", f"{len(indptr)} entries for the {rows} rows in shape")
+        bounds.pointer("indptr", indptr, len(indices))
+        bounds.in_range("indices", indices, 0, cols, "the feature columns")
+        if data.shape != indices.shape:
+            raise bounds.fail("data", f"{data.shape} weights for {indices.shape} entries")
+        if bias.shape != (rows,):
+            raise bounds.fail("bias", f"{bias.shape} biases for {rows} rows")
+        return RankerLevel(W=sp.csr_matrix((data, indices, indptr), shape=(rows, cols)), bias=bias)

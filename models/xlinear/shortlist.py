@@ -13,6 +13,7 @@ from typing import Literal
 import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field
+from xtag.models import bounds
 from xtag.models.beam_search import RankerLevel
 from xtag.models.errors import XtagError
 
@@ -119,21 +120,67 @@ class FaissShortlist:
         (folder / "config.json").write_text(self.info.model_dump_json(indent=2))
 
     @classmethod
-    def load(cls, folder: Path) -> FaissShortlist:
+    def load(cls, folder: Path, nodes: int | None = None, n_features: int | None = None) -> FaissShortlist:
+        """The saved shortlist, checked to be one over `nodes` level-1 nodes and `n_features` columns (when
+        given) and its index arrays against their bounds: a node id it returns is dereferenced unchecked by
+        the compiled engine, and a column id indexes the feature map (models/bounds.py)."""
         import faiss
 
         try:
             info = ShortlistInfo.model_validate_json((folder / "config.json").read_text())
-            columns = np.load(folder / "columns.npy", allow_pickle=False).astype(np.int64)
+            columns = np.load(folder / "columns.npy", allow_pickle=False)
             index = faiss.read_index(str(folder / "faiss.index"))
         except (OSError, ValueError, RuntimeError) as exc:
             raise XtagError(f"{folder}: cannot read the FAISS shortlist ({exc})") from exc
+        if (nodes, n_features) != (None, None) and (info.nodes, info.n_features) != (nodes, n_features):
+            raise XtagError(
+                f"{folder}/config.json: a shortlist of {info.nodes} nodes over {info.n_features} features, "
+                f"the rankers' level 1 has {nodes} nodes over {n_features}"
+            )
+        name = str(folder / "columns.npy")
+        columns = bounds.integers(name, columns)
+        bounds.in_range(name, columns, 0, info.n_features, "the feature columns")
+        if len(columns) > 1 and bool((np.diff(columns) <= 0).any()):
+            raise bounds.fail(name, "columns must be increasing (each once)")
         if index.d != len(columns) + 1 or index.ntotal != info.nodes:
             raise XtagError(
                 f"{folder}: index holds {index.ntotal} vectors of size {index.d}, "
                 f"config says {info.nodes} of size {len(columns) + 1}"
             )
-        return cls(index, columns, info)
+        if hasattr(index, "hnsw") != (info.index == "hnsw"):
+            raise XtagError(f"{folder}/faiss.index: a {type(index).__name__}, config.json says {info.index}")
+        if info.index == "hnsw":
+            check_hnsw(folder / "faiss.index", index)
+        return cls(index, columns.astype(np.int64), info)
+
+
+def check_hnsw(name: Path, index) -> None:
+    """FAISS follows an HNSW graph's links without bounds checks: every link must name a node whose levels
+    include the one it is followed at, and each node's links must lie inside its own slots of the array."""
+    import faiss
+
+    hnsw, n = index.hnsw, index.ntotal
+    levels = faiss.vector_to_array(hnsw.levels).astype(np.int64)  # node i has levels 0 .. levels[i] - 1
+    offsets = faiss.vector_to_array(hnsw.offsets).astype(np.int64)
+    cum = faiss.vector_to_array(hnsw.cum_nneighbor_per_level).astype(np.int64)  # links per level, cumulated
+    links = faiss.vector_to_array(hnsw.neighbors).astype(np.int64)
+    bounds.pointer(f"{name} (level sizes)", cum, int(cum[-1]) if len(cum) else 0)
+    bounds.in_range(f"{name} (levels)", levels, 1, len(cum))
+    if len(levels) != n or index.storage.ntotal != n or index.storage.d != index.d:
+        raise XtagError(f"{name}: the HNSW graph and its vectors disagree on their number or size")
+    bounds.pointer(f"{name} (offsets)", offsets, len(links), n + 1)
+    if not np.array_equal(np.diff(offsets), cum[levels]):
+        raise bounds.fail(f"{name} (offsets)", "a node's links do not fill its levels' slots")
+    if n and not (0 <= hnsw.entry_point < n and hnsw.max_level == levels[hnsw.entry_point] - 1):
+        raise bounds.fail(f"{name} (entry point)", f"{hnsw.entry_point} at level {hnsw.max_level}")
+    for g0, g1 in bounds.segment_blocks(offsets):
+        lo, hi = offsets[g0], offsets[g1]
+        node = bounds.segment_ids(offsets, g0, g1)
+        to = links[lo:hi]
+        level = np.searchsorted(cum, np.arange(lo, hi) - offsets[node], side="right") - 1  # the link's level
+        bounds.in_range(f"{name} (links)", to, -1, n)
+        if bool((levels[to[to >= 0]] <= level[to >= 0]).any()):
+            raise bounds.fail(f"{name} (links)", "a link names a node that is not on its level")
 
 
 def level1_recall(shortlist: FaissShortlist, X: sp.csr_matrix, level: RankerLevel, beam: int) -> float:

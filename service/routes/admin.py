@@ -50,23 +50,28 @@ def _still_serving(request: Request) -> str:
 
 
 def resolve_target(request: Request, bundle: str) -> Path:
-    """The bundle directory asked for, symlinks resolved, if it lies under the bundle root and holds a
-    manifest: 403 outside the root; inside it, one 422 for "missing" and "not a bundle" alike, so the
-    endpoint cannot be used to probe which directories exist."""
+    """The bundle directory asked for, symlinks resolved, if it lies under the bundle root and holds a manifest.
+
+    403 only for a path that is outside the root as written (decided on the string, so it tells nothing about
+    the filesystem); for anything under it one 422 alike for "missing", "not a bundle", a symlink that leads
+    out of the root, and a name the filesystem refuses (a NUL byte, a component over 255 bytes, a symlink
+    loop, which raised 500s), so the endpoint cannot be used to probe what exists there."""
     settings = request.app.state.settings
-    root = settings.reload_root()
-    target = Path(bundle)
-    if root is None or not target.is_absolute():
-        target = (root or Path.cwd()) / target  # relative paths are relative to the bundle root
-    target = target.resolve()
-    if root is None or not target.is_relative_to(root):
+    root, as_configured = settings.reload_root(), settings.reload_root(resolve=False)
+    given = Path(bundle)  # a relative path is relative to the bundle root
+    if root is None or not any(Path(os.path.normpath(r / given)).is_relative_to(r) for r in (root, as_configured)):
         raise Problem(
             403,
             "outside-bundle-root",
             "the bundle must lie under the bundle root (XTAG_BUNDLE_ROOT, default: the configured bundle's "
             "parent directory)",
         )
-    if not (target / "manifest.json").is_file():
+    try:
+        target = (root / given).resolve()
+        found = target.is_relative_to(root) and (target / "manifest.json").is_file()
+    except (OSError, ValueError, RuntimeError):  # ENAMETOOLONG, embedded NUL, symlink loop
+        found = False
+    if not found:
         raise Problem(
             422,
             "not-a-bundle",

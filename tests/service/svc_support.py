@@ -75,18 +75,62 @@ ADMIN = {"X-Admin-Key": ADMIN_KEY}
 
 
 def poisoned_bundle(bundles: dict[str, Path], out: Path, array: str) -> Path:
-    """A copy of tiny-a whose last ranker level has NaN in `array` ("data": the weights, or "bias"),
-    exported through the normal path (training/bundle.py), so that its manifest checksums match."""
-    import numpy as np
+    """A copy of tiny-a whose last ranker level has NaN in `array` ("data": the weights, or "bias"), its manifest
+    re-hashed (export itself refuses NaN since issue 30: this is a bundle edited after export)."""
+    shutil.copytree(bundles["a"], out)
+    return poison(out, "rankers/level_2.npz", array)
 
-    run = out.with_name(f"run-{out.name}")
-    shutil.copytree(bundles["a"].parent / "run-tiny-a", run)
-    level = run / "model" / "rankers" / "level_2.npz"
-    arrays = dict(np.load(level))
-    arrays[array] = np.full_like(arrays[array], np.nan)
-    np.savez(level, **arrays)
-    export_run(run, out, out.name)
-    return out
+
+def synthetic_bundle(folder: Path, name: str, labels: int = 2000, features: int = 20000, density: float = 0.01) -> Path:
+    """An XR-Linear bundle of random rankers (no training: seconds), as large as a real one's engine arrays
+    (the defaults: about 20 MB), exported through the normal path (training/bundle.py)."""
+    import numpy as np
+    import scipy.sparse as sp
+    from xtag.models.beam_search import RankerLevel
+    from xtag.models.features import TfidfConfig, TfidfFeaturizer
+    from xtag.models.label_tree import ClusterChain
+    from xtag.models.labels import LabelVocab
+    from xtag.models.xlinear.model import RankerConfig, XLinearModel
+    from xtag.training.run import save_model
+
+    rng = np.random.default_rng(0)
+    texts = [" ".join(f"w{j}" for j in range(i, features, 64)) for i in range(64)]  # every word once
+    featurizer, _ = TfidfFeaturizer.fit(texts, TfidfConfig(min_df=1, ngram_max=1))
+    clusters = 64
+    chain = ClusterChain(
+        [np.array([0, clusters]), np.linspace(0, labels, clusters + 1).astype(np.int64)], np.arange(labels)
+    )
+    levels = [
+        RankerLevel(sp.random(n, featurizer.dim, density=density, format="csr", dtype=np.float32, random_state=rng),
+                    rng.normal(size=n).astype(np.float32))
+        for n in (clusters, labels)
+    ]  # fmt: skip
+    vocab = LabelVocab([f"tag::t{j}" for j in range(labels)], [1] * labels, 1)
+    run = folder / f"run-{name}"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(TrainConfig(corpus=folder / "none.jsonl").model_dump_json())
+    save_model(run, vocab, featurizer, XLinearModel(chain, levels, RankerConfig(n_features=featurizer.dim)))
+    export_run(run, folder / name, name)
+    return folder / name
+
+
+def poison(bundle: Path, rel: str, key: str | None = None) -> Path:
+    """Set every value of the bundle's float array `rel` (a .npy, or member `key` of a .npz) to NaN and re-hash
+    it in the manifest."""
+    import numpy as np
+    from xtag.models.manifest import sha256
+
+    if key is None:
+        np.save(bundle / rel, np.full_like(np.load(bundle / rel), np.nan))
+    else:
+        with np.load(bundle / rel) as z:
+            arrays = {k: z[k] for k in z.files}
+        arrays[key] = np.full_like(arrays[key], np.nan)
+        np.savez(bundle / rel, **arrays)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["files"][rel] = sha256(bundle / rel)
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    return bundle
 
 
 def free_port() -> int:

@@ -63,15 +63,37 @@ def test_reload_targets_must_lie_under_the_bundle_root(make_client, bundles, tmp
     escape.symlink_to(outside)
     try:
         c = make_client(admin_key=ADMIN_KEY)  # default root: tiny-a's parent folder
-        for target in (outside, escape, bundles["a"].parent / ".." / tmp_path.name / "elsewhere"):
+        for target in (outside, bundles["a"].parent / ".." / tmp_path.name / "elsewhere"):
             r = c.post(RELOAD, json={"bundle": str(target)}, headers=ADMIN)
             assert r.status_code == 403 and "XTAG_BUNDLE_ROOT" in r.json()["detail"], target
             assert str(outside) not in r.text
+        # a symlink out is refused as a missing name is (test_odd_targets_get_the_missing_name_answer)
+        r = c.post(RELOAD, json={"bundle": str(escape)}, headers=ADMIN)
+        assert r.status_code == 422 and r.json()["type"].endswith("not-a-bundle") and str(outside) not in r.text
         # with the root set to where it is, the same bundle loads
         c2 = make_client(admin_key=ADMIN_KEY, bundle_root=tmp_path)
         assert c2.post(RELOAD, json={"bundle": str(outside)}, headers=ADMIN).json()["model"]["name"] == "tiny-b"
     finally:
         escape.unlink()
+
+
+def test_odd_targets_get_the_missing_name_answer(make_client, bundles, tmp_path):
+    """Issue 30: a NUL in the name, a component over 255 bytes and a symlink loop answered 500; a symlink that
+    leads out of the root answered 403 where a missing name answers 422, which told symlinks from missing names."""
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "loop").symlink_to(root / "loop")
+    (root / "out").symlink_to(bundles["b"])  # a real bundle, outside the root
+    c = make_client(admin_key=ADMIN_KEY, bundle_root=root)
+    answers = set()
+    for name in ("missing", "a\x00b", "x" * 300, "loop", "loop/deeper", "out", f"{'y' * 256}/z"):
+        for given in (name, str(root / name)):
+            r = c.post(RELOAD, json={"bundle": given}, headers=ADMIN)
+            assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json", (name, r.text)
+            assert str(bundles["b"]) not in r.text
+            answers.add((r.json()["type"], r.json()["detail"].replace(repr(given), "X")))
+    assert len(answers) == 1, answers
+    assert c.post("/v1/predict", json={"text": "python"}).json()["model"]["name"] == "tiny-a"
 
 
 def test_missing_and_non_bundle_targets_get_the_same_answer(make_client, bundles, tmp_path):
@@ -209,3 +231,63 @@ def test_warm_up_checks_the_predictions_not_just_that_they_ran(
     assert r.status_code == 422 and words in r.json()["detail"]
     assert c.get("/ready").json()["model"]["name"] == "tiny-a"
     assert words in c.get("/ready").json()["last_reload_error"]
+
+
+def test_a_bundle_with_out_of_range_indices_is_refused_like_a_nan_one(make_client, bundles, tmp_path):
+    """Issue 30: every value of rankers/engine/fm_node.npy set to 50,000,000, the manifest re-hashed: the reload
+    answered 200 and the first prediction segfaulted the server. It is refused at load, naming the array."""
+    from xtag.models.manifest import sha256
+
+    bad = tmp_path / "bad-indices"
+    shutil.copytree(bundles["a"], bad)
+    rel = "rankers/engine/fm_node.npy"
+    np.save(bad / rel, np.full_like(np.load(bad / rel), 50_000_000))
+    manifest = json.loads((bad / "manifest.json").read_text())
+    manifest["files"][rel] = sha256(bad / rel)
+    (bad / "manifest.json").write_text(json.dumps(manifest))
+    c = make_client(admin_key=ADMIN_KEY, bundle_root=tmp_path)
+    r = c.post(RELOAD, json={"bundle": str(bad)}, headers=ADMIN)
+    assert r.status_code == 422 and "bad-indices/rankers/engine/fm_node.npy: bad index array" in r.json()["detail"]
+    assert str(tmp_path) not in r.text
+    p = c.post("/v1/predict", json={"text": "python script"})
+    assert p.status_code == 200 and p.json()["model"]["name"] == "tiny-a"
+
+
+@pytest.mark.parametrize("how", ["unlisted symlink", "absolute manifest path"])
+def test_a_refused_bundle_shows_no_server_path(make_client, bundles, tmp_path, how):
+    """Issue 30: /ready named an unlisted symlink's absolute target, and echoed absolute paths of a manifest."""
+    from xtag.models.manifest import sha256
+
+    secret = tmp_path / "secret-place" / "target.json"
+    secret.parent.mkdir()
+    secret.write_text("{}")
+    bad = tmp_path / "root" / "bad"
+    shutil.copytree(bundles["a"], bad)
+    if how == "unlisted symlink":
+        (bad / "link.json").symlink_to(secret)
+    else:
+        manifest = json.loads((bad / "manifest.json").read_text())
+        manifest["files"][str(secret)] = sha256(secret)
+        (bad / "manifest.json").write_text(json.dumps(manifest))
+    c = make_client(wait=False, bundle=bad)
+    deadline = time.time() + STARTUP_S
+    while "bad" not in c.get("/ready").text and time.time() < deadline:
+        time.sleep(0.02)
+    r = c.get("/ready")
+    assert r.status_code == 503 and "bad: " in r.json()["detail"], r.text
+    assert "secret-place" not in r.text and str(tmp_path) not in r.text, r.text
+    ok = make_client(admin_key=ADMIN_KEY, bundle_root=bad.parent)
+    r = ok.post(RELOAD, json={"bundle": "bad"}, headers=ADMIN)
+    assert r.status_code == 422 and "secret-place" not in r.text and str(tmp_path) not in r.text, r.text
+
+
+def test_public_messages_replace_any_absolute_path_left():
+    """The loaders name files inside the bundle (shown relative to it); an absolute path anywhere else in a
+    message, say in an OS error, is a server path and is not shown."""
+    from pathlib import Path
+
+    message = "/srv/xtag/bundles/b: cannot load (OSError: [Errno 5] I/O error: '/mnt/cache/x.npy'); see /var/log"
+    public = registry.public_message(message, Path("/srv/xtag/bundles/b"))
+    assert public == "b: cannot load (OSError: [Errno 5] I/O error: '<server path>'); see <server path>"
+    kept = "b/rankers/level_2.npz: values 0..1 (1/2 of them), application/json"
+    assert registry.public_message(kept, Path("/srv/xtag/bundles/b")) == kept

@@ -1,0 +1,131 @@
+"""Server RSS over refused reloads: does a bundle that loads but fails its checks leave memory behind?
+
+Issue 30's defect 2: each refused reload (a bundle that loads, then fails the NaN scan or the warm-up) kept
+about 7 MB of a debtags-sized bundle, and 150 refusals took the server from 507 MB to 1,565 MB. This starts
+the server (xtag.service.server.serve, one worker) on --bundle in a subprocess, writes a copy of it whose
+float array --poison is all NaN (manifest re-hashed, so only the NaN scan refuses it) and POSTs
+/v1/admin/reload to that copy --refusals times, reading the server's RSS from /proc after each.
+
+    .venv/bin/python bench/reload_leak.py --bundle bench/out/xlinear_vs_pecos/xtag_bundle --refusals 200
+
+Target (the issue's): RSS after the last refusal within 50 MB of RSS after the first. Prints JSON; exits 1 on a miss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+BOUND_MB = 50.0
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def poisoned_copy(bundle: Path, target: Path, rel: str) -> Path:
+    """`bundle` copied to `target` with every value of `rel` NaN, its checksum updated in the manifest."""
+    from xtag.models.manifest import sha256
+
+    shutil.copytree(bundle, target)
+    array = np.load(target / rel, allow_pickle=False)
+    if array.dtype.kind != "f":
+        raise SystemExit(f"{rel} holds {array.dtype}, not floats: pick a float array with --poison")
+    np.save(target / rel, np.full_like(array, np.nan))
+    manifest = json.loads((target / "manifest.json").read_text())
+    manifest["files"][rel] = sha256(target / rel)
+    (target / "manifest.json").write_text(json.dumps(manifest))
+    return target
+
+
+def start_server(bundle: Path, root: Path, port: int, admin_key: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XTAG_")}
+    env.update(XTAG_LOG_LEVEL="critical", XTAG_ADMIN_KEY=admin_key, XTAG_BUNDLE_ROOT=str(root), PYTHONPATH=str(ROOT))
+    code = f"from xtag.service.server import serve; serve({str(bundle)!r}, '127.0.0.1', {port}, 1)"
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env)
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with {proc.returncode}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("server did not become ready in 300 s")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bundle", type=Path, required=True, help="a good bundle: served, and the source of the NaN copy")
+    ap.add_argument("--refusals", type=int, default=200)
+    ap.add_argument("--poison", default="rankers/engine/bias.npy", help="float array (.npy) of the bundle set to NaN")
+    ap.add_argument("--port", type=int, default=0, help="default: a free one")
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="reload_leak_"))
+    proc = None
+    try:
+        nan = poisoned_copy(args.bundle, work / "nan", args.poison)
+        key = secrets.token_hex(8)
+        port = args.port or _free_port()
+        proc = start_server(args.bundle, work, port, key)
+        rss, statuses = [], {}
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600) as client:
+            start = time.perf_counter()
+            for _ in range(args.refusals):
+                r = client.post("/v1/admin/reload", json={"bundle": str(nan)}, headers={"X-Admin-Key": key})
+                statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+                rss.append(rss_mib(proc.pid))
+            seconds = time.perf_counter() - start
+        out = {
+            "bundle": str(args.bundle),
+            "poisoned": args.poison,
+            "refusals": args.refusals,
+            "statuses": {str(k): v for k, v in statuses.items()},
+            "seconds": round(seconds, 1),
+            "rss_mib": {
+                "after_first": round(rss[0], 1),
+                "after_last": round(rss[-1], 1),
+                "peak": round(max(rss), 1),
+                "every_10th": [round(x, 1) for x in rss[9::10]],
+            },
+            "growth_mib": round(rss[-1] - rss[0], 1),
+        }
+        out["ok"] = statuses == {422: args.refusals} and out["growth_mib"] <= BOUND_MB
+        print(json.dumps(out, indent=1))
+        return 0 if out["ok"] else 1
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(60)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -21,8 +21,9 @@ from xtag.models.errors import XtagError
 from xtag.models.registry import family
 from xtag.service import problems
 from xtag.service.batching import MicroBatcher
+from xtag.service.body import BodyReadMiddleware
 from xtag.service.deps import require_admin_key, require_api_key
-from xtag.service.limits import AdmissionMiddleware, BodyLimitMiddleware
+from xtag.service.limits import AdmissionMiddleware
 from xtag.service.model_slot import ModelRegistry
 from xtag.service.observability import Metrics, ObservabilityMiddleware, RecentRequests
 from xtag.service.routes import admin, annif, health, labels, predict
@@ -161,8 +162,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def dashboard() -> FileResponse:
         return FileResponse(STATIC / "index.html", media_type="text/html", headers=DASHBOARD_HEADERS)
 
-    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
-    # inside the metrics so that its 503s are counted; outside the body limit so that they cost no read
+    budget = settings.max_queue * settings.max_body_bytes or None  # XTAG_MAX_QUEUE=0: no bound, no budget
+    app.add_middleware(
+        BodyReadMiddleware, limit=settings.max_body_bytes, timeout_s=settings.body_timeout_s, budget=budget
+    )
+    # inside the metrics so that its 503s are counted; outside the body reader: a full server refuses
+    # before reading, and a request takes its slot only once its body is whole
     app.add_middleware(AdmissionMiddleware, max_queue=settings.max_queue, on_reject=metrics.rejected.inc)
     app.add_middleware(ObservabilityMiddleware, metrics=metrics, recent=recent)
     if settings.cors_origin_list:  # off by default: no CORS headers, so browsers keep other origins out

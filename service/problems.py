@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.types import Send
 from xtag.models.errors import XtagError
 
 MEDIA_TYPE = "application/problem+json"
@@ -108,6 +109,22 @@ def install(app: FastAPI) -> None:
         return problem_response(
             500, "internal-error", f"internal error ({type(exc).__name__}); see the server log", request.url.path
         )
+
+
+async def send_problem(
+    send: Send,
+    status: int,
+    slug: str,
+    detail: str,
+    instance: str | None,
+    headers: tuple[tuple[bytes, bytes], ...] = (),
+    more_body: bool = False,
+) -> None:
+    """A problem as raw ASGI messages, for middleware that answers before (or instead of) the app."""
+    body = problem_body(status, slug, detail, instance)
+    start = [(b"content-type", MEDIA_TYPE.encode()), (b"content-length", str(len(body)).encode()), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": start})
+    await send({"type": "http.response.body", "body": body, "more_body": more_body})
 
 
 PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}

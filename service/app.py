@@ -105,6 +105,7 @@ async def lifespan(app: FastAPI):
             loop.remove_signal_handler(signal.SIGHUP)
         if state.executor is not None:
             state.executor.shutdown(wait=False, cancel_futures=True)
+        state.parse_executor.shutdown(wait=False, cancel_futures=True)
         state.metrics.process_exit()
 
 
@@ -139,6 +140,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if settings.inference_threads > 0
         else None
     )
+
+    # Large request bodies are decoded and validated here, off the event loop (deps.parse_body).
+    app.state.parse_executor = ThreadPoolExecutor(1, thread_name_prefix="xtag-parse")
 
     def on_swap(old, new) -> None:
         metrics.set_model(old, new)

@@ -14,6 +14,9 @@ descriptors were held by partial heads). The subclasses here add:
   timeout). Past it: 408 if part of a head came, else the connection is closed without an answer. A
   deadline, not an idle timer: a client sending a byte a second would reset an idle timer forever.
 - uvicorn's own 400 for malformed HTTP as problem+json with nosniff, like every other error.
+- After a response whose scope bears limits.HOLD_READING (admission's 503), nothing more is read from
+  the connection for that many seconds: the Retry-After the client was given, enforced (limits.py says
+  why and what it measured).
 
 server.uvicorn_options names these classes by import string (worker processes import them); the limits
 come from the served app's settings (app.state.settings).
@@ -25,6 +28,7 @@ import asyncio
 from http import HTTPStatus
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from xtag.service.limits import HOLD_READING
 from xtag.service.problems import MEDIA_TYPE, problem_body
 from xtag.service.settings import Settings
 
@@ -50,11 +54,22 @@ class HeadGuard:
         self.head_bytes = 0  # received while the current head is open
         self.head_timer: asyncio.TimerHandle | None = None
         self.refused = False
+        self.hold_timer: asyncio.TimerHandle | None = None
         self.arm_head_timer()  # a new connection owes us a head: no keep-alive timer runs yet
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.head_complete()
+        if self.hold_timer is not None:
+            self.hold_timer.cancel()
         super().connection_lost(exc)
+
+    def on_response_complete(self) -> None:
+        cycle = self.cycle  # with pipelining it may be the next request's already: then no hold
+        super().on_response_complete()
+        hold = cycle.scope.get(HOLD_READING) if cycle is not None and cycle.response_complete else None
+        if hold and not self.transport.is_closing():
+            self.flow.pause_reading()
+            self.hold_timer = self.loop.call_later(hold, self.flow.resume_reading)
 
     def arm_head_timer(self) -> None:
         if self.head_timer is None:

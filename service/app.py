@@ -173,7 +173,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # inside the metrics so that its 503s are counted; outside the body reader: a full server refuses
     # before reading, and a request takes its slot only once its body is whole
     app.add_middleware(AdmissionMiddleware, max_queue=settings.max_queue, on_reject=metrics.rejected.inc)
-    app.add_middleware(ObservabilityMiddleware, metrics=metrics, recent=recent)
+    app.add_middleware(ObservabilityMiddleware, metrics=metrics, recent=recent, routes=app.router.routes)
     if settings.cors_origin_list:  # off by default: no CORS headers, so browsers keep other origins out
         app.add_middleware(
             CORSMiddleware,

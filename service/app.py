@@ -10,7 +10,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import Depends, FastAPI
-from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
@@ -28,7 +27,7 @@ from xtag.service.model_slot import ModelRegistry
 from xtag.service.observability import Metrics, ObservabilityMiddleware, RecentRequests
 from xtag.service.routes import admin, annif, health, labels, predict
 from xtag.service.schemas import REQUEST_MODELS, ProblemDetails
-from xtag.service.security import DASHBOARD_HEADERS, NoSniffMiddleware
+from xtag.service.security import DASHBOARD_HEADERS, NoSniffMiddleware, ProblemCORSMiddleware
 from xtag.service.settings import Settings
 
 STATIC = Path(__file__).parent / "static"
@@ -162,25 +161,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.router.routes.insert(0, HotRoute(route.path, route.endpoint, methods=list(route.methods)))
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
-    @app.get("/", include_in_schema=False)
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def dashboard() -> FileResponse:
         return FileResponse(STATIC / "index.html", media_type="text/html", headers=DASHBOARD_HEADERS)
 
+    # outermost last: NoSniff → Observability → LastResort → CORS → Admission → BodyRead → the app
     budget = settings.max_queue * settings.max_body_bytes or None  # XTAG_MAX_QUEUE=0: no bound, no budget
     app.add_middleware(
         BodyReadMiddleware, limit=settings.max_body_bytes, timeout_s=settings.body_timeout_s, budget=budget
     )
-    # inside the metrics so that its 503s are counted; outside the body reader: a full server refuses
-    # before reading, and a request takes its slot only once its body is whole
+    # outside the body reader: a full server refuses before reading; the slot is taken once the body is whole
     app.add_middleware(AdmissionMiddleware, max_queue=settings.max_queue, on_reject=metrics.rejected.inc)
-    app.add_middleware(ObservabilityMiddleware, metrics=metrics, recent=recent, routes=app.router.routes)
     if settings.cors_origin_list:  # off by default: no CORS headers, so browsers keep other origins out
         app.add_middleware(
-            CORSMiddleware,
+            ProblemCORSMiddleware,
             allow_origins=settings.cors_origin_list,
             allow_methods=["GET", "POST"],
             allow_headers=["Content-Type", "Authorization", "X-API-Key", "X-Admin-Key"],
         )
+    app.add_middleware(problems.LastResortMiddleware)  # inside the metrics and nosniff, so its 500s and 503s get both
+    app.add_middleware(ObservabilityMiddleware, metrics=metrics, recent=recent, routes=app.router.routes)
     app.add_middleware(NoSniffMiddleware)
 
     def custom_openapi() -> dict:

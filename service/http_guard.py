@@ -7,8 +7,9 @@ descriptors were held by partial heads). The subclasses here add:
 
 - XTAG_MAX_HEADER_BYTES: a head (request line and headers) over it gets 431 and the connection closes.
   With httptools it is counted on the bytes received while the head is open, so at most one read past
-  the limit is ever buffered, and checked exactly once the head is parsed. With h11 it is h11's own
-  bound (uvicorn's h11_max_incomplete_event_size), which uvicorn answers with a 400.
+  the limit is ever buffered, and checked exactly once the head is parsed; with h11, on the bytes
+  h11 holds while it waits for a head (h11's own bound, uvicorn's h11_max_incomplete_event_size,
+  applies only to a head still incomplete, and uvicorn answers it with a 400).
 - XTAG_HEADER_TIMEOUT_S: the head must be complete this long after the connection opened, or after its
   first byte on a kept-alive connection (idle time between requests stays uvicorn's keep-alive
   timeout). Past it: 408 if part of a head came, else the connection is closed without an answer. A
@@ -27,6 +28,7 @@ from __future__ import annotations
 import asyncio
 from http import HTTPStatus
 
+import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from xtag.service.limits import HOLD_READING
 from xtag.service.problems import MEDIA_TYPE, problem_body
@@ -173,11 +175,17 @@ else:
 
 
 class H11Guard(HeadGuard, H11Protocol):
-    """h11 bounds the head's size itself; this adds the deadline (a new request object means a complete head)."""
+    """h11: the head is what h11 holds while it waits for a request (IDLE); a new cycle means it came whole."""
 
     def data_received(self, data: bytes) -> None:
         if self.refused:
             return
+        if self.conn.their_state is h11.IDLE:
+            pending = self.conn.trailing_data[0] + data
+            end = pending.find(b"\r\n\r\n")
+            size = len(pending) if end < 0 else end + 4
+            if size > self.max_head_bytes:
+                return self.head_too_large(size)
         cycle = self.cycle
         awaiting = cycle is None or cycle.response_complete
         super().data_received(data)

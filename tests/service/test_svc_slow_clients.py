@@ -102,6 +102,29 @@ def test_oversized_heads_get_431(bundles):
         assert httpx.get(server.url + "/health", headers={"X-Pad": "a" * 6000}).status_code == 200
 
 
+def test_the_h11_fallback_bounds_heads_too(bundles, monkeypatch):
+    """Without httptools, server.py serves with h11: heads still have a deadline and a size bound."""
+    from xtag.service import server as server_module
+
+    monkeypatch.setattr(server_module, "_fastest", lambda module, fallback, name: fallback)
+    with serve(bundles, max_header_bytes=8192) as server, ExitStack() as stack:
+        assert server.server.config.http == "xtag.service.http_guard:H11Guard"
+        partial = connect(server, stack)
+        started = time.monotonic()
+        partial.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        check_problem(*read_response(partial, TIMEOUT_S + MARGIN_S), 408, "header-timeout")
+        assert time.monotonic() - started >= TIMEOUT_S - 0.1
+        big = connect(server, stack)
+        big.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"a" * 20_000 + b"\r\n\r\n")
+        check_problem(*read_response(big, 5), 431, "header-too-large")
+        endless = connect(server, stack)
+        endless.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: ")
+        for _ in range(3):
+            endless.sendall(b"a" * 4000)
+        check_problem(*read_response(endless, 5), 431, "header-too-large")
+        assert httpx.get(server.url + "/health", headers={"X-Pad": "a" * 6000}).status_code == 200
+
+
 def test_bodies_held_at_once_stay_within_the_budget(bundles):
     """Bodies are read before admission, so together they are bounded: XTAG_MAX_QUEUE × XTAG_MAX_BODY_BYTES."""
     with serve(bundles, max_queue=1, max_body_bytes=4096, body_timeout_s=10) as server, ExitStack() as stack:

@@ -765,9 +765,9 @@ def slow_clients(p: dict) -> list[list[str]]:
 
     def ended(c: dict) -> str:
         words = {"-1": "still open at the end", "0": "closed without an answer"}
-        how = ", ".join(f"{n} {words.get(code, code)}" for code, n in c["ended_by"].items())
+        how = ", ".join(f"{thousands(n)} {words.get(code, code)}" for code, n in c["ended_by"].items())
         cut = (
-            f"; cut after {c['cut_after_s']['p50']:.1f} s (max {c['cut_after_s']['max']:.1f})"
+            f"; ended after {c['cut_after_s']['p50']:.1f} s (max {c['cut_after_s']['max']:.1f})"
             if c["cut_after_s"]
             else ""
         )

@@ -79,7 +79,7 @@ def test_a_killed_workers_series_leave_the_aggregate(bundles, tmp_path):
     env.update({"XTAG_LOG_LEVEL": "warning", "XTAG_BODY_TIMEOUT_S": "60"})
     log = tmp_path / "serve.log"
     command = [str(XTAG), "serve", str(bundles["a"]), "--host", "127.0.0.1", "--port", str(port), "--workers", "2"]
-    proc = subprocess.Popen(command, env=env, cwd=tmp_path, stderr=log.open("w"))
+    proc = subprocess.Popen(command, env=env, cwd=tmp_path, stderr=log.open("w"), start_new_session=True)
 
     def live() -> tuple[set[str], float]:
         """(pids with a model_info series, requests in flight) from /metrics."""
@@ -117,4 +117,8 @@ def test_a_killed_workers_series_leave_the_aggregate(bundles, tmp_path):
         assert in_flight == 1  # the scrape itself: the dead worker's request no longer counts
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:  # never leave a server behind, workers included
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)

@@ -9,11 +9,20 @@ clients: each sends POST /v1/predict (one text, k=10), waits for the answer, and
       spread over the run → failed requests (target 0) and each reload's status and duration
   (c) flood: --flood-clients clients → every answer 2xx, or 503/429 with Retry-After (target); p99 of
       the admitted requests; how fast refusals come back; the server's RSS (start, peak, end)
+  (d) storm: the same clients, but a refused client retries at once instead of waiting its Retry-After
+      (a retry storm): useful (2xx) throughput, admitted p50/p99, refusal latency, RSS
+  (e) slow: --slow-bodies connections send a head and 1 byte of a 100-byte body, --slow-heads send half
+      a head, then both send nothing (and reconnect when cut off); beside them one client sends a
+      prediction every 0.25 s → its statuses and worst latency (target: 200 within the server's body or
+      head deadline + 1 s), how the slow connections ended and after how long, the server's RSS
 
 The clients are a minimal HTTP/1.1 client on raw asyncio streams (as in service_latency.py), not httpx
 or aiohttp: 1,000 of them in one process cost the loop little, so on a small machine the figures say
 more about the server than about the client. A refused client waits the Retry-After it was given
-before its next request, as a well-behaved client does (--no-backoff: it retries at once).
+before its next request, as a well-behaved client does, except in the storm phase.
+--server-code DIR serves another checkout's code (a folder holding an `xtag` package, e.g. the tree of
+an older commit with models/, training/, evaluation/, service/ linked under xtag/), for before/after
+figures on the same machine state; --env sets XTAG_* variables of the server.
 The machine's load average and this process's CPU time are printed beside the figures: on a shared
 machine the client and the server compete for the CPUs.
 
@@ -183,13 +192,15 @@ def ms(values: np.ndarray, q: float) -> float | None:
     return round(float(np.percentile(values, q) * 1e3), 2) if len(values) else None
 
 
-async def phase(port: int, pid: int, bodies: list[bytes], clients: int, seconds: float, args, reloads: int = 0) -> dict:
+async def phase(
+    port: int, pid: int, bodies: list[bytes], clients: int, seconds: float, args, reloads: int = 0, backoff: bool = True
+) -> dict:
     tally, rss = Tally(), [rss_mib(pid)]
     auth = f"X-API-Key: {args.api_key}\r\n" if args.api_key else ""
     admin = f"X-Admin-Key: {args.admin_key}\r\n" if args.admin_key else ""
     cpu, wall = time.process_time(), time.perf_counter()
     stop_at = wall + seconds
-    jobs = [client(port, bodies, c * 7919, stop_at, tally, not args.no_backoff, auth) for c in range(clients)]
+    jobs = [client(port, bodies, c * 7919, stop_at, tally, backoff, auth) for c in range(clients)]
     extra = [rss_sampler(pid, stop_at, rss)]
     if reloads:
         extra.append(reloader(port, reloads, seconds, wall, admin))
@@ -223,13 +234,93 @@ async def phase(port: int, pid: int, bodies: list[bytes], clients: int, seconds:
     return out
 
 
-def start_server(bundle: Path, port: int, max_queue: int | None) -> subprocess.Popen:
+async def slow_connection(port: int, opening: bytes, stop_at: float, ends: list[tuple[int, float]]) -> None:
+    """Sends `opening` and nothing more; records how each connection ended (its status, 0 for a close
+    without an answer, -1 for still open at the end) and after how many seconds; reconnects until `stop_at`."""
+    while time.perf_counter() < stop_at:
+        start = time.perf_counter()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.05)
+            continue
+        try:
+            writer.write(opening)
+            async with asyncio.timeout(max(stop_at - time.perf_counter(), 0.01)):
+                line = await reader.readline()
+            ends.append((int(line[9:12]) if line[9:12].isdigit() else 0, time.perf_counter() - start))
+        except TimeoutError:
+            ends.append((-1, time.perf_counter() - start))
+        except (OSError, asyncio.IncompleteReadError):
+            ends.append((0, time.perf_counter() - start))
+        finally:
+            writer.close()
+
+
+async def slow_phase(port: int, pid: int, bodies: list[bytes], seconds: float, args) -> dict:
+    rss, stop_at = [rss_mib(pid)], time.perf_counter() + seconds
+    body_ends: list[tuple[int, float]] = []
+    head_ends: list[tuple[int, float]] = []
+    auth = f"X-API-Key: {args.api_key}\r\n" if args.api_key else ""
+    head = f"POST /v1/predict HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}Content-Type: application/json\r\n"
+    body_opening = (head + "Content-Length: 100\r\n\r\n{").encode()
+    slow = [slow_connection(port, body_opening, stop_at, body_ends) for _ in range(args.slow_bodies)]
+    slow += [slow_connection(port, head.encode(), stop_at, head_ends) for _ in range(args.slow_heads)]
+    statuses, latencies = [], []
+
+    async def legitimate() -> None:
+        await asyncio.sleep(1.0)  # the slow connections are in
+        conn, i = None, 0
+        while time.perf_counter() < stop_at:
+            start = time.perf_counter()
+            try:
+                conn = conn or await Conn.open(port)
+                status, _, _ = await conn.request("POST", "/v1/predict", bodies[i % len(bodies)], auth)
+            except (OSError, asyncio.IncompleteReadError) as exc:
+                status, conn = f"{type(exc).__name__}", None
+            statuses.append(status)
+            latencies.append(time.perf_counter() - start)
+            i += 1
+            await asyncio.sleep(0.25)
+
+    await asyncio.gather(*slow, legitimate(), rss_sampler(pid, stop_at, rss))
+    rss.append(rss_mib(pid))
+
+    def ended(ends: list[tuple[int, float]]) -> dict:
+        codes = [str(code) for code, _ in ends]
+        cut = np.array([t for code, t in ends if code >= 0])
+        return {
+            "connections": len(ends),
+            "ended_by": {c: codes.count(c) for c in sorted(set(codes))},  # -1: still open at the end
+            "cut_after_s": {"p50": round(float(np.median(cut)), 2), "max": round(float(cut.max()), 2)}
+            if len(cut)
+            else None,
+        }
+
+    lat = np.array(latencies)
+    return {
+        "slow_bodies": args.slow_bodies,
+        "slow_heads": args.slow_heads,
+        "seconds": seconds,
+        "legitimate": {
+            "requests": len(statuses),
+            "status": {str(c): statuses.count(c) for c in sorted(set(statuses), key=str)},
+            "ms": {"p50": ms(lat, 50), "max": ms(lat, 100)},
+        },
+        "slow_body_connections": ended(body_ends),
+        "slow_head_connections": ended(head_ends),
+        "server_rss_mib": {"start": round(rss[0], 1), "peak": round(max(rss), 1), "end": round(rss[-1], 1)},
+        "load_average_end": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def start_server(bundle: Path, port: int, max_queue: int | None, code_dir: Path, extra: dict) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("XTAG_")}
-    env.update({"XTAG_LOG_LEVEL": "warning", "PYTHONPATH": str(ROOT)})
+    env.update({"XTAG_LOG_LEVEL": "warning", "PYTHONPATH": str(code_dir), **extra})
     if max_queue is not None:
         env["XTAG_MAX_QUEUE"] = str(max_queue)
-    code = f"from xtag.service.server import serve; serve({str(bundle)!r}, '127.0.0.1', {port}, 1)"
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env)
+    code = f"from xtag.service.server import serve; serve({str(bundle.resolve())!r}, '127.0.0.1', {port}, 1)"
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=code_dir, env=env)
     deadline = time.time() + 300
     while time.time() < deadline:
         if proc.poll() is not None:
@@ -265,10 +356,16 @@ def checks(results: dict) -> dict[str, bool]:
         b = results["reloads"]
         out["reloads: 0 failed requests"] = b["errors"] == 0 and b["refused_503_429"] == 0
         out["reloads: every reload 200"] = all(r["status"] == 200 for r in b["reloads"])
-    if "flood" in results:
-        c = results["flood"]
-        out["flood: only 2xx or 503/429 with Retry-After"] = c["errors"] == 0 and c["refused_without_retry_after"] == 0
-        out["flood: some admitted"] = c["admitted_2xx"] > 0
+    if "slow" in results:
+        legitimate = results["slow"]["legitimate"]
+        out["slow: every legitimate prediction 200"] = set(legitimate["status"]) == {"200"}
+    for name in ("flood", "storm"):
+        if name in results:
+            c = results[name]
+            out[f"{name}: only 2xx or 503/429 with Retry-After"] = (
+                c["errors"] == 0 and c["refused_without_retry_after"] == 0
+            )
+            out[f"{name}: some admitted"] = c["admitted_2xx"] > 0
     return out
 
 
@@ -280,9 +377,12 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=100, help="clients in the steady and reload phases")
     ap.add_argument("--reloads", type=int, default=5)
     ap.add_argument("--flood-clients", type=int, default=1000)
-    ap.add_argument("--phases", default="steady,reloads,flood")
+    ap.add_argument("--slow-bodies", type=int, default=300, help="slow-body connections in the slow phase")
+    ap.add_argument("--slow-heads", type=int, default=100, help="slow-head connections in the slow phase")
+    ap.add_argument("--phases", default="steady,reloads,flood,storm")
     ap.add_argument("--max-queue", type=int, help="XTAG_MAX_QUEUE for the server (default: its own default)")
-    ap.add_argument("--no-backoff", action="store_true", help="refused clients retry at once")
+    ap.add_argument("--server-code", type=Path, default=ROOT, help="folder whose `xtag` package the server runs")
+    ap.add_argument("--env", action="append", default=[], metavar="XTAG_NAME=VALUE", help="a server setting")
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--api-key", help="sent as X-API-Key when the server requires one")
     ap.add_argument("--admin-key", help="sent as X-Admin-Key on reloads")
@@ -302,20 +402,28 @@ def main() -> int:
     fds = raise_fd_limit()
     load_start = os.getloadavg()
     port = free_port()
-    server = start_server(args.bundle, port, args.max_queue)
+    extra = dict(item.split("=", 1) for item in args.env)
+    server = start_server(args.bundle, port, args.max_queue, args.server_code, extra)
     results: dict = {
         "bundle": str(args.bundle),
         "texts": str(args.texts) if args.texts else "built-in",
         "cpus": os.cpu_count(),
         "fd_limit": fds,
-        "backoff": not args.no_backoff,
+        "server_code": str(args.server_code),
+        "server_env": extra,
         "load_average_start": [round(x, 2) for x in load_start],
     }
     try:
         for name in args.phases.split(","):
-            clients = args.flood_clients if name == "flood" else args.clients
+            if name == "slow":
+                results[name] = asyncio.run(slow_phase(port, server.pid, bodies, args.seconds, args))
+                print(f"{name}: {json.dumps(results[name])}", file=sys.stderr)
+                continue
+            clients = args.flood_clients if name in ("flood", "storm") else args.clients
             reloads = args.reloads if name == "reloads" else 0
-            results[name] = asyncio.run(phase(port, server.pid, bodies, clients, args.seconds, args, reloads))
+            results[name] = asyncio.run(
+                phase(port, server.pid, bodies, clients, args.seconds, args, reloads, backoff=name != "storm")
+            )
             print(f"{name}: {json.dumps(results[name])}", file=sys.stderr)
     finally:
         server.terminate()

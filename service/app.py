@@ -10,7 +10,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import Depends, FastAPI
-from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
@@ -21,13 +20,14 @@ from xtag.models.errors import XtagError
 from xtag.models.registry import family
 from xtag.service import problems
 from xtag.service.batching import MicroBatcher
+from xtag.service.body import BodyReadMiddleware
 from xtag.service.deps import require_admin_key, require_api_key
-from xtag.service.limits import AdmissionMiddleware, BodyLimitMiddleware
+from xtag.service.limits import AdmissionMiddleware
 from xtag.service.model_slot import ModelRegistry
 from xtag.service.observability import Metrics, ObservabilityMiddleware, RecentRequests
 from xtag.service.routes import admin, annif, health, labels, predict
 from xtag.service.schemas import REQUEST_MODELS, ProblemDetails
-from xtag.service.security import DASHBOARD_HEADERS, NoSniffMiddleware
+from xtag.service.security import DASHBOARD_HEADERS, NoSniffMiddleware, ProblemCORSMiddleware
 from xtag.service.settings import Settings
 
 STATIC = Path(__file__).parent / "static"
@@ -104,6 +104,7 @@ async def lifespan(app: FastAPI):
             loop.remove_signal_handler(signal.SIGHUP)
         if state.executor is not None:
             state.executor.shutdown(wait=False, cancel_futures=True)
+        state.parse_executor.shutdown(wait=False, cancel_futures=True)
         state.metrics.process_exit()
 
 
@@ -139,6 +140,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         else None
     )
 
+    # Large request bodies are decoded and validated here, off the event loop (deps.parse_body).
+    app.state.parse_executor = ThreadPoolExecutor(1, thread_name_prefix="xtag-parse")
+
     def on_swap(old, new) -> None:
         metrics.set_model(old, new)
         app.state.batcher = make_batcher(settings, new.kind, app.state.executor, metrics.observe_batch, recent)
@@ -157,21 +161,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.router.routes.insert(0, HotRoute(route.path, route.endpoint, methods=list(route.methods)))
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
-    @app.get("/", include_in_schema=False)
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def dashboard() -> FileResponse:
         return FileResponse(STATIC / "index.html", media_type="text/html", headers=DASHBOARD_HEADERS)
 
-    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
-    # inside the metrics so that its 503s are counted; outside the body limit so that they cost no read
+    # outermost last: NoSniff → Observability → LastResort → CORS → Admission → BodyRead → the app
+    budget = settings.max_queue * settings.max_body_bytes or None  # XTAG_MAX_QUEUE=0: no bound, no budget
+    app.add_middleware(
+        BodyReadMiddleware, limit=settings.max_body_bytes, timeout_s=settings.body_timeout_s, budget=budget
+    )
+    # outside the body reader: a full server refuses before reading; the slot is taken once the body is whole
     app.add_middleware(AdmissionMiddleware, max_queue=settings.max_queue, on_reject=metrics.rejected.inc)
-    app.add_middleware(ObservabilityMiddleware, metrics=metrics, recent=recent)
     if settings.cors_origin_list:  # off by default: no CORS headers, so browsers keep other origins out
         app.add_middleware(
-            CORSMiddleware,
+            ProblemCORSMiddleware,
             allow_origins=settings.cors_origin_list,
             allow_methods=["GET", "POST"],
             allow_headers=["Content-Type", "Authorization", "X-API-Key", "X-Admin-Key"],
         )
+    app.add_middleware(problems.LastResortMiddleware)  # inside the metrics and nosniff, so its 500s and 503s get both
+    app.add_middleware(ObservabilityMiddleware, metrics=metrics, recent=recent, routes=app.router.routes)
     app.add_middleware(NoSniffMiddleware)
 
     def custom_openapi() -> dict:

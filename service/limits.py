@@ -1,134 +1,39 @@
-"""Request limits as ASGI middleware: body size (413) and admission of prediction requests (503 when full).
+"""Admission of prediction requests: at most `max_queue` in flight; past it 503 with Retry-After.
 
-Body size: 413 from Content-Length alone, or as soon as a streamed body passes it.
+A prediction request is in flight from the moment its body is whole until its answer is sent: queued
+for the predictor or predicting. Without this bound a flood of clients queues without end: every
+admitted request waits behind all the others (latency grows with the crowd) and each holds its body
+and parsed texts meanwhile (memory grows with it). Health, readiness, metrics and the rest of the API
+are not counted and never turned away.
 
-The 413 goes out at once, but the connection is closed only after the rest of the body has been read
-and dropped (bounded in bytes and seconds, like nginx's lingering close). Clients such as
-`http.client` write the whole body before they read anything: closing on a half-read body makes the
-kernel answer their remaining data with a reset, and they report "Connection reset" or "Broken pipe"
-instead of the 413 and its message. A client that sent `Expect: 100-continue` is not drained: it waits
-for our answer before sending the body, so the 413 is all it needs.
+A request is refused before its body is read when the server is full already; otherwise it takes its
+slot only when the last byte of its body arrives (body.py reads bodies whole before the app runs), so
+a client that sends its body slowly, or never, holds no slot: issue 30 found 256 such connections
+denying every prediction, indefinitely.
 
-Admission: at most `max_queue` prediction requests are in flight (being read, queued for the
-predictor or predicting); one more is answered 503 with Retry-After before its body is read. Without
-this bound a flood of clients queues without end: every admitted request waits behind all the others
-(latency grows with the crowd) and each holds its body and parsed texts meanwhile (memory grows with
-it). Health, readiness, metrics and the rest of the API are not counted and never turned away.
+A refusal goes out at once, and the server then reads nothing more from that connection for the
+Retry-After it asked for (http_guard.py acts on the HOLD_READING mark in the scope). A client that
+honours Retry-After never notices; one that retries at once finds its retry read a second later.
+Without this, a retry storm costs the server as many refusals as the clients can send: 1,000 clients
+retrying at once cut useful throughput from 2,059 to 303 requests/s, admitted p99 1.3 s (issue 30).
+Measured before choosing it (bench/service_load.py's storm phase, 15 s runs): holding the read for
+the Retry-After of 1 s did better than for 0.25 s (410/s) or not at all (261-317/s); in the 60 s
+before/after runs of bench/RESULTS.md, 287 → 1,126 requests/s and admitted p50 893 → 193 ms.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from xtag.service.problems import MEDIA_TYPE, problem_body
+from xtag.service.body import RETRY_AFTER, RETRY_AFTER_S
+from xtag.service.problems import send_problem
 
-RETRY_AFTER_S = 1  # what an overloaded server asks clients to wait; a queue drains in well under that
-DRAIN_SECONDS = 5.0  # longest a rejected body is read and dropped before the connection is closed
-DRAIN_MIN_BYTES = 64 * 2**20  # most bytes of it read: this, or 16 × the limit when that is more
-
-
-class BodyTooLarge(Exception):
-    pass
+HOLD_READING = "xtag.hold_reading_s"  # scope key: seconds to read nothing more from this connection
 
 
-def expects_continue(scope: Scope) -> bool:
-    return any(name == b"expect" and value.lower() == b"100-continue" for name, value in scope["headers"])
-
-
-class BodyLimitMiddleware:
-    """Never buffers more than `limit` bytes of a request body."""
-
-    def __init__(self, app: ASGIApp, limit: int, drain_seconds: float = DRAIN_SECONDS):
-        self.app, self.limit = app, limit
-        self.drain_bytes, self.drain_seconds = max(16 * limit, DRAIN_MIN_BYTES), drain_seconds
-
-    async def _drain(self, receive: Receive) -> None:
-        """Read and drop what is left of the request body, within the byte and time bounds."""
-        drained = 0
-        try:
-            async with asyncio.timeout(self.drain_seconds):
-                while drained < self.drain_bytes:
-                    message = await receive()
-                    if message["type"] != "http.request":
-                        return  # the client went away
-                    drained += len(message.get("body", b""))
-                    if not message.get("more_body", False):
-                        return
-        except TimeoutError:
-            pass
-
-    async def _reject(self, scope: Scope, receive: Receive, send: Send, detail: str, more_body: bool) -> None:
-        """Send the 413, drain the body when the client is still sending it, then complete (and close)."""
-        body = problem_body(413, "body-too-large", detail, scope.get("path"))
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", MEDIA_TYPE.encode()),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
-        )
-        drain = more_body and not expects_continue(scope)
-        await send({"type": "http.response.body", "body": body, "more_body": drain})  # the client has it now
-        if drain:
-            await self._drain(receive)
-            await send({"type": "http.response.body", "body": b""})  # complete: the server closes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    declared = -1
-                if declared > self.limit:
-                    return await self._reject(
-                        scope,
-                        receive,
-                        send,
-                        f"request body of {declared} bytes is over the limit of "
-                        f"{self.limit} bytes (XTAG_MAX_BODY_BYTES)",
-                        more_body=True,
-                    )
-                break
-        received = 0
-        started = more_body = False
-
-        async def limited_receive() -> Message:
-            nonlocal received, more_body
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                more_body = message.get("more_body", False)
-                if received > self.limit:
-                    raise BodyTooLarge()
-            return message
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except BodyTooLarge:
-            if not started:
-                await self._reject(
-                    scope,
-                    receive,
-                    send,
-                    f"request body is over the limit of {self.limit} bytes "
-                    f"(XTAG_MAX_BODY_BYTES); stopped reading at {received} bytes",
-                    more_body,
-                )
+class QueueFull(Exception):
+    """Raised into the body reader when a body completes while every slot is taken."""
 
 
 def is_prediction(scope: Scope) -> bool:
@@ -150,26 +55,33 @@ class AdmissionMiddleware:
         if scope["type"] != "http" or not self.max_queue or not is_prediction(scope):
             return await self.app(scope, receive, send)
         if self.in_flight >= self.max_queue:
-            if self.on_reject is not None:
-                self.on_reject()
-            # keep-alive: the server discards the unread (small) body itself once the response is complete
-            body = problem_body(
-                503,
-                "overloaded",
-                f"{self.in_flight} prediction requests are in flight, the most this server queues "
-                f"(XTAG_MAX_QUEUE={self.max_queue}); retry after {RETRY_AFTER_S} s",
-                scope.get("path"),
-            )
-            headers = [
-                (b"content-type", MEDIA_TYPE.encode()),
-                (b"content-length", str(len(body)).encode()),
-                (b"retry-after", str(RETRY_AFTER_S).encode()),
-            ]
-            await send({"type": "http.response.start", "status": 503, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
-            return
-        self.in_flight += 1
+            return await self._refuse(scope, send)  # keep-alive: the server drops the unread (small) body itself
+        admitted = False
+
+        async def admitting_receive() -> Message:
+            nonlocal admitted
+            message = await receive()
+            if not admitted and message["type"] == "http.request" and not message.get("more_body", False):
+                if self.in_flight >= self.max_queue:
+                    raise QueueFull()
+                self.in_flight += 1
+                admitted = True
+            return message
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, admitting_receive, send)
+        except QueueFull:  # raised while the body was read, before the app (and any response) started
+            await self._refuse(scope, send)
         finally:
-            self.in_flight -= 1
+            if admitted:
+                self.in_flight -= 1
+
+    async def _refuse(self, scope: Scope, send: Send) -> None:
+        if self.on_reject is not None:
+            self.on_reject()
+        detail = (
+            f"{self.in_flight} prediction requests are in flight, the most this server queues "
+            f"(XTAG_MAX_QUEUE={self.max_queue}); retry after {RETRY_AFTER_S} s"
+        )
+        scope[HOLD_READING] = RETRY_AFTER_S
+        await send_problem(send, 503, "overloaded", detail, scope.get("path"), RETRY_AFTER)

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 QUIET_PATHS = ("/metrics", "/health", "/ready", "/v1/stats", "/static", "/favicon.ico")
+CLIENT_CLOSED = 499  # the status counted for a request whose client went away before the answer
+ENDPOINT_CACHE = 1024
 
 
 def multiprocess() -> bool:
@@ -28,6 +32,33 @@ def placement_labels(model) -> list[tuple[str, str, str]]:
     """(device, component, provider) for each placed component of a ServedModel's bundle."""
     runtime = model.bundle.runtime
     return [(runtime.get("device", "cpu"), c, where) for c, where in runtime.get("placement", {}).items()]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def forget_dead_workers() -> None:
+    """Drop the live gauges (model info, in-flight) of worker processes that died without saying so.
+
+    A worker that exits cleanly marks itself dead (Metrics.process_exit); one that was killed cannot,
+    and its last values stayed in the aggregate forever (issue 30: a dead worker's model series, and 25
+    requests in flight with no traffic). Every worker checks at each scrape. A reused pid would keep a
+    dead worker's series until that process exits too; pids are not reused that quickly."""
+    folder = os.environ["PROMETHEUS_MULTIPROC_DIR"]
+    pids = {int(path.stem.rsplit("_", 1)[1]) for path in Path(folder).glob("gauge_live*_*.db")}
+    for pid in pids:
+        if not alive(pid):
+            try:
+                mark_process_dead(pid, folder)
+            except FileNotFoundError:  # another worker got there first
+                pass
 
 
 class Metrics:
@@ -112,6 +143,7 @@ class Metrics:
 
     def exposition(self) -> bytes:
         if multiprocess():
+            forget_dead_workers()
             registry = CollectorRegistry()
             MultiProcessCollector(registry)
             return generate_latest(registry)
@@ -157,16 +189,49 @@ class RecentRequests:
 
 
 class ObservabilityMiddleware:
-    """Pure ASGI: in-flight gauge, per-endpoint count/latency by status, and the dashboard's window."""
+    """Pure ASGI: in-flight gauge, per-endpoint count/latency by status, and the dashboard's window.
 
-    def __init__(self, app: ASGIApp, metrics: Metrics, recent: RecentRequests):
+    A request that ends without an answer because its client went away counts as status 499 (nginx's
+    "client closed request"), not as a server error. A request answered before routing (admission's
+    503) counts under the endpoint its path names, found in `routes`."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, recent: RecentRequests, routes: list | None = None):
         self.app, self.metrics, self.recent = app, metrics, recent
+        self.routes = routes if routes is not None else []
+        self.endpoints: dict[tuple[str, str], str] = {}  # (method, path) → endpoint, for unrouted requests
+
+    def endpoint(self, scope: Scope) -> str:
+        route = scope.get("route")
+        if route is not None:
+            return getattr(route, "path", None) or "unmatched"
+        key = (scope["method"], scope["path"])
+        found = self.endpoints.get(key)
+        if found is None:
+            best, best_match = None, Match.NONE
+            for route in self.routes:  # as Starlette's router: the first full match, else the first partial
+                match, _ = route.matches(scope)
+                if match.value > best_match.value:
+                    best, best_match = route, match
+                    if match == Match.FULL:
+                        break
+            found = getattr(best, "path", None) or "unmatched"
+            if len(self.endpoints) >= ENDPOINT_CACHE:  # e.g. Annif project ids: many paths, few endpoints
+                self.endpoints.clear()
+            self.endpoints[key] = found
+        return found
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         start = time.perf_counter()
-        status = 500
+        status = None
+        disconnected = False
+
+        async def receive_wrapper() -> Message:
+            nonlocal disconnected
+            message = await receive()
+            disconnected = disconnected or message["type"] == "http.disconnect"
+            return message
 
         async def send_wrapper(message: Message) -> None:
             nonlocal status
@@ -177,13 +242,14 @@ class ObservabilityMiddleware:
         self.metrics.in_flight.inc()
         self.recent.in_flight += 1
         try:
-            await self.app(scope, receive, send_wrapper)
+            await self.app(scope, receive_wrapper, send_wrapper)
         finally:
             self.metrics.in_flight.dec()
             self.recent.in_flight -= 1
             elapsed = time.perf_counter() - start
-            route = scope.get("route")
-            endpoint = getattr(route, "path", None) or "unmatched"
+            if status is None:
+                status = CLIENT_CLOSED if disconnected else 500
+            endpoint = self.endpoint(scope)
             code = str(status)
             self.metrics.requests.labels(endpoint, scope["method"], code).inc()
             self.metrics.latency.labels(endpoint, scope["method"], code).observe(elapsed)

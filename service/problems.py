@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from http import HTTPStatus
 from typing import Any
@@ -12,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from xtag.models.errors import XtagError
 
 MEDIA_TYPE = "application/problem+json"
@@ -61,13 +63,18 @@ def _loc(loc: tuple) -> str:
     return out or "body"
 
 
+MAX_ERRORS = 20  # listed in a 422; a 2 MB body can hold 150,000 invalid fields, a 10 MB answer
+
+
 def validation_problem(errors: list[dict], prefix: tuple = ()) -> Problem:
-    """422 from pydantic errors: the detail lists `field: message` for each one."""
+    """422 from pydantic errors: the detail lists `field: message` for each one (the first MAX_ERRORS)."""
     items = [
         {"loc": _loc(prefix + tuple(e.get("loc", ()))), "msg": e.get("msg", ""), "type": e.get("type", "")}
-        for e in errors
+        for e in errors[:MAX_ERRORS]
     ]
     detail = "; ".join(f"{i['loc']}: {i['msg']}" for i in items) or "invalid request"
+    if len(errors) > MAX_ERRORS:
+        detail += f"; and {len(errors) - MAX_ERRORS} more errors"
     return Problem(422, "validation-error", detail, errors=items)
 
 
@@ -102,12 +109,60 @@ def install(app: FastAPI) -> None:
         slug = HTTPStatus(exc.status_code).phrase.lower().replace(" ", "-")
         return problem_response(exc.status_code, slug, detail, request.url.path, getattr(exc, "headers", None))
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> Response:
-        log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return problem_response(
-            500, "internal-error", f"internal error ({type(exc).__name__}); see the server log", request.url.path
-        )
+
+class LastResortMiddleware:
+    """Problem+json for what escapes the app: an exception (500, logged with its traceback) and a request
+    cancelled by the graceful-shutdown limit (503 + Retry-After, one log line). uvicorn would answer both
+    with a text/plain 500; and Starlette's own 500 handler sits outside every user middleware, so its
+    answers lacked nosniff and were missing from the metrics. This one sits inside both."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except asyncio.CancelledError:
+            if started:
+                raise
+            # uvicorn cancels requests still running at XTAG_GRACEFUL_SHUTDOWN_S; the answer is the one
+            # thing left to do, so the cancellation ends here instead of in uvicorn's traceback and 500.
+            # 503, not the issue's 500: the server is going away, a retry elsewhere will succeed.
+            log.warning("%s %s cancelled: the server is shutting down", scope["method"], scope["path"])
+            detail = "the server is shutting down and stopped this request (XTAG_GRACEFUL_SHUTDOWN_S); retry"
+            close = ((b"retry-after", b"1"), (b"connection", b"close"))
+            await send_problem(send, 503, "shutting-down", detail, scope.get("path"), close)
+        except Exception as exc:
+            if started:
+                raise  # nothing left to answer with; uvicorn logs it and closes the connection
+            log.exception("unexpected error on %s %s", scope["method"], scope["path"])
+            detail = f"internal error ({type(exc).__name__}); see the server log"
+            await send_problem(send, 500, "internal-error", detail, scope.get("path"))
+
+
+async def send_problem(
+    send: Send,
+    status: int,
+    slug: str,
+    detail: str,
+    instance: str | None,
+    headers: tuple[tuple[bytes, bytes], ...] = (),
+    more_body: bool = False,
+) -> None:
+    """A problem as raw ASGI messages, for middleware that answers before (or instead of) the app."""
+    body = problem_body(status, slug, detail, instance)
+    start = [(b"content-type", MEDIA_TYPE.encode()), (b"content-length", str(len(body)).encode()), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": start})
+    await send({"type": "http.response.body", "body": body, "more_body": more_body})
 
 
 PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}

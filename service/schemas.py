@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr
 
 
 def _not_blank(text: str) -> str:
@@ -24,6 +24,16 @@ Text = Annotated[
         json_schema_extra=NOT_BLANK,
     ),
 ]
+
+
+def _integral(value: object) -> object:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# JSON Schema's integer: 183.0 is the integer 183 (JSON has one number type); 183.5, "183" and true are not.
+# Constraints go before the conversion, or pydantic cannot state them as minimum/maximum in the schema.
+Integer = Annotated[StrictInt, BeforeValidator(_integral)]
+PositiveInteger = Annotated[StrictInt, Field(ge=1), BeforeValidator(_integral)]
 # One strict float type (ints accepted, bools and strings not) rather than a StrictFloat | StrictInt
 # union: pydantic cannot push ge/le into a union's members and emits them as non-standard `ge`/`le`
 # keys that JSON Schema tools ignore; on a single type they become minimum/maximum.
@@ -52,8 +62,8 @@ class Reweight(Strict):
 
 
 class PredictOptions(Strict):
-    k: Annotated[StrictInt, Field(ge=1, description="labels per document (default 10, at most the label count)")] = 10
-    beam_size: Annotated[StrictInt, Field(ge=1, description="beam width (default: the bundle's)")] | None = None
+    k: Annotated[PositiveInteger, Field(description="labels per document (default 10, at most the label count)")] = 10
+    beam_size: Annotated[PositiveInteger, Field(description="beam width (default: the bundle's)")] | None = None
     threshold: (
         Annotated[
             Number,
@@ -69,7 +79,7 @@ class PredictRequest(PredictOptions):
 
 
 class BatchDocument(Strict):
-    id: StrictStr | StrictInt | None = Field(None, description="echoed back; default: the position")
+    id: StrictStr | Integer | None = Field(None, description="echoed back; default: the position")
     text: Text
 
 
@@ -167,7 +177,7 @@ class ReloadResponse(BaseModel):
 
 class AnnifBatchDocument(Strict):
     text: StrictStr
-    document_id: StrictStr | StrictInt | None = None
+    document_id: StrictStr | Integer | None = None
 
 
 class AnnifBatchRequest(Strict):

@@ -3,12 +3,16 @@
 The dashboard is the one HTML page the service serves; its CSP allows only its own script, style and
 fetches, and it may not be framed (clickjacking). Every response says nosniff, so a JSON or problem
 body is never sniffed into something a browser would execute. CORS stays off unless XTAG_CORS_ORIGINS
-names the origins allowed (app.py adds Starlette's CORSMiddleware for them).
+names the origins allowed (app.py adds ProblemCORSMiddleware for them).
 """
 
 from __future__ import annotations
 
+from starlette.datastructures import Headers
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from xtag.service.problems import problem_response
 
 DASHBOARD_CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -40,3 +44,15 @@ class NoSniffMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_wrapper)
+
+
+class ProblemCORSMiddleware(CORSMiddleware):
+    """Starlette's CORS, with its refused preflights (400) as problem+json like every other error."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code < 400:
+            return response
+        headers = {k: v for k, v in response.headers.items() if k not in ("content-type", "content-length")}
+        detail = response.body.decode()  # e.g. "Disallowed CORS origin, headers"
+        return problem_response(response.status_code, "cors-refused", detail, headers=headers)

@@ -27,6 +27,8 @@ from xtag.models.errors import XtagError
 from xtag.service.routes.admin import SUPERVISOR_ENV
 from xtag.service.settings import Settings
 
+GUARD = "xtag.service.http_guard"
+
 
 def _fastest(module: str, fallback: str, name: str) -> str:
     return name if importlib.util.find_spec(module) else fallback
@@ -38,7 +40,9 @@ def uvicorn_options(settings: Settings) -> dict:
         "port": settings.port,
         "log_level": settings.log_level,
         "access_log": settings.access_log,
-        "http": _fastest("httptools", "h11", "httptools"),
+        # uvicorn's protocols with a deadline and a size bound on request heads (service/http_guard.py)
+        "http": _fastest("httptools", f"{GUARD}:H11Guard", f"{GUARD}:HttpToolsGuard"),
+        "h11_max_incomplete_event_size": settings.max_header_bytes,  # h11's default (16 KiB) would cut first
         "loop": _fastest("uvloop", "asyncio", "uvloop"),
         "timeout_keep_alive": 30,
         "server_header": False,

@@ -40,6 +40,21 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         2 * 1024 * 1024, ge=1024, description="larger request bodies get 413 before they are read whole"
     )
+    body_timeout_s: float = Field(
+        15.0,
+        gt=0,
+        description="a request body not complete this long after its headers gets 408 and the connection is "
+        "closed; bodies are read whole before a prediction request takes an XTAG_MAX_QUEUE slot",
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="a request head (request line and headers) not complete this long after the connection "
+        "opened, or after its first byte on a kept-alive connection, gets 408 and the connection is closed",
+    )
+    max_header_bytes: int = Field(
+        32 * 1024, ge=1024, description="a request head larger than this gets 431 and the connection is closed"
+    )
     max_text_chars: int = Field(100_000, ge=1, description="a longer text gets 413 (not truncated)")
     max_queue: int = Field(
         256,

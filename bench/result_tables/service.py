@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .common import convention, convention_line, f0, f1, f2, get, ms, one_result_each, signed, table, thousands
+from .common import bold, convention, convention_line, f0, f1, f2, get, ms, one_result_each, signed, table, thousands
 
 
 @one_result_each
@@ -110,8 +110,9 @@ def inline_vs_worker(r: dict) -> dict[str, str]:
 
 @one_result_each
 def service_load(r: dict) -> dict[str, str]:
-    """bench/service_load.py: closed-loop clients on /v1/predict; steady, during reloads, and a flood."""
-    names = {"steady": "steady", "reloads": "with reloads", "flood": "flood"}
+    """bench/service_load.py: closed-loop clients on /v1/predict; steady, during reloads, a flood of clients
+    honouring Retry-After, a retry storm; then a client beside slow-body and slow-head connections."""
+    names = {"steady": "steady", "reloads": "with reloads", "flood": "flood", "storm": "retry storm"}
     rows = []
     for key, name in names.items():
         p = r.get(key)
@@ -154,6 +155,34 @@ def service_load(r: dict) -> dict[str, str]:
     reloads = get(r, "reloads", "reloads") or []
     facts = [
         ["reloads during the run", ", ".join(f"{x['status']} in {x['seconds']:.2f} s" for x in reloads) or "none"],
-        ["checks", "; ".join(f"{what}: {'yes' if ok else 'NO'}" for what, ok in r.get("checks", {}).items())],
     ]
-    return {"table": phases + "\n\n" + table(["", ""], "ll", facts)}
+    if r.get("slow"):
+        facts += slow_clients(r["slow"])
+    facts.append(["checks", "; ".join(f"{what}: {'yes' if ok else 'NO'}" for what, ok in r.get("checks", {}).items())])
+    label = f"{bold(r['label'])}\n\n" if r.get("label") else ""
+    return {"table": label + phases + "\n\n" + table(["", ""], "ll", facts)}
+
+
+def slow_clients(p: dict) -> list[list[str]]:
+    """Rows for service_load's slow phase: the legitimate client, and how the slow connections ended."""
+
+    def ended(c: dict) -> str:
+        words = {"-1": "still open at the end", "0": "closed without an answer"}
+        how = ", ".join(f"{thousands(n)} {words.get(code, code)}" for code, n in c["ended_by"].items())
+        cut = (
+            f"; ended after {c['cut_after_s']['p50']:.1f} s (max {c['cut_after_s']['max']:.1f})"
+            if c["cut_after_s"]
+            else ""
+        )
+        return f"{thousands(c['connections'])} connections: {how}{cut}"
+
+    legit = p["legitimate"]
+    statuses = ", ".join(f"{n} × {code}" for code, n in legit["status"].items())
+    return [
+        [
+            f"beside {p['slow_bodies']} slow bodies and {p['slow_heads']} slow heads ({f0(p['seconds'])} s)",
+            f"{statuses}; p50 {ms(legit['ms']['p50'])} ms, max {ms(legit['ms']['max'])} ms",
+        ],
+        ["slow-body connections", ended(p["slow_body_connections"])],
+        ["slow-head connections", ended(p["slow_head_connections"])],
+    ]

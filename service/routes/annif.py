@@ -6,9 +6,9 @@ import re
 from importlib import metadata
 from urllib.parse import parse_qsl
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from starlette.formparsers import MultiPartException, MultiPartParser
-from xtag.service.deps import json_body, openapi_body, served_model
+from xtag.service.deps import document_limit, openapi_body, parse_body, served_model
 from xtag.service.model_slot import ServedModel
 from xtag.service.problems import Problem, problem_responses
 from xtag.service.routes.predict import JSONBytes, predict_rows
@@ -212,15 +212,10 @@ async def suggest(request: Request, project_id: str):
         }
     ),
 )
-async def suggest_batch(
-    request: Request, project_id: str, body: AnnifBatchRequest = Depends(json_body(AnnifBatchRequest))
-):
+async def suggest_batch(request: Request, project_id: str):
     model = _project(request, project_id)
     limit = request.app.state.settings.max_batch_documents
-    if len(body.documents) > limit:
-        raise Problem(
-            400, "bad-request", f"documents: {len(body.documents)} documents, the maximum per batch is {limit}"
-        )
+    body = await parse_body(request, AnnifBatchRequest, check=document_limit(limit, status=400))
     q = request.query_params
     rows = await _suggest(request, model, [d.text for d in body.documents], q.get("limit"), q.get("threshold"))
     return JSONBytes([{"document_id": d.document_id, "results": r} for d, r in zip(body.documents, rows)])

@@ -15,6 +15,10 @@ async def health() -> dict:
     return {"status": "ok"}
 
 
+# HEAD too (load balancers probe with it); kept out of the schema, which would list the operation twice
+router.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
+
+
 @router.get(
     "/ready",
     summary="Readiness: 200 once the bundle is loaded and a warm-up prediction succeeded, else 503",

@@ -12,7 +12,7 @@ from starlette.responses import Response
 from xtag.models.errors import XtagError
 from xtag.models.macro_inference import SERVING_MAX_DOCS, predict_optimized, serving_config
 from xtag.service.batching import run_off_loop
-from xtag.service.deps import openapi_body, parse_body, require_api_key, served_model
+from xtag.service.deps import document_limit, openapi_body, parse_body, require_api_key, served_model
 from xtag.service.model_slot import ServedModel
 from xtag.service.problems import Problem, problem_responses
 from xtag.service.schemas import BatchRequest, BatchResponse, PredictOptions, PredictRequest, PredictResponse, Reweight
@@ -142,15 +142,8 @@ async def predict(request: Request) -> Response:
 async def predict_batch(request: Request) -> Response:
     start = time.perf_counter()
     await require_api_key(request)
-    body = await parse_body(request, BatchRequest)
+    body = await parse_body(request, BatchRequest, check=document_limit(request.app.state.settings.max_batch_documents))
     model = served_model(request)
-    limit = request.app.state.settings.max_batch_documents
-    if len(body.documents) > limit:
-        raise Problem(
-            422,
-            "validation-error",
-            f"documents: {len(body.documents)} documents, the maximum per batch is {limit} (XTAG_MAX_BATCH_DOCUMENTS)",
-        )
     texts = [d.text for d in body.documents]
     k, beam, a = check_options(request, model, body, texts, "documents[{i}].text")
     if body.optimize is None:

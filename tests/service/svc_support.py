@@ -157,6 +157,35 @@ def wait_ready(target, timeout: float = STARTUP_S, alive=lambda: None) -> None:
     raise AssertionError(f"not ready in {timeout} s")
 
 
+def post_head(path: str, length: int, extra: str = "") -> bytes:
+    """The head of a JSON POST whose body (`length` bytes) the caller sends, or not."""
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {length}\r\n{extra}\r\n"
+    ).encode()
+
+
+def read_response(sock: socket.socket, timeout: float) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 response (with Content-Length) from a raw socket; status 0 when the server closed
+    the connection without an answer."""
+    sock.settimeout(timeout)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return 0, {}, data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {name.strip().lower(): value.strip() for name, _, value in (x.partition(":") for x in lines[1:])}
+    while len(body) < int(headers.get("content-length", 0)):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return int(lines[0].split()[1]), headers, body
+
+
 class LiveServer:
     """uvicorn on 127.0.0.1 in a thread (same options as `xtag serve`)."""
 
@@ -179,6 +208,23 @@ class LiveServer:
     def __exit__(self, *exc) -> None:
         self.server.should_exit = True
         self.thread.join(10)
+
+
+PREDICT_S = 0.5
+
+
+@pytest.fixture
+def slow_model(monkeypatch):
+    """slow_model() makes every predictor call take at least PREDICT_S: a few requests fill the server."""
+    from xtag.service.model_slot import ServedModel
+
+    predict = ServedModel.predict
+
+    def slow(self, *args, **kwargs):
+        time.sleep(PREDICT_S)
+        return predict(self, *args, **kwargs)
+
+    return lambda: monkeypatch.setattr(ServedModel, "predict", slow)
 
 
 _BUILT: dict[str, Path] = {}

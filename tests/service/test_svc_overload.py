@@ -7,15 +7,12 @@ import asyncio
 import time
 
 import httpx
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from xtag.service.model_slot import ServedModel
 from xtag.service.settings import Settings
 
-from tests.service.svc_support import LiveServer, bundles  # noqa: F401  (pytest fixtures)
+from tests.service.svc_support import LiveServer, bundles, slow_model  # noqa: F401  (pytest fixtures)
 
 STARTUP_S = 180.0  # poll with a generous deadline: a loaded machine can take long to load and warm up
-PREDICT_S = 0.5
 
 
 def rejected_total(url: str) -> float:
@@ -24,18 +21,6 @@ def rejected_total(url: str) -> float:
             if s.name == "xtag_overload_rejected_requests_total":
                 return s.value
     raise AssertionError("no xtag_overload_rejected_requests_total in /metrics")
-
-
-@pytest.fixture
-def slow_model(monkeypatch):
-    """Every predictor call takes at least PREDICT_S: a few requests fill the server."""
-    predict = ServedModel.predict
-
-    def slow(self, *args, **kwargs):
-        time.sleep(PREDICT_S)
-        return predict(self, *args, **kwargs)
-
-    return lambda: monkeypatch.setattr(ServedModel, "predict", slow)
 
 
 async def flood(url: str, n: int) -> tuple[list[tuple[httpx.Response, float]], list[int]]:

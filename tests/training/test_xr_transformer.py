@@ -115,7 +115,7 @@ def test_fine_tuning_is_what_makes_the_embedding_tag(corpus_files, tiny_bert, tm
     """TF-IDF alone solves the fixture, so judge the encoder on its own: rankers on the [CLS] vector of the
     random tiny BERT are near chance frozen, and multi-resolution fine-tuning must lift them far above it."""
     frozen = dense_only_p_at_1(corpus_files, tiny_bert, tmp_path / "frozen", epochs=0)
-    tuned = dense_only_p_at_1(corpus_files, tiny_bert, tmp_path / "tuned", epochs=2, lr_encoder=2e-3)
+    tuned = dense_only_p_at_1(corpus_files, tiny_bert, tmp_path / "tuned", epochs=3, lr_encoder=2e-3)
     assert frozen < 30 and tuned > frozen + 15, (frozen, tuned)
 
 

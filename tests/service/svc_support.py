@@ -215,16 +215,24 @@ PREDICT_S = 0.5
 
 @pytest.fixture
 def slow_model(monkeypatch):
-    """slow_model() makes every predictor call take at least PREDICT_S: a few requests fill the server."""
+    """slow_model() makes every predictor call take at least PREDICT_S: a few requests fill the server.
+    It returns a list that grows by one as each call starts, so a test can wait until a request really
+    holds its prediction slot (the in-flight gauge counts it earlier, while its body is still read)."""
     from xtag.service.model_slot import ServedModel
 
     predict = ServedModel.predict
+    started: list[float] = []
 
     def slow(self, *args, **kwargs):
+        started.append(time.monotonic())
         time.sleep(PREDICT_S)
         return predict(self, *args, **kwargs)
 
-    return lambda: monkeypatch.setattr(ServedModel, "predict", slow)
+    def install() -> list[float]:
+        monkeypatch.setattr(ServedModel, "predict", slow)
+        return started
+
+    return install
 
 
 _BUILT: dict[str, Path] = {}

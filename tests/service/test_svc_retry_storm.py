@@ -24,14 +24,15 @@ from tests.service.svc_support import (  # noqa: F401  (pytest fixtures)
 BODY = orjson.dumps({"text": "python script"})
 
 
-def occupy(server: LiveServer) -> threading.Thread:
-    """One prediction in flight for PREDICT_S (it takes the only slot)."""
+def occupy(server: LiveServer, started: list[float]) -> threading.Thread:
+    """One prediction in flight for PREDICT_S (it takes the only slot); returns once its predict began."""
+    before = len(started)
     thread = threading.Thread(
         target=lambda: httpx.post(server.url + "/v1/predict", json={"text": "python script"}, timeout=30)
     )
     thread.start()
     deadline = time.monotonic() + 10
-    while server.app.state.recent.in_flight < 1 and time.monotonic() < deadline:
+    while len(started) == before and time.monotonic() < deadline:
         time.sleep(0.005)
     return thread
 
@@ -40,9 +41,9 @@ def test_an_immediate_retry_is_read_after_retry_after(bundles, slow_model):
     settings = Settings(_env_file=None, bundle=bundles["a"], max_queue=1, inline_max_texts=0)
     request = post_head("/v1/predict", len(BODY)) + BODY
     with LiveServer(settings) as server:
-        slow_model()
+        started = slow_model()
         with socket.create_connection(("127.0.0.1", server.settings.port), timeout=10) as s:
-            busy = occupy(server)
+            busy = occupy(server, started)
             start = time.monotonic()
             s.sendall(request)
             status, headers, _ = read_response(s, 10)
@@ -57,7 +58,7 @@ def test_an_immediate_retry_is_read_after_retry_after(bundles, slow_model):
             busy.join()
 
             # a client that waits as asked finds its connection open and is not held further
-            busy = occupy(server)
+            busy = occupy(server, started)
             s.sendall(request)
             assert read_response(s, 10)[0] == 503
             time.sleep(1.05)

@@ -115,6 +115,8 @@ def main() -> None:
     parser.add_argument("--tunes", nargs="+", default=["none", "corpus"])
     parser.add_argument("--alphas", nargs="+", type=float, default=[0.5, 1.0])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tune-texts", type=int, default=None, help="dense.tune_texts (tune=corpus sample)")
+    parser.add_argument("--teacher-max-length", type=int, default=128, help="dense.teacher_max_length")
     parser.add_argument("--skip-baseline", action="store_true")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -122,13 +124,13 @@ def main() -> None:
     train, test = load_corpus(train_file), load_corpus(args.data / "test.jsonl.gz")
     mask = np.random.default_rng(args.seed).random(len(train)) < 0.1
     results = {"load_start": os.getloadavg(), "rows": {}}
-    path = args.out / "results.json"
+    path = args.out / ("results-" + "-".join(args.tunes) + ".json")
     if not args.skip_baseline:
         results["rows"]["xlinear"] = final("xlinear", TrainConfig(corpus=train_file), args.out, test, None)
         path.write_text(json.dumps(results, indent=2))
         print(json.dumps(results["rows"]["xlinear"]), flush=True)
     for tune in args.tunes:
-        dense = StaticDenseConfig(tune=tune)
+        dense = StaticDenseConfig(tune=tune, tune_texts=args.tune_texts, teacher_max_length=args.teacher_max_length)
         start = time.perf_counter()
         events: list[dict] = []
         encoder = build_static_encoder(train.texts, dense, events.append)

@@ -169,7 +169,7 @@ def static_run(tiny_bert, corpus_files, tmp_path_factory):
         corpus=corpus_files[0],
         tfidf=TfidfConfig(min_df=1),
         xlinear=XLinearConfig(n_jobs=1, tree=TreeConfig(branching=2, max_leaf_size=4)),
-        dense=_dense(tiny_bert, tune="corpus", alpha=0.7, teacher_max_length=32),
+        dense=_dense(tiny_bert, tune="corpus", alpha=0.7, teacher_max_length=32, tune_texts=300),
     )
     return train_and_export(config, tmp_path_factory.mktemp("static"))
 
@@ -198,7 +198,9 @@ def test_the_bundle_serves_the_features_training_used(static_run, corpus_files):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["dense_features"] == 16 and summary["features"] == X.shape[1] + 16
     log = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
-    assert {"static_distill", "static_tune"} <= {e["event"] for e in log}
+    (tune,) = [e for e in log if e["event"] == "static_tune"]
+    assert tune["texts"] == 300 and tune["tokens_fitted"] > 0 and tune["residual"] < 1
+    assert "static_distill" in {e["event"] for e in log}
 
 
 def test_the_static_bundle_serves_without_torch(static_run):
@@ -215,3 +217,22 @@ def test_a_resumed_run_reuses_the_saved_static_encoder(static_run):
     again = static_encoder_for_run(["x"], StaticDenseConfig(source=None), saved, events.append)
     assert events == [{"event": "resume", "what": "static encoder"}]
     np.testing.assert_array_equal(again.table, StaticEncoder.load(saved).table)
+
+
+def test_corpus_tuning_brings_the_static_mean_closer_to_the_teachers_output(tiny_bert, corpus_files):
+    from xtag.training.static.distill import reduce
+    from xtag.training.static.fit import build_static_encoder
+    from xtag.training.static.teacher import Teacher
+
+    texts = [json.loads(line)["text"] for line in corpus_files[0].read_text().splitlines()]
+    teacher = Teacher.load(tiny_bert)
+    pca = reduce(teacher.token_vectors(64), 16)  # the same PCA the builder fits (deterministic)
+    target = pca.transform(teacher.text_vectors(texts, 32, 64))
+    target /= np.linalg.norm(target, axis=1, keepdims=True)
+
+    def agreement(tune: str) -> float:
+        encoder = build_static_encoder(texts, _dense(tiny_bert, tune=tune, teacher_max_length=32))
+        return float(np.mean(np.sum(encoder.encode(texts) * target, axis=1)))
+
+    distilled, tuned = agreement("none"), agreement("corpus")
+    assert tuned > distilled + 0.1 and tuned > 0.8

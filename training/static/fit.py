@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import random
 import shutil
 import time
 from collections.abc import Callable
@@ -56,15 +57,18 @@ def build_static_encoder(
         from xtag.training.static.tune import ridge_fit
 
         start = time.perf_counter()
-        E = pca.transform(teacher.text_vectors(texts, config.teacher_max_length, config.encode_batch_size))
+        sample = list(texts)
+        if config.tune_texts is not None and config.tune_texts < len(sample):
+            sample = random.Random(config.seed).sample(sample, config.tune_texts)
+        E = pca.transform(teacher.text_vectors(sample, config.teacher_max_length, config.encode_batch_size))
         encode_seconds = time.perf_counter() - start
-        table, facts = ridge_fit(encoder.weight_matrix(texts), E, table, config.ridge, config.cg_iters)
+        table, facts = ridge_fit(encoder.weight_matrix(sample), E, table, config.ridge, config.cg_iters)
         encoder = StaticEncoder(teacher.tokenizer, table, weights, idf, settings)
         log(
             {
                 "event": "static_tune",
                 "tune": "corpus",
-                "texts": len(texts),
+                "texts": len(sample),
                 "teacher_seconds": round(encode_seconds, 3),
                 "seconds": round(time.perf_counter() - start, 3),
                 **facts,

@@ -38,7 +38,7 @@ class StaticDenseConfig(BaseModel):
         None,
         ge=1,
         description="tune=corpus: fit on a seeded sample of this many training texts (None: all); the teacher's "
-        "cost is linear in it (about 25 CPU-minutes for 23.5K texts of 128 tokens with MiniLM-L6)",
+        "cost (one forward per text) is linear in it",
     )
     seed: int = Field(0, description="tune=corpus: the sample's seed")
     encode_batch_size: int = Field(64, ge=1, description="tune=corpus: training texts per teacher forward")

@@ -53,6 +53,16 @@ def _text_encoder(path: Path, parts: Parts) -> None:
     parts.featurizer = ConcatFeaturizer(parts.featurizer, encoder)
 
 
+def _static_encoder(path: Path, parts: Parts) -> None:
+    """Φ_cat for XR-Linear: static token embeddings (numpy + tokenizers) beside the TF-IDF featuriser before it."""
+    from xtag.models.static_encoder import StaticEncoder
+    from xtag.models.xr_transformer.concat_features import ConcatFeaturizer
+
+    encoder = StaticEncoder.load(path)
+    parts.placement["static-encoder"] = "cpu"
+    parts.featurizer = ConcatFeaturizer(parts.featurizer, encoder, alpha=encoder.config.alpha)
+
+
 def _label_tree(path: Path, parts: Parts) -> None:
     parts.chain = ClusterChain.load_tree(path)
 
@@ -115,6 +125,7 @@ class ComponentType:
 COMPONENTS: dict[str, ComponentType] = {
     "tfidf": ComponentType("features/tfidf", _tfidf),
     "text-encoder": ComponentType("encoder", _text_encoder),
+    "static-encoder": ComponentType("features/static", _static_encoder),
     "lightxml-encoder": ComponentType("encoder", _lightxml_encoder),
     "label-tree": ComponentType("tree", _label_tree),
     "rankers": ComponentType("rankers", _rankers),

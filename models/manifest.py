@@ -128,6 +128,8 @@ def write_manifest(folder: Path, model_kind: str, name: str, extra: dict | None 
     runtime = (
         {"onnxruntime", "tokenizers", "faiss-cpu"}
         if any(c["type"] in ("text-encoder", "lightxml-encoder", "cascadexml-encoder", "shortlist") for c in components)
+        else {"tokenizers"}
+        if any(c["type"] == "static-encoder" for c in components)
         else set()
     )
     manifest = {

@@ -70,6 +70,7 @@ CAPABILITIES: dict[str, str] = {
     "shortlist": "a FAISS level-1 shortlist (--shortlist-min-nodes)",
     "weighted-losses": "the missing-label losses (--loss propensity | unbiased-balanced)",
     "torchrun": "training under torchrun with several processes (DDP)",
+    "static-dense": "a static token-embedding block in Φ_cat (--dense static, the `dense` section)",
 }
 TRANSFORMER = frozenset({"transformer", "int8", "fp16", "onnx-optimize", "weighted-losses", "torchrun"})
 TRAIN_EXTRA = ("torch", "transformers")  # what the transformer families' training imports from the train extra
@@ -83,9 +84,9 @@ FAMILIES: dict[str, Family] = {
             "xtag.training.xlinear.config:XLinearConfig",
             "xtag.training.xlinear.train:train",
             "xtag.training.xlinear.export:export",
-            ("tfidf", "label-tree", "rankers"),
+            ("tfidf", "static-encoder", "label-tree", "rankers"),
             batch_wait_ms=0.0,
-            capabilities=frozenset({"weighted-losses"}),
+            capabilities=frozenset({"weighted-losses", "static-dense"}),
         ),
         Family(
             "xr-transformer",

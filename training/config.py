@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 from xtag.models.features import TfidfConfig
 from xtag.models.registry import DEFAULT_KIND, FAMILIES, family
 from xtag.training.data.corpus import CorpusFormat
+from xtag.training.static.config import StaticDenseConfig
 from xtag.training.weighting.label_weights import WEIGHTED_LOSSES, MissingLabelsConfig
 
 XLinearConfig = family("xlinear").resolve("config")  # the shared rankers' settings
@@ -34,6 +35,9 @@ class _CommonConfig(BaseModel):
     )
     missing_labels: MissingLabelsConfig = Field(
         default_factory=MissingLabelsConfig, description="the missing-label loss every family trains with"
+    )
+    dense: StaticDenseConfig | None = Field(
+        None, description="a static token-embedding block beside TF-IDF in the rankers' features (xlinear)"
     )
 
     @model_validator(mode="before")
@@ -70,6 +74,8 @@ class _CommonConfig(BaseModel):
             setattr(self, chosen.section, chosen.resolve("config")())
         if self.missing_labels.weighting != "none":
             chosen.require("weighted-losses", f"missing_labels.weighting={self.missing_labels.weighting}")
+        if self.dense is not None:
+            chosen.require("static-dense", f"dense={self.dense.kind}")
         return self
 
     @property

@@ -1,8 +1,13 @@
-"""Φ_cat (XR-Transformer eq. 10): [TF-IDF/‖·‖, embedding/‖·‖] as one CSR matrix, so rankers stay linear.
+"""Φ_cat (XR-Transformer eq. 10): [TF-IDF/‖·‖, α · embedding/‖·‖] as one CSR matrix, so rankers stay linear.
 
 Training builds the matrix with `concat_features`; serving (`ConcatFeaturizer`) builds the same
 two blocks with the same normalisation but hands them to the inference core apart
 (models.inference.SplitFeatures), which scores the dense block with BLAS.
+
+α (1 in the paper, and for XR-Transformer) weighs the dense block against the sparse one; XR-Linear's
+static token block (models/static_encoder.py) sets it from its config, at training and serving alike.
+The dense encoder is either XR-Transformer's ONNX encoder or that static block: anything with `dim`
+and `encode`.
 """
 
 from __future__ import annotations
@@ -27,18 +32,19 @@ def _row_normalised(data: np.ndarray, indptr: np.ndarray) -> np.ndarray:
     return (data / np.maximum(norms, 1e-12)[rows]).astype(np.float32)
 
 
-def _unit_rows(E: np.ndarray) -> np.ndarray:
+def _unit_rows(E: np.ndarray, alpha: float = 1.0) -> np.ndarray:
     E = np.asarray(E, dtype=np.float32)
-    return E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)
+    E = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)
+    return E if alpha == 1.0 else (E * np.float32(alpha)).astype(np.float32)
 
 
-def concat_features(X_tfidf: sp.csr_matrix | None, E: np.ndarray) -> sp.csr_matrix:
-    """Row-normalised sparse block (if any) followed by the row-normalised dense block.
+def concat_features(X_tfidf: sp.csr_matrix | None, E: np.ndarray, alpha: float = 1.0) -> sp.csr_matrix:
+    """Row-normalised sparse block (if any) followed by the row-normalised dense block times `alpha`.
 
     Built directly as CSR arrays: scipy's hstack/normalize cost more than the arithmetic for the
     one-document requests a service sees.
     """
-    E = _unit_rows(E)
+    E = _unit_rows(E, alpha)
     n, dim = E.shape
     if X_tfidf is None:
         return sp.csr_matrix(
@@ -57,10 +63,10 @@ def concat_features(X_tfidf: sp.csr_matrix | None, E: np.ndarray) -> sp.csr_matr
 
 
 class ConcatFeaturizer:
-    """Text → Φ_cat: an optional TF-IDF featuriser plus a dense encoder (ONNX at serving time)."""
+    """Text → Φ_cat: an optional TF-IDF featuriser plus a dense encoder (ONNX or static token embeddings)."""
 
-    def __init__(self, tfidf: TfidfFeaturizer | None, encoder: DenseEncoder):
-        self.tfidf, self.encoder = tfidf, encoder
+    def __init__(self, tfidf: TfidfFeaturizer | None, encoder: DenseEncoder, alpha: float = 1.0):
+        self.tfidf, self.encoder, self.alpha = tfidf, encoder, alpha
 
     @property
     def dim(self) -> int:
@@ -68,7 +74,7 @@ class ConcatFeaturizer:
 
     def transform(self, texts: list[str]) -> SplitFeatures:
         """Φ_cat as its two blocks; `.tocsr()` of the result equals `concat_features` of the same inputs."""
-        E = _unit_rows(self.encoder.encode(list(texts)))
+        E = _unit_rows(self.encoder.encode(list(texts)), self.alpha)
         n, dim = E.shape
         d = self.tfidf.dim if self.tfidf else 0
         if self.tfidf:

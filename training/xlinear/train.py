@@ -20,8 +20,11 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 from xtag.models.beam_search import RankerLevel
+from xtag.models.components import COMPONENTS
 from xtag.models.label_tree import ClusterChain
+from xtag.models.static_encoder import StaticEncoder
 from xtag.models.xlinear.model import RankerConfig, XLinearModel, load_level, save_level
+from xtag.models.xr_transformer.concat_features import concat_features
 from xtag.training.threads import cpu_count
 from xtag.training.tree.build import build_tree, pifa_embeddings
 from xtag.training.tree.kernels import build_slice
@@ -336,15 +339,19 @@ def train_xlinear(
 
 @dataclass
 class XLinearResult:
-    """A finished XR-Linear run: the model as the bundle stores it."""
+    """A finished XR-Linear run: the model as the bundle stores it, with its static block when it has one."""
 
     model: XLinearModel
+    static: StaticEncoder | None = None
 
     def save(self, folder: Path) -> None:
         self.model.save(folder)
+        if self.static is not None:
+            self.static.save(folder / COMPONENTS["static-encoder"].path)
 
     def summary(self) -> dict:
-        return {"features": self.model.config.n_features}
+        dense = {"dense_features": self.static.dim, "dense": "static"} if self.static is not None else {}
+        return {"features": self.model.config.n_features, **dense}
 
 
 def train(
@@ -356,7 +363,24 @@ def train(
     progress: bool = True,
     log: Callable[[dict], None] = lambda event: None,
 ) -> XLinearResult:
-    """The family's entry in the registry: rankers on the run's TF-IDF (the texts are not needed again)."""
+    """The family's entry in the registry: rankers on the run's TF-IDF or, with a `dense` section, on Φ_cat =
+    [TF-IDF, α · static] (the tree too: PIFA over Φ_cat, as XR-Transformer's final stage builds it)."""
+    static = None
+    if config.dense is not None:
+        from xtag.training.static.fit import static_encoder_for_run
+
+        static = static_encoder_for_run(texts, config.dense, checkpoint_dir / "static", log)
+        start = time.perf_counter()
+        X = concat_features(X, static.encode(texts), static.config.alpha)
+        log(
+            {
+                "event": "features",
+                "what": "phi_cat",
+                "dim": X.shape[1],
+                "nnz": int(X.nnz),
+                "static_seconds": round(time.perf_counter() - start, 3),
+            }
+        )
     model = train_xlinear(
         X,
         Y,
@@ -366,4 +390,6 @@ def train(
         log=log,
         missing_labels=config.missing_labels,
     )
-    return XLinearResult(model)
+    if static is not None:
+        model = XLinearModel(model.chain, model.levels, model.config.model_copy(update={"dense_features": static.dim}))
+    return XLinearResult(model, static)

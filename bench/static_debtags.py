@@ -1,0 +1,151 @@
+"""XR-Linear with and without the static token block (issue 24) on debtags: quality, cost and speed, one run.
+
+Usage (from the repository root; tens of minutes on 2 shared cores, most of it training and the teacher):
+    .venv/bin/python bench/static_debtags.py [--data ../shared/data/debtags] [--out bench/out/static_debtags]
+        [--tunes none corpus] [--alphas 0.5 1.0]
+
+Per tune (none, corpus) the static encoder is built once from the training file with the default teacher
+(MiniLM-L6). α is chosen on a seeded 10 % validation split of the training file (rankers trained on the other
+90 %, P@1 then PSP@5 decide), never on the test split; the tune=corpus fit sees the validation texts' teacher
+outputs (no labels) because it is fitted on the whole training file. The final model is `train_run` on the
+whole training file with the chosen α, its static encoder taken from the one already built (the run's resume
+path, so the teacher is not run twice): its training time is the run's plus the encoder's build time.
+Latency is in-process `Predictor.predict` of one text (p50 over test texts), throughput is batched prediction
+over the whole test split. Writes results.json into --out; it does not touch bench/results or RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+from xtag.evaluation.evaluate import evaluate_bundle, ground_truth
+from xtag.models.bundle import load_bundle
+from xtag.models.features import TfidfFeaturizer
+from xtag.models.metrics import evaluate
+from xtag.models.static_encoder import StaticEncoder
+from xtag.models.xr_transformer.concat_features import concat_features
+from xtag.training.bundle import export_run
+from xtag.training.config import TrainConfig
+from xtag.training.data.corpus import Corpus, build_vocab, load_corpus
+from xtag.training.run import train_run
+from xtag.training.static.config import StaticDenseConfig
+from xtag.training.static.fit import build_static_encoder
+from xtag.training.xlinear.config import XLinearConfig
+from xtag.training.xlinear.train import train_xlinear
+
+KEYS = ("P@1", "P@3", "P@5", "PSP@5", "macro-R@5")
+
+
+def subset(corpus: Corpus, mask: np.ndarray) -> Corpus:
+    pick = np.flatnonzero(mask)
+    return Corpus([corpus.ids[i] for i in pick], [corpus.texts[i] for i in pick], [corpus.labels[i] for i in pick])
+
+
+def choose_alpha(encoder: StaticEncoder, train: Corpus, mask: np.ndarray, alphas: list[float]) -> dict:
+    """Validation P@1/PSP@5 of each α (rankers on the fit split's Φ_cat), and the best α."""
+    fit, val = subset(train, ~mask), subset(train, mask)
+    vocab = build_vocab(fit)
+    tfidf, Xf = TfidfFeaturizer.fit(fit.texts)
+    Xv = tfidf.transform(val.texts)
+    Ef, Ev = encoder.encode(fit.texts), encoder.encode(val.texts)
+    Yf, _ = fit.label_matrix(vocab)
+    truth = ground_truth(val, vocab)
+    scores = {}
+    for alpha in alphas:
+        model = train_xlinear(concat_features(Xf, Ef, alpha), Yf, XLinearConfig(), progress=False)
+        preds = model.predict(concat_features(Xv, Ev, alpha), k=5)
+        m = evaluate(preds.labels, truth.Y, (1, 3, 5), truth.propensity)
+        scores[str(alpha)] = {k: round(m[k], 2) for k in ("P@1", "PSP@5")}
+    best = max(alphas, key=lambda a: (scores[str(a)]["P@1"], scores[str(a)]["PSP@5"]))
+    return {"validation": scores, "alpha": best}
+
+
+def speed(bundle_dir: Path, texts: list[str]) -> dict:
+    bundle = load_bundle(bundle_dir)
+    p = bundle.predictor
+    for t in texts[:50]:
+        p.predict([t], k=5)
+    times = []
+    for t in texts[:1000]:
+        start = time.perf_counter()
+        p.predict([t], k=5)
+        times.append(time.perf_counter() - start)
+    start = time.perf_counter()
+    for lo in range(0, len(texts), 256):
+        p.predict(texts[lo : lo + 256], k=5)
+    batch = time.perf_counter() - start
+    size = sum(f.stat().st_size for f in bundle_dir.rglob("*") if f.is_file())
+    static = bundle_dir / "features" / "static"
+    static_size = sum(f.stat().st_size for f in static.rglob("*") if f.is_file()) if static.is_dir() else 0
+    return {
+        "predict_p50_ms": round(1000 * float(np.median(times)), 3),
+        "batch_docs_per_s": round(len(texts) / batch, 1),
+        "bundle_mb": round(size / 2**20, 2),
+        "static_mb": round(static_size / 2**20, 2),
+    }
+
+
+def final(name: str, config: TrainConfig, out: Path, test: Corpus, encoder: StaticEncoder | None) -> dict:
+    run, bundle = out / f"{name}-run", out / f"{name}-bundle"
+    shutil.rmtree(run, ignore_errors=True)
+    if encoder is not None:  # the encoder built above, where the run's resume path finds it
+        encoder.config.alpha = config.dense.alpha
+        encoder.save(run / "checkpoints" / "static")
+        config.save(run / "config.json")
+    summary = train_run(config, run, resume=encoder is not None, progress=False)
+    export_run(run, bundle, overwrite=True)
+    metrics, _ = evaluate_bundle(load_bundle(bundle), test, progress=False)
+    return {
+        **{k: round(metrics[k], 2) for k in KEYS},
+        "run_seconds": summary["total_seconds"],
+        **speed(bundle, test.texts),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=Path("../shared/data/debtags"))
+    parser.add_argument("--out", type=Path, default=Path("bench/out/static_debtags"))
+    parser.add_argument("--tunes", nargs="+", default=["none", "corpus"])
+    parser.add_argument("--alphas", nargs="+", type=float, default=[0.5, 1.0])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tune-texts", type=int, default=None, help="dense.tune_texts (tune=corpus sample)")
+    parser.add_argument("--teacher-max-length", type=int, default=128, help="dense.teacher_max_length")
+    parser.add_argument("--skip-baseline", action="store_true")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    train_file = args.data / "train.jsonl.gz"
+    train, test = load_corpus(train_file), load_corpus(args.data / "test.jsonl.gz")
+    mask = np.random.default_rng(args.seed).random(len(train)) < 0.1
+    results = {"load_start": os.getloadavg(), "rows": {}}
+    path = args.out / ("results-" + "-".join(args.tunes) + ".json")
+    if not args.skip_baseline:
+        results["rows"]["xlinear"] = final("xlinear", TrainConfig(corpus=train_file), args.out, test, None)
+        path.write_text(json.dumps(results, indent=2))
+        print(json.dumps(results["rows"]["xlinear"]), flush=True)
+    for tune in args.tunes:
+        dense = StaticDenseConfig(tune=tune, tune_texts=args.tune_texts, teacher_max_length=args.teacher_max_length)
+        start = time.perf_counter()
+        events: list[dict] = []
+        encoder = build_static_encoder(train.texts, dense, events.append)
+        build_seconds = time.perf_counter() - start
+        chosen = choose_alpha(encoder, train, mask, args.alphas)
+        config = TrainConfig(corpus=train_file, dense=dense.model_copy(update={"alpha": chosen["alpha"]}))
+        row = final(f"static-{tune}", config, args.out, test, encoder)
+        row.update(chosen, static_build_seconds=round(build_seconds, 1), static_events=events)
+        row["train_seconds"] = round(row["run_seconds"] + build_seconds, 1)
+        results["rows"][f"static-{tune}"] = row
+        path.write_text(json.dumps(results, indent=2))
+        print(json.dumps(row), flush=True)
+    results["load_end"] = os.getloadavg()
+    path.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

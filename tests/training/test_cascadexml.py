@@ -273,20 +273,26 @@ def test_bundle_serves_with_torch_unimportable(cascade_run):
     assert_serves_without_torch(bundle, TEXTS)
 
 
-def test_killed_run_resumes_to_the_uninterrupted_result(corpus_files, tiny_bert, tmp_path):
-    from safetensors.numpy import load_file
+def killed_cascadexml_run(corpus_file: Path, encoder: Path, folder: Path):
+    """(config, run, log): a CascadeXML run checkpointing every 3 steps, killed after its first checkpoint."""
     from xtag.training.config import TrainConfig
-    from xtag.training.run import train_run
 
     settings = cascade_settings(
-        tiny_bert, max_length=32, epochs=1, max_steps=12, batch_size=16, device="cpu", checkpoint_every=3
+        encoder, max_length=32, epochs=1, max_steps=12, batch_size=16, device="cpu", checkpoint_every=3
     )
     config = TrainConfig.model_validate(
-        {"corpus": str(corpus_files[0]), "model": "cascadexml", "tfidf": {"min_df": 1}, "cascadexml": settings}
+        {"corpus": str(corpus_file), "model": "cascadexml", "tfidf": {"min_df": 1}, "cascadexml": settings}
     )
-    (tmp_path / "config.json").write_text(config.model_dump_json())
-    killed = tmp_path / "killed"
-    log = kill_after_first_checkpoint(tmp_path / "config.json", killed, "cascadexml")
+    (folder / "config.json").write_text(config.model_dump_json())
+    run = folder / "killed"
+    return config, run, kill_after_first_checkpoint(folder / "config.json", run, "cascadexml")
+
+
+def test_killed_run_resumes_to_the_uninterrupted_result(corpus_files, tiny_bert, tmp_path):
+    from safetensors.numpy import load_file
+    from xtag.training.run import train_run
+
+    config, killed, log = killed_cascadexml_run(corpus_files[0], tiny_bert, tmp_path)
 
     train_run(config, killed, resume=True, progress=False)
     resumed = [json.loads(line) for line in (killed / "train_log.jsonl").read_text().splitlines()][len(log) :]

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from xtag.models.errors import XtagError
 
-from tests.conftest import kill_after_first_checkpoint
-from tests.training.test_cascadexml import cascade_settings
+from tests.training.test_cascadexml import killed_cascadexml_run
 
 
 def poison_npz(path, key: str) -> None:
@@ -59,18 +58,9 @@ def test_resume_refuses_a_torch_checkpoint_with_nan(corpus_files, tiny_bert, tmp
     """The transformer families' checkpoints are safetensors: a killed CascadeXML run's weights set to NaN."""
     import torch
     from safetensors.torch import load_file, save_file
-    from xtag.training.config import TrainConfig
     from xtag.training.run import train_run
 
-    settings = cascade_settings(
-        tiny_bert, max_length=32, epochs=1, max_steps=12, batch_size=16, device="cpu", checkpoint_every=3
-    )
-    config = TrainConfig.model_validate(
-        {"corpus": str(corpus_files[0]), "model": "cascadexml", "tfidf": {"min_df": 1}, "cascadexml": settings}
-    )
-    (tmp_path / "config.json").write_text(config.model_dump_json())
-    run = tmp_path / "killed"
-    kill_after_first_checkpoint(tmp_path / "config.json", run, "cascadexml")
+    config, run, _ = killed_cascadexml_run(corpus_files[0], tiny_bert, tmp_path)
     weights = run / "checkpoints" / "cascadexml" / "current" / "model.safetensors"
     tensors = load_file(weights)
     name = sorted(tensors)[-1]

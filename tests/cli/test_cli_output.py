@@ -56,14 +56,16 @@ def test_a_failed_train_leaves_no_run_behind(tmp_path):
     assert sorted(p.name for p in run.iterdir()) == ["notes.txt"]  # what was there before stays
 
 
-def test_skip_bad_rows_names_the_lines_it_skipped(corpus_files, tmp_path):
+def test_skip_bad_rows_names_the_lines_it_skipped(tiny_bundle, tmp_path):
     rows = make_rows(60)
     rows[3] = {"text": "", "labels": ["x"]}
     rows[10] = {"text": "fine", "labels": "not a list"}
     corpus = write_jsonl(tmp_path / "c.jsonl", rows)
+    said = "skipped 2 malformed rows: line 4 (no text), line 11 (labels must be a list"
     r = _train(corpus, tmp_path / "run", "--skip-bad-rows")
-    assert r.exit_code == 0, r.output
-    assert "skipped 2 malformed rows: line 4 (no text), line 11 (labels must be a list" in r.output
+    assert r.exit_code == 0 and said in r.output, r.output
+    r = runner.invoke(app, ["evaluate", str(tiny_bundle), "--corpus", str(corpus), "--skip-bad-rows", "--no-progress"])
+    assert r.exit_code == 0 and said in r.output, r.output
 
 
 def test_evaluate_counts_words_right_and_shows_empty_buckets_as_na(corpus_files, tiny_bundle, tmp_path):

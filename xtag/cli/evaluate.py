@@ -22,6 +22,7 @@ from xtag.cli.options import (
     failing,
     finish,
     load_bundle_or_fail,
+    read_noting_skips,
 )
 from xtag.models.errors import XtagError
 from xtag.models.propensity import DEFAULT_A, DEFAULT_B
@@ -85,7 +86,8 @@ def evaluate(
             )
         settings = {name: ctx.params[name] for name in REPORT_SETTINGS}
         config = ReportConfig(ks=_k_values(ks, at_10), optimize=opt, **settings)
-        report = build_report(b, load_corpus(corpus, format, skip_bad=skip_bad_rows), config, progress)
+        data = read_noting_skips(load_corpus(corpus, format, skip_bad=skip_bad_rows))
+        report = build_report(b, data, config, progress)
     _print_report(report, config)
     if json_out:
         json_out.write_text(json.dumps({"convention": convention, **report.flat()}, indent=2))
@@ -189,7 +191,8 @@ def calibrate(
             return
         if corpus is None:
             raise XtagError("--corpus is required (a validation split, never the test set)")
-        cal = fit_bundle_calibration(b, load_corpus(corpus, format, skip_bad=skip_bad_rows), beam_size, progress)
+        data = read_noting_skips(load_corpus(corpus, format, skip_bad=skip_bad_rows))
+        cal = fit_bundle_calibration(b, data, beam_size, progress)
         write_calibration(bundle, cal)
     info = cal.fitted_on
     typer.echo(

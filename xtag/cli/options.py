@@ -103,6 +103,18 @@ def finish(wrote: str, next_step: str | None = None) -> None:
     typer.echo(wrote + (f"; next: {next_step}" if next_step else ""), err=True)
 
 
+def warn(message: str) -> None:
+    """`warning: ...` in yellow on stderr: something the user should know, that does not stop the command."""
+    typer.secho(f"warning: {message}", fg=typer.colors.YELLOW, err=True)
+
+
+def read_noting_skips(corpus):
+    """A corpus read with --skip-bad-rows, after saying which lines it left out (Corpus.skipped_note)."""
+    if corpus.skipped:
+        warn(corpus.skipped_note())
+    return corpus
+
+
 def echo_json(value: object, err: bool = False) -> None:
     typer.echo(json.dumps(value), err=err)
 

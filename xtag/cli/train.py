@@ -19,6 +19,7 @@ from xtag.cli.options import (
     finish,
     given_flags,
     read_config,
+    warn,
 )
 from xtag.cli.train_flags import config_dict, option_name
 from xtag.models.errors import XtagError
@@ -98,7 +99,7 @@ def train(
 def _echo_event(event: dict) -> None:
     """A training event on stderr: warnings as a line to read, the rest as the JSON train_log.jsonl holds."""
     if event.get("event") == "warning":
-        typer.secho(f"warning: {event['message']}", fg=typer.colors.YELLOW, err=True)
+        warn(event["message"])
     else:
         echo_json(event, err=True)
 

@@ -50,7 +50,8 @@ def path_excess(model, X: sp.csr_matrix, docs: np.ndarray, labels: np.ndarray) -
     total = np.zeros(labels.shape)
     for level, ancestors in zip(model.levels, _ancestors(model)):
         un, n_pos = np.unique(ancestors[labels], return_inverse=True)
-        raw = (rows @ level.W[un].T).toarray()[d_pos, n_pos] + level.bias[un][n_pos]
+        scores = (rows @ level.W[un].T).tocsr()  # kept sparse: documents × nodes can be large on big trees
+        raw = np.asarray(scores[d_pos, n_pos]).ravel() + level.bias[un][n_pos]
         total += np.maximum(0.0, raw - 1.0)
     return total
 

@@ -28,7 +28,7 @@ def test_train_and_export_end_with_what_they_wrote_and_the_next_command(corpus_f
     lines = r.output.splitlines()
     assert (
         lines[-1]
-        == f"wrote run {run} (model/, checkpoints/, config.json, train_log.jsonl); next: xtag export {run} --out BUNDLE"
+        == f"wrote run {run} (model/, checkpoints/, config.json, summary.json, train_log.jsonl); next: xtag export {run} --out BUNDLE"
     )
     assert json.loads(lines[-2])["documents"] == 400  # the summary line scripts read stays on stdout
     # 400 documents: the small-data warning is a line to read, and it is in the run's log too

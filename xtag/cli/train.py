@@ -93,7 +93,10 @@ def train(
     with failing():
         summary = train_run(cfg, out, resume=resume, progress=progress, echo=_echo_event)
     echo_json(summary)
-    finish(f"wrote run {out} (model/, checkpoints/, config.json, train_log.jsonl)", f"xtag export {out} --out BUNDLE")
+    finish(
+        f"wrote run {out} (model/, checkpoints/, config.json, summary.json, train_log.jsonl)",
+        f"xtag export {out} --out BUNDLE",
+    )
 
 
 def _echo_event(event: dict) -> None:

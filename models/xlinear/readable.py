@@ -5,8 +5,9 @@ so every label whose path clears the margin at each level scores 1.0 and the eng
 their summed raw margins, a key nobody sees (models/engine/kernels.py). The score shown here keeps that
 order and makes it visible:
 
-- a path that clears the margin at every level (product == 1.0) scores 1 − BAND / (1 + x), x the summed
-  excess margin Σ_t max(0, m_t − 1) along the path: [1 − BAND, 1), larger margins closer to 1;
+- a path that clears the margin at every level (product == 1.0) scores 1 − BAND / (1 + x), x = max(0,
+  Σ_t m_t − depth) the summed raw margins above 1 per level along the path: [1 − BAND, 1), larger margins
+  closer to 1, in the engine's tie-break order;
 - every other path keeps its product, scaled into [0, 1 − BAND): (1 − BAND) · product.
 
 Both pieces are increasing and meet at 1 − BAND, so the labels come out in exactly the engine's order
@@ -26,6 +27,7 @@ from xtag.models.beam_search import Predictions, SplitFeatures
 
 BAND = 0.05  # the top 5 % of the score range: paths that clear every level's margin
 HINGES = ("l3-hinge", "l2-hinge")  # the post-processors that saturate (sigmoid does not)
+LOOP_MAX_PAIRS = 256
 
 
 def readable_scores(model, X, preds: Predictions) -> Predictions:
@@ -41,19 +43,45 @@ def readable_scores(model, X, preds: Predictions) -> Predictions:
 
 
 def path_excess(model, X: sp.csr_matrix, docs: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """Σ_t max(0, m_t − 1) along the tree path of each (document, label) pair: how far it clears the margins.
+    """max(0, Σ_t m_t − depth) for each (document, label) pair: how far its path clears the margins.
 
-    Only the documents and path nodes of these pairs are multiplied, not whole levels: a request pays for a
-    few dot products, not for a second beam search."""
-    ud, d_pos = np.unique(docs, return_inverse=True)
-    rows = X[ud]
+    The summed raw margin Σ_t m_t is the engine's own tie-break key for equal products
+    (models/engine/kernels.py), so among saturated paths these scores fall in exactly the engine's order.
+    """
     total = np.zeros(labels.shape)
     for level, ancestors in zip(model.levels, _ancestors(model)):
-        un, n_pos = np.unique(ancestors[labels], return_inverse=True)
-        scores = (rows @ level.W[un].T).tocsr()  # kept sparse: documents × nodes can be large on big trees
-        raw = np.asarray(scores[d_pos, n_pos]).ravel() + level.bias[un][n_pos]
-        total += np.maximum(0.0, raw - 1.0)
-    return total
+        total += pair_scores(level.W, level.bias, X, docs, ancestors[labels])
+    return np.maximum(0.0, total - model.chain.depth)
+
+
+def pair_scores(
+    W: sp.csr_matrix, bias: np.ndarray, X: sp.csr_matrix, docs: np.ndarray, nodes: np.ndarray
+) -> np.ndarray:
+    """x_doc · w_node + b_node for each pair, never for whole levels.
+
+    Up to LOOP_MAX_PAIRS pairs (a request, a small batch) each document row is looked up in its node's
+    row with searchsorted: building scipy objects cost more than the arithmetic (1.2 ms against 0.1 ms
+    for one text on debtags). Beyond, one sparse product of the documents by the nodes involved wins
+    (2048 documents: 19 ms against 35 ms).
+    """
+    if len(docs) > LOOP_MAX_PAIRS:
+        ud, d_pos = np.unique(docs, return_inverse=True)
+        un, n_pos = np.unique(nodes, return_inverse=True)
+        products = (X[ud] @ W[un].T).tocsr()  # kept sparse: documents × nodes can be large on big trees
+        return np.asarray(products[d_pos, n_pos], dtype=np.float64).ravel() + bias[un][n_pos]
+    if not W.has_sorted_indices:
+        W.sort_indices()
+    out = np.empty(len(docs))
+    for i, (d, n) in enumerate(zip(docs.tolist(), nodes.tolist())):
+        x_idx, x_val = X.indices[X.indptr[d] : X.indptr[d + 1]], X.data[X.indptr[d] : X.indptr[d + 1]]
+        w_idx, w_val = W.indices[W.indptr[n] : W.indptr[n + 1]], W.data[W.indptr[n] : W.indptr[n + 1]]
+        if not len(w_idx):
+            out[i] = 0.0
+            continue
+        pos = np.minimum(np.searchsorted(w_idx, x_idx), len(w_idx) - 1)
+        hit = w_idx[pos] == x_idx
+        out[i] = float(np.dot(w_val[pos[hit]].astype(np.float64), x_val[hit]))
+    return out + bias[nodes]
 
 
 def _ancestors(model) -> list[np.ndarray]:

@@ -39,6 +39,9 @@ def readable_scores(model, X, preds: Predictions) -> Predictions:
     docs, slots = np.nonzero((preds.labels >= 0) & (preds.scores >= np.float32(1.0)))
     if docs.size:
         out[docs, slots] = 1.0 - BAND / (1.0 + path_excess(model, _csr(X), docs, preds.labels[docs, slots]))
+        # The engine's key adds 1e-9·tanh(Σ margins), which cannot tell large margins apart (tanh is flat
+        # there): it keeps such paths in tree order. Shown as equal, not out of order (1 document in 5910).
+        out = np.fmin.accumulate(out, axis=1)
     return Predictions(labels=preds.labels, scores=out.astype(np.float32))
 
 

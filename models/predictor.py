@@ -59,7 +59,10 @@ class Predictor:
             raise XtagError(f"beam_size must be at least 1, got {beam_size}")
         if not texts:
             return Predictions(labels=np.empty((0, k), np.int64), scores=np.empty((0, k), np.float32))
-        preds = self.model.predict(self.featurizer.transform(list(texts)), k=k, beam_size=beam_size)
+        features = self.featurizer.transform(list(texts))
+        preds = self.model.predict(features, k=k, beam_size=beam_size)
+        if hasattr(self.model, "readable"):  # hinge scores saturate at 1.0: models/xlinear/readable.py
+            preds = self.model.readable(features, preds)
         if calibrated and self.calibration is not None:
             preds = Predictions(labels=preds.labels, scores=self.calibration.apply(preds.scores))
         return preds

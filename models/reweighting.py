@@ -81,13 +81,18 @@ def candidate_budget(k: int, beam_size: int, n_labels: int) -> tuple[int, int]:
     return max(k_cand, 1), max(beam_size * BEAM_FACTOR, 1)
 
 
-def rerank(preds: Predictions, a: np.ndarray, k: int, b: np.ndarray | None = None) -> tuple[Predictions, np.ndarray]:
-    """Top-k of the candidates by gain a_j·η_j + b_j; returns (labels with their model scores η, gains)."""
+def gains_of(preds: Predictions, a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+    """The gain a_j·η_j + b_j each candidate is ranked by (-inf for padding): what a re-ranked list is sorted by."""
     labels, scores = preds.labels, preds.scores.astype(np.float64)
-    valid = labels >= 0
     safe = np.maximum(labels, 0)
     g = a[safe] * scores + (b[safe] if b is not None else 0.0)
-    g = np.where(valid & np.isfinite(scores), g, -np.inf)
+    return np.where((labels >= 0) & np.isfinite(scores), g, -np.inf)
+
+
+def rerank(preds: Predictions, a: np.ndarray, k: int, b: np.ndarray | None = None) -> tuple[Predictions, np.ndarray]:
+    """Top-k of the candidates by gain a_j·η_j + b_j; returns (labels with their model scores η, gains)."""
+    labels = preds.labels
+    g = gains_of(preds, a, b)
     kk = min(k, labels.shape[1])
     order = np.argsort(-g, axis=1, kind="stable")[:, :kk]
     out_l = np.take_along_axis(labels, order, 1)

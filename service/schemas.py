@@ -104,7 +104,10 @@ class BatchRequest(PredictOptions):
 class LabelScore(BaseModel):
     id: int
     name: str
-    score: float
+    score: float = Field(
+        description="the model's score (calibrated when the bundle is); with `reweight` the labels are ordered by "
+        "gain a_j·score, so this need not decrease down the list"
+    )
 
 
 class ModelRef(BaseModel):

@@ -234,6 +234,7 @@ def make_lightxml_config(corpus: Path, encoder: Path, **lx):
         "swa_every": 4,
         "device": "cpu",
         "log_every": 5,
+        "min_val_documents": 10,  # the fixture corpus holds out 20 documents: enough to exercise model selection
         **lx,
     }
     return TrainConfig(

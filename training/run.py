@@ -6,8 +6,11 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 from xtag.models.atomic import fsync_dir, write_text_atomic
 from xtag.models.errors import XtagError, reading
 from xtag.models.features import TfidfFeaturizer
@@ -16,6 +19,7 @@ from xtag.models.labels import LabelVocab
 from xtag.models.registry import family
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import build_vocab, load_corpus
+from xtag.training.data.small_data import small_data_warnings
 
 
 class RunLog:
@@ -58,6 +62,11 @@ def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bo
             refuse_nonfinite(checkpoints, array_files(checkpoints), "cannot resume from these checkpoints")
     elif (out / "model").exists() or (out / "checkpoints").exists():
         raise XtagError(f"{out}: run directory already holds a run; use --resume or another --out")
+    with _removed_on_failure(out, keep=resume):
+        return _train(config, out, config_path, echo, progress)
+
+
+def _train(config: TrainConfig, out: Path, config_path: Path, echo, progress: bool) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(config_path, config.model_dump_json(indent=2))  # what --resume reads: whole or not at all
     log = RunLog(out / "train_log.jsonl", echo)
@@ -66,11 +75,15 @@ def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bo
     corpus = load_corpus(config.corpus, config.format, skip_bad=config.skip_bad_rows)
     vocab = build_vocab(corpus)
     log({"event": "corpus", "documents": len(corpus), "labels": len(vocab), "skipped_rows": corpus.skipped})
+    if corpus.skipped:
+        log({"event": "warning", "message": corpus.skipped_note(), "skipped_lines": corpus.skipped_lines})
     t = time.perf_counter()
     featurizer, X = TfidfFeaturizer.fit(corpus.texts, config.tfidf)
     Y, _ = corpus.label_matrix(vocab)
     config = _with_label_names(config, vocab.names)
     log({"event": "features", "dim": featurizer.dim, "nnz": int(X.nnz), "seconds": time.perf_counter() - t})
+    for message in small_data_warnings(len(corpus), featurizer.dim, np.diff(Y.tocsc().indptr)):
+        log({"event": "warning", "message": message})
 
     t = time.perf_counter()
     result = family(config.model).resolve("train")(
@@ -90,6 +103,23 @@ def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bo
     write_text_atomic(out / "summary.json", json.dumps(summary, indent=2))
     log({"event": "done", **summary})
     return summary
+
+
+@contextmanager
+def _removed_on_failure(out: Path, keep: bool) -> Iterator[None]:
+    """A run that fails before its first checkpoint leaves nothing behind: a stray config.json would make the
+    next attempt look like a run to --resume (scripts/main.sh resumes when it finds one). A resumed run, or one
+    with checkpoints, is kept: that is what --resume continues."""
+    existed = out.exists()
+    try:
+        yield
+    except BaseException:
+        if not keep and not (out / "checkpoints").exists() and not (out / "model").exists():
+            for name in ("config.json", "train_log.jsonl"):
+                (out / name).unlink(missing_ok=True)
+            if not existed and out.is_dir() and not any(out.iterdir()):
+                out.rmdir()
+        raise
 
 
 def save_model(out: Path, vocab: LabelVocab, featurizer: TfidfFeaturizer, model) -> None:

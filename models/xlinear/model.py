@@ -92,6 +92,12 @@ class XLinearModel:
         beam = max(beam_size or self.config.beam_size, 1)
         return engine_beam_search(X, self.compiled, beam, k, self.config.post_processor, first_level=self.first_level)
 
+    def readable(self, X, preds: Predictions) -> Predictions:
+        """The scores a user sees: the engine's order, no block of labels at exactly 1.0 (readable.py)."""
+        from xtag.models.xlinear.readable import readable_scores
+
+        return readable_scores(self, X, preds)
+
     def save(self, folder: Path) -> None:
         (folder / "tree").mkdir(parents=True, exist_ok=True)
         (folder / "rankers").mkdir(parents=True, exist_ok=True)

@@ -107,7 +107,7 @@ def test_cli_evaluate_names_the_convention(tiny_bundle, corpus_files, tmp_path):
         r = runner.invoke(app, base + ["--convention", convention])
         assert r.exit_code == 0, r.output
         assert CONVENTIONS[convention] in r.output
-        assert "10 label mentions of 1 labels unknown to the model" in r.output
+        assert "10 mentions of 1 label unknown to the model" in r.output
         out[convention] = json.loads(path.read_text())
         assert out[convention]["convention"] == convention
     assert out["xmc"]["P@1"] == out["known-labels"]["P@1"]

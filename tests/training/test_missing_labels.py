@@ -245,7 +245,7 @@ def test_cli_drop_labels_writes_the_corrupted_corpus(corpus_files, tmp_path):
     out = tmp_path / "dropped"
     r = CliRunner().invoke(app, ["data", "drop-labels", "--data", str(data), "--out", str(out), "--seed", "1"])
     assert r.exit_code == 0, r.output
-    stats = json.loads(r.output.strip().splitlines()[-1])
+    stats = json.loads(r.stdout.strip().splitlines()[-1])  # stderr ends with what it wrote and the next command
     assert stats["seed"] == 1 and stats["positives_after"] < stats["positives_before"]
     assert {p.name for p in out.iterdir()} >= {"train.jsonl.gz", "test.jsonl.gz", "propensities.json"}
 

@@ -94,3 +94,24 @@ def test_bundle_serves_with_torch_unimportable(xr_bundle):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["game::fps", "[]"]
+
+
+def test_int8_quantisation_keeps_onnxruntimes_root_warning_and_basic_config_out():
+    import logging
+
+    from xtag.training.onnx.optimize import _root_log_quiet
+
+    seen = []
+    root = logging.getLogger()
+    catcher = logging.Handler()
+    catcher.emit = seen.append
+    root.addHandler(catcher)
+    before = (list(root.handlers), root.level)
+    try:
+        with _root_log_quiet():
+            logging.warning("Please consider pre-processing before quantization.")  # onnxruntime's call
+        assert seen == [] and (list(root.handlers), root.level) == before
+        logging.warning("after")  # and the root logger works as before once it is done
+        assert [r.getMessage() for r in seen] == ["after"]
+    finally:
+        root.removeHandler(catcher)

@@ -30,9 +30,20 @@ class Corpus:
     skipped: int = 0
     source: str = ""
     skipped_lines: list[int] = field(default_factory=list)
+    skipped_why: list[str] = field(default_factory=list)  # the reason of each skipped line, in the same order
 
     def __len__(self) -> int:
         return len(self.texts)
+
+    def skipped_note(self, shown: int = 10) -> str | None:
+        """Which rows --skip-bad-rows left out, and why ("source: skipped 2 malformed rows: line 3 (no text),
+        ..."); None when none was. At most `shown` lines are listed; the count is always whole."""
+        if not self.skipped:
+            return None
+        listed = ", ".join(f"line {n} ({why})" for n, why in zip(self.skipped_lines[:shown], self.skipped_why))
+        more = f", and {self.skipped - shown} more" if self.skipped > shown else ""
+        rows = "row" if self.skipped == 1 else "rows"
+        return f"{self.source}: skipped {self.skipped} malformed {rows}: {listed}{more}"
 
     def label_matrix(self, vocab: LabelVocab, extra: Sequence[str] = ()) -> tuple[sp.csr_matrix, int]:
         """Binary doc×label matrix over `vocab` (then one column per name of `extra`); also returns how
@@ -109,6 +120,7 @@ class _Reader:
             raise XtagError(f"{self.path}:{line}: {why}")
         self.corpus.skipped += 1
         self.corpus.skipped_lines.append(line)
+        self.corpus.skipped_why.append(why)
 
     def add(self, line: int, doc_id: object, text: object, labels: object, need_labels: bool) -> None:
         if not isinstance(text, str) or not text.strip():

@@ -57,5 +57,11 @@ class LightXMLConfig(TransformerConfig):
     swa_start: float = Field(1.0, ge=0, description="epoch (fractions allowed) from which weights are averaged")
     swa_every: int = Field(200, ge=1, description="optimiser steps between SWA updates")
     val_fraction: float = Field(0.05, ge=0, lt=0.5, description="training documents held out for model selection")
+    min_val_documents: int = Field(
+        50,
+        ge=1,
+        description="fewer held-out documents than this: no model selection (they train instead; the last, or "
+        "SWA-averaged, weights are kept), since P@k on a handful of documents picks a checkpoint by chance",
+    )
     eval_every: int | None = Field(None, ge=1, description="steps between validations (default: each epoch end)")
     export: LightXMLExportConfig = Field(default_factory=LightXMLExportConfig)

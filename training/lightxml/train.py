@@ -44,7 +44,7 @@ from xtag.training.lightxml.clusters import label_clusters, training_candidates
 from xtag.training.lightxml.config import LightXMLConfig
 from xtag.training.lightxml.net import LightXMLNet
 from xtag.training.lightxml.result import LIGHTXML_NET
-from xtag.training.lightxml.validation import ModelSelection, net_outputs, validation_split
+from xtag.training.lightxml.validation import ModelSelection, net_outputs, selection_split
 from xtag.training.weighting.label_weights import head_label_weights, node_weights
 
 
@@ -69,7 +69,7 @@ class Trainer(Callback):
         self.net, self.chain, self.texts, self.tokenizer, self.lc, self.ctx = net, chain, texts, tokenizer, lc, ctx
         self.folder, self.progress, self.log = folder, progress, log
         self.Y, self.Yc = Y.tocsr(), chain.level_targets(Y, 1)
-        self.train_idx, val_idx = validation_split(len(texts), lc.val_fraction, lc.seed)
+        self.train_idx, val_idx = selection_split(len(texts), lc.val_fraction, lc.min_val_documents, lc.seed, log)
         self.members = cluster_members(chain)
         # Missing-label loss (training/weighting/label_weights.py): positives of label j weigh u_j in L_d, positives of
         # a cluster its labels' occurrence-weighted mean in L_g (node_weights); None: plain BCE.

@@ -29,6 +29,25 @@ def validation_split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np
     return np.sort(perm[n_val:]), np.sort(perm[:n_val])
 
 
+def selection_split(
+    n: int, fraction: float, minimum: int, seed: int, log: Callable[[dict], None]
+) -> tuple[np.ndarray, np.ndarray]:
+    """validation_split, unless it holds out fewer than `minimum` documents: then every document trains and
+    nothing is validated, with a warning. (On 2 held-out documents a checkpoint scored P@1 0.0 and was still
+    kept as the best: the first validation always is.)"""
+    train_rows, val_rows = validation_split(n, fraction, seed)
+    if 0 < len(val_rows) < minimum:
+        log(
+            {
+                "event": "warning",
+                "message": f"only {len(val_rows)} documents would be held out for model selection (fewer than "
+                f"min_val_documents={minimum}): none is held out, and the last (SWA-averaged) weights are kept",
+            }
+        )
+        return np.arange(n), val_rows[:0]
+    return train_rows, val_rows
+
+
 def net_outputs(
     net: LightXMLNet,
     tokenizer: TextTokenizer,

@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -54,9 +55,27 @@ def fuse(path: Path, heads: int, hidden: int, for_gpu: bool = False) -> dict[str
 def _int8(source: Path, target: Path) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _root_log_quiet():
         warnings.simplefilter("ignore")
         quantize_dynamic(source, target, weight_type=QuantType.QInt8)
+
+
+@contextmanager
+def _root_log_quiet() -> Iterator[None]:
+    """onnxruntime ends quantize_dynamic with a root `logging.warning` ("consider pre-processing"): advice for
+    graphs that skipped shape inference, which the export's own fusions and parity check already cover. On a
+    root logger without handlers that call also installs logging.basicConfig's handler, after which every
+    INFO record of xtag's step loggers printed a second time. A NullHandler keeps basicConfig out, the
+    level keeps the advice out; both are restored."""
+    root = logging.getLogger()
+    handler, level = logging.NullHandler(), root.level
+    root.addHandler(handler)
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
 
 
 def _fp16(source: Path, target: Path) -> None:

@@ -8,12 +8,22 @@ corpus reader.
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Annotated
 
 import typer
+import typer.rich_utils
 
 from xtag.cli import data, evaluate, export, predict, serve, train
 from xtag.cli.options import show_version
+
+# Without a terminal (a pipe, a file, CI logs) rich lays help out in 80 columns, which cuts option names
+# ("--no-skip-bad-…") and squeezes their descriptions; there is no screen to fit, so lay it out wide.
+# TERMINAL_WIDTH or COLUMNS, when set, still win.
+HELP_WIDTH_WITHOUT_TTY = 160
+if typer.rich_utils.MAX_WIDTH is None and "COLUMNS" not in os.environ and not sys.stdout.isatty():
+    typer.rich_utils.MAX_WIDTH = HELP_WIDTH_WITHOUT_TTY
 
 app = typer.Typer(
     add_completion=False,

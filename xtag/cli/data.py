@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from xtag.cli.options import PropensityA, PropensityB, echo_json, failing
+from xtag.cli.options import PropensityA, PropensityB, echo_json, failing, finish
 from xtag.models.propensity import DEFAULT_A, DEFAULT_B
 
 app = typer.Typer(no_args_is_help=True, help="Build benchmark corpora.")
@@ -26,6 +26,7 @@ def _build_apt_corpus(build: Callable[[Path, Path], dict], lists: Path, out: Pat
         if update:
             update_apt_lists()
         echo_json(build(lists, out))
+    finish(f"wrote {out}/train.jsonl.gz and {out}/test.jsonl.gz", f"xtag train --corpus {out}/train.jsonl.gz --out RUN")
 
 
 @app.command("debtags")
@@ -61,3 +62,7 @@ def drop_labels(
 
     with failing():
         echo_json(drop_labels(data, out, seed, propensity_a, propensity_b, scale))
+    finish(
+        f"wrote {out}/train.jsonl.gz, test.jsonl.gz and propensities.json",
+        f"xtag train --corpus {out}/train.jsonl.gz --loss propensity --propensity-file {out}/propensities.json --out RUN",
+    )

@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from xtag.cli.options import (
+    BeamSize,
     BundleDir,
     CorpusFormat,
     Progress,
@@ -19,7 +20,9 @@ from xtag.cli.options import (
     PropensityB,
     SkipBadRows,
     failing,
+    finish,
     load_bundle_or_fail,
+    read_noting_skips,
 )
 from xtag.models.errors import XtagError
 from xtag.models.propensity import DEFAULT_A, DEFAULT_B
@@ -53,7 +56,7 @@ def evaluate(
     json_out: Annotated[Path | None, Opt("--json", help="write metrics as JSON (percent)")] = None,
     ks: Annotated[str, Opt(help="comma-separated k values")] = "1,3,5",
     at_10: Annotated[bool, Opt("--at-10", help="also report every metric @10")] = False,
-    beam_size: Annotated[int | None, Opt()] = None,
+    beam_size: BeamSize = None,
     skip_bad_rows: SkipBadRows = False,
     propensity_a: PropensityA = DEFAULT_A,
     propensity_b: PropensityB = DEFAULT_B,
@@ -83,10 +86,17 @@ def evaluate(
             )
         settings = {name: ctx.params[name] for name in REPORT_SETTINGS}
         config = ReportConfig(ks=_k_values(ks, at_10), optimize=opt, **settings)
-        report = build_report(b, load_corpus(corpus, format, skip_bad=skip_bad_rows), config, progress)
+        data = read_noting_skips(load_corpus(corpus, format, skip_bad=skip_bad_rows))
+        report = build_report(b, data, config, progress)
     _print_report(report, config)
     if json_out:
         json_out.write_text(json.dumps({"convention": convention, **report.flat()}, indent=2))
+    written = [str(json_out)] if json_out else []
+    finish(
+        f"evaluated {bundle} on {plural(report.info['documents'], 'document')}"
+        + (f"; wrote {', '.join(written + [str(p) for p in report.files])}" if written or report.files else ""),
+        f"xtag serve {bundle}",
+    )
 
 
 def _k_values(ks: str, at_10: bool) -> tuple[int, ...]:
@@ -111,21 +121,28 @@ def _print_report(report, config) -> None:
     typer.echo(f"{CONVENTIONS[config.convention]}")
     _table(report.metrics, ks)
     info = report.info
+    unknown = info["unknown_labels"]
     typer.echo(
-        f"({info['documents']} documents, {info['unknown_label_mentions']} label mentions of {info['unknown_labels']} "
-        f"labels unknown to the model, " + ("counted as misses)" if config.convention == "xmc" else "dropped)")
+        f"({plural(info['documents'], 'document')}; "
+        + (
+            f"{plural(info['unknown_label_mentions'], 'mention')} of {plural(unknown, 'label')} unknown to the model, "
+            + ("counted as misses)" if config.convention == "xmc" else "dropped)")
+            if unknown
+            else "every test label is known to the model)"
+        )
     )
     cols = [f"micro-P@{k}", f"micro-R@{k}", f"macro-P@{k}", f"macro-R@{k}", f"macro-F1@{k}"]
     typer.echo(
         f"\nby training frequency (head / torso / tail = cumulative label mass 50 / 30 / 20 %; unseen labels: tail), @{k}:"
     )
-    typer.echo(f"{'bucket':<8}{'labels':>7}" + "".join(f"{c:>14}" for c in cols))
+    typer.echo(f"{'bucket':<10}{'labels':>7}" + "".join(f"{c:>14}" for c in cols))
     for name, rows in [("", report.buckets)] + (
         [("opt ", report.optimized_buckets)] if report.optimized_buckets else []
     ):
         for bucket in BUCKETS:
             row = rows[bucket]
-            typer.echo(f"{name + bucket:<8}{int(row['labels']):>7}" + "".join(f"{row[c]:14.2f}" for c in cols))
+            cells = "".join(f"{row[c]:14.2f}" if _defined(row, c) else f"{'n/a':>14}" for c in cols)
+            typer.echo(f"{name + bucket:<10}{int(row['labels']):>7}" + cells)
     typer.echo("calibration error (%): " + ", ".join(f"{n} {v:.2f}" for n, v in report.calibration.items()))
     if report.optimized is not None:
         typer.echo(f"\noptimised ({opt.method}, {opt.metric}, alpha {opt.alpha:g}); one optimisation per k:")
@@ -133,8 +150,21 @@ def _print_report(report, config) -> None:
         typer.echo(
             "(" + "; ".join(f"@{r['k']}: {r['seconds']:.2f} s, {r['stopped']}" for r in report.optimize_runs) + ")"
         )
-    for path in report.files:
-        typer.echo(f"wrote {path}")
+
+
+def _defined(row: dict, column: str) -> bool:
+    """Whether a bucket's metric has anything to average: micro-P needs predictions in the bucket, micro-R test
+    mentions, the macro ones labels they average over. Otherwise it is n/a, not a measured 0.00."""
+    if column.startswith("micro-P"):
+        return row["predicted"] > 0
+    if column.startswith("micro-R"):
+        return row["support"] > 0
+    return row["averaged"] > 0
+
+
+def plural(n: int, word: str) -> str:
+    """'1 label', '2 labels'."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def calibrate(
@@ -157,11 +187,12 @@ def calibrate(
     with failing(ValueError, OSError):
         if remove:
             write_calibration(bundle, None)
-            typer.echo(f"{bundle}: calibration removed")
+            finish(f"{bundle}: calibration removed, manifest rewritten", f"xtag serve {bundle}")
             return
         if corpus is None:
             raise XtagError("--corpus is required (a validation split, never the test set)")
-        cal = fit_bundle_calibration(b, load_corpus(corpus, format, skip_bad=skip_bad_rows), beam_size, progress)
+        data = read_noting_skips(load_corpus(corpus, format, skip_bad=skip_bad_rows))
+        cal = fit_bundle_calibration(b, data, beam_size, progress)
         write_calibration(bundle, cal)
     info = cal.fitted_on
     typer.echo(
@@ -169,3 +200,4 @@ def calibrate(
         f"{info['documents']} documents; ECE on them {info['ece_before_fit']:.2f} % -> "
         f"{info['ece_after_fit']:.2f} % (in-sample)"
     )
+    finish(f"wrote {bundle}/calibration.json and its manifest entry", f"xtag serve {bundle}")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from xtag.cli.options import echo_log, fail, failing
+from xtag.cli.options import echo_log, fail, failing, finish
 from xtag.models.errors import XtagError
 
 Opt = typer.Option
@@ -44,6 +44,7 @@ def export(
     with failing(), echo_log("xtag.export", "export", progress):
         manifest = export_run(run, out, name, overwrite, shortlist_min_nodes, precision, optimize)
     _summary(out, manifest)
+    finish(f"wrote bundle {out}", f"xtag serve {out}  (or: xtag evaluate {out} --corpus TEST)")
 
 
 def _summary(out: Path, manifest: dict) -> None:

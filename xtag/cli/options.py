@@ -19,9 +19,14 @@ from pydantic import ValidationError
 from xtag.models.errors import XtagError
 
 BundleDir = Annotated[Path, typer.Argument(help="bundle directory")]
-CorpusFormat = Annotated[str, typer.Option(help="auto | jsonl | tsv | attentionxml")]
+CorpusFormat = Annotated[
+    str, typer.Option(help="corpus format: auto (from the file name) | jsonl | tsv | attentionxml")
+]
 SkipBadRows = Annotated[bool, typer.Option(help="skip malformed rows (and report how many) instead of failing")]
 Progress = Annotated[bool, typer.Option(help="show progress bars")]
+BeamSize = Annotated[
+    int | None, typer.Option(min=1, help="beam width of the label-tree search (default: the bundle's)")
+]
 PropensityA = Annotated[float, typer.Option(help="Jain propensity A")]
 PropensityB = Annotated[float, typer.Option(help="Jain propensity B")]
 
@@ -92,6 +97,24 @@ def load_bundle_or_fail(bundle: Path):
         return load_bundle(bundle)
 
 
+def finish(wrote: str, next_step: str | None = None) -> None:
+    """A command's last line, for people (stderr, so stdout stays what scripts read): what it wrote where, and
+    the command that usually comes next."""
+    typer.echo(wrote + (f"; next: {next_step}" if next_step else ""), err=True)
+
+
+def warn(message: str) -> None:
+    """`warning: ...` in yellow on stderr: something the user should know, that does not stop the command."""
+    typer.secho(f"warning: {message}", fg=typer.colors.YELLOW, err=True)
+
+
+def read_noting_skips(corpus):
+    """A corpus read with --skip-bad-rows, after saying which lines it left out (Corpus.skipped_note)."""
+    if corpus.skipped:
+        warn(corpus.skipped_note())
+    return corpus
+
+
 def echo_json(value: object, err: bool = False) -> None:
     typer.echo(json.dumps(value), err=err)
 
@@ -114,14 +137,16 @@ def echo_log(logger_name: str, prefix: str, enabled: bool) -> Iterator[None]:
         yield
         return
     logger, handler = logging.getLogger(logger_name), _EchoHandler(prefix)
-    level = logger.level
+    level, propagate = logger.level, logger.propagate
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
+    logger.propagate = False  # printed here once: a root handler (a library's basicConfig) must not repeat it
     try:
         yield
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+        logger.propagate = propagate
 
 
 def show_version(value: bool) -> None:

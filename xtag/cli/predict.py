@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from xtag.cli.options import BundleDir, CorpusFormat, Progress, fail, failing, load_bundle_or_fail
+from xtag.cli.options import BeamSize, BundleDir, CorpusFormat, Progress, fail, failing, finish, load_bundle_or_fail
 from xtag.models.errors import XtagError
 
 Opt = typer.Option
@@ -24,8 +24,8 @@ def predict(
     text: Annotated[str | None, typer.Argument(help="a text to tag")] = None,
     corpus: Annotated[Path | None, Opt(help="tag every document of a corpus instead")] = None,
     format: CorpusFormat = "auto",
-    k: Annotated[int, Opt(min=1)] = 10,
-    beam_size: Annotated[int | None, Opt(min=1)] = None,
+    k: Annotated[int, Opt(min=1, help="labels per text")] = 10,
+    beam_size: BeamSize = None,
     reweight: Annotated[
         str | None, Opt(help="re-rank for tail labels, as the service's `reweight`: psp | power | macro-recall")
     ] = None,
@@ -40,6 +40,10 @@ def predict(
     progress: Progress = True,
 ) -> None:
     """Top-k labels with scores for one text, or for a whole corpus as JSON lines.
+
+    Scores keep the model's order (models/xlinear/readable.py): XR-Linear paths that clear every level's
+    margin score 0.95-1, ordered by how far; equal scores are marked '=' (same order as the engine: larger
+    summed margin, then label-tree order). With --reweight, labels are ranked by gain = a_j × score, shown too.
 
     --reweight/--alpha/--beta/--threshold mean what the service's per-request options mean
     (service/schemas.py) and run the same code (models/reweighting.py).
@@ -56,20 +60,57 @@ def predict(
             if not text.strip():
                 raise XtagError("the text is empty")
             preds = predict_corpus(b, [text], k, beam_size, progress=False, gains=gains)
-            for _, name, score in _above(b.predictor.named(preds), threshold)[0]:
-                typer.echo(f"{score:.4f}  {name}")
+            _print_text(_above(b.predictor.named(preds), threshold)[0], gains, reweight)
             return
         data = load_corpus(corpus, format, need_labels=False)
         preds = predict_corpus(b, data.texts, k, beam_size, progress, gains=gains)
-    _write_jsonl(data.ids, _above(b.predictor.named(preds), threshold), out)
+    _write_jsonl(data.ids, _above(b.predictor.named(preds), threshold), gains, out)
+    if out:
+        finish(f"wrote {out}: top-{k} labels of each of {len(data.ids)} documents, as JSON lines")
 
 
-def _write_jsonl(ids: list, rows: Rows, out: Path | None) -> None:
-    """One `{"id", "labels": [{"name", "score"}]}` line per document, to `out` or stdout."""
+def _print_text(row: list[tuple[int, str, float]], gains, scheme: str | None) -> None:
+    """`score  label` lines, best first; re-ranked, `gain  score  label`, since the gain is what ranks them."""
+    if gains is None:
+        shown = score_texts([s for _, _, s in row])
+        for text, (_, name, _) in zip(shown, row):
+            typer.echo(f"{text}  {name}")
+    else:
+        shown = score_texts([gains[j] * s for j, _, s in row])
+        typer.echo(f"{'gain':<9} {'score':<7} label   (ranked by gain = a_j × score, --reweight {scheme})")
+        for text, (_, name, score) in zip(shown, row):
+            typer.echo(f"{text:<9} {score:.4f}  {name}")
+    if any(text.endswith("=") for text in shown):
+        typer.echo(TIE_NOTE)
+
+
+TIE_NOTE = "(= the same score as the label above: equal scores are ordered by the larger summed ranker margin, then label-tree order)"
+
+
+def score_texts(scores: list[float]) -> list[str]:
+    """Scores with 4 decimals, more (up to 7) where a different neighbour would otherwise print the same; a
+    score exactly equal to the one above prints as it does, with a trailing '=': a tie is never hidden."""
+    out: list[str] = []
+    for i, s in enumerate(scores):
+        if i and scores[i - 1] == s:
+            out.append(out[-1].rstrip("=") + "=")
+            continue
+        near = [scores[j] for j in (i - 1, i + 1) if 0 <= j < len(scores) and scores[j] != s]
+        digits = next((d for d in range(4, 8) if all(f"{s:.{d}f}" != f"{o:.{d}f}" for o in near)), 7)
+        out.append(f"{s:.{digits}f}")
+    return out
+
+
+def _write_jsonl(ids: list, rows: Rows, gains, out: Path | None) -> None:
+    """One `{"id", "labels": [{"name", "score"(, "gain")}]}` line per document, to `out` or stdout; with
+    --reweight each label also carries the gain it was ranked by."""
     sink = open(out, "w") if out else sys.stdout
     try:
         for doc_id, row in zip(ids, rows):
-            labels = [{"name": n, "score": round(s, 6)} for _, n, s in row]
+            labels = [
+                {"name": n, "score": round(s, 6), **({} if gains is None else {"gain": round(float(gains[j] * s), 6)})}
+                for j, n, s in row
+            ]
             sink.write(json.dumps({"id": doc_id, "labels": labels}, ensure_ascii=False) + "\n")
     finally:
         if out:

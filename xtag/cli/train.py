@@ -9,7 +9,18 @@ from typing import Annotated
 
 import typer
 
-from xtag.cli.options import CorpusFormat, Progress, SkipBadRows, echo_json, fail, failing, given_flags, read_config
+from xtag.cli.options import (
+    CorpusFormat,
+    Progress,
+    SkipBadRows,
+    echo_json,
+    fail,
+    failing,
+    finish,
+    given_flags,
+    read_config,
+    warn,
+)
 from xtag.cli.train_flags import config_dict, option_name
 from xtag.models.errors import XtagError
 from xtag.models.registry import DEFAULT_KIND, FAMILIES
@@ -33,9 +44,10 @@ def _transformer(help: str) -> typer.models.OptionInfo:
 def train(
     ctx: typer.Context,
     corpus: Annotated[
-        Path | None, Opt(help="training corpus (JSONL[.gz], Annif TSV, AttentionXML *_texts.txt)")
+        Path | None,
+        Opt(help="training corpus (JSONL[.gz], Annif TSV, AttentionXML *_texts.txt) (required, or in --config)"),
     ] = None,
-    out: Annotated[Path | None, Opt(help="run directory to write")] = None,
+    out: Annotated[Path | None, Opt(help="run directory to write (required, except with --print-config)")] = None,
     model: Annotated[str, Opt(help=f"model kind: {' | '.join(FAMILIES)}")] = DEFAULT_KIND,
     config: Annotated[Path | None, Opt(help="training config JSON or YAML (see --print-config)")] = None,
     print_config: Annotated[bool, Opt("--print-config", help="print the effective config and exit")] = False,
@@ -79,8 +91,20 @@ def train(
     if out is None:
         fail(XtagError("--out is required"))
     with failing():
-        summary = train_run(cfg, out, resume=resume, progress=progress, echo=partial(echo_json, err=True))
+        summary = train_run(cfg, out, resume=resume, progress=progress, echo=_echo_event)
     echo_json(summary)
+    finish(
+        f"wrote run {out} (model/, checkpoints/, config.json, summary.json, train_log.jsonl)",
+        f"xtag export {out} --out BUNDLE",
+    )
+
+
+def _echo_event(event: dict) -> None:
+    """A training event on stderr: warnings as a line to read, the rest as the JSON train_log.jsonl holds."""
+    if event.get("event") == "warning":
+        warn(event["message"])
+    else:
+        echo_json(event, err=True)
 
 
 def _printable(base: dict) -> dict:

@@ -9,6 +9,14 @@ the server's CPU time per request (from /proc) is printed beside it. The server 
 micro-batching off and on (the default).
 
     .venv/bin/python bench/service_latency.py --bundle bundles/svc-dev --test ../shared/data/debtags/test.jsonl.gz
+
+With --pecos WORKDIR (a bench/xlinear_vs_pecos.py workdir; its xtag_bundle as --bundle) it runs instead the batch
+comparison of issue 28 (batch_vs_pecos): `/v1/predict/batch` over HTTP against PECOS in-process with TF-IDF,
+interleaved round by round, with --before-code DIR serving an older checkout beside this one:
+
+    .venv/bin/python bench/service_latency.py --bundle bench/out/xlinear_vs_pecos_debdeps/xtag_bundle \\
+        --test ../shared/data/debdeps/test.jsonl.gz --pecos bench/out/xlinear_vs_pecos_debdeps \\
+        --before-code /tmp/old --rounds 9 --result-name service_batch_debdeps
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -36,6 +45,7 @@ from xtag.models.reweighting import SCHEMES, candidate_budget, gains_for, label_
 from xtag.training.data.corpus import load_corpus  # noqa: E402
 
 ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
+PECOS_PY = ROOT / "bench" / ".venv-pecos" / "bin" / "python"
 
 
 def free_port() -> int:
@@ -44,7 +54,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(bundle: Path, port: int, batching: str, **extra_env: str) -> subprocess.Popen:
+def start_server(
+    bundle: Path, port: int, batching: str, code_dir: Path | None = None, **extra_env: str
+) -> subprocess.Popen:
+    """`code_dir`: serve another checkout's code (a folder holding an `xtag` package, as service_load.py's)."""
     env = {
         **os.environ,
         "XTAG_BATCHING": batching,
@@ -52,9 +65,11 @@ def start_server(bundle: Path, port: int, batching: str, **extra_env: str) -> su
         "XTAG_MAX_BATCH_DOCUMENTS": "1024",
         **extra_env,
     }
-    code = f"from xtag.service.server import serve; serve({str(bundle)!r}, '127.0.0.1', {port}, 1)"
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env)
-    deadline = time.time() + 60
+    if code_dir is not None:
+        env["PYTHONPATH"] = str(code_dir)
+    code = f"from xtag.service.server import serve; serve({str(bundle.resolve())!r}, '127.0.0.1', {port}, 1)"
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=code_dir or ROOT, env=env)
+    deadline = time.time() + 180
     while time.time() < deadline:
         try:
             status, _ = asyncio.run(_once(port, "GET", "/ready", None))
@@ -64,7 +79,7 @@ def start_server(bundle: Path, port: int, batching: str, **extra_env: str) -> su
             pass
         time.sleep(0.1)
     proc.kill()
-    raise SystemExit("server did not become ready in 60 s")
+    raise SystemExit("server did not become ready in 180 s")
 
 
 class Conn:
@@ -197,6 +212,105 @@ def throughput(port: int, predictor, texts: list[str], k: int, batch: int) -> di
     }
 
 
+def batch_vs_pecos(args: argparse.Namespace) -> dict:
+    """`/v1/predict/batch` docs/s over HTTP (this checkout's server, and --before-code's) against PECOS in-process
+    with TF-IDF, in rounds that run every contender once, so that all of them see the same machine load.
+
+    One client sends the test split in `--batch`-document requests, one after the other (as throughput()).
+    PECOS predicts the whole split in one call (its best case) with the model pecos_xlinear.py kept in
+    --pecos (bench/peers/pecos_predict.py, its own venv); its docs/s include the TF-IDF of the same texts
+    by the same featuriser, timed here in the same round twice: scikit-learn's transform (what a PECOS
+    user runs) and xtag's own (models/features.py, the one the service runs). In-process xtag
+    (Predictor.predict per request-sized chunk, TF-IDF included) runs in each round too."""
+    bundle = load_bundle(args.bundle)
+    predictor, featurizer = bundle.predictor, bundle.predictor.featurizer
+    texts = load_corpus(args.test).texts
+    chunks = [texts[i : i + args.batch] for i in range(0, len(texts), args.batch)]
+    bodies = [
+        json.dumps({"documents": [{"id": str(i), "text": t} for i, t in enumerate(c)], "k": args.k}).encode()
+        for c in chunks
+    ]
+    X = featurizer.transform(texts)
+    x_path = args.pecos / "X_service_batch.npz"
+    sp.save_npz(x_path, X.astype(np.float32))
+    codes = {"this checkout": None, **({"before": args.before_code} if args.before_code else {})}
+    servers = {}
+    try:
+        for name, code in codes.items():
+            port = free_port()
+            servers[name] = (port, start_server(args.bundle, port, "on", code))
+        for port, _ in servers.values():
+            asyncio.run(_clients(port, bodies[:4], 1, "/v1/predict/batch"))  # warm-up
+        predictor.predict(chunks[0], k=args.k)
+        rounds = []
+        for r in range(args.rounds):
+            row: dict = {"load_average": os.getloadavg()}
+            cpu: dict = {}  # CPU ms per 1,000 documents: what each costs, whatever the other sessions' load
+            for name, (port, proc) in servers.items():
+                before = cpu_seconds(proc.pid)
+                _, wall = asyncio.run(_clients(port, bodies, 1, "/v1/predict/batch"))
+                row[f"http {name}"] = len(texts) / wall
+                cpu[f"http {name} (server)"] = (cpu_seconds(proc.pid) - before) / len(texts) * 1e6
+            start, c0 = time.perf_counter(), time.process_time()
+            for c in chunks:
+                predictor.predict(c, k=args.k)
+            row["xtag in-process"] = len(texts) / (time.perf_counter() - start)
+            cpu["xtag in-process"] = (time.process_time() - c0) / len(texts) * 1e6
+            start, c0 = time.perf_counter(), time.process_time()
+            featurizer.vectorizer.transform(texts)
+            sklearn_s, sklearn_cpu = time.perf_counter() - start, time.process_time() - c0
+            start, c0 = time.perf_counter(), time.process_time()
+            featurizer.transform(texts)
+            xtag_s, xtag_cpu = time.perf_counter() - start, time.process_time() - c0
+            done = subprocess.run(
+                [str(PECOS_PY), str(ROOT / "bench" / "peers" / "pecos_predict.py")]
+                + ["--model", str(args.pecos / "pecos_model"), "--X", str(x_path), "--topk"]
+                + [str(args.k), "--threads", str(args.threads)],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            peer = json.loads(done.stdout.strip().splitlines()[-1])
+            predict_s, predict_cpu = peer["predict_s"][0], peer["predict_cpu_s"][0]
+            row["pecos predict only"] = len(texts) / predict_s
+            row["pecos + scikit-learn tf-idf"] = len(texts) / (predict_s + sklearn_s)
+            row["pecos + xtag tf-idf"] = len(texts) / (predict_s + xtag_s)
+            cpu["pecos predict only"] = predict_cpu / len(texts) * 1e6
+            cpu["pecos + scikit-learn tf-idf"] = (predict_cpu + sklearn_cpu) / len(texts) * 1e6
+            cpu["pecos + xtag tf-idf"] = (predict_cpu + xtag_cpu) / len(texts) * 1e6
+            rounds.append({**row, "cpu_ms_per_1000_docs": cpu})
+            print(f"round {r + 1}: " + ", ".join(f"{k} {v:,.0f}" for k, v in row.items() if k != "load_average"))
+    finally:
+        for _, proc in servers.values():
+            proc.terminate()
+            proc.wait(10)
+        x_path.unlink(missing_ok=True)
+    median = {k: float(np.median([row[k] for row in rounds])) for k in rounds[0] if isinstance(rounds[0][k], float)}
+    median_cpu = {
+        k: float(np.median([row["cpu_ms_per_1000_docs"][k] for row in rounds]))
+        for k in rounds[0]["cpu_ms_per_1000_docs"]
+    }
+    ratios = {
+        f"http {name} / {peer}": float(np.median([row[f"http {name}"] / row[peer] for row in rounds]))
+        for name in servers
+        for peer in ("pecos + scikit-learn tf-idf", "pecos + xtag tf-idf")
+    }
+    return {
+        "bundle": str(args.bundle),
+        "version": bundle.version,
+        "test": str(args.test),
+        "documents": len(texts),
+        "batch": args.batch,
+        "k": args.k,
+        "pecos_threads": args.threads,
+        "before_code": str(args.before_code) if args.before_code else None,
+        "rounds": rounds,
+        "median_docs_per_s": median,
+        "median_ratios": ratios,
+        "median_cpu_ms_per_1000_docs": median_cpu,
+    }
+
+
 def reweighting_table(bundle, corpus, k: int = 5) -> dict:
     """macro-R@k and P@k per scheme and alpha, candidates widened exactly as the service widens them.
 
@@ -236,7 +350,24 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--result-name", default="service_latency", help="bench/results/<name>.json")
+    ap.add_argument(
+        "--pecos",
+        type=Path,
+        help="instead of the latency runs: /v1/predict/batch against PECOS in-process with TF-IDF (batch_vs_pecos); "
+        "a bench/xlinear_vs_pecos.py workdir, with the pecos_model it kept",
+    )
+    ap.add_argument("--before-code", type=Path, help="with --pecos: also serve this folder's `xtag` package")
+    ap.add_argument("--rounds", type=int, default=5, help="with --pecos: rounds of every contender, interleaved")
+    ap.add_argument("--threads", type=int, default=2, help="with --pecos: PECOS's prediction threads")
     args = ap.parse_args()
+    if args.pecos:
+        out = batch_vs_pecos(args)
+        for key, value in {**out["median_docs_per_s"], **out["median_ratios"]}.items():
+            print(f"{key:<48}{value:>10,.2f}")
+        for key, value in out["median_cpu_ms_per_1000_docs"].items():
+            print(f"CPU ms per 1,000 docs, {key:<48}{value:>10,.0f}")
+        save_result(args.result_name, out, benchmark="service_batch")
+        return
 
     bundle = load_bundle(args.bundle)
     corpus = load_corpus(args.test)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from sklearn.feature_extraction.text import TfidfVectorizer
 from xtag.models.errors import XtagError
 
-# Up to this many texts, `transform` skips scikit-learn's transform (see _transform_few).
-FEW_TEXTS = 8
+# `transform` counts at most this many texts at a time: its token ids are Python ints until counted.
+CHUNK_TEXTS = 4096
 
 
 class TfidfConfig(BaseModel):
@@ -30,7 +31,17 @@ class TfidfFeaturizer:
 
     def __init__(self, vectorizer: TfidfVectorizer, config: TfidfConfig):
         self.vectorizer, self.config = vectorizer, config
-        self._analyze = vectorizer.build_analyzer()  # scikit-learn's own tokeniser + n-grams
+        self._token = re.compile(vectorizer.token_pattern)
+
+    def _analyze(self, text: str) -> list[str]:
+        """scikit-learn's word analyzer for the vectorisers made here (no accent stripping, no stop words), as
+        its terms in another order: the tokens, then for each n ≤ ngram_max the n-grams joined by a space.
+        Written out because scikit-learn's n-gram loop slices and joins term by term: 30% of its time."""
+        tokens = self._token.findall(text.lower() if self.config.lowercase else text)
+        terms = list(tokens)
+        for n in range(2, self.config.ngram_max + 1):
+            terms += map(" ".join, zip(*(tokens[i:] for i in range(n))))
+        return terms
 
     @staticmethod
     def _vectorizer(config: TfidfConfig, vocabulary: dict[str, int] | None = None) -> TfidfVectorizer:
@@ -60,42 +71,44 @@ class TfidfFeaturizer:
         return len(self.vectorizer.vocabulary_)
 
     def transform(self, texts: list[str]) -> sp.csr_matrix:
-        if len(texts) <= FEW_TEXTS:
-            data, indices, indptr = self.transform_arrays(texts)
-            return sp.csr_matrix((data, indices, indptr), shape=(len(texts), self.dim))
-        return self.vectorizer.transform(texts).tocsr()
+        data, indices, indptr = self.transform_arrays(texts)
+        return sp.csr_matrix((data, indices, indptr), shape=(len(texts), self.dim))
 
     def transform_arrays(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(data, indices, indptr) of `transform(texts)` (sorted indices), without a scipy object: callers
-        that only read the arrays (Φ_cat's featuriser) skip its construction.
+        """(data, indices, indptr) of scikit-learn's `transform(texts)` (sorted indices), without a scipy object:
+        callers that only read the arrays (Φ_cat's featuriser) skip its construction.
 
-        Up to FEW_TEXTS texts this is hand-written, because scikit-learn's per-call input validation
-        and sparse bookkeeping cost several times the tokenising and counting (bench/RESULTS.md,
-        issue 4's latency runs), and a one-text request pays all of it. Tokens still come from scikit-learn's analyzer; only counting,
-        sublinear tf, idf and l2 normalisation happen here, with the vectoriser's settings (tests
-        compare the result with scikit-learn's transform).
+        Hand-written for every batch size: terms as scikit-learn's analyzer makes them (_analyze), counting,
+        sublinear tf, idf and l2 normalisation happen here, with the vectoriser's settings (tests compare
+        the result with scikit-learn's transform). For one text scikit-learn's per-call validation and
+        sparse bookkeeping cost several times the tokenising (issue 4's latency runs); for a batch its
+        per-token Python counting loop does (issue 28: 256 debdeps texts took 50 ms, 30 ms here, where one
+        np.unique counts the whole batch).
         """
-        if len(texts) > FEW_TEXTS:
-            X = self.vectorizer.transform(texts).tocsr()
-            X.sort_indices()
-            return X.data, X.indices, X.indptr
-        vocab, idf = self.vectorizer.vocabulary_, self.vectorizer.idf_
-        cols, counts, indptr = [], [], [0]
-        for text in texts:
-            ids = [j for j in map(vocab.get, self._analyze(text)) if j is not None]
-            c, n = np.unique(np.asarray(ids, dtype=np.int32), return_counts=True)
-            cols.append(c)
-            counts.append(n)
-            indptr.append(indptr[-1] + len(c))
-        indices = np.concatenate(cols) if cols else np.empty(0, np.int32)
-        tf = np.concatenate(counts).astype(np.float64) if counts else np.empty(0)
+        if len(texts) > CHUNK_TEXTS:
+            parts = [self.transform_arrays(texts[i : i + CHUNK_TEXTS]) for i in range(0, len(texts), CHUNK_TEXTS)]
+            offsets = np.cumsum([0] + [p[2][-1] for p in parts[:-1]])
+            indptr = np.concatenate([parts[0][2][:1]] + [p[2][1:] + o for p, o in zip(parts, offsets)])
+            return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), indptr
+        vocab, idf, analyze = self.vectorizer.vocabulary_, self.vectorizer.idf_, self._analyze
+        ids: list[int] = []
+        lengths = np.zeros(len(texts), dtype=np.int64)
+        for i, text in enumerate(texts):
+            row = [j for j in map(vocab.get, analyze(text)) if j is not None]
+            ids += row
+            lengths[i] = len(row)
+        rows = np.repeat(np.arange(len(texts), dtype=np.int64), lengths)
+        keys, counts = np.unique(rows * self.dim + np.asarray(ids, dtype=np.int64), return_counts=True)
+        rows, indices = np.divmod(keys, self.dim)  # keys are sorted: by row, then column
+        indptr = np.zeros(len(texts) + 1, dtype=np.int32)
+        np.cumsum(np.bincount(rows, minlength=len(texts)), out=indptr[1:])
+        tf = counts.astype(np.float64)
         if self.vectorizer.sublinear_tf:
             tf = np.log(tf) + 1.0
         data = tf * idf[indices]
-        rows = np.repeat(np.arange(len(texts)), np.diff(indptr))
         norms = np.sqrt(np.bincount(rows, weights=data * data, minlength=len(texts)))
         data /= np.where(norms > 0, norms, 1.0)[rows]
-        return data.astype(np.float32), indices, np.asarray(indptr, dtype=np.int32)
+        return data.astype(np.float32), indices.astype(np.int32), indptr
 
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from xtag.models.bundle import Bundle, load_bundle
 from xtag.models.errors import XtagError
 from xtag.models.finite import nonfinite_arrays
 from xtag.models.reweighting import gains_for, label_weights, predict_reweighted
+from xtag.service.encode import LabelPrefixes
 
 log = logging.getLogger("xtag.service")
 
@@ -36,6 +37,7 @@ class ServedModel:
         self.n_labels = p.n_labels
         self.names = p.vocab.names
         self.lower_names = [n.lower() for n in self.names]
+        self.label_prefixes = LabelPrefixes(self.names)  # responses' JSON per label (service/encode.py)
         self.default_beam = int(p.model.config.beam_size)
         self.ref = {"name": self.bundle.name, "version": self.bundle.version}
         self.kind = str(self.bundle.manifest.get("model_kind", "unknown"))

@@ -79,7 +79,9 @@ class PredictRequest(PredictOptions):
 
 
 class BatchDocument(Strict):
-    id: StrictStr | Integer | None = Field(None, description="echoed back; default: the position")
+    id: StrictStr | Integer | None = Field(
+        None, description='echoed back as a string (7 → "7"); default: the position, as a string ("0", "1", …)'
+    )
     text: Text
 
 
@@ -122,7 +124,7 @@ class PredictResponse(BaseModel):
 
 
 class BatchResult(BaseModel):
-    id: str | int
+    id: str = Field(description="the document's id, or its position in `documents`, always as a string")
     labels: list[LabelScore]
 
 
@@ -180,7 +182,7 @@ class ReloadResponse(BaseModel):
 
 class AnnifBatchDocument(Strict):
     text: StrictStr
-    document_id: StrictStr | Integer | None = None
+    document_id: StrictStr | Integer | None = Field(None, description="echoed back as a string; null when absent")
 
 
 class AnnifBatchRequest(Strict):

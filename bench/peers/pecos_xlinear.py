@@ -36,7 +36,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from importlib.metadata import version as pkg_version
 
@@ -164,9 +163,11 @@ def main(argv=None):
     train_s = statistics.median([a + b for a, b in zip(tree_times, ranker_times)])
     layer_sizes = [int(c.shape[1]) for c in cluster_chain]
 
-    with tempfile.TemporaryDirectory(prefix="pecos_xlm_") as tmp:
-        model.save(tmp)
-        fast = XLinearModel.load(tmp, is_predict_only=True)
+    # Kept in the workdir so that bench/service_latency.py --pecos can time this model's predictions
+    # in the same run as the service's (pecos_predict.py).
+    saved = os.path.join(wd, "pecos_model")
+    model.save(saved)
+    fast = XLinearModel.load(saved, is_predict_only=True)
 
     # --- batch prediction (whole test matrix, threads=args.threads) ---
     pk = dict(beam_size=args.beam_size, only_topk=args.topk, threads=args.threads)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .lightxml_cascadexml import cascadexml_debtags, lightxml_debtags
 from .onnx_encoders import encoder_variants
-from .service import inline_vs_worker, service_latency, service_load
+from .service import inline_vs_worker, service_batch, service_latency, service_load
 from .tail import losses_debtags, tail_debtags
 from .xlinear import beam_1m, shortlist_vs_exact, tree_swap, xlinear_seeds, xlinear_validation, xlinear_vs_pecos
 from .xr_transformer import xr_transformer_debtags, xr_transformer_engine, xr_transformer_latency
@@ -23,6 +23,7 @@ BUILDERS = {
         beam_1m,
         shortlist_vs_exact,
         service_latency,
+        service_batch,
         service_load,
         inline_vs_worker,
         tail_debtags,

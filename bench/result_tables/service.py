@@ -186,3 +186,26 @@ def slow_clients(p: dict) -> list[list[str]]:
         ["slow-body connections", ended(p["slow_body_connections"])],
         ["slow-head connections", ended(p["slow_head_connections"])],
     ]
+
+
+@one_result_each
+def service_batch(r: dict) -> dict[str, str]:
+    """/v1/predict/batch over HTTP against PECOS in-process with TF-IDF (service_latency.py --pecos), interleaved."""
+    med, cpu = r["median_docs_per_s"], r["median_cpu_ms_per_1000_docs"]
+    rows = []
+    for key, value in med.items():
+        cost = cpu.get(key, cpu.get(f"{key} (server)"))
+        rows.append([key, thousands(value), thousands(cost) if cost is not None else ""])
+    out = {"speed": table(["", "docs/s (median)", "CPU ms per 1,000 docs (median)"], "lrr", rows)}
+    contenders = [k for k in med if k.startswith("http ")]
+    peers = [k for k in med if k.startswith("pecos +")]
+    out["rounds"] = table(
+        ["round", "load (1 min)"] + [f"{a} / {b}" for a in contenders for b in peers],
+        "r" * (2 + len(contenders) * len(peers)),
+        [
+            [str(i), f2(row["load_average"][0])] + [f2(row[a] / row[b]) for a in contenders for b in peers]
+            for i, row in enumerate(r["rounds"], start=1)
+        ]
+        + [["median", ""] + [f2(r["median_ratios"][f"{a} / {b}"]) for a in contenders for b in peers]],
+    )
+    return out

@@ -11,7 +11,7 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from xtag.service.deps import document_limit, openapi_body, parse_body, served_model
 from xtag.service.model_slot import ServedModel
 from xtag.service.problems import Problem, problem_responses
-from xtag.service.routes.predict import JSONBytes, predict_rows
+from xtag.service.routes.predict import JSONBytes, predict_arrays
 from xtag.service.schemas import AnnifBatchRequest
 
 router = APIRouter(tags=["annif"])
@@ -88,11 +88,17 @@ async def _suggest(
                 f"{s.max_text_chars} (XTAG_MAX_TEXT_CHARS)",
             )
     todo = [i for i, t in enumerate(texts) if t.strip()]
-    rows = await predict_rows(request, model, [texts[i] for i in todo], limit, None, None, threshold) if todo else []
-    prefix = s.annif_uri_prefix
     out: list[list[dict]] = [[] for _ in texts]
-    for i, row in zip(todo, rows):
-        out[i] = [{"uri": prefix + r["name"], "label": r["name"], "notation": None, "score": r["score"]} for r in row]
+    if not todo:
+        return out
+    preds = await predict_arrays(request, model, [texts[i] for i in todo], limit, None, None)
+    prefix, names = s.annif_uri_prefix, model.names
+    for i, ids, scores in zip(todo, preds.labels.tolist(), preds.scores.tolist()):
+        out[i] = [
+            {"uri": prefix + names[j], "label": names[j], "notation": None, "score": score}
+            for j, score in zip(ids, scores)
+            if j >= 0 and score >= threshold
+        ]
     return out
 
 
@@ -218,4 +224,6 @@ async def suggest_batch(request: Request, project_id: str):
     body = await parse_body(request, AnnifBatchRequest, check=document_limit(limit, status=400))
     q = request.query_params
     rows = await _suggest(request, model, [d.text for d in body.documents], q.get("limit"), q.get("threshold"))
-    return JSONBytes([{"document_id": d.document_id, "results": r} for d, r in zip(body.documents, rows)])
+    # Annif's document_id is a string, absent ids come back null; an integer id is echoed as its string (issue 28)
+    ids = [None if d.document_id is None else str(d.document_id) for d in body.documents]
+    return JSONBytes([{"document_id": i, "results": r} for i, r in zip(ids, rows)])

@@ -1,4 +1,4 @@
-"""POST /v1/predict and /v1/predict/batch: one predictor call per request (or per micro-batch), orjson out."""
+"""POST /v1/predict and /v1/predict/batch: one predictor call per request (or per micro-batch), JSON built from arrays."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ import numpy as np
 import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
+from xtag.models.beam_search import Predictions
 from xtag.models.errors import XtagError
 from xtag.models.macro_inference import SERVING_MAX_DOCS, predict_optimized, serving_config
 from xtag.service.batching import run_off_loop
 from xtag.service.deps import document_limit, openapi_body, parse_body, require_api_key, served_model
+from xtag.service.encode import label_lists
 from xtag.service.model_slot import ServedModel
 from xtag.service.problems import Problem, problem_responses
 from xtag.service.schemas import BatchRequest, BatchResponse, PredictOptions, PredictRequest, PredictResponse, Reweight
@@ -89,25 +91,22 @@ async def predict_rows(
     a: np.ndarray | None,
     threshold: float | None,
     rw_key: tuple = (),
-) -> list[list[dict]]:
-    """Top-k rows of {id, name, score} for `texts`, through the micro-batcher when it is on."""
+) -> list[orjson.Fragment]:
+    """Each text's top-k labels as JSON ({id, name, score} list), through the micro-batcher when it is on."""
+    preds = await predict_arrays(request, model, texts, k, beam, a, rw_key)
+    return label_lists(model.label_prefixes, preds, threshold)
+
+
+async def predict_arrays(
+    request: Request, model: ServedModel, texts: list[str], k: int, beam: int | None, a: np.ndarray | None, rw_key=()
+) -> Predictions:
+    """Top-k label ids and scores for `texts`, through the micro-batcher when it is on."""
     run = partial(model.predict, k=k, beam_size=beam, a=a)
     batcher = request.app.state.batcher
     if batcher is not None:
-        preds = await batcher.submit((id(model), k, beam, rw_key), texts, run)
-    else:
-        request.app.state.metrics.observe_batch(len(texts))
-        preds = await run_off_loop(request.app.state.executor, run, texts)
-    return label_rows(model, preds, threshold)
-
-
-def label_rows(model: ServedModel, preds, threshold: float | None) -> list[list[dict]]:
-    """{id, name, score} per document, padding and scores under `threshold` dropped."""
-    names, cut = model.names, -1.0 if threshold is None else float(threshold)
-    return [
-        [{"id": j, "name": names[j], "score": s} for j, s in zip(row_l, row_s) if j >= 0 and s >= cut]
-        for row_l, row_s in zip(preds.labels.tolist(), preds.scores.tolist())
-    ]
+        return await batcher.submit((id(model), k, beam, rw_key), texts, run)
+    request.app.state.metrics.observe_batch(len(texts))
+    return await run_off_loop(request.app.state.executor, run, texts)
 
 
 def _rw_key(opts: PredictOptions) -> tuple:
@@ -150,13 +149,16 @@ async def predict_batch(request: Request) -> Response:
         rows = await predict_rows(request, model, texts, k, beam, a, body.threshold, _rw_key(body))
     else:
         rows = await optimized_rows(request, model, body, texts, k, beam)
-    results = [{"id": i if d.id is None else d.id, "labels": r} for i, (d, r) in enumerate(zip(body.documents, rows))]
+    # ids are strings in responses, whatever the request gave: a client reads one type (issue 28)
+    results = [
+        {"id": str(i if d.id is None else d.id), "labels": r} for i, (d, r) in enumerate(zip(body.documents, rows))
+    ]
     return JSONBytes({"results": results, "model": model.ref, "took_ms": round((time.perf_counter() - start) * 1e3, 3)})
 
 
 async def optimized_rows(
     request: Request, model: ServedModel, body: BatchRequest, texts: list[str], k: int, beam: int | None
-) -> list[list[dict]]:
+) -> list[orjson.Fragment]:
     """The batch's top-k sets chosen jointly for a macro metric; never micro-batched with other requests,
     because the optimum depends on exactly this batch."""
     if body.reweight is not None:
@@ -177,7 +179,7 @@ async def optimized_rows(
     )
     request.app.state.metrics.observe_batch(len(texts))
     preds = await run_off_loop(request.app.state.executor, run, texts)
-    return label_rows(model, preds, body.threshold)
+    return label_lists(model.label_prefixes, preds, body.threshold)
 
 
 for _route in list(router.routes):

@@ -39,9 +39,10 @@ def test_annif_client_talks_to_xtag(live_server):
         {"document_id": "d1", "text": "python script module"},
         {"text": "audio music player"},
         {"document_id": "d3", "text": ""},
+        {"document_id": 4, "text": "sql database"},
     ]
     batch = annif.suggest_batch("tiny-a", docs, limit=2)
-    assert [d["document_id"] for d in batch] == ["d1", None, "d3"]
+    assert [d["document_id"] for d in batch] == ["d1", None, "d3", "4"]  # Annif's ids are strings
     assert batch[0]["results"][0]["label"] == "lang::python" and len(batch[0]["results"]) == 2
     assert batch[1]["results"] == annif.suggest("tiny-a", "audio music player", limit=2)
     assert batch[2]["results"] == []  # Annif answers a blank text with no suggestions

@@ -44,7 +44,7 @@ def test_batch_keeps_input_order_and_ids(client):
     r = client.post("/v1/predict/batch", json={"documents": docs, "k": 2})
     assert r.status_code == 200
     results = r.json()["results"]
-    assert [x["id"] for x in results] == ["x", 1, 7, 3]
+    assert [x["id"] for x in results] == ["x", "1", "7", "3"]  # always strings: the given id or the position
     single = [client.post("/v1/predict", json={"text": d["text"], "k": 2}).json()["labels"] for d in docs]
     assert [x["labels"] for x in results] == single
     assert results[0]["labels"] == results[3]["labels"]
@@ -102,6 +102,7 @@ def test_openapi_documents_the_request_bodies(client):
     assert schemas["PredictRequest"]["additionalProperties"] is False
     assert set(schemas["Reweight"]["properties"]["scheme"]["enum"]) == {"psp", "power", "macro-recall"}
     assert "BatchRequest" in schemas and "/v1/predict/batch" in spec["paths"]
+    assert schemas["BatchResult"]["properties"]["id"]["type"] == "string"  # one id type in every response
     # the hot routes are served by plain Starlette routes, but documented with their security and errors
     op = spec["paths"]["/v1/predict"]["post"]
     assert op["security"] == [{"APIKeyHeader": []}] and {"413", "415", "422"} <= set(op["responses"])

@@ -86,7 +86,7 @@ def test_an_integral_float_is_an_integer(client):
     r = client.post("/v1/predict", json={"text": "python script", "k": 3.0, "beam_size": 8.0})
     assert r.status_code == 200 and len(r.json()["labels"]) == 3
     r = client.post("/v1/predict/batch", json={"documents": [{"id": 7.0, "text": "sql"}], "k": 2.0})
-    assert r.status_code == 200 and r.json()["results"][0]["id"] == 7
+    assert r.status_code == 200 and r.json()["results"][0]["id"] == "7"
     for bad in (3.5, "3", True):
         r = client.post("/v1/predict", json={"text": "python", "k": bad})
         assert r.status_code == 422 and r.json()["errors"][0]["loc"] == "body.k"

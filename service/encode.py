@@ -1,0 +1,41 @@
+"""Prediction arrays → the response's label lists as JSON text, without an object per label.
+
+A 256-document batch at k=10 returned 2,560 {id, name, score} dicts built from Python ints and floats,
+then serialised. Here each label's `{"id":…,"name":…,"score":` prefix is rendered once per model and
+reused, the scores are formatted by orjson in one call on the whole array (as float64, so the digits are
+those json.dumps gives for the same float32 value), and each document's list becomes one orjson.Fragment.
+The JSON is the documented LabelScore list, byte for byte what orjson gives for the dicts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+from xtag.models.beam_search import Predictions
+
+
+class LabelPrefixes:
+    """`{"id":j,"name":"…","score":` per label id, rendered on first use (a model may have millions of labels)."""
+
+    def __init__(self, names: list[str]):
+        self.names = names
+        self._cache: dict[int, bytes] = {}
+
+    def __call__(self, j: int) -> bytes:
+        prefix = self._cache.get(j)
+        if prefix is None:
+            prefix = self._cache[j] = b'{"id":%d,"name":%s,"score":' % (j, orjson.dumps(self.names[j]))
+        return prefix
+
+
+def label_lists(prefixes: LabelPrefixes, preds: Predictions, threshold: float | None) -> list[orjson.Fragment]:
+    """Each document's labels as a JSON array, best first; padding (-1) and scores under `threshold` dropped."""
+    cut = -1.0 if threshold is None else float(threshold)
+    keep = ((preds.labels >= 0) & (preds.scores >= cut)).tolist()
+    text = orjson.dumps(np.asarray(preds.scores, dtype=np.float64), option=orjson.OPT_SERIALIZE_NUMPY)
+    rows = text[2:-2].split(b"],[") if preds.scores.size else [b""] * len(keep)
+    out = []
+    for ids, kept, scores in zip(preds.labels.tolist(), keep, rows):
+        items = [prefixes(j) + s for j, k, s in zip(ids, kept, scores.split(b",")) if k]
+        out.append(orjson.Fragment(b"[" + b"},".join(items) + b"}]" if items else b"[]"))
+    return out

@@ -16,6 +16,7 @@ from xtag.models.labels import LabelVocab
 from xtag.models.registry import family
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import build_vocab, load_corpus
+from xtag.training.data.fingerprint import CorpusFingerprint
 
 
 class RunLog:
@@ -51,7 +52,9 @@ def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bo
             raise XtagError(f"{out}: nothing to resume (no config.json)")
         with reading(config_path, "the run's configuration"):
             saved = TrainConfig.load(config_path)
-        if saved != config:
+        # The corpus is compared by its rows (the fingerprint, below), so a corpus file that moved resumes.
+        moved = saved.corpus != config.corpus and saved.model_copy(update={"corpus": config.corpus}) == config
+        if saved != config and not moved:
             raise XtagError(f"{out}: --resume with a different configuration than the run was started with")
         if (out / "checkpoints").is_dir():  # the server's NaN scan (models/finite.py), before any is reused
             checkpoints = out / "checkpoints"
@@ -59,12 +62,19 @@ def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bo
     elif (out / "model").exists() or (out / "checkpoints").exists():
         raise XtagError(f"{out}: run directory already holds a run; use --resume or another --out")
     out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(config_path, config.model_dump_json(indent=2))  # what --resume reads: whole or not at all
+    if not resume:
+        write_text_atomic(config_path, config.model_dump_json(indent=2))  # what --resume reads: whole or not at all
     log = RunLog(out / "train_log.jsonl", echo)
     start = time.perf_counter()
 
     corpus = load_corpus(config.corpus, config.format, skip_bad=config.skip_bad_rows)
     vocab = build_vocab(corpus)
+    fingerprint = CorpusFingerprint.of(corpus, len(vocab))
+    if resume:  # before any checkpoint is reused; a moved corpus's new path is saved once its rows are known
+        fingerprint.check_resume(out, log, moved_from=saved.corpus if moved else None)
+        write_text_atomic(config_path, config.model_dump_json(indent=2))
+    else:
+        fingerprint.save(out)
     log({"event": "corpus", "documents": len(corpus), "labels": len(vocab), "skipped_rows": corpus.skipped})
     t = time.perf_counter()
     featurizer, X = TfidfFeaturizer.fit(corpus.texts, config.tfidf)

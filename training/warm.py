@@ -13,11 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from xtag.models.features import TfidfConfig
 from xtag.training.config import TrainConfig
 from xtag.training.run import train_run
-from xtag.training.tree.build import TreeConfig
-from xtag.training.xlinear.config import XLinearConfig
 
 N_LABELS, N_DOCS = 24, 240
 
@@ -40,10 +37,8 @@ def warm_training() -> float:
     with tempfile.TemporaryDirectory(prefix="xtag-warm-") as tmp:
         corpus = Path(tmp) / "train.jsonl"
         corpus.write_text("".join(json.dumps(row) + "\n" for row in _rows()))
-        config = TrainConfig(
-            corpus=corpus,
-            tfidf=TfidfConfig(min_df=1),
-            xlinear=XLinearConfig(tree=TreeConfig(branching=2, max_leaf_size=4)),
+        config = TrainConfig.model_validate(
+            {"corpus": corpus, "tfidf": {"min_df": 1}, "xlinear": {"tree": {"branching": 2, "max_leaf_size": 4}}}
         )
         train_run(config, Path(tmp) / "run", progress=False)
     return time.perf_counter() - start

@@ -8,7 +8,7 @@
 # and a new run starts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --base   # what the main job needs (no torch); scripts/test.sh installs the rest
 XTAG=.venv/bin/xtag
 RUN=runs/debtags-xl
 say() { echo "main.sh: $*" >&2; }

@@ -10,6 +10,7 @@ process, as a user runs it:
   first train   that cache: the first train after install
   warm train    the same cache again: a train in a session that has trained before
 and likewise cold / first / warm `xtag serve` until GET /ready answers 200, on the bundle of the warm train.
+The round is repeated (--rounds), so each figure is a median over rounds run under the same load.
 """
 
 from __future__ import annotations
@@ -102,34 +103,46 @@ def serve_ready(bundle: Path, cache: Path, timeout: float = 300) -> dict:
     return {"ready_s": round(ready, 2), "warmup_ms": warmup_ms, "cache_files_added": _files(cache) - before}
 
 
+def fresh(folder: Path) -> Path:
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
+
+
+def one_round(corpus: Path, work: Path, serve: bool) -> dict:
+    """The steps of the module docstring once, each cache emptied first."""
+    cold_cache, cache, run = fresh(work / "numba-cold"), fresh(work / "numba-installed"), work / "run"
+    out = {"cold_train": train(corpus, run, cold_cache)}
+    warm_s, warm_out = timed([*XTAG, "warm"], cache)
+    out["warm_step"] = {"wall_s": round(warm_s, 2), "output": warm_out.strip()}
+    out["first_train"] = train(corpus, run, cache)
+    out["warm_train"] = train(corpus, run, cache)
+    if serve:
+        bundle = work / "bundle"
+        timed([*XTAG, "export", str(run), "--out", str(bundle), "--overwrite"], cache)
+        out["cold_serve"] = serve_ready(bundle, fresh(cold_cache))
+        out["first_serve"] = serve_ready(bundle, cache)
+        out["warm_serve"] = serve_ready(bundle, cache)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, required=True, help="corpus folder with train.jsonl.gz")
     ap.add_argument("--name", required=True, help="result name (bench/results/NAME.json)")
     ap.add_argument("--work", type=Path, default=ROOT / "bench" / "out" / "cold_start")
+    ap.add_argument("--rounds", type=int, default=3, help="repeat every step this often, interleaved (median)")
     ap.add_argument("--no-serve", action="store_true", help="only the train measurements (a corpus nobody serves)")
     args = ap.parse_args()
-    corpus = args.data / "train.jsonl.gz"
-    shutil.rmtree(args.work, ignore_errors=True)
-    cold_cache, cache = args.work / "numba-cold", args.work / "numba-installed"
-    cold_cache.mkdir(parents=True)
-    cache.mkdir()
-
-    result = {"corpus": args.data.name, "stand_in_for_fresh_install": "an empty NUMBA_CACHE_DIR"}
-    result["cold_train"] = train(corpus, args.work / "run", cold_cache)
-    warm_s, warm_out = timed([*XTAG, "warm"], cache)
-    result["warm_step"] = {"wall_s": round(warm_s, 2), "output": warm_out.strip()}
-    result["first_train"] = train(corpus, args.work / "run", cache)
-    result["warm_train"] = train(corpus, args.work / "run", cache)
-    if not args.no_serve:
-        bundle = args.work / "bundle"
-        timed([*XTAG, "export", str(args.work / "run"), "--out", str(bundle), "--overwrite"], cache)
-        shutil.rmtree(cold_cache)
-        cold_cache.mkdir()
-        result["cold_serve"] = serve_ready(bundle, cold_cache)
-        result["first_serve"] = serve_ready(bundle, cache)
-        result["warm_serve"] = serve_ready(bundle, cache)
-    print(json.dumps(result, indent=1))
+    rounds = []
+    for r in range(args.rounds):
+        rounds.append(one_round(args.data / "train.jsonl.gz", fresh(args.work), not args.no_serve))
+        print(f"round {r + 1}: {json.dumps(rounds[-1])}", file=sys.stderr, flush=True)
+    result = {
+        "corpus": args.data.name,
+        "stand_in_for_fresh_install": "an empty NUMBA_CACHE_DIR",
+        "rounds": {step: [one[step] for one in rounds] for step in rounds[0]},
+    }
     save_result(args.name, result)
 
 

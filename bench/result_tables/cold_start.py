@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from statistics import median
+
 from .common import f1, f2, one_result_each, table
 
 TRAIN_STEPS = (
@@ -17,31 +19,52 @@ SERVE_STEPS = (
 )
 
 
+def _median(samples: list[dict], key: str):
+    values = [s[key] for s in samples if s.get(key) is not None]
+    return median(values) if values else None
+
+
+def _spread(samples: list[dict], key: str, fmt) -> str:
+    """Median, with the range over rounds when there are several."""
+    values = [s[key] for s in samples if s.get(key) is not None]
+    if not values:
+        return ""
+    text = fmt(median(values))
+    return text + (f" ({fmt(min(values))}–{fmt(max(values))})" if len(values) > 1 else "")
+
+
+def _added(samples: list[dict]) -> str:
+    values = [s["cache_files_added"] for s in samples if "cache_files_added" in s]
+    return "/".join(str(v) for v in values)
+
+
 @one_result_each
 def cold_start(r: dict) -> dict[str, str]:
-    rows = []
-    for key, label in TRAIN_STEPS:
-        step = r[key]
-        added = step.get("cache_files_added")
-        rows.append([label, f1(step["wall_s"]), f1(step.get("model_s")), "" if added is None else str(added)])
-    first, warm, cold = r["first_train"], r["warm_train"], r["cold_train"]
+    rounds = r["rounds"]
+    n = len(rounds["cold_train"])
+    rows = [
+        [label, _spread(rounds[key], "wall_s", f1), _spread(rounds[key], "model_s", f1), _added(rounds[key])]
+        for key, label in TRAIN_STEPS
+    ]
+
+    def ratio(step: str, key: str) -> str:
+        return f"{_median(rounds[step], key) / _median(rounds['warm_train'], key):.2f}×"
+
     out = {
         "train": table(
-            [f"{r['corpus']}: step", "process s", "model s", "numba cache files added"],
-            "lrrr",
-            rows,
+            [f"{r['corpus']}: step", "process s", "model s", "numba cache files added, per round"], "lrrr", rows
         )
-        + f"\n\nFirst train after `xtag warm` / warm train: **{first['wall_s'] / warm['wall_s']:.2f}×** "
-        f"(process), {first['model_s'] / warm['model_s']:.2f}× (model time); without `xtag warm`: "
-        f"{cold['wall_s'] / warm['wall_s']:.2f}× (process), {cold['model_s'] / warm['model_s']:.2f}× (model)."
-        f" Stand-in for a fresh install: {r['stand_in_for_fresh_install']}."
+        + f"\n\nMedians over {n} rounds (range in brackets). First train after `xtag warm` / warm train: "
+        f"**{ratio('first_train', 'wall_s')}** (process), {ratio('first_train', 'model_s')} (model time); "
+        f"without `xtag warm`: {ratio('cold_train', 'wall_s')} (process), {ratio('cold_train', 'model_s')} "
+        f"(model). Stand-in for a fresh install: {r['stand_in_for_fresh_install']}."
     }
-    if "first_serve" in r:
+    if "first_serve" in rounds:
         out["serve"] = table(
-            ["", "ready s", "bundle warm-up ms", "numba cache files added"],
+            ["", "ready s", "bundle warm-up ms", "numba cache files added, per round"],
             "lrrr",
             [
-                [label, f2(r[key]["ready_s"]), f1(r[key]["warmup_ms"]), str(r[key]["cache_files_added"])]
+                [label, _spread(rounds[key], "ready_s", f2), _spread(rounds[key], "warmup_ms", f1), _added(rounds[key])]
                 for key, label in SERVE_STEPS
             ],
         )

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -40,23 +41,31 @@ def _files(folder: Path) -> int:
     return sum(1 for p in folder.rglob("*") if p.is_file())
 
 
-def timed(command: list[str], cache: Path) -> tuple[float, str]:
-    start = time.perf_counter()
+def _child_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(command: list[str], cache: Path) -> tuple[float, float, str]:
+    """Wall and CPU seconds of one process (CPU time: what other sessions' load on the shared cores changes
+    least), and its stdout."""
+    cpu, start = _child_cpu(), time.perf_counter()
     done = subprocess.run(command, env=_env(cache), cwd=ROOT, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
     if done.returncode:
         sys.exit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
-    return seconds, done.stdout
+    return seconds, _child_cpu() - cpu, done.stdout
 
 
 def train(corpus: Path, out: Path, cache: Path) -> dict:
     """One `xtag train` process: its wall time, and the model time it reports (features and tree included)."""
     shutil.rmtree(out, ignore_errors=True)
     before = _files(cache)
-    seconds, stdout = timed([*XTAG, "train", "--corpus", str(corpus), "--out", str(out), "--no-progress"], cache)
+    seconds, cpu, stdout = timed([*XTAG, "train", "--corpus", str(corpus), "--out", str(out), "--no-progress"], cache)
     summary = json.loads(stdout.strip().splitlines()[-1])
     return {
         "wall_s": round(seconds, 2),
+        "cpu_s": round(cpu, 2),
         "model_s": summary["model_seconds"],
         "total_s": summary["total_seconds"],
         "cache_files_added": _files(cache) - before,  # > 0: numba compiled something and saved it
@@ -113,8 +122,8 @@ def one_round(corpus: Path, work: Path, serve: bool) -> dict:
     """The steps of the module docstring once, each cache emptied first."""
     cold_cache, cache, run = fresh(work / "numba-cold"), fresh(work / "numba-installed"), work / "run"
     out = {"cold_train": train(corpus, run, cold_cache)}
-    warm_s, warm_out = timed([*XTAG, "warm"], cache)
-    out["warm_step"] = {"wall_s": round(warm_s, 2), "output": warm_out.strip()}
+    warm_s, warm_cpu, warm_out = timed([*XTAG, "warm"], cache)
+    out["warm_step"] = {"wall_s": round(warm_s, 2), "cpu_s": round(warm_cpu, 2), "output": warm_out.strip()}
     out["first_train"] = train(corpus, run, cache)
     out["warm_train"] = train(corpus, run, cache)
     if serve:

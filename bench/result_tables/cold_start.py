@@ -42,8 +42,11 @@ def _added(samples: list[dict]) -> str:
 def cold_start(r: dict) -> dict[str, str]:
     rounds = r["rounds"]
     n = len(rounds["cold_train"])
+    cpu = "cpu_s" in rounds["cold_train"][0]  # recorded since the debdeps runs
     rows = [
-        [label, _spread(rounds[key], "wall_s", f1), _spread(rounds[key], "model_s", f1), _added(rounds[key])]
+        [label, _spread(rounds[key], "wall_s", f1)]
+        + ([_spread(rounds[key], "cpu_s", f1)] if cpu else [])
+        + [_spread(rounds[key], "model_s", f1), _added(rounds[key])]
         for key, label in TRAIN_STEPS
     ]
 
@@ -52,12 +55,19 @@ def cold_start(r: dict) -> dict[str, str]:
 
     out = {
         "train": table(
-            [f"{r['corpus']}: step", "process s", "model s", "numba cache files added, per round"], "lrrr", rows
+            [f"{r['corpus']}: step", "process s"]
+            + (["process CPU s"] if cpu else [])
+            + ["model s", "numba cache files added, per round"],
+            "lrr" + ("r" if cpu else "") + "r",
+            rows,
         )
         + f"\n\nMedians over {n} rounds (range in brackets). First train after `xtag warm` / warm train: "
-        f"**{ratio('first_train', 'wall_s')}** (process), {ratio('first_train', 'model_s')} (model time); "
-        f"without `xtag warm`: {ratio('cold_train', 'wall_s')} (process), {ratio('cold_train', 'model_s')} "
-        f"(model). Stand-in for a fresh install: {r['stand_in_for_fresh_install']}."
+        f"**{ratio('first_train', 'wall_s')}** (process)"
+        + (f", **{ratio('first_train', 'cpu_s')}** (process CPU)" if cpu else "")
+        + f", {ratio('first_train', 'model_s')} (model time); without `xtag warm`: {ratio('cold_train', 'wall_s')}"
+        + (f" (process), {ratio('cold_train', 'cpu_s')} (process CPU)" if cpu else " (process)")
+        + f", {ratio('cold_train', 'model_s')} (model). Stand-in for a fresh install: "
+        f"{r['stand_in_for_fresh_install']}."
     }
     if "first_serve" in rounds:
         out["serve"] = table(

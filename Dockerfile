@@ -26,7 +26,15 @@ COPY evaluation ./evaluation
 COPY service ./service
 RUN pip install --no-deps . && rm -rf build *.egg-info
 
+# The Numba kernels, compiled at build time (`xtag warm`) into a cache folder the runtime user owns: the package
+# folder is not writable by it, and a cache in its home would be lost with each container, so every start
+# compiled them again (seconds before /ready). numba keys the cache by CPU: on a host whose CPU differs from
+# the build machine's, the first start compiles once more and caches it in the container.
+ENV NUMBA_CACHE_DIR=/var/cache/xtag/numba
+RUN mkdir -p "$NUMBA_CACHE_DIR" && chown -R xtag /var/cache/xtag
 USER xtag
+RUN xtag warm --serve-only
+
 ENV XTAG_BUNDLE=/bundle \
     XTAG_HOST=0.0.0.0 \
     XTAG_PORT=8000 \

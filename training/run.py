@@ -19,6 +19,8 @@ from xtag.models.labels import LabelVocab
 from xtag.models.registry import family
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import build_vocab, load_corpus
+from xtag.training.data.fingerprint import FILE as FINGERPRINT_FILE
+from xtag.training.data.fingerprint import CorpusFingerprint
 from xtag.training.data.small_data import small_data_warnings
 
 
@@ -50,30 +52,43 @@ def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bo
     if not _is_main_process():
         return _helper_rank(config, out, progress)
     config_path = out / "config.json"
+    moved_from = None  # a resumed run's corpus path before it moved (same rows, checked by the fingerprint)
     if resume:
         if not config_path.exists():
             raise XtagError(f"{out}: nothing to resume (no config.json)")
         with reading(config_path, "the run's configuration"):
             saved = TrainConfig.load(config_path)
-        if saved != config:
+        # The corpus is compared by its rows (the fingerprint, below), so a corpus file that moved resumes.
+        moved = saved.corpus != config.corpus and saved.model_copy(update={"corpus": config.corpus}) == config
+        if saved != config and not moved:
             raise XtagError(f"{out}: --resume with a different configuration than the run was started with")
+        moved_from = saved.corpus if moved else None
         if (out / "checkpoints").is_dir():  # the server's NaN scan (models/finite.py), before any is reused
             checkpoints = out / "checkpoints"
             refuse_nonfinite(checkpoints, array_files(checkpoints), "cannot resume from these checkpoints")
     elif (out / "model").exists() or (out / "checkpoints").exists():
         raise XtagError(f"{out}: run directory already holds a run; use --resume or another --out")
     with _removed_on_failure(out, keep=resume):
-        return _train(config, out, config_path, echo, progress)
+        return _train(config, out, config_path, echo, progress, resume, moved_from)
 
 
-def _train(config: TrainConfig, out: Path, config_path: Path, echo, progress: bool) -> dict:
+def _train(
+    config: TrainConfig, out: Path, config_path: Path, echo, progress: bool, resume: bool, moved_from: Path | None
+) -> dict:
     out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(config_path, config.model_dump_json(indent=2))  # what --resume reads: whole or not at all
+    if not resume:
+        write_text_atomic(config_path, config.model_dump_json(indent=2))  # what --resume reads: whole or not at all
     log = RunLog(out / "train_log.jsonl", echo)
     start = time.perf_counter()
 
     corpus = load_corpus(config.corpus, config.format, skip_bad=config.skip_bad_rows)
     vocab = build_vocab(corpus)
+    fingerprint = CorpusFingerprint.of(corpus, len(vocab))
+    if resume:  # before any checkpoint is reused; a moved corpus's new path is saved once its rows are known
+        fingerprint.check_resume(out, log, moved_from=moved_from)
+        write_text_atomic(config_path, config.model_dump_json(indent=2))
+    else:
+        fingerprint.save(out)
     log({"event": "corpus", "documents": len(corpus), "labels": len(vocab), "skipped_rows": corpus.skipped})
     if corpus.skipped:
         log({"event": "warning", "message": corpus.skipped_note(), "skipped_lines": corpus.skipped_lines})
@@ -115,7 +130,7 @@ def _removed_on_failure(out: Path, keep: bool) -> Iterator[None]:
         yield
     except BaseException:
         if not keep and not (out / "checkpoints").exists() and not (out / "model").exists():
-            for name in ("config.json", "train_log.jsonl"):
+            for name in ("config.json", "train_log.jsonl", FINGERPRINT_FILE):
                 (out / name).unlink(missing_ok=True)
             if not existed and out.is_dir() and not any(out.iterdir()):
                 out.rmdir()

@@ -5,6 +5,7 @@ One module per benchmark family; what they share (accuracy columns, cell formats
 
 from __future__ import annotations
 
+from .cold_start import cold_start
 from .lightxml_cascadexml import cascadexml_debtags, lightxml_debtags
 from .onnx_encoders import encoder_variants
 from .service import inline_vs_worker, service_batch, service_latency, service_load
@@ -34,5 +35,6 @@ BUILDERS = {
         cascadexml_debtags,
         encoder_variants,
         losses_debtags,
+        cold_start,
     )
 }

@@ -14,7 +14,7 @@ import pytest
 from tests.service.svc_support import bundles, live_server  # noqa: F401  (pytest fixtures)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-IN_CI = os.environ.get("CI") == "true"  # CI installs chromium (scripts/setup.sh): there a skip would hide a failure
+IN_CI = os.environ.get("CI") == "true"  # CI installs chromium (scripts/chromium.sh): there a skip would hide a failure
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None and not IN_CI, reason="Debian's chromium is not installed (apt-get install chromium)"
 )
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(autouse=True)
 def _chromium_present_in_ci():
     if CHROMIUM is None:
-        pytest.fail("CI=true but Debian's chromium is not installed: scripts/setup.sh must install it", pytrace=False)
+        pytest.fail("CI=true but Debian's chromium is not installed: scripts/chromium.sh installs it", pytrace=False)
 
 
 class Figures(HTMLParser):

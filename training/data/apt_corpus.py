@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import IO
 
 import lz4.frame
-
 from xtag.models.errors import XtagError
 
 APT_UPDATE = ["apt-get", "update", "-o", "Acquire::Languages=en"]

@@ -13,7 +13,6 @@ from typing import Literal
 
 import numpy as np
 import scipy.sparse as sp
-
 from xtag.models.errors import XtagError
 from xtag.models.labels import LabelVocab
 

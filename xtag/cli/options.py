@@ -32,11 +32,12 @@ PropensityB = Annotated[float, typer.Option(help="Jain propensity B")]
 
 
 def fail(exc: Exception, name: Callable[[str], str] = str) -> NoReturn:
-    """Print `error: ...` in red on stderr and exit 2; a pydantic error in one line, each field `name`d as the
-    user sets it (a flag, an environment variable) rather than pydantic's multi-line dump with its URL."""
+    """Print `error: ...` in red on stderr and exit 2 (or the error's own `exit_code`, for scripts that act on
+    it); a pydantic error in one line, each field `name`d as the user sets it (a flag, an environment
+    variable) rather than pydantic's multi-line dump with its URL."""
     message = one_line(exc, name) if isinstance(exc, ValidationError) else str(exc)
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(2)
+    raise typer.Exit(getattr(exc, "exit_code", 2))
 
 
 @contextmanager

@@ -75,7 +75,10 @@ def train(
     batch_size: Annotated[int | None, _transformer("texts per training step")] = None,
     device: Annotated[str | None, _transformer("cpu | cuda (default: cuda when available)")] = None,
     set_: Annotated[list[str] | None, Opt("--set", metavar="SECTION.FIELD=VALUE", help=SET_HELP)] = None,
-    resume: Annotated[bool, Opt(help="continue an interrupted run in --out")] = False,
+    resume: Annotated[
+        bool,
+        Opt(help="continue an interrupted run in --out, on the same config and corpus (another corpus: exit status 3)"),
+    ] = False,
     progress: Progress = True,
 ) -> None:
     """Train a model; writes a run directory (config, log, checkpoints, final model)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -15,6 +16,7 @@ from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import FileResponse
 from starlette.routing import Match, Route
+from uvicorn.config import STARTUP_FAILURE
 from xtag.models.device import Device
 from xtag.models.errors import XtagError
 from xtag.models.registry import family
@@ -68,8 +70,7 @@ def make_batcher(
 def _sighup(app: FastAPI) -> None:
     async def reload() -> None:
         try:
-            summary = await admin.reload_model(app)
-            log.info("SIGHUP reload: %s", summary)
+            await admin.reload_model(app)  # the registry logs the switch (old → new version, seconds, RSS)
         except XtagError as exc:
             log.error("SIGHUP reload failed, still serving the old model: %s", exc)
 
@@ -94,7 +95,15 @@ async def lifespan(app: FastAPI):
         if settings.load_in_background:
             task = loop.create_task(_initial_load(app))
         else:
-            await state.registry.load()  # fails startup (and a rolling restart) if the bundle is bad
+            try:
+                await state.registry.load()  # fails startup (and a rolling restart) if the bundle is bad
+            except XtagError:
+                if os.environ.get(admin.SUPERVISOR_ENV) == str(os.getppid()):
+                    # A worker of `xtag serve --workers N` leaves at once (its reason is logged): uvicorn's
+                    # supervisor pings its workers, and a ping that lands while this process is still finishing
+                    # after a normal exit goes unanswered for XTAG_WORKER_START_TIMEOUT_S (seen: 300 s).
+                    os._exit(STARTUP_FAILURE)
+                raise
     try:
         yield
     finally:
@@ -109,10 +118,14 @@ async def lifespan(app: FastAPI):
 
 
 async def _initial_load(app: FastAPI) -> None:
+    """Load in the background; on failure /ready says why (registry.last_error), and `on_startup_failure`
+    callbacks run: `xtag serve` stops the server and exits non-zero (an orchestrator sees a failed start,
+    not a process that stays unready forever), while an embedding app may wait for a reload or SIGHUP."""
     try:
         await admin.reload_model(app)
-    except XtagError:
-        pass  # /ready says why (registry.last_error); a reload or SIGHUP can still fix it
+    except XtagError as exc:
+        for callback in app.state.on_startup_failure:
+            callback(str(exc))
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -133,6 +146,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.recent = recent = RecentRequests(settings.stats_window_s)
     app.state.batcher = None
     app.state.tasks = set()
+    app.state.on_startup_failure = []  # called with the reason when the bundle given at startup does not load
     # Predictor calls run here, off the event loop (cheaper per call than anyio's shared pool).
     app.state.executor = (
         ThreadPoolExecutor(settings.inference_threads, thread_name_prefix="xtag-predict")
@@ -180,7 +194,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_headers=["Content-Type", "Authorization", "X-API-Key", "X-Admin-Key"],
         )
     app.add_middleware(problems.LastResortMiddleware)  # inside the metrics and nosniff, so its 500s and 503s get both
-    app.add_middleware(ObservabilityMiddleware, metrics=metrics, recent=recent, routes=app.router.routes)
+    app.add_middleware(
+        ObservabilityMiddleware,
+        metrics=metrics,
+        recent=recent,
+        routes=app.router.routes,
+        access_log=settings.access_log,
+    )
     app.add_middleware(NoSniffMiddleware)
 
     def custom_openapi() -> dict:

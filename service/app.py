@@ -27,7 +27,7 @@ from xtag.service.deps import require_admin_key, require_api_key
 from xtag.service.limits import AdmissionMiddleware
 from xtag.service.model_slot import ModelRegistry
 from xtag.service.observability import Metrics, ObservabilityMiddleware, RecentRequests
-from xtag.service.routes import admin, annif, health, labels, predict
+from xtag.service.routes import admin, annif, drift, health, labels, predict
 from xtag.service.schemas import REQUEST_MODELS, ProblemDetails
 from xtag.service.security import DASHBOARD_HEADERS, NoSniffMiddleware, ProblemCORSMiddleware
 from xtag.service.settings import Settings
@@ -142,7 +142,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.registry = ModelRegistry(
-        settings.bundle, settings.warmup_text, Device.parse(settings.device, settings.tensorrt)
+        settings.bundle,
+        settings.warmup_text,
+        Device.parse(settings.device, settings.tensorrt),
+        drift_window=settings.drift_window,
     )
     app.state.metrics = metrics = Metrics()
     app.state.recent = recent = RecentRequests(settings.stats_window_s)
@@ -167,7 +170,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     problems.install(app)
     protected = [Depends(require_api_key)]
     app.include_router(health.router)
-    for module in (predict, labels, annif):
+    for module in (predict, labels, drift, annif):
         app.include_router(module.router, dependencies=protected)
     app.include_router(admin.router, dependencies=[Depends(require_admin_key)])  # XTAG_ADMIN_KEY, else the API key
     # The prediction handlers also run as plain Starlette routes placed first: same functions (they

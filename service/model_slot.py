@@ -18,6 +18,7 @@ from xtag.models.bundle import Bundle, load_bundle
 from xtag.models.errors import XtagError
 from xtag.models.finite import nonfinite_arrays
 from xtag.models.reweighting import gains_for, label_weights, predict_reweighted
+from xtag.service.drift import DEFAULT_WINDOW, LabelDrift
 
 log = logging.getLogger("xtag.service")
 
@@ -29,6 +30,7 @@ class ServedModel:
     bundle: Bundle
     loaded_at: float = field(default_factory=time.time)
     warmup_ms: float = 0.0
+    drift: LabelDrift | None = None  # attached once warmed up, so warm-up answers are not counted as traffic
     _weights: dict[tuple[str, float | None], np.ndarray] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -58,6 +60,8 @@ class ServedModel:
         preds = predict_reweighted(self.bundle.predictor, texts, k, a, beam, self.n_labels)
         labels = preds.labels[preds.labels >= 0]
         np.add.at(self.predicted, labels, 1)
+        if self.drift is not None:
+            self.drift.add(labels, len(texts))
         return preds
 
     def warm_up(self, text: str) -> None:
@@ -204,8 +208,9 @@ SERVER_PATH = re.compile(r"(?<![\w.~-])/[^\s'\"(),;]+")  # "/a/b", not "bundle/a
 class ModelRegistry:
     """Holds the current ServedModel; `load` swaps it in only after a successful load and warm-up."""
 
-    def __init__(self, path: Path | None, warmup_text: str, device=None):
+    def __init__(self, path: Path | None, warmup_text: str, device=None, drift_window: int = DEFAULT_WINDOW):
         self.path, self.warmup_text, self.device = path, warmup_text, device
+        self.drift_window = drift_window
         self.current: ServedModel | None = None
         self.last_error: str | None = None
         self.loading = False
@@ -238,6 +243,7 @@ class ModelRegistry:
                 raise XtagError(self.last_error) from exc
             finally:
                 self.loading = False
+            new.drift = LabelDrift(new.bundle.predictor.vocab.frequency_array, self.drift_window)
             old, self.current = self.current, new  # the atomic switch: one reference assignment
             self.path, self.last_error = target, None
             for listener in self.listeners:

@@ -19,7 +19,11 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from xtag.service.logs import ACCESS
 
-LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+# 0.5–100 ms in steps of at most 2× (most answers take 0.3–30 ms), then coarse up to 10 s
+LATENCY_BUCKETS = (
+    0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1,
+    0.25, 0.5, 1.0, 2.5, 10.0,
+)  # fmt: skip
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 QUIET_PATHS = ("/metrics", "/health", "/ready", "/v1/stats", "/static", "/favicon.ico")
 CLIENT_CLOSED = 499  # the status counted for a request whose client went away before the answer
@@ -106,6 +110,20 @@ class Metrics:
             registry=r,
             multiprocess_mode="liveall",
         )
+        # drift of the served labels (service/drift.py): one number and three bands, never a series per label
+        self.drift_js = Gauge(
+            "xtag_label_drift_js_divergence",
+            "Jensen-Shannon divergence (base 2) of the labels returned in the drift window from the training labels",
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.band_share = Gauge(
+            "xtag_predicted_label_band_share",
+            "share of the labels returned in the drift window by training-frequency band (head, torso, tail)",
+            ["band"],
+            registry=r,
+            multiprocess_mode="liveall",
+        )
         self.reloads = Counter("xtag_model_reloads", "bundle reloads by outcome", ["outcome"], registry=r)
         self.rejected = Counter(
             "xtag_overload_rejected_requests",
@@ -133,6 +151,14 @@ class Metrics:
             gauge.remove(*labels)
         except KeyError:
             pass
+
+    def publish_drift(self, summary: dict | None) -> None:
+        """Copy a drift summary (LabelDrift.summary) into the gauges; called when /metrics or /v1/drift is read."""
+        if summary is None or summary["js_divergence"] is None:
+            return
+        self.drift_js.set(summary["js_divergence"])
+        for band, share in summary["bands"].items():
+            self.band_share.labels(band).set(share["served"])
 
     def observe_batch(self, n: int) -> None:
         self.batch_size.observe(n)

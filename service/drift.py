@@ -1,0 +1,101 @@
+"""Label drift: how the labels the service returns now differ from the labels it was trained on.
+
+The reference is the training label frequencies every bundle ships (labels.json, read into LabelVocab), so no
+second file is needed. The served side is a bounded window: a ring of the last `capacity` label ids returned
+(k per document, reweighted answers included), with per-label counts kept in step, so adding is O(k) and
+memory is fixed. Compared as distributions over labels:
+
+- the Jensen–Shannon divergence (base 2, in [0, 1]); top-k answers never match training frequencies exactly
+  (k labels per text, models favour frequent labels), so a steady level is normal and an alert should fire on
+  a rise above the level measured on held-out traffic (README), not on a fixed bound;
+- the share of returned labels in the head / torso / tail bands (models/metrics.py's frequency_buckets: the
+  same bands `xtag evaluate` reports);
+- risers and fallers: the labels whose served share is most above / below their training share.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+from xtag.models.metrics import BUCKETS, frequency_buckets
+
+DEFAULT_WINDOW = 50_000  # label occurrences (5,000 documents at k = 10)
+
+
+def jensen_shannon(p: np.ndarray, q: np.ndarray) -> float:
+    """JS divergence of two distributions (each summing to 1), base 2: 0 for equal ones, 1 for disjoint ones."""
+    m = (p + q) / 2
+
+    def kl(a: np.ndarray) -> float:
+        used = a > 0
+        return float((a[used] * np.log2(a[used] / m[used])).sum())
+
+    return max(0.0, (kl(p) + kl(q)) / 2)
+
+
+class LabelDrift:
+    """Served label counts over a bounded window, against the training label distribution."""
+
+    def __init__(self, train_frequencies: np.ndarray, capacity: int = DEFAULT_WINDOW):
+        f = np.asarray(train_frequencies, dtype=np.float64)
+        self.train = f / f.sum() if f.sum() > 0 else np.full(len(f), 1 / max(len(f), 1))
+        self.band = frequency_buckets(f)
+        self.ring = np.full(capacity, -1, dtype=np.int64)
+        self.counts = np.zeros(len(f), dtype=np.int64)
+        self.next = 0
+        self.documents = 0
+        self._lock = threading.Lock()  # predictor calls may run on several threads
+
+    def add(self, labels: np.ndarray, documents: int) -> None:
+        """Record the label ids returned for `documents` texts (padding, -1, already dropped)."""
+        labels = np.asarray(labels, dtype=np.int64).ravel()[-len(self.ring) :]
+        with self._lock:
+            self.documents += documents
+            if not len(labels):
+                return
+            slots = (self.next + np.arange(len(labels))) % len(self.ring)
+            evicted = self.ring[slots]
+            np.subtract.at(self.counts, evicted[evicted >= 0], 1)
+            self.ring[slots] = labels
+            np.add.at(self.counts, labels, 1)
+            self.next += len(labels)
+
+    def summary(self, names: list[str], top: int = 10) -> dict:
+        """Divergence, band shares and top risers/fallers over the window (None figures while it is empty)."""
+        with self._lock:
+            counts = self.counts.copy()
+            documents = self.documents
+        total = int(counts.sum())
+        out = {
+            "window_labels": total,
+            "window_capacity": len(self.ring),
+            "documents": documents,
+            "js_divergence": None,
+            "bands": {
+                b: {"served": None, "train": round(float(self.train[self.band == i].sum()), 6)}
+                for i, b in enumerate(BUCKETS)
+            },
+            "risers": [],
+            "fallers": [],
+        }
+        if total == 0:
+            return out
+        served = counts / total
+        out["js_divergence"] = round(jensen_shannon(served, self.train), 6)
+        for i, b in enumerate(BUCKETS):
+            out["bands"][b]["served"] = round(float(served[self.band == i].sum()), 6)
+        change = served - self.train
+        order = np.argsort(-change, kind="stable")
+
+        def row(j: int) -> dict:
+            return {
+                "name": names[j],
+                "served_share": round(float(served[j]), 6),
+                "train_share": round(float(self.train[j]), 6),
+                "band": BUCKETS[self.band[j]],
+            }
+
+        out["risers"] = [row(j) for j in order[:top] if change[j] > 0]
+        out["fallers"] = [row(j) for j in order[::-1][:top] if change[j] < 0]
+        return out

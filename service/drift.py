@@ -10,7 +10,11 @@ memory is fixed. Compared as distributions over labels:
   a rise above the level measured on held-out traffic (README), not on a fixed bound;
 - the share of returned labels in the head / torso / tail bands (models/metrics.py's frequency_buckets: the
   same bands `xtag evaluate` reports);
-- risers and fallers: the labels whose served share is most above / below their training share.
+- risers and fallers: the labels served more / less often than in training, ranked by their term of the
+  divergence (each label's term is ≥ 0), so both a frequent label's small relative change and a rare label's
+  large one count, and a label's rank is its weight in the score. (Ranking by the share difference put the
+  generic `role::program` above `use::gameplaying` for a burst of games; by the ratio, labels seen a few
+  times in training came first.)
 """
 
 from __future__ import annotations
@@ -23,15 +27,22 @@ from xtag.models.metrics import BUCKETS, frequency_buckets
 DEFAULT_WINDOW = 50_000  # label occurrences (5,000 documents at k = 10)
 
 
-def jensen_shannon(p: np.ndarray, q: np.ndarray) -> float:
-    """JS divergence of two distributions (each summing to 1), base 2: 0 for equal ones, 1 for disjoint ones."""
+def js_terms(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Each coordinate's term of the Jensen–Shannon divergence (base 2) of p and q; they sum to it."""
     m = (p + q) / 2
 
-    def kl(a: np.ndarray) -> float:
+    def kl(a: np.ndarray) -> np.ndarray:
+        out = np.zeros_like(a)
         used = a > 0
-        return float((a[used] * np.log2(a[used] / m[used])).sum())
+        out[used] = a[used] * np.log2(a[used] / m[used])
+        return out
 
-    return max(0.0, (kl(p) + kl(q)) / 2)
+    return np.maximum((kl(p) + kl(q)) / 2, 0.0)
+
+
+def jensen_shannon(p: np.ndarray, q: np.ndarray) -> float:
+    """JS divergence of two distributions (each summing to 1), base 2: 0 for equal ones, 1 for disjoint ones."""
+    return float(js_terms(p, q).sum())
 
 
 class LabelDrift:
@@ -82,11 +93,13 @@ class LabelDrift:
         if total == 0:
             return out
         served = counts / total
-        out["js_divergence"] = round(jensen_shannon(served, self.train), 6)
+        terms = js_terms(served, self.train)
+        out["js_divergence"] = round(float(terms.sum()), 6)
         for i, b in enumerate(BUCKETS):
             out["bands"][b]["served"] = round(float(served[self.band == i].sum()), 6)
-        change = served - self.train
-        order = np.argsort(-change, kind="stable")
+        if top <= 0:  # /metrics wants the figures only: no sort over every label
+            return out
+        order = np.argsort(-terms, kind="stable")
 
         def row(j: int) -> dict:
             return {
@@ -94,8 +107,9 @@ class LabelDrift:
                 "served_share": round(float(served[j]), 6),
                 "train_share": round(float(self.train[j]), 6),
                 "band": BUCKETS[self.band[j]],
+                "divergence_term": round(float(terms[j]), 6),
             }
 
-        out["risers"] = [row(j) for j in order[:top] if change[j] > 0]
-        out["fallers"] = [row(j) for j in order[::-1][:top] if change[j] < 0]
+        out["risers"] = [row(j) for j in order[served[order] > self.train[order]][:top]]
+        out["fallers"] = [row(j) for j in order[served[order] < self.train[order]][:top]]
         return out

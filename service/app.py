@@ -26,11 +26,12 @@ from xtag.service.body import BodyReadMiddleware
 from xtag.service.deps import require_admin_key, require_api_key
 from xtag.service.limits import AdmissionMiddleware
 from xtag.service.model_slot import ModelRegistry
-from xtag.service.observability import Metrics, ObservabilityMiddleware, RecentRequests
-from xtag.service.routes import admin, annif, drift, health, labels, predict
+from xtag.service.observability import LATENCY_BUCKETS, Metrics, ObservabilityMiddleware, RecentRequests
+from xtag.service.routes import admin, annif, health, labels, monitoring, predict
 from xtag.service.schemas import REQUEST_MODELS, ProblemDetails
 from xtag.service.security import DASHBOARD_HEADERS, NoSniffMiddleware, ProblemCORSMiddleware
 from xtag.service.settings import Settings
+from xtag.service.timeline import Timeline
 
 STATIC = Path(__file__).parent / "static"
 log = logging.getLogger("xtag.service")
@@ -147,7 +148,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         Device.parse(settings.device, settings.tensorrt),
         drift_window=settings.drift_window,
     )
-    app.state.metrics = metrics = Metrics()
+    app.state.timeline = timeline = Timeline(LATENCY_BUCKETS)
+    app.state.metrics = metrics = Metrics(timeline)
     app.state.recent = recent = RecentRequests(settings.stats_window_s)
     app.state.batcher = None
     app.state.tasks = set()
@@ -164,13 +166,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     def on_swap(old, new) -> None:
         metrics.set_model(old, new)
+        was = f" (was {old.bundle.version})" if old is not None else ""
+        timeline.mark(f"{new.bundle.name} {new.bundle.version}{was}", "reload" if old is not None else "load")
         app.state.batcher = make_batcher(settings, new.kind, app.state.executor, metrics.observe_batch, recent)
 
     app.state.registry.listeners.append(on_swap)
     problems.install(app)
     protected = [Depends(require_api_key)]
     app.include_router(health.router)
-    for module in (predict, labels, drift, annif):
+    for module in (predict, labels, monitoring, annif):
         app.include_router(module.router, dependencies=protected)
     app.include_router(admin.router, dependencies=[Depends(require_admin_key)])  # XTAG_ADMIN_KEY, else the API key
     # The prediction handlers also run as plain Starlette routes placed first: same functions (they

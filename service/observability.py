@@ -25,7 +25,7 @@ LATENCY_BUCKETS = (
     0.25, 0.5, 1.0, 2.5, 10.0,
 )  # fmt: skip
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-QUIET_PATHS = ("/metrics", "/health", "/ready", "/v1/stats", "/static", "/favicon.ico")
+QUIET_PATHS = ("/metrics", "/health", "/ready", "/v1/stats", "/v1/timeline", "/v1/drift", "/static", "/favicon.ico")
 CLIENT_CLOSED = 499  # the status counted for a request whose client went away before the answer
 ENDPOINT_CACHE = 1024
 
@@ -70,7 +70,8 @@ def forget_dead_workers() -> None:
 class Metrics:
     """The service's Prometheus metrics, on a registry of its own."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeline=None) -> None:
+        self.timeline = timeline  # the built-in page's series (service/timeline.py), fed from the same calls
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -163,6 +164,8 @@ class Metrics:
     def observe_batch(self, n: int) -> None:
         self.batch_size.observe(n)
         self.documents.inc(n)
+        if self.timeline is not None:
+            self.timeline.add_batch(n)
 
     def process_exit(self) -> None:
         """Drop this worker's live gauges (model info, in-flight) from the multiprocess aggregate."""
@@ -292,6 +295,8 @@ class ObservabilityMiddleware:
             self.metrics.latency.labels(endpoint, scope["method"], code).observe(elapsed)
             if not scope["path"].startswith(QUIET_PATHS) and scope["path"] != "/":
                 self.recent.add(elapsed, status)
+                if self.metrics.timeline is not None:
+                    self.metrics.timeline.add(endpoint, status, elapsed)
             if self.access is not None:
                 self._access_line(scope, endpoint, status, elapsed)
 

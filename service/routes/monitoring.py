@@ -1,4 +1,5 @@
-"""GET /v1/drift: the served labels against the training labels (service/drift.py), for the page and for people."""
+"""The built-in page's feeds: GET /v1/drift (served labels against training labels, service/drift.py) and
+GET /v1/timeline (the last hour per endpoint, service/timeline.py)."""
 
 from __future__ import annotations
 
@@ -25,3 +26,12 @@ async def drift(
     out = model.drift.summary(model.names, top)
     request.app.state.metrics.publish_drift(out)
     return {**out, "model": model.ref}
+
+
+@router.get(
+    "/v1/timeline",
+    summary="Time series of the last hour: QPS, latency percentiles, error and 503 rates per endpoint, batch sizes",
+    responses=problem_responses({401: "missing API key", 422: "invalid query parameter"}),
+)
+async def timeline(request: Request, minutes: Annotated[float, Query(gt=0, le=60)] = 60) -> dict:
+    return request.app.state.timeline.series(minutes)

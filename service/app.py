@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -15,20 +16,22 @@ from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import FileResponse
 from starlette.routing import Match, Route
+from uvicorn.config import STARTUP_FAILURE
 from xtag.models.device import Device
 from xtag.models.errors import XtagError
 from xtag.models.registry import family
-from xtag.service import problems
+from xtag.service import docs, problems
 from xtag.service.batching import MicroBatcher
 from xtag.service.body import BodyReadMiddleware
 from xtag.service.deps import require_admin_key, require_api_key
 from xtag.service.limits import AdmissionMiddleware
 from xtag.service.model_slot import ModelRegistry
-from xtag.service.observability import Metrics, ObservabilityMiddleware, RecentRequests
-from xtag.service.routes import admin, annif, health, labels, predict
+from xtag.service.observability import LATENCY_BUCKETS, Metrics, ObservabilityMiddleware, RecentRequests
+from xtag.service.routes import admin, annif, health, labels, monitoring, predict
 from xtag.service.schemas import REQUEST_MODELS, ProblemDetails
 from xtag.service.security import DASHBOARD_HEADERS, NoSniffMiddleware, ProblemCORSMiddleware
 from xtag.service.settings import Settings
+from xtag.service.timeline import Timeline
 
 STATIC = Path(__file__).parent / "static"
 log = logging.getLogger("xtag.service")
@@ -68,8 +71,7 @@ def make_batcher(
 def _sighup(app: FastAPI) -> None:
     async def reload() -> None:
         try:
-            summary = await admin.reload_model(app)
-            log.info("SIGHUP reload: %s", summary)
+            await admin.reload_model(app)  # the registry logs the switch (old → new version, seconds, RSS)
         except XtagError as exc:
             log.error("SIGHUP reload failed, still serving the old model: %s", exc)
 
@@ -94,7 +96,15 @@ async def lifespan(app: FastAPI):
         if settings.load_in_background:
             task = loop.create_task(_initial_load(app))
         else:
-            await state.registry.load()  # fails startup (and a rolling restart) if the bundle is bad
+            try:
+                await state.registry.load()  # fails startup (and a rolling restart) if the bundle is bad
+            except XtagError:
+                if os.environ.get(admin.SUPERVISOR_ENV) == str(os.getppid()):
+                    # A worker of `xtag serve --workers N` leaves at once (its reason is logged): uvicorn's
+                    # supervisor pings its workers, and a ping that lands while this process is still finishing
+                    # after a normal exit goes unanswered for XTAG_WORKER_START_TIMEOUT_S (seen: 300 s).
+                    os._exit(STARTUP_FAILURE)
+                raise
     try:
         yield
     finally:
@@ -109,10 +119,14 @@ async def lifespan(app: FastAPI):
 
 
 async def _initial_load(app: FastAPI) -> None:
+    """Load in the background; on failure /ready says why (registry.last_error), and `on_startup_failure`
+    callbacks run: `xtag serve` stops the server and exits non-zero (an orchestrator sees a failed start,
+    not a process that stays unready forever), while an embedding app may wait for a reload or SIGHUP."""
     try:
         await admin.reload_model(app)
-    except XtagError:
-        pass  # /ready says why (registry.last_error); a reload or SIGHUP can still fix it
+    except XtagError as exc:
+        for callback in app.state.on_startup_failure:
+            callback(str(exc))
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -122,17 +136,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="xtag",
         version="1",
         lifespan=lifespan,
+        docs_url=None,  # FastAPI's pages load their scripts from a CDN: docs.install serves them offline
+        redoc_url=None,
         description="Extreme multi-label tagging over HTTP: top-k labels for texts, with per-request "
         "macro-aware reweighting. Errors are application/problem+json.",
     )
     app.state.settings = settings
     app.state.registry = ModelRegistry(
-        settings.bundle, settings.warmup_text, Device.parse(settings.device, settings.tensorrt)
+        settings.bundle,
+        settings.warmup_text,
+        Device.parse(settings.device, settings.tensorrt),
+        drift_window=settings.drift_window,
     )
-    app.state.metrics = metrics = Metrics()
+    app.state.timeline = timeline = Timeline(LATENCY_BUCKETS)
+    app.state.metrics = metrics = Metrics(timeline)
     app.state.recent = recent = RecentRequests(settings.stats_window_s)
     app.state.batcher = None
     app.state.tasks = set()
+    app.state.on_startup_failure = []  # called with the reason when the bundle given at startup does not load
     # Predictor calls run here, off the event loop (cheaper per call than anyio's shared pool).
     app.state.executor = (
         ThreadPoolExecutor(settings.inference_threads, thread_name_prefix="xtag-predict")
@@ -145,13 +166,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     def on_swap(old, new) -> None:
         metrics.set_model(old, new)
+        was = f" (was {old.bundle.version})" if old is not None else ""
+        timeline.mark(f"{new.bundle.name} {new.bundle.version}{was}", "reload" if old is not None else "load")
         app.state.batcher = make_batcher(settings, new.kind, app.state.executor, metrics.observe_batch, recent)
 
     app.state.registry.listeners.append(on_swap)
     problems.install(app)
     protected = [Depends(require_api_key)]
     app.include_router(health.router)
-    for module in (predict, labels, annif):
+    for module in (predict, labels, monitoring, annif):
         app.include_router(module.router, dependencies=protected)
     app.include_router(admin.router, dependencies=[Depends(require_admin_key)])  # XTAG_ADMIN_KEY, else the API key
     # The prediction handlers also run as plain Starlette routes placed first: same functions (they
@@ -159,6 +182,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # half the framework cost of a call (~140 of ~300 µs). The APIRoutes stay for the OpenAPI schema.
     for route in [r for r in predict.router.routes if isinstance(r, APIRoute) and r.path in predict.HOT_ROUTES]:
         app.router.routes.insert(0, HotRoute(route.path, route.endpoint, methods=list(route.methods)))
+    docs.install(app, str(STATIC))
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
@@ -180,7 +204,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_headers=["Content-Type", "Authorization", "X-API-Key", "X-Admin-Key"],
         )
     app.add_middleware(problems.LastResortMiddleware)  # inside the metrics and nosniff, so its 500s and 503s get both
-    app.add_middleware(ObservabilityMiddleware, metrics=metrics, recent=recent, routes=app.router.routes)
+    app.add_middleware(
+        ObservabilityMiddleware,
+        metrics=metrics,
+        recent=recent,
+        routes=app.router.routes,
+        access_log=settings.access_log,
+    )
     app.add_middleware(NoSniffMiddleware)
 
     def custom_openapi() -> dict:

@@ -18,6 +18,7 @@ from xtag.models.bundle import Bundle, load_bundle
 from xtag.models.errors import XtagError
 from xtag.models.finite import nonfinite_arrays
 from xtag.models.reweighting import gains_for, label_weights, predict_reweighted
+from xtag.service.drift import DEFAULT_WINDOW, LabelDrift
 from xtag.service.encode import LabelPrefixes
 
 log = logging.getLogger("xtag.service")
@@ -30,6 +31,7 @@ class ServedModel:
     bundle: Bundle
     loaded_at: float = field(default_factory=time.time)
     warmup_ms: float = 0.0
+    drift: LabelDrift | None = None  # attached once warmed up, so warm-up answers are not counted as traffic
     _weights: dict[tuple[str, float | None], np.ndarray] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -60,6 +62,8 @@ class ServedModel:
         preds = predict_reweighted(self.bundle.predictor, texts, k, a, beam, self.n_labels)
         labels = preds.labels[preds.labels >= 0]
         np.add.at(self.predicted, labels, 1)
+        if self.drift is not None:
+            self.drift.add(labels, len(texts))
         return preds
 
     def warm_up(self, text: str) -> None:
@@ -143,6 +147,50 @@ def _malloc_trim():
 _MALLOC_TRIM = _malloc_trim()
 
 
+def resident_mb() -> float | None:
+    """This process's resident memory now (Linux /proc; None elsewhere), for the load lines."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    found = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
+    return round(int(found.group(1)) / 1024, 1) if found else None
+
+
+def on_gpu(model: ServedModel) -> bool:
+    """Whether any component of the bundle was placed on a GPU (XR-Linear's never are: models/device.py)."""
+    return any(where != "cpu" and "CPU" not in where for where in model.bundle.runtime.get("placement", {}).values())
+
+
+def log_swap(old: ServedModel | None, new: ServedModel, path: Path, seconds: float) -> None:
+    """The one line per load or reload: old → new version, seconds (load + warm-up), RSS after the switch."""
+    rss = resident_mb()
+    fields = {
+        "event": "bundle_reloaded" if old is not None else "bundle_loaded",
+        "bundle": new.bundle.name,
+        "version": new.bundle.version,
+        "previous": f"{old.bundle.name} {old.bundle.version}" if old is not None else None,
+        "kind": new.kind,
+        "labels": new.n_labels,
+        "seconds": round(seconds, 3),
+        "rss_mb": rss,
+        "bundle_path": str(path),
+    }
+    was = f"reloaded {fields['previous']} → " if old is not None else "loaded "
+    log.info(
+        "%s%s %s (%s, %d labels) from %s in %.2f s; RSS %s MB",
+        was,
+        new.bundle.name,
+        new.bundle.version,
+        new.kind,
+        new.n_labels,
+        path,
+        seconds,
+        rss if rss is not None else "?",
+        extra=fields,
+    )
+
+
 class ReloadInProgress(XtagError):
     """Another load is running; HTTP callers are told so (409) instead of being queued behind it."""
 
@@ -162,8 +210,9 @@ SERVER_PATH = re.compile(r"(?<![\w.~-])/[^\s'\"(),;]+")  # "/a/b", not "bundle/a
 class ModelRegistry:
     """Holds the current ServedModel; `load` swaps it in only after a successful load and warm-up."""
 
-    def __init__(self, path: Path | None, warmup_text: str, device=None):
+    def __init__(self, path: Path | None, warmup_text: str, device=None, drift_window: int = DEFAULT_WINDOW):
         self.path, self.warmup_text, self.device = path, warmup_text, device
+        self.drift_window = drift_window
         self.current: ServedModel | None = None
         self.last_error: str | None = None
         self.loading = False
@@ -186,26 +235,28 @@ class ModelRegistry:
             if target is None:
                 raise XtagError("no bundle configured (set XTAG_BUNDLE or pass a bundle path)")
             self.loading = True
+            start = time.perf_counter()
             try:
                 new = await anyio.to_thread.run_sync(load_and_warm, target, self.warmup_text, self.device)
             except Exception as exc:  # anything that keeps a bundle from serving leaves the old one in place
                 msg = str(exc) if isinstance(exc, XtagError) else f"{target}: cannot load ({type(exc).__name__}: {exc})"
-                log.error("bundle not loaded: %s", msg)
+                log.error("bundle not loaded: %s", msg, extra={"event": "load_failed", "bundle_path": str(target)})
                 self.last_error = public_message(msg, target)
                 raise XtagError(self.last_error) from exc
             finally:
                 self.loading = False
+            new.drift = LabelDrift(new.bundle.predictor.vocab.frequency_array, self.drift_window)
             old, self.current = self.current, new  # the atomic switch: one reference assignment
             self.path, self.last_error = target, None
             for listener in self.listeners:
                 listener(old, new)
-            was = f"{old.bundle.name} version {old.bundle.version}" if old is not None else "nothing"
-            log.info(
-                "serving %s version %s (%d labels) from %s; was %s",
-                new.bundle.name,
-                new.bundle.version,
-                new.n_labels,
-                target,
-                was,
-            )
+            log_swap(old, new, target, time.perf_counter() - start)
+            if self.device is not None and self.device.is_cuda and not on_gpu(new):
+                log.warning(
+                    "device %s: %s (%s) has nothing to place on a GPU; it runs on the CPU",
+                    self.device,
+                    new.bundle.name,
+                    new.kind,
+                    extra={"event": "nothing_on_gpu", "kind": new.kind},
+                )
             return old, new

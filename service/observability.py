@@ -7,6 +7,7 @@ multiprocess mode); the dashboard's /v1/stats window is per worker.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -16,10 +17,15 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from xtag.service.logs import ACCESS
 
-LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+# 0.5–100 ms in steps of at most 2× (most answers take 0.3–30 ms), then coarse up to 10 s
+LATENCY_BUCKETS = (
+    0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1,
+    0.25, 0.5, 1.0, 2.5, 10.0,
+)  # fmt: skip
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-QUIET_PATHS = ("/metrics", "/health", "/ready", "/v1/stats", "/static", "/favicon.ico")
+QUIET_PATHS = ("/metrics", "/health", "/ready", "/v1/stats", "/v1/timeline", "/v1/drift", "/static", "/favicon.ico")
 CLIENT_CLOSED = 499  # the status counted for a request whose client went away before the answer
 ENDPOINT_CACHE = 1024
 
@@ -64,7 +70,8 @@ def forget_dead_workers() -> None:
 class Metrics:
     """The service's Prometheus metrics, on a registry of its own."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeline=None) -> None:
+        self.timeline = timeline  # the built-in page's series (service/timeline.py), fed from the same calls
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -104,6 +111,20 @@ class Metrics:
             registry=r,
             multiprocess_mode="liveall",
         )
+        # drift of the served labels (service/drift.py): one number and three bands, never a series per label
+        self.drift_js = Gauge(
+            "xtag_label_drift_js_divergence",
+            "Jensen-Shannon divergence (base 2) of the labels returned in the drift window from the training labels",
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.band_share = Gauge(
+            "xtag_predicted_label_band_share",
+            "share of the labels returned in the drift window by training-frequency band (head, torso, tail)",
+            ["band"],
+            registry=r,
+            multiprocess_mode="liveall",
+        )
         self.reloads = Counter("xtag_model_reloads", "bundle reloads by outcome", ["outcome"], registry=r)
         self.rejected = Counter(
             "xtag_overload_rejected_requests",
@@ -132,9 +153,19 @@ class Metrics:
         except KeyError:
             pass
 
+    def publish_drift(self, summary: dict | None) -> None:
+        """Copy a drift summary (LabelDrift.summary) into the gauges; called when /metrics or /v1/drift is read."""
+        if summary is None or summary["js_divergence"] is None:
+            return
+        self.drift_js.set(summary["js_divergence"])
+        for band, share in summary["bands"].items():
+            self.band_share.labels(band).set(share["served"])
+
     def observe_batch(self, n: int) -> None:
         self.batch_size.observe(n)
         self.documents.inc(n)
+        if self.timeline is not None:
+            self.timeline.add_batch(n)
 
     def process_exit(self) -> None:
         """Drop this worker's live gauges (model info, in-flight) from the multiprocess aggregate."""
@@ -193,10 +224,19 @@ class ObservabilityMiddleware:
 
     A request that ends without an answer because its client went away counts as status 499 (nginx's
     "client closed request"), not as a server error. A request answered before routing (admission's
-    503) counts under the endpoint its path names, found in `routes`."""
+    503) counts under the endpoint its path names, found in `routes`. With `access_log`, each request also
+    gets one INFO line on xtag.access (here, not uvicorn's, which knows neither the latency nor the endpoint)."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics, recent: RecentRequests, routes: list | None = None):
+    def __init__(
+        self,
+        app: ASGIApp,
+        metrics: Metrics,
+        recent: RecentRequests,
+        routes: list | None = None,
+        access_log: bool = False,
+    ):
         self.app, self.metrics, self.recent = app, metrics, recent
+        self.access = logging.getLogger(ACCESS) if access_log else None
         self.routes = routes if routes is not None else []
         self.endpoints: dict[tuple[str, str], str] = {}  # (method, path) → endpoint, for unrouted requests
 
@@ -255,3 +295,19 @@ class ObservabilityMiddleware:
             self.metrics.latency.labels(endpoint, scope["method"], code).observe(elapsed)
             if not scope["path"].startswith(QUIET_PATHS) and scope["path"] != "/":
                 self.recent.add(elapsed, status)
+                if self.metrics.timeline is not None:
+                    self.metrics.timeline.add(endpoint, status, elapsed)
+            if self.access is not None:
+                self._access_line(scope, endpoint, status, elapsed)
+
+    def _access_line(self, scope: Scope, endpoint: str, status: int, elapsed: float) -> None:
+        client = scope.get("client")
+        fields = {
+            "client": client[0] if client else "-",
+            "method": scope["method"],
+            "path": scope["path"],
+            "endpoint": endpoint,
+            "status": status,
+            "ms": round(elapsed * 1e3, 3),
+        }
+        self.access.info("%(client)s %(method)s %(path)s %(status)d %(ms).2f ms", fields, extra=fields)

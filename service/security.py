@@ -1,7 +1,8 @@
-"""Browser-facing hardening: nosniff on every response, and a locked-down dashboard page.
+"""Browser-facing hardening: nosniff on every response, and locked-down HTML pages.
 
-The dashboard is the one HTML page the service serves; its CSP allows only its own script, style and
-fetches, and it may not be framed (clickjacking). Every response says nosniff, so a JSON or problem
+The dashboard's CSP allows only its own script, style and fetches, and it may not be framed (clickjacking).
+The API reference pages (/docs, /redoc: service/docs.py) get the same, loosened only where their viewers
+need it: inline styles (both set style elements at run time) and ReDoc's search worker (a blob: URL). Every response says nosniff, so a JSON or problem
 body is never sniffed into something a browser would execute. CORS stays off unless XTAG_CORS_ORIGINS
 names the origins allowed (app.py adds ProblemCORSMiddleware for them).
 """
@@ -23,6 +24,12 @@ DASHBOARD_HEADERS = {
     "X-Frame-Options": "DENY",
     "Referrer-Policy": "no-referrer",
 }
+DOCS_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "font-src 'self' data:; connect-src 'self'; worker-src 'self' blob:; frame-ancestors 'none'; base-uri 'none'; "
+    "form-action 'self'"
+)
+DOCS_HEADERS = {**DASHBOARD_HEADERS, "Content-Security-Policy": DOCS_CSP}
 
 
 class NoSniffMiddleware:

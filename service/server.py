@@ -9,6 +9,11 @@ atomically). Several workers: uvicorn's supervisor runs `app_from_env` in each (
 XTAG_* variables), each loading before it accepts connections; SIGHUP to this process rolls the
 workers one by one, and a worker whose bundle fails to load is discarded while the old ones keep
 serving. /metrics then aggregates all workers (PROMETHEUS_MULTIPROC_DIR).
+
+A bundle that cannot load at startup ends the process with the reason (XtagError, which the CLI turns
+into a non-zero exit): one worker stops its server when the background load fails; several workers load
+before they start, and uvicorn's supervisor stops when one of them fails to. A failed *reload* later on
+keeps the old model.
 """
 
 from __future__ import annotations
@@ -23,7 +28,10 @@ import threading
 from pathlib import Path
 
 import uvicorn
+from uvicorn.config import STARTUP_FAILURE
+from uvicorn.supervisors import Multiprocess
 from xtag.models.errors import XtagError
+from xtag.service.logs import log_config
 from xtag.service.routes.admin import SUPERVISOR_ENV
 from xtag.service.settings import Settings
 
@@ -39,7 +47,8 @@ def uvicorn_options(settings: Settings) -> dict:
         "host": settings.host,
         "port": settings.port,
         "log_level": settings.log_level,
-        "access_log": settings.access_log,
+        "log_config": log_config(settings.log_format, settings.log_level),
+        "access_log": False,  # XTAG_ACCESS_LOG is the app's own (service/observability.py)
         # uvicorn's protocols with a deadline and a size bound on request heads (service/http_guard.py)
         "http": _fastest("httptools", f"{GUARD}:H11Guard", f"{GUARD}:HttpToolsGuard"),
         "h11_max_incomplete_event_size": settings.max_header_bytes,  # h11's default (16 KiB) would cut first
@@ -90,11 +99,7 @@ def serve(
     if settings.bundle is None:
         raise XtagError("no bundle to serve: give BUNDLE or set XTAG_BUNDLE")
     if settings.workers == 1:
-        from xtag.service.app import create_app
-
-        app = create_app(settings)
-        _exit_zero_on_sigterm()
-        uvicorn.run(app, **uvicorn_options(settings))
+        _serve_one(settings)
         return
     # Workers must hold their model before they count as started, so that a rolling restart on SIGHUP
     # keeps the old workers when the new bundle does not load.
@@ -106,9 +111,45 @@ def serve(
     os.environ[SUPERVISOR_ENV] = str(os.getpid())
     _exit_zero_on_sigterm()
     try:
-        uvicorn.run(
-            "xtag.service.app:app_from_env", factory=True, workers=settings.workers, **uvicorn_options(settings)
-        )
+        _serve_workers(settings)
     finally:
         if own_dir:
             shutil.rmtree(own_dir, ignore_errors=True)
+
+
+def _serve_one(settings: Settings) -> None:
+    """One process: the app loads in the background (/health answers at once) and stops the server if that fails."""
+    from xtag.service.app import create_app
+
+    app = create_app(settings)
+    server = uvicorn.Server(uvicorn.Config(app, **uvicorn_options(settings)))
+    failed: list[str] = []
+
+    def stop(reason: str) -> None:
+        failed.append(reason)
+        server.should_exit = True
+
+    app.state.on_startup_failure.append(stop)
+    _exit_zero_on_sigterm()
+    try:
+        server.run()
+    except SystemExit as exc:  # uvicorn's exit when the lifespan failed (load_in_background=False) or bind failed
+        if exc.code != STARTUP_FAILURE:
+            raise
+        failed.append(app.state.registry.last_error or "the server did not start (see the log above)")
+    if failed:
+        raise XtagError(f"not serving: {failed[0]}")
+
+
+def _serve_workers(settings: Settings) -> None:
+    """uvicorn.run's multi-worker path, keeping the supervisor to learn whether a worker failed to start."""
+    config = uvicorn.Config(
+        "xtag.service.app:app_from_env", factory=True, workers=settings.workers, **uvicorn_options(settings)
+    )
+    supervisor = Multiprocess(config, sockets=[config.bind_socket()])
+    try:
+        supervisor.run()
+    except KeyboardInterrupt:
+        pass
+    if any(process.exitcode == STARTUP_FAILURE for process in supervisor.processes):
+        raise XtagError("not serving: a worker could not load the bundle (its reason is logged above)")

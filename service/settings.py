@@ -128,8 +128,19 @@ class Settings(BaseSettings):
     warmup_text: str = "warm-up prediction: a command line tool written in C to convert images"
     sighup_reload: bool = Field(True, description="reload the bundle on SIGHUP (main thread only)")
     stats_window_s: float = Field(60.0, gt=0, description="window of the dashboard's QPS and percentiles")
-    access_log: bool = False
+    drift_window: int = Field(
+        50_000,
+        ge=100,
+        description="label drift (GET /v1/drift, xtag_label_drift_js_divergence): the last this many labels "
+        "returned (k per document) are compared with the training label frequencies",
+    )
+    access_log: bool = Field(
+        False, description="one INFO line per request (method, path, endpoint, status, ms, client) on xtag.access"
+    )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    log_format: Literal["text", "json"] = Field(
+        "text", description="server log lines as text, or as one JSON object each with their fields (service/logs.py)"
+    )
     annif_language: str = Field("en", description="language reported for the Annif project")
     annif_uri_prefix: str = Field("", description="Annif 'uri' = this prefix + the label name")
 

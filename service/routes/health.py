@@ -39,4 +39,8 @@ async def ready(request: Request):
 
 @router.get("/metrics", summary="Prometheus exposition", response_class=Response)
 async def metrics(request: Request) -> Response:
-    return Response(request.app.state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+    state = request.app.state
+    model = state.registry.current
+    if model is not None and model.drift is not None:  # computed when read: O(labels), not per request
+        state.metrics.publish_drift(model.drift.summary(model.names, top=0))
+    return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -82,6 +82,7 @@ def dump_dom(url: str, profile) -> Figures:
     assert out.returncode == 0, out.stderr[-2000:]
     parser = Figures()
     parser.feed(out.stdout)
+    parser.html = out.stdout
     return parser
 
 

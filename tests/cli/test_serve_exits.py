@@ -1,0 +1,53 @@
+"""`xtag serve` that cannot serve exits (issue 27): a corrupt bundle or an unusable GPU ends the process non-zero
+within seconds, with the reason on stderr, so an orchestrator sees a failed start instead of a process that stays
+unready forever."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.service.svc_support import free_port
+
+XTAG = Path(sys.executable).with_name("xtag")
+DEADLINE_S = 90  # a deadline, not a wait: a start on a loaded 2-core machine takes seconds, not this
+
+
+def serve(bundle: Path, *flags: str) -> tuple[int, str, float]:
+    """Run `xtag serve` to its end: (exit status, stderr, seconds)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XTAG_", "PROMETHEUS_MULTIPROC_DIR"))}
+    start = time.monotonic()
+    cmd = [str(XTAG), "serve", str(bundle), "--host", "127.0.0.1", "--port", str(free_port()), *flags]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=DEADLINE_S)
+    return done.returncode, done.stderr, time.monotonic() - start
+
+
+@pytest.fixture
+def corrupt_bundle(tiny_bundle, tmp_path) -> Path:
+    bundle = tmp_path / "corrupt"
+    shutil.copytree(tiny_bundle, bundle)
+    (bundle / "labels.json").write_text('{"names": ["x"], "frequencies": [1], "n_train_docs": 1}')
+    return bundle
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_on_a_corrupt_bundle_exits_non_zero_with_the_reason(corrupt_bundle, workers):
+    code, err, seconds = serve(corrupt_bundle, "--workers", workers)
+    assert code != 0, err[-2000:]
+    assert "not serving" in err and "checksum mismatch for labels.json" in err, err[-2000:]
+    assert seconds < 60
+
+
+def test_serve_with_cuda_but_no_gpu_exits_non_zero(xr_bundle):
+    ort = pytest.importorskip("onnxruntime")
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this machine can run the encoder on CUDA")
+    code, err, _ = serve(xr_bundle[1], "--device", "cuda")
+    assert code != 0
+    assert "not serving" in err and "no CUDA provider" in err, err[-2000:]

@@ -1,0 +1,100 @@
+"""deploy/ (issue 27): the Kubernetes manifests validate against the Kubernetes schemas (offline) and wire what
+the service needs; the Grafana dashboard is in provisioning format and asks only for metrics the service exports;
+docker-compose mounts what Grafana's provisioning names."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.service.svc_support import bundles, make_client  # noqa: F401  (pytest fixtures)
+
+yaml = pytest.importorskip("yaml")
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "deploy" / "k8s"
+GRAFANA = ROOT / "deploy" / "grafana"
+K8S_VERSION = "1.30.0"
+
+
+def manifests() -> dict[str, dict]:
+    docs = [d for f in sorted(K8S.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+    return {d["kind"]: d for d in docs}
+
+
+def test_manifests_validate_against_the_kubernetes_schemas():
+    kv = pytest.importorskip("kubernetes_validate")  # the dev extra; its schemas ship with it (offline)
+    found = manifests()
+    assert {"Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget"} <= set(found)
+    for doc in found.values():
+        kv.validate(doc, K8S_VERSION, strict=True)
+    broken = copy.deepcopy(found["Deployment"])
+    broken["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["pth"] = "/ready"
+    with pytest.raises(kv.ValidationError):  # the validator does refuse a wrong field
+        kv.validate(broken, K8S_VERSION, strict=True)
+
+
+def test_the_deployment_wires_probes_volume_shutdown_and_scraping():
+    m = manifests()
+    deployment = m["Deployment"]
+    pod = deployment["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    port = next(p for p in container["ports"] if p["name"] == "http")["containerPort"]
+    assert env["XTAG_PORT"] == str(port) and env["XTAG_HOST"] == "0.0.0.0"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/health"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
+    mount = next(v for v in container["volumeMounts"] if v["mountPath"] == env["XTAG_BUNDLE"])
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == mount["name"])
+    assert mount["readOnly"] and volume["persistentVolumeClaim"]["readOnly"]
+    # SIGKILL only after preStop and the drain XTAG_GRACEFUL_SHUTDOWN_S, with a margin under 10 s
+    pre_stop = float(container["lifecycle"]["preStop"]["exec"]["command"][-1])
+    budget = pre_stop + float(env["XTAG_GRACEFUL_SHUTDOWN_S"])
+    assert 0 < pod["spec"]["terminationGracePeriodSeconds"] - budget <= 10
+    notes = pod["metadata"]["annotations"]
+    assert notes["prometheus.io/scrape"] == "true" and notes["prometheus.io/port"] == str(port)
+    assert notes["prometheus.io/path"] == "/metrics"
+    labels = pod["metadata"]["labels"]
+    for selector in (m["Service"]["spec"]["selector"], m["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"]):
+        assert selector.items() <= labels.items()
+    assert m["Service"]["spec"]["ports"][0]["targetPort"] in ("http", port)
+    target = m["HorizontalPodAutoscaler"]["spec"]["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
+
+
+def dashboard() -> dict:
+    return json.loads((GRAFANA / "dashboards" / "xtag.json").read_text())
+
+
+def test_grafana_is_provisioned_and_compose_mounts_it():
+    sources = yaml.safe_load((GRAFANA / "provisioning" / "datasources" / "prometheus.yml").read_text())
+    source = sources["datasources"][0]
+    assert source["type"] == "prometheus" and source["url"] == "http://prometheus:9090"
+    provider = yaml.safe_load((GRAFANA / "provisioning" / "dashboards" / "xtag.yml").read_text())["providers"][0]
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    mounts = dict(v.rsplit(":", 1)[0].split(":", 1) for v in compose["grafana"]["volumes"] if v.startswith("./"))
+    assert mounts["./deploy/grafana/dashboards"] == provider["options"]["path"]
+    assert mounts["./deploy/grafana/provisioning"] == "/etc/grafana/provisioning"
+    d = dashboard()  # the provisioning format: a dashboard model with panels, each querying the provisioned source
+    assert d["uid"] and d["title"] and d["panels"]
+    for panel in d["panels"]:
+        assert panel["datasource"]["uid"] == source["uid"] and panel["targets"], panel["title"]
+        assert {"h", "w", "x", "y"} <= set(panel["gridPos"])
+
+
+def test_every_dashboard_query_names_a_metric_the_service_exports(make_client):
+    c = make_client()
+    c.post("/v1/predict", json={"text": "python script", "k": 3})
+    c.get("/v1/drift")
+    exported = set(re.findall(r"^(xtag_\w+)", c.get("/metrics").text, re.MULTILINE))
+    d = dashboard()
+    queries = [t["expr"] for p in d["panels"] for t in p["targets"]] + [a["expr"] for a in d["annotations"]["list"]]
+    titles = " ".join(p["title"] for p in d["panels"]).lower()
+    for needed in ("requests per second", "latency", "error", "503", "predictor call", "drift", "head / torso"):
+        assert needed in titles, needed  # the built-in page's panels plus drift
+    for query in queries:
+        for name in re.findall(r"\b(xtag_\w+)", query):
+            assert name in exported, (name, query)

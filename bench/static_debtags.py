@@ -104,6 +104,36 @@ def speed(bundle_dir: Path, texts: list[str]) -> dict:
     }
 
 
+def interleaved_speed(bundles: dict[str, Path], texts: list[str]) -> dict:
+    """p50 of one-text predictions and batched docs/s of every bundle, taking turns text by text (batch by batch),
+    so the swings of a shared machine's load hit every bundle alike; ratios between rows come from here."""
+    preds = {name: load_bundle(folder).predictor for name, folder in bundles.items()}
+    names = list(preds)
+    for name in names:
+        for t in texts[:50]:
+            preds[name].predict([t], k=5)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for i, t in enumerate(texts[:1000]):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            start = time.perf_counter()
+            preds[name].predict([t], k=5)
+            times[name].append(time.perf_counter() - start)
+    batch = dict.fromkeys(names, 0.0)
+    for _ in range(2):
+        for lo in range(0, len(texts), 256):
+            for name in names:
+                start = time.perf_counter()
+                preds[name].predict(texts[lo : lo + 256], k=5)
+                batch[name] += time.perf_counter() - start
+    return {
+        name: {
+            "predict_p50_ms": round(1000 * float(np.median(times[name])), 3),
+            "batch_docs_per_s": round(2 * len(texts) / batch[name], 1),
+        }
+        for name in names
+    }
+
+
 def final(name: str, config: TrainConfig, out: Path, test: Corpus, encoder: StaticEncoder | None) -> dict:
     run, bundle = out / f"{name}-run", out / f"{name}-bundle"
     shutil.rmtree(run, ignore_errors=True)
@@ -134,10 +164,26 @@ def main() -> None:
     parser.add_argument("--task-lr", type=float, default=None, help="dense.task_lr")
     parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument("--result-name", default=None, help="also write bench/results/<name>.json")
+    parser.add_argument(
+        "--speed-only",
+        type=Path,
+        default=None,
+        help="a results file of this script: (re)measure the interleaved "
+        "speed of its bundles in --out and write it there, training nothing",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     train_file = args.data / "train.jsonl.gz"
     train, test = load_corpus(train_file), load_corpus(args.data / "test.jsonl.gz")
+    if args.speed_only:
+        results = json.loads(args.speed_only.read_text())
+        bundles = {name: args.out / f"{name}-bundle" for name in results["rows"]}
+        results["speed_interleaved"] = interleaved_speed(bundles, test.texts)
+        results["speed_load"] = os.getloadavg()
+        args.speed_only.write_text(json.dumps(results, indent=2))
+        if args.result_name:
+            save_result(args.result_name, results, benchmark="static_debtags")
+        return
     mask = np.random.default_rng(args.seed).random(len(train)) < 0.1
     results = {
         "command": "bench/static_debtags.py " + " ".join(sys.argv[1:]),
@@ -174,6 +220,8 @@ def main() -> None:
         path.write_text(json.dumps(results, indent=2))
         print(json.dumps(row), flush=True)
     results["load_end"] = os.getloadavg()
+    bundles = {name: args.out / f"{name}-bundle" for name in results["rows"]}
+    results["speed_interleaved"] = interleaved_speed(bundles, test.texts)
     path.write_text(json.dumps(results, indent=2))
     if args.result_name:
         save_result(args.result_name, results, benchmark="static_debtags")

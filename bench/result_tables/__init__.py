@@ -9,6 +9,7 @@ from .cold_start import cold_start
 from .lightxml_cascadexml import cascadexml_debtags, lightxml_debtags
 from .onnx_encoders import encoder_variants
 from .service import inline_vs_worker, service_batch, service_latency, service_load
+from .static import static_debtags
 from .tail import losses_debtags, tail_debtags
 from .xlinear import beam_1m, shortlist_vs_exact, tree_swap, xlinear_seeds, xlinear_validation, xlinear_vs_pecos
 from .xr_transformer import xr_transformer_debtags, xr_transformer_engine, xr_transformer_latency
@@ -36,5 +37,6 @@ BUILDERS = {
         encoder_variants,
         losses_debtags,
         cold_start,
+        static_debtags,
     )
 }

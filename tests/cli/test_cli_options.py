@@ -90,3 +90,26 @@ def test_every_flag_of_the_table_is_an_option_of_train():
     train = typer.main.get_command(app).commands["train"]
     options = {opt for param in train.params for opt in param.opts}
     assert set(FLAG_PATHS) | set(TRANSFORMER_FLAGS) <= options
+
+
+def test_the_dense_flags_reach_the_config_and_families_without_it_refuse_them(corpus_files, tmp_path):
+    dense = _config(
+        "--dense", "static", "--dense-source", str(tmp_path), "--dense-tune", "task", "--dense-alpha", "0.3"
+    )
+    assert dense["dense"]["kind"] == "static" and dense["dense"]["source"] == str(tmp_path)
+    assert dense["dense"]["tune"] == "task" and dense["dense"]["alpha"] == 0.3
+    assert _config("--dense-tune", "corpus")["dense"]["tune"] == "corpus"  # a --dense-* setting implies the block
+    assert _config("--set", "dense.task_epochs=2")["dense"]["task_epochs"] == 2
+    assert _config()["dense"] is None
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"dense": {"tune": "corpus"}}))
+    assert _config("--config", str(path), "--dense", "none")["dense"] is None  # drops the file's block
+    corpus = ("train", "--corpus", str(corpus_files[0]), "--print-config")
+    supported = "does not support a static token-embedding block in Φ_cat (--dense static, the `dense` section) "
+    for flag, value in (("--dense", "static"), ("--dense-tune", "task"), ("--dense-alpha", "0.3")):
+        line = _error(*corpus, "--model", "lightxml", flag, value)
+        assert line == f"error: {flag}: model lightxml {supported}(supported by xlinear)"
+    assert _error(*corpus, "--dense-tune", "best").startswith("error: --dense-tune: Input should be 'none'")
+    assert _error(*corpus, "--dense", "none", "--dense-tune", "task") == (
+        "error: --dense-tune: sets the static block, which --dense none removes"
+    )

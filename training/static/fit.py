@@ -8,17 +8,27 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from xtag.models.errors import XtagError
 from xtag.models.static_encoder import StaticEncoder, StaticEncoderConfig
 from xtag.training.static.config import StaticDenseConfig
 
+if TYPE_CHECKING:
+    from xtag.training.static.task import TaskInputs
+
 
 def build_static_encoder(
-    texts: list[str], config: StaticDenseConfig, log: Callable[[dict], None] = lambda e: None
+    texts: list[str],
+    config: StaticDenseConfig,
+    log: Callable[[dict], None] = lambda e: None,
+    task: TaskInputs | None = None,
+    work: Path | None = None,
+    progress: bool = False,
 ) -> StaticEncoder:
     """The static block for these training texts, from `config.source` (torch and transformers needed here only:
-    the encoder it returns is numpy and tokenizers)."""
+    the encoder it returns is numpy and tokenizers). tune=task needs the texts' TF-IDF and labels (`task`);
+    `work` keeps its checkpoints (a temporary folder when None)."""
     missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
     if missing:
         raise XtagError(f'dense static distils a transformer and needs {", ".join(missing)}: pip install "xtag[train]"')
@@ -53,7 +63,9 @@ def build_static_encoder(
             "seconds": round(time.perf_counter() - start, 3),
         }
     )
-    if config.tune == "corpus":
+    if "task" in config.tune and task is None:
+        raise XtagError(f"dense.tune={config.tune} trains on the labels: build the encoder with the task's inputs")
+    if config.tune in ("corpus", "corpus+task"):
         from xtag.training.static.tune import ridge_fit
 
         start = time.perf_counter()
@@ -74,19 +86,34 @@ def build_static_encoder(
                 **facts,
             }
         )
+    if "task" in config.tune:
+        from xtag.training.static.task import tune_task
+
+        start = time.perf_counter()
+        table, facts = tune_task(encoder, texts, task, config, work, progress, log)
+        encoder = StaticEncoder(teacher.tokenizer, table, weights, idf, settings)
+        log({"event": "static_tune", "tune": "task", "seconds": round(time.perf_counter() - start, 3), **facts})
     return encoder
 
 
 def static_encoder_for_run(
-    texts: list[str], config: StaticDenseConfig, folder: Path, log: Callable[[dict], None] = lambda e: None
+    texts: list[str],
+    config: StaticDenseConfig,
+    folder: Path,
+    log: Callable[[dict], None] = lambda e: None,
+    task: TaskInputs | None = None,
+    progress: bool = False,
 ) -> StaticEncoder:
-    """`build_static_encoder`, saved in `folder` (the run's checkpoints) and read back from there on resume."""
+    """`build_static_encoder`, saved in `folder` (the run's checkpoints) and read back from there on resume; a
+    task tune in progress checkpoints beside it (`<folder>_task`) and resumes from there."""
     if (folder / "config.json").is_file():
         log({"event": "resume", "what": "static encoder"})
         return StaticEncoder.load(folder)
-    encoder = build_static_encoder(texts, config, log)
+    work = folder.with_name(folder.name + "_task")
+    encoder = build_static_encoder(texts, config, log, task, work, progress)
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)  # left by a run killed while writing it
     encoder.save(tmp)
     tmp.rename(folder)
+    shutil.rmtree(work, ignore_errors=True)  # the table is saved: the tune's checkpoints are spent
     return encoder

@@ -369,7 +369,12 @@ def train(
     if config.dense is not None:
         from xtag.training.static.fit import static_encoder_for_run
 
-        static = static_encoder_for_run(texts, config.dense, checkpoint_dir / "static", log)
+        task = None
+        if "task" in config.dense.tune:  # the labels and TF-IDF the matcher is trained on
+            from xtag.training.static.task import TaskInputs
+
+            task = TaskInputs(X, Y, config.xlinear.tree, config.xlinear.n_jobs)
+        static = static_encoder_for_run(texts, config.dense, checkpoint_dir / "static", log, task, progress)
         start = time.perf_counter()
         X = concat_features(X, static.encode(texts), static.config.alpha)
         log(

@@ -74,6 +74,27 @@ def train(
     ] = None,
     batch_size: Annotated[int | None, _transformer("texts per training step")] = None,
     device: Annotated[str | None, _transformer("cpu | cuda (default: cuda when available)")] = None,
+    dense: Annotated[
+        str | None,
+        Opt(help="xlinear: static = a static token-embedding block beside TF-IDF (Φ_cat); none = drop a config's"),
+    ] = None,
+    dense_source: Annotated[
+        Path | None,
+        Opt(
+            help="the static table's teacher: a local Hugging Face / sentence-transformers folder or an "
+            "xr-transformer / cascadexml run (default: MiniLM-L6); implies --dense static"
+        ),
+    ] = None,
+    dense_tune: Annotated[
+        str | None,
+        Opt(
+            help="none (distilled, model2vec) | corpus (fit to the teacher's outputs on the corpus) | task "
+            "(trained with the matcher's loss, Astec) | corpus+task; implies --dense static"
+        ),
+    ] = None,
+    dense_alpha: Annotated[
+        float | None, Opt(help="weight α of the static block in Φ_cat; implies --dense static")
+    ] = None,
     set_: Annotated[list[str] | None, Opt("--set", metavar="SECTION.FIELD=VALUE", help=SET_HELP)] = None,
     resume: Annotated[
         bool,

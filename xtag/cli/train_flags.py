@@ -30,7 +30,12 @@ FLAG_PATHS: dict[str, str] = {  # flag -> the TrainConfig setting it writes
     "--max-leaf-size": "xlinear.tree.max_leaf_size",
     "--seed": "xlinear.tree.seed",  # and, for a transformer family, its training seed
     "--propensity-file": "missing_labels.propensity_file",
+    "--dense": "dense.kind",  # `none` drops a config file's dense section instead
+    "--dense-source": "dense.source",
+    "--dense-tune": "dense.tune",
+    "--dense-alpha": "dense.alpha",
 }
+DENSE_FLAGS = ("--dense", "--dense-source", "--dense-tune", "--dense-alpha")  # families with "static-dense" only
 WEIGHTING = "missing_labels.weighting"  # where --loss puts the weighted (missing-label) losses
 TRANSFORMER_FLAGS: dict[str, str] = {  # flag -> setting of the chosen transformer family's own section
     "--encoder": "encoder",
@@ -63,8 +68,14 @@ def config_dict(base: dict, given: dict[str, Any], overrides: Iterable[str]) -> 
     if "--model" in given:
         base["model"] = given["--model"]
     chosen = family(base.setdefault("model", DEFAULT_KIND))
+    for flag in DENSE_FLAGS:
+        if flag in given and given.get("--dense") != "none":
+            chosen.require("static-dense", flag)
     for flag, value in given.items():
-        if flag in FLAG_PATHS:
+        if flag == "--dense" and value == "none":
+            base["dense"] = None
+            _check_no_dense_settings(given)
+        elif flag in FLAG_PATHS:
             weighted = flag == "--loss" and value in WEIGHTED_LOSSES
             set_path(base, WEIGHTING if weighted else FLAG_PATHS[flag], value, flag)
         if flag in TRANSFORMER_FLAGS and chosen.supports("transformer"):
@@ -75,6 +86,13 @@ def config_dict(base: dict, given: dict[str, Any], overrides: Iterable[str]) -> 
         path, value = parse_override(option)
         set_path(base, path, value, f"--set {option}")
     return base
+
+
+def _check_no_dense_settings(given: dict[str, Any]) -> None:
+    """--dense none removes the block, so a --dense-* setting beside it would be silently dropped: refuse it."""
+    for flag in DENSE_FLAGS[1:]:
+        if flag in given:
+            raise XtagError(f"{flag}: sets the static block, which --dense none removes")
 
 
 def _check_loss(value: str, weighted: tuple[str, ...]) -> None:

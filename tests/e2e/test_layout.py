@@ -163,8 +163,10 @@ def test_a_planted_back_edge_fails(tmp_path, file, line, expected):
 def test_the_wheel_installs_one_top_level_package(tmp_path):
     """`pip install .` must not put `models`, `training` or `service` beside other distributions' packages."""
     source = tmp_path / "source"  # a copy, so the build leaves no build/ folder in the checkout
-    for folder in PACKAGES:
-        shutil.copytree(ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    tracked = tracked_files(PACKAGES)  # what a clean clone holds: a file git ignores must not be needed
+    for rel in tracked:
+        (source / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / rel, source / rel)
     for file in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copyfile(ROOT / file, source / file)
     built = subprocess.run(
@@ -191,6 +193,11 @@ def test_the_wheel_installs_one_top_level_package(tmp_path):
         f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info",
     }
     assert "xtag/service/static/index.html" in names  # the dashboard ships with the service
+    # every module of a clean clone ships, under its xtag.* name (a package without __init__.py would not)
+    modules = {rel for rel in tracked if rel.endswith(".py") and not rel.startswith("xtag/")}
+    missing = {rel for rel in modules if f"xtag/{rel}" not in names}
+    missing |= {rel for rel in tracked if rel.startswith("xtag/") and rel.endswith(".py") and rel not in names}
+    assert not missing, sorted(missing)
     for package in (
         "xtag/cli/",
         "xtag/models/engine/",
@@ -205,3 +212,16 @@ def test_old_top_level_names_are_not_importable_outside_the_checkout(tmp_path):
     probe = "import importlib.util as u; print([m for m in ('models', 'training', 'service') if u.find_spec(m)])"
     shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, check=True)
     assert shown.stdout.strip() == "[]"
+
+
+def tracked_files(folders) -> list[str]:
+    """The files git tracks under `folders` (every file there, minus caches, outside a git checkout)."""
+    listed = subprocess.run(["git", "ls-files", "--", *folders], cwd=ROOT, capture_output=True, text=True)
+    if listed.returncode == 0 and listed.stdout.strip():
+        return listed.stdout.split()
+    return [
+        str(p.relative_to(ROOT))
+        for f in folders
+        for p in (ROOT / f).rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    ]

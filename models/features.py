@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field
-from sklearn.feature_extraction.text import TfidfVectorizer
 from xtag.models.errors import XtagError
 
 # `transform` counts at most this many texts at a time: its token ids are Python ints until counted.
@@ -26,12 +25,27 @@ class TfidfConfig(BaseModel):
     lowercase: bool = True
 
 
-class TfidfFeaturizer:
-    """Word uni+bigram TF-IDF with sublinear tf and l2-normalised rows, fitted on training texts only."""
+TOKEN_PATTERN = r"(?u)\b\w\w+\b"  # scikit-learn's default word pattern, which fit() uses
 
-    def __init__(self, vectorizer: TfidfVectorizer, config: TfidfConfig):
-        self.vectorizer, self.config = vectorizer, config
-        self._token = re.compile(vectorizer.token_pattern)
+
+class TfidfFeaturizer:
+    """Word uni+bigram TF-IDF with sublinear tf and l2-normalised rows, fitted on training texts only.
+
+    scikit-learn fits it; a fitted featuriser is its vocabulary and idf, and transforms without scikit-learn
+    (transform_arrays), so serving never imports it: that import alone took over a second of `xtag serve`'s
+    start (issue 28)."""
+
+    def __init__(self, vocabulary: dict[str, int], idf: np.ndarray, config: TfidfConfig):
+        self.vocabulary, self.idf, self.config = vocabulary, idf, config
+        self._token = re.compile(TOKEN_PATTERN)
+
+    @property
+    def vectorizer(self):
+        """The equivalent fitted scikit-learn vectoriser (the reference tests and benchmarks compare with)."""
+        vectorizer = self._vectorizer(self.config, vocabulary=self.vocabulary)
+        vectorizer.fit(["x"])  # sets the fitted vocabulary; idf_ is replaced by the learned one just below
+        vectorizer.idf_ = self.idf
+        return vectorizer
 
     def _analyze(self, text: str) -> list[str]:
         """scikit-learn's word analyzer for the vectorisers made here (no accent stripping, no stop words), as
@@ -44,8 +58,11 @@ class TfidfFeaturizer:
         return terms
 
     @staticmethod
-    def _vectorizer(config: TfidfConfig, vocabulary: dict[str, int] | None = None) -> TfidfVectorizer:
+    def _vectorizer(config: TfidfConfig, vocabulary: dict[str, int] | None = None):
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
         return TfidfVectorizer(
+            token_pattern=TOKEN_PATTERN,
             ngram_range=(1, config.ngram_max),
             min_df=config.min_df if vocabulary is None else 1,
             max_features=config.max_features if vocabulary is None else None,
@@ -64,11 +81,11 @@ class TfidfFeaturizer:
             X = vectorizer.fit_transform(texts)
         except ValueError as exc:  # e.g. empty vocabulary
             raise XtagError(f"cannot fit TF-IDF on the training texts: {exc}") from exc
-        return cls(vectorizer, config), X.tocsr()
+        return cls(vectorizer.vocabulary_, vectorizer.idf_, config), X.tocsr()
 
     @property
     def dim(self) -> int:
-        return len(self.vectorizer.vocabulary_)
+        return len(self.vocabulary)
 
     def transform(self, texts: list[str]) -> sp.csr_matrix:
         data, indices, indptr = self.transform_arrays(texts)
@@ -90,7 +107,7 @@ class TfidfFeaturizer:
             offsets = np.cumsum([0] + [p[2][-1] for p in parts[:-1]])
             indptr = np.concatenate([parts[0][2][:1]] + [p[2][1:] + o for p, o in zip(parts, offsets)])
             return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), indptr
-        vocab, idf, analyze = self.vectorizer.vocabulary_, self.vectorizer.idf_, self._analyze
+        vocab, idf, analyze = self.vocabulary, self.idf, self._analyze
         ids: list[int] = []
         lengths = np.zeros(len(texts), dtype=np.int64)
         for i, text in enumerate(texts):
@@ -103,7 +120,7 @@ class TfidfFeaturizer:
         indptr = np.zeros(len(texts) + 1, dtype=np.int32)
         np.cumsum(np.bincount(rows, minlength=len(texts)), out=indptr[1:])
         tf = counts.astype(np.float64)
-        if self.vectorizer.sublinear_tf:
+        if self.config.sublinear_tf:
             tf = np.log(tf) + 1.0
         data = tf * idf[indices]
         norms = np.sqrt(np.bincount(rows, weights=data * data, minlength=len(texts)))
@@ -112,9 +129,9 @@ class TfidfFeaturizer:
 
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        vocab = {term: int(i) for term, i in self.vectorizer.vocabulary_.items()}
+        vocab = {term: int(i) for term, i in self.vocabulary.items()}
         (folder / "vocabulary.json").write_text(json.dumps(vocab, ensure_ascii=False))
-        np.save(folder / "idf.npy", self.vectorizer.idf_.astype(np.float64))
+        np.save(folder / "idf.npy", np.asarray(self.idf, dtype=np.float64))
         (folder / "config.json").write_text(self.config.model_dump_json(indent=2))
 
     @classmethod
@@ -127,6 +144,4 @@ class TfidfFeaturizer:
             raise XtagError(f"{folder}: cannot read the TF-IDF featuriser ({exc})") from exc
         if len(idf) != len(vocab):
             raise XtagError(f"{folder}: idf has {len(idf)} entries for a vocabulary of {len(vocab)}")
-        vectorizer = cls._vectorizer(config, vocabulary=vocab)
-        vectorizer.idf_ = idf
-        return cls(vectorizer, config)
+        return cls(vocab, idf, config)

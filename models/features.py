@@ -43,8 +43,7 @@ class TfidfFeaturizer:
     def vectorizer(self):
         """The equivalent fitted scikit-learn vectoriser (the reference tests and benchmarks compare with)."""
         vectorizer = self._vectorizer(self.config, vocabulary=self.vocabulary)
-        vectorizer.fit(["x"])  # sets the fitted vocabulary; idf_ is replaced by the learned one just below
-        vectorizer.idf_ = self.idf
+        vectorizer.idf_ = self.idf  # scikit-learn's setter validates the fixed vocabulary: no fit needed
         return vectorizer
 
     def _analyze(self, text: str) -> list[str]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import secrets
 import shutil
 import subprocess
@@ -28,6 +27,10 @@ import httpx
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import service_load  # noqa: E402  (bench/ on the path, as when run as a script)
+
 BOUND_MB = 50.0
 
 
@@ -54,22 +57,9 @@ def poisoned_copy(bundle: Path, target: Path, rel: str) -> Path:
 
 
 def start_server(bundle: Path, root: Path, port: int, admin_key: str) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("XTAG_")}
-    env.update(XTAG_LOG_LEVEL="critical", XTAG_ADMIN_KEY=admin_key, XTAG_BUNDLE_ROOT=str(root), PYTHONPATH=str(ROOT))
-    code = f"from xtag.service.server import serve; serve({str(bundle)!r}, '127.0.0.1', {port}, 1)"
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env)
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited with {proc.returncode}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("server did not become ready in 300 s")
+    """service_load's server, with an admin key and `root` as the only place reloads may name."""
+    extra = {"XTAG_LOG_LEVEL": "critical", "XTAG_ADMIN_KEY": admin_key, "XTAG_BUNDLE_ROOT": str(root)}
+    return service_load.start_server(bundle, port, None, ROOT, extra)
 
 
 def main() -> int:

@@ -1,11 +1,18 @@
 """LightXML training: clusters, candidates (eq. 2), learning, dynamic vs static negatives, SWA, resume."""
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from safetensors.numpy import load_file
+
+from tests.conftest import torchrun_launcher, train_command
 
 
 def test_clusters_are_two_level_and_balanced():
@@ -272,3 +279,26 @@ def test_cli_maps_the_xr_transformer_flags(corpus_files, tiny_bert):
         1e-4,
         5,
     )
+
+
+@pytest.mark.skipif(
+    shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None, reason="torchrun not installed"
+)
+def test_torchrun_two_processes_train_lightxml_and_both_exit_cleanly(
+    corpus_files, tiny_bert, lightxml_config, tmp_path
+):
+    """Rank 0 leaves the process group from finish_run, rank 1 from its early return: the two must pair up."""
+    config = lightxml_config(corpus_files[0], tiny_bert, epochs=1, swa_start=0, batch_size=8)
+    (tmp_path / "config.json").write_text(config.model_dump_json())
+    result = subprocess.run(
+        train_command(tmp_path / "config.json", tmp_path / "run", torchrun_launcher(2)),
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    events = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
+    assert next(e for e in events if e["event"] == "lightxml")["world_size"] == 2
+    assert (tmp_path / "run" / "model" / "encoder" / "model.safetensors").is_file()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import signal
 import sys
@@ -94,5 +95,15 @@ class DistContext:
         return out
 
     def close(self) -> None:
+        """Leave the process group, every rank at the same point (a collective: call it on all ranks).
+
+        Ranks used to leave one by one: a helper rank destroyed its group and exited while rank 0 still held
+        its own, and once in a CI run the helper aborted at exit ("terminate called without an active
+        exception", SIGABRT) although its work was done. A DDP wrapper dropped after training can still hold
+        the group (its reducer does) until the garbage collector or interpreter teardown frees it, so collect
+        it first, wait for every rank, then destroy the group while the interpreter is fully alive.
+        """
         if self.active and dist.is_initialized():
+            gc.collect()
+            dist.barrier()
             dist.destroy_process_group()

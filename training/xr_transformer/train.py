@@ -304,8 +304,8 @@ def train_xr_transformer(
     else:
         E = Embeddings(folder, texts, tokenizer, xc, ctx, progress, log).get(encoder, 0)
     finetune_seconds = time.perf_counter() - start
+    ctx.close()  # all ranks together: the rankers below are rank 0's alone and need no process group
     if not ctx.is_main:
-        ctx.close()
         return None
     Phi = concat_features(X if xc.features == "tfidf+dense" else None, E)
     log(

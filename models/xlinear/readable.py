@@ -38,7 +38,7 @@ def readable_scores(model, X, preds: Predictions) -> Predictions:
     out = np.where(np.isfinite(scores), (1.0 - BAND) * scores, scores)
     docs, slots = np.nonzero((preds.labels >= 0) & (preds.scores >= np.float32(1.0)))
     if docs.size:
-        out[docs, slots] = 1.0 - BAND / (1.0 + path_excess(model, _csr(X), docs, preds.labels[docs, slots]))
+        out[docs, slots] = 1.0 - BAND / (1.0 + path_excess(model, as_csr(X), docs, preds.labels[docs, slots]))
         # The engine's key adds 1e-9·tanh(Σ margins), which cannot tell large margins apart (tanh is flat
         # there): it keeps such paths in tree order. Shown as equal, not out of order (1 document in 5910).
         out = np.fmin.accumulate(out, axis=1)
@@ -52,7 +52,7 @@ def path_excess(model, X: sp.csr_matrix, docs: np.ndarray, labels: np.ndarray) -
     (models/engine/kernels.py), so among saturated paths these scores fall in exactly the engine's order.
     """
     total = np.zeros(labels.shape)
-    for level, ancestors in zip(model.levels, _ancestors(model)):
+    for level, ancestors in zip(model.levels, path_nodes(model)):
         total += pair_scores(level.W, level.bias, X, docs, ancestors[labels])
     return np.maximum(0.0, total - model.chain.depth)
 
@@ -87,7 +87,7 @@ def pair_scores(
     return out + bias[nodes]
 
 
-def _ancestors(model) -> list[np.ndarray]:
+def path_nodes(model) -> list[np.ndarray]:
     """Each level's ancestor of every label, computed once per model (a request needs them for a few labels)."""
     cached = getattr(model, "_readable_ancestors", None)
     if cached is None:
@@ -95,7 +95,7 @@ def _ancestors(model) -> list[np.ndarray]:
     return cached
 
 
-def _csr(X) -> sp.csr_matrix:
+def as_csr(X) -> sp.csr_matrix:
     """The featuriser's output as one CSR matrix (Φ_cat hands over a sparse and a dense block)."""
     if isinstance(X, SplitFeatures):
         return X.tocsr()

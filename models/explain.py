@@ -1,0 +1,149 @@
+"""Why a label was returned: its path through the label tree, and the TF-IDF terms that moved each level's margin.
+
+An XR-Linear label's score is Π_t post(m_t) over its ancestors, one per tree level (models/beam_search.py),
+and each level's margin is linear in the text's features: m_t = Σ_j x_j·w_{node,j} + b_node. So a margin
+splits exactly into one contribution per feature present in the text: each TF-IDF term (its TF-IDF value
+× the node's weight), Φ_cat's dense block as one number (`dense`: an embedding is not words), and the bias.
+Each level lists its largest positive term contributions; `other_terms` is what all its other terms add
+(negative ones included), so that bias + Σ terms + other_terms + dense = margin within float rounding,
+and Π post(margin) = `path_score`, the engine's score before the displayed score's monotone maps
+(models/xlinear/readable.py, a calibration). `words` ranks terms by their contribution summed over the
+levels of the path: the words the dashboard highlights.
+
+Only rankers that read TF-IDF features can be explained this way (XR-Linear, XR-Transformer's Φ_cat);
+LightXML and CascadeXML score from a transformer alone, so explaining them raises ExplainUnavailable
+(the service answers 422). A second stage such as LaMP (issue 25) is meant to add, per label, two more
+optional fields beside `words`: `attended_words` ([{term, weight}], its feature-to-label attention) and
+`supporting_labels` ([{id, name, weight}], its label-to-label attention).
+
+Explaining featurises the texts again rather than keeping the features of the prediction, so that the
+plain path carries nothing for it (issue 25: explain off costs nothing); for Φ_cat that reruns the encoder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from xtag.models.beam_search import POST_PROCESSORS
+from xtag.models.errors import XtagError
+from xtag.models.features import TfidfFeaturizer
+from xtag.models.xlinear.model import XLinearModel
+from xtag.models.xlinear.readable import as_csr, path_nodes
+
+TOP_TERMS = 5  # terms listed per level and per label
+DIGITS = 6  # decimals kept in the payload: sums hold within a few 1e-6
+
+
+class ExplainUnavailable(XtagError):
+    """The bundle's scores are not linear in TF-IDF features, so there are no words to credit."""
+
+
+@dataclass
+class _Level:
+    """One node's share of one document: the features both have, and their products x_j·w_j."""
+
+    features: np.ndarray
+    products: np.ndarray
+    bias: float
+
+
+class Explainer:
+    """Explanations for a predictor's returned labels; built once per loaded bundle (`for_predictor`)."""
+
+    def __init__(self, featurizer, tfidf: TfidfFeaturizer, model: XLinearModel):
+        self.featurizer, self.model, self.n_terms = featurizer, model, tfidf.dim
+        self.vocabulary = tfidf.vocabulary
+        self.post = POST_PROCESSORS[model.config.post_processor]
+        self.dense = model.config.dense_features > 0
+        self._terms: np.ndarray | None = None
+
+    @classmethod
+    def for_predictor(cls, predictor) -> Explainer:
+        """Raises ExplainUnavailable unless the predictor's rankers are linear over TF-IDF (+ an optional dense block)."""
+        featurizer, model = predictor.featurizer, predictor.model
+        tfidf = featurizer if isinstance(featurizer, TfidfFeaturizer) else getattr(featurizer, "tfidf", None)
+        if not isinstance(model, XLinearModel) or not isinstance(tfidf, TfidfFeaturizer):
+            raise ExplainUnavailable(
+                "this bundle has no TF-IDF features to explain its scores with: explanations need linear rankers "
+                "over TF-IDF (XR-Linear, XR-Transformer); LightXML and CascadeXML score from a transformer alone"
+            )
+        return cls(featurizer, tfidf, model)
+
+    @property
+    def terms(self) -> np.ndarray:
+        """Feature column → term, built on the first explanation (a vocabulary can hold millions of terms)."""
+        if self._terms is None:
+            terms = np.empty(self.n_terms, dtype=object)
+            terms[np.fromiter(self.vocabulary.values(), np.int64, len(self.vocabulary))] = list(self.vocabulary)
+            self._terms = terms
+        return self._terms
+
+    def explain(self, texts: list[str], labels: list[list[int]], top: int = TOP_TERMS) -> list[list[dict]]:
+        """For each text, one explanation per label id of `labels` (its returned labels), in that order."""
+        X = as_csr(self.featurizer.transform(list(texts)))
+        nodes = path_nodes(self.model)
+        out = []
+        for d, row in enumerate(labels):
+            x_idx, x_val = X.indices[X.indptr[d] : X.indptr[d + 1]], X.data[X.indptr[d] : X.indptr[d + 1]]
+            shares: dict[tuple[int, int], _Level] = {}  # labels of one document share their upper nodes
+            explained = []
+            for label in row:
+                path = [(t, int(nodes[t][label])) for t in range(len(nodes))]
+                for key in path:
+                    if key not in shares:
+                        shares[key] = self._share(x_idx, x_val, *key)
+                explained.append(self._label(path, [shares[key] for key in path], top))
+            out.append(explained)
+        return out
+
+    def _share(self, x_idx: np.ndarray, x_val: np.ndarray, t: int, node: int) -> _Level:
+        level = self.model.levels[t]
+        W = level.W
+        if not W.has_sorted_indices:
+            W.sort_indices()
+        w_idx, w_val = W.indices[W.indptr[node] : W.indptr[node + 1]], W.data[W.indptr[node] : W.indptr[node + 1]]
+        bias = float(level.bias[node])
+        if not len(w_idx) or not len(x_idx):
+            return _Level(np.empty(0, np.int64), np.empty(0), bias)
+        pos = np.minimum(np.searchsorted(w_idx, x_idx), len(w_idx) - 1)
+        hit = w_idx[pos] == x_idx
+        products = x_val[hit].astype(np.float64) * w_val[pos[hit]].astype(np.float64)
+        return _Level(x_idx[hit].astype(np.int64), products, bias)
+
+    def _label(self, path: list[tuple[int, int]], shares: list[_Level], top: int) -> dict:
+        levels, credit, path_score = [], {}, 1.0
+        for (t, node), share in zip(path, shares):
+            is_term = share.features < self.n_terms
+            features, products = share.features[is_term], share.products[is_term]
+            shown = self._top(features, products, top)
+            margin = share.bias + float(share.products.sum())
+            score = float(self.post(np.float64(margin)))
+            path_score *= score
+            levels.append(
+                {
+                    "level": t + 1,
+                    "node": node,
+                    "margin": round(margin, DIGITS),
+                    "score": round(score, DIGITS),
+                    "bias": round(share.bias, DIGITS),
+                    "terms": shown,
+                    "other_terms": round(float(products.sum()) - sum(s["contribution"] for s in shown), DIGITS),
+                    "dense": round(float(share.products[~is_term].sum()), DIGITS) if self.dense else None,
+                }
+            )
+            for j, p in zip(features.tolist(), products.tolist()):
+                credit[j] = credit.get(j, 0.0) + p
+        ids = np.fromiter(credit, np.int64, len(credit))
+        total = np.fromiter(credit.values(), np.float64, len(credit))
+        return {"words": self._top(ids, total, top), "path_score": round(path_score, DIGITS), "levels": levels}
+
+    def _top(self, features: np.ndarray, values: np.ndarray, top: int) -> list[dict]:
+        """The `top` largest positive contributions, largest first (ties: the lower column first)."""
+        order = np.lexsort((features, -values))[:top]
+        terms = self.terms
+        return [
+            {"term": terms[features[i]], "contribution": round(float(values[i]), DIGITS)}
+            for i in order.tolist()
+            if values[i] > 0
+        ]

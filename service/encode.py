@@ -9,6 +9,8 @@ The JSON is the documented LabelScore list, byte for byte what orjson gives for 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import orjson
 from xtag.models.beam_search import Predictions
@@ -28,14 +30,40 @@ class LabelPrefixes:
         return prefix
 
 
+def kept_mask(preds: Predictions, threshold: float | None) -> np.ndarray:
+    """Which labels a response lists: padding (-1) and scores under `threshold` dropped."""
+    cut = -1.0 if threshold is None else float(threshold)
+    return (preds.labels >= 0) & (preds.scores >= cut)
+
+
 def label_lists(prefixes: LabelPrefixes, preds: Predictions, threshold: float | None) -> list[orjson.Fragment]:
     """Each document's labels as a JSON array, best first; padding (-1) and scores under `threshold` dropped."""
-    cut = -1.0 if threshold is None else float(threshold)
-    keep = ((preds.labels >= 0) & (preds.scores >= cut)).tolist()
+    keep = kept_mask(preds, threshold).tolist()
     text = orjson.dumps(np.asarray(preds.scores, dtype=np.float64), option=orjson.OPT_SERIALIZE_NUMPY)
     rows = text[2:-2].split(b"],[") if preds.scores.size else [b""] * len(keep)
     out = []
     for ids, kept, scores in zip(preds.labels.tolist(), keep, rows):
         items = [prefixes(j) + s for j, k, s in zip(ids, kept, scores.split(b",")) if k]
         out.append(orjson.Fragment(b"[" + b"},".join(items) + b"}]" if items else b"[]"))
+    return out
+
+
+def explained_lists(
+    names: list[str],
+    preds: Predictions,
+    threshold: float | None,
+    explain: Callable[[list[list[int]]], list[list[dict]]],
+) -> list[orjson.Fragment]:
+    """`label_lists` with an `explanation` per label, from `explain(label ids per document)`: the same labels and
+    the same score digits (float64 of the float32 score, as there). Plain dicts here: explaining costs far more
+    than serialising them."""
+    keep = kept_mask(preds, threshold)
+    labels = [row[k].tolist() for row, k in zip(preds.labels, keep)]
+    scores = [row[k].tolist() for row, k in zip(np.asarray(preds.scores, dtype=np.float64), keep)]
+    out = []
+    for ids, values, explanations in zip(labels, scores, explain(labels)):
+        items = [
+            {"id": j, "name": names[j], "score": s, "explanation": e} for j, s, e in zip(ids, values, explanations)
+        ]
+        out.append(orjson.Fragment(orjson.dumps(items)))
     return out

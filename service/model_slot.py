@@ -13,13 +13,15 @@ from pathlib import Path
 
 import anyio.to_thread
 import numpy as np
+import orjson
 from xtag.models.beam_search import Predictions
 from xtag.models.bundle import Bundle, load_bundle
 from xtag.models.errors import XtagError
+from xtag.models.explain import Explainer
 from xtag.models.finite import nonfinite_arrays
 from xtag.models.reweighting import gains_for, label_weights, predict_reweighted
 from xtag.service.drift import DEFAULT_WINDOW, LabelDrift
-from xtag.service.encode import LabelPrefixes
+from xtag.service.encode import LabelPrefixes, explained_lists
 
 log = logging.getLogger("xtag.service")
 
@@ -33,6 +35,7 @@ class ServedModel:
     warmup_ms: float = 0.0
     drift: LabelDrift | None = None  # attached once warmed up, so warm-up answers are not counted as traffic
     _weights: dict[tuple[str, float | None], np.ndarray] = field(default_factory=dict, repr=False)
+    _explainer: Explainer | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         p = self.bundle.predictor
@@ -55,6 +58,18 @@ class ServedModel:
             vocab = self.bundle.predictor.vocab
             w = self._weights[key] = label_weights(vocab.frequency_array, vocab.n_train_docs, scheme, beta)
         return gains_for(w, alpha)
+
+    @property
+    def explainer(self) -> Explainer:
+        """The bundle's explainer (models/explain.py), made by the first `explain` request, so that plain traffic
+        never pays for it; raises ExplainUnavailable for a bundle without TF-IDF features."""
+        if self._explainer is None:
+            self._explainer = Explainer.for_predictor(self.bundle.predictor)
+        return self._explainer
+
+    def explained(self, texts: list[str], preds: Predictions, threshold: float | None) -> list[orjson.Fragment]:
+        """The response's label lists for `preds` of `texts`, each label with its explanation."""
+        return explained_lists(self.names, preds, threshold, lambda labels: self.explainer.explain(texts, labels))
 
     def predict(self, texts: list[str], k: int, beam_size: int | None, a: np.ndarray | None) -> Predictions:
         """Top-k for a batch through the bundle's predictor (re-ranked when `a` is given)."""

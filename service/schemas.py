@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 
 def _not_blank(text: str) -> str:
@@ -72,6 +72,11 @@ class PredictOptions(Strict):
         | None
     ) = None
     reweight: Reweight | None = None
+    explain: StrictBool = Field(
+        False,
+        description="add an `explanation` to each returned label: the words that raised its score (bundles with "
+        "TF-IDF features: XR-Linear, XR-Transformer; others answer 422 explain-unavailable)",
+    )
 
 
 class PredictRequest(PredictOptions):
@@ -103,6 +108,36 @@ class BatchRequest(PredictOptions):
     optimize: Optimize | None = None
 
 
+class TermShare(BaseModel):
+    term: str = Field(description="a word or word n-gram of the text, as the TF-IDF featuriser saw it (lowercased)")
+    contribution: float = Field(description="its TF-IDF value × the ranker weight (summed over levels in `words`)")
+
+
+class LevelExplanation(BaseModel):
+    """One tree level on the label's path: bias + Σ terms + other_terms + dense = margin (within rounding)."""
+
+    level: int = Field(description="1 = the root's children; the last level is the label itself")
+    node: int = Field(description="the label's ancestor at this level (a cluster of labels, or the label)")
+    margin: float = Field(description="the ranker's raw score w·x + b, before the post-processor")
+    score: float = Field(description="the post-processed margin; their product along the path is `path_score`")
+    bias: float
+    terms: list[TermShare] = Field(description="this level's largest positive term contributions, largest first")
+    other_terms: float = Field(description="what the text's other terms add (negative ones included)")
+    dense: float | None = Field(description="Φ_cat's embedding block, as one number; null without one")
+
+
+class Explanation(BaseModel):
+    """Why a label was returned (models/explain.py). A re-ranking stage such as LaMP (issue 25) is to add
+    `attended_words` and `supporting_labels` here, both optional."""
+
+    words: list[TermShare] = Field(description="the terms that raised the label's score most over its whole path")
+    path_score: float = Field(
+        description="the product of the levels' scores: the engine's score, before the monotone maps that give "
+        "`score` (models/xlinear/readable.py, a calibration)"
+    )
+    levels: list[LevelExplanation]
+
+
 class LabelScore(BaseModel):
     id: int
     name: str
@@ -110,6 +145,7 @@ class LabelScore(BaseModel):
         description="the model's score (calibrated when the bundle is); with `reweight` the labels are ordered by "
         "gain a_j·score, so this need not decrease down the list"
     )
+    explanation: Explanation | None = Field(None, description="only with `explain: true`; absent otherwise")
 
 
 class ModelRef(BaseModel):

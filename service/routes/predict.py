@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 from xtag.models.beam_search import Predictions
 from xtag.models.errors import XtagError
+from xtag.models.explain import ExplainUnavailable
 from xtag.models.macro_inference import SERVING_MAX_DOCS, predict_optimized, serving_config
 from xtag.service.batching import run_off_loop
 from xtag.service.deps import document_limit, openapi_body, parse_body, require_api_key, served_model
@@ -30,7 +31,7 @@ ERRORS = problem_responses(
         401: "missing API key",
         413: "body or text too large",
         415: "not application/json",
-        422: "invalid field",
+        422: "invalid field, or explain on a bundle without TF-IDF features (explain-unavailable)",
         503: "no model loaded yet",
     }
 )
@@ -73,6 +74,11 @@ def check_options(
         a = reweight_gains(model, opts.reweight)
     except XtagError as exc:
         raise Problem(422, "validation-error", str(exc)) from exc
+    if opts.explain:
+        try:
+            model.explainer  # noqa: B018  (made here, so that an unexplainable bundle is refused before predicting)
+        except ExplainUnavailable as exc:
+            raise Problem(422, "explain-unavailable", f"explain: {model.bundle.name} ({model.kind}): {exc}") from exc
     return k, opts.beam_size, a
 
 
@@ -91,10 +97,23 @@ async def predict_rows(
     a: np.ndarray | None,
     threshold: float | None,
     rw_key: tuple = (),
+    explain: bool = False,
 ) -> list[orjson.Fragment]:
     """Each text's top-k labels as JSON ({id, name, score} list), through the micro-batcher when it is on."""
     preds = await predict_arrays(request, model, texts, k, beam, a, rw_key)
-    return label_lists(model.label_prefixes, preds, threshold)
+    if not explain:
+        return label_lists(model.label_prefixes, preds, threshold)
+    return await explained_rows(request, model, texts, preds, threshold)
+
+
+async def explained_rows(
+    request: Request, model: ServedModel, texts: list[str], preds: Predictions, threshold: float | None
+) -> list[orjson.Fragment]:
+    """The label lists with each label's explanation, computed off the event loop after the prediction and
+    outside the micro-batcher, so that a plain request never waits for one."""
+    return await run_off_loop(
+        request.app.state.executor, partial(model.explained, preds=preds, threshold=threshold), texts
+    )
 
 
 async def predict_arrays(
@@ -127,7 +146,7 @@ async def predict(request: Request) -> Response:
     body = await parse_body(request, PredictRequest)
     model = served_model(request)
     k, beam, a = check_options(request, model, body, [body.text], "text")
-    rows = await predict_rows(request, model, [body.text], k, beam, a, body.threshold, _rw_key(body))
+    rows = await predict_rows(request, model, [body.text], k, beam, a, body.threshold, _rw_key(body), body.explain)
     return JSONBytes({"labels": rows[0], "model": model.ref, "took_ms": round((time.perf_counter() - start) * 1e3, 3)})
 
 
@@ -146,7 +165,7 @@ async def predict_batch(request: Request) -> Response:
     texts = [d.text for d in body.documents]
     k, beam, a = check_options(request, model, body, texts, "documents[{i}].text")
     if body.optimize is None:
-        rows = await predict_rows(request, model, texts, k, beam, a, body.threshold, _rw_key(body))
+        rows = await predict_rows(request, model, texts, k, beam, a, body.threshold, _rw_key(body), body.explain)
     else:
         rows = await optimized_rows(request, model, body, texts, k, beam)
     # ids are strings in responses, whatever the request gave: a client reads one type (issue 28)
@@ -179,7 +198,9 @@ async def optimized_rows(
     )
     request.app.state.metrics.observe_batch(len(texts))
     preds = await run_off_loop(request.app.state.executor, run, texts)
-    return label_lists(model.label_prefixes, preds, body.threshold)
+    if not body.explain:
+        return label_lists(model.label_prefixes, preds, body.threshold)
+    return await explained_rows(request, model, texts, preds, body.threshold)
 
 
 for _route in list(router.routes):

@@ -37,6 +37,9 @@ def predict(
         float | None, Opt(min=0.0, max=1.0, help="drop labels whose model score is below this (after re-ranking)")
     ] = None,
     out: Annotated[Path | None, Opt(help="JSON lines output (default: stdout)")] = None,
+    explain: Annotated[
+        bool, Opt("--explain", help="the words that raised each label's score (bundles with TF-IDF features)")
+    ] = False,
     progress: Progress = True,
 ) -> None:
     """Top-k labels with scores for one text, or for a whole corpus as JSON lines.
@@ -47,6 +50,10 @@ def predict(
 
     --reweight/--alpha/--beta/--threshold mean what the service's per-request options mean
     (service/schemas.py) and run the same code (models/reweighting.py).
+
+    --explain is the service's `explain` (models/explain.py): under each label the text's terms that raised its
+    score most over its path in the tree (TF-IDF value × ranker weight, summed over levels) and each level's
+    margin; in JSON lines each label gets the service's `explanation` object.
     """
     from xtag.evaluation.evaluate import predict_corpus
     from xtag.training.data.corpus import load_corpus
@@ -56,30 +63,51 @@ def predict(
     b = load_bundle_or_fail(bundle)
     with failing():
         gains = _reweight_gains(b.predictor, reweight, alpha, beta)
+        explainer = _explainer(b.predictor) if explain else None  # refused before predicting a whole corpus
         if text is not None:
             if not text.strip():
                 raise XtagError("the text is empty")
             preds = predict_corpus(b, [text], k, beam_size, progress=False, gains=gains)
-            _print_text(_above(b.predictor.named(preds), threshold)[0], gains, reweight)
+            rows = _above(b.predictor.named(preds), threshold)
+            _print_text(rows[0], gains, reweight, _explanations(explainer, [text], rows)[0])
             return
         data = load_corpus(corpus, format, need_labels=False)
         preds = predict_corpus(b, data.texts, k, beam_size, progress, gains=gains)
-    _write_jsonl(data.ids, _above(b.predictor.named(preds), threshold), gains, out)
+        rows = _above(b.predictor.named(preds), threshold)
+        explanations = _explanations(explainer, data.texts, rows)
+    _write_jsonl(data.ids, rows, gains, out, explanations)
     if out:
         finish(f"wrote {out}: top-{k} labels of each of {len(data.ids)} documents, as JSON lines")
 
 
-def _print_text(row: list[tuple[int, str, float]], gains, scheme: str | None) -> None:
-    """`score  label` lines, best first; re-ranked, `gain  score  label`, since the gain is what ranks them."""
+def _explainer(predictor):
+    """The bundle's explainer; a bundle without TF-IDF features is a one-line error (ExplainUnavailable)."""
+    from xtag.models.explain import Explainer
+
+    return Explainer.for_predictor(predictor)
+
+
+def _explanations(explainer, texts: list[str], rows: Rows) -> list[list[dict | None]]:
+    """Each shown label's explanation (models/explain.py) with --explain, else None for every label."""
+    if explainer is None:
+        return [[None] * len(row) for row in rows]
+    return explainer.explain(texts, [[j for j, _, _ in row] for row in rows])
+
+
+def _print_text(row: list[tuple[int, str, float]], gains, scheme: str | None, explanations: list[dict | None]) -> None:
+    """`score  label` lines, best first; re-ranked, `gain  score  label`, since the gain is what ranks them.
+    With --explain each label is followed by its explanation's line (explanation_line)."""
     if gains is None:
         shown = score_texts([s for _, _, s in row])
-        for text, (_, name, _) in zip(shown, row):
-            typer.echo(f"{text}  {name}")
+        lines = [f"{text}  {name}" for text, (_, name, _) in zip(shown, row)]
     else:
         shown = score_texts([gains[j] * s for j, _, s in row])
         typer.echo(f"{'gain':<9} {'score':<7} label   (ranked by gain = a_j × score, --reweight {scheme})")
-        for text, (_, name, score) in zip(shown, row):
-            typer.echo(f"{text:<9} {score:.4f}  {name}")
+        lines = [f"{text:<9} {score:.4f}  {name}" for text, (_, name, score) in zip(shown, row)]
+    for line, explanation in zip(lines, explanations):
+        typer.echo(line)
+        if explanation is not None:
+            typer.echo(explanation_line(explanation))
     if any(text.endswith("=") for text in shown):
         typer.echo(TIE_NOTE)
 
@@ -101,15 +129,27 @@ def score_texts(scores: list[float]) -> list[str]:
     return out
 
 
-def _write_jsonl(ids: list, rows: Rows, gains, out: Path | None) -> None:
-    """One `{"id", "labels": [{"name", "score"(, "gain")}]}` line per document, to `out` or stdout; with
-    --reweight each label also carries the gain it was ranked by."""
+def explanation_line(explanation: dict) -> str:
+    """`    words: game +1.712, shooter +0.620 · margins 1.442, 0.555`: the top words, then each level's margin."""
+    words = ", ".join(f"{w['term']} {w['contribution']:+.3f}" for w in explanation["words"]) or "(none)"
+    margins = ", ".join(f"{level['margin']:.3f}" for level in explanation["levels"])
+    return f"    words: {words} · margins {margins}"
+
+
+def _write_jsonl(ids: list, rows: Rows, gains, out: Path | None, explanations: list[list[dict | None]]) -> None:
+    """One `{"id", "labels": [{"name", "score"(, "gain")(, "explanation")}]}` line per document, to `out` or
+    stdout; with --reweight each label also carries the gain it was ranked by, with --explain its explanation."""
     sink = open(out, "w") if out else sys.stdout
     try:
-        for doc_id, row in zip(ids, rows):
+        for doc_id, row, explained in zip(ids, rows, explanations):
             labels = [
-                {"name": n, "score": round(s, 6), **({} if gains is None else {"gain": round(float(gains[j] * s), 6)})}
-                for j, n, s in row
+                {
+                    "name": n,
+                    "score": round(s, 6),
+                    **({} if gains is None else {"gain": round(float(gains[j] * s), 6)}),
+                    **({} if e is None else {"explanation": e}),
+                }
+                for (j, n, s), e in zip(row, explained)
             ]
             sink.write(json.dumps({"id": doc_id, "labels": labels}, ensure_ascii=False) + "\n")
     finally:

@@ -1,5 +1,6 @@
 // xtag dashboard: polls /v1/stats and /v1/model once a second; the form posts to /v1/predict.
-// ?q=TEXT (with optional &k=, &scheme=, &alpha=) fills the form and tags the text on load (shareable links).
+// With `explain` on (the default) each label lists its words and the selected one's are marked in the text.
+// ?q=TEXT (with optional &k=, &scheme=, &alpha=, &explain=0) fills the form and tags the text on load (shareable links).
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -84,18 +85,42 @@ async function poll() {
   }
 }
 
+async function postPredict(body) {
+  const r = await fetch("/v1/predict", { method: "POST", headers: headers(true), body: JSON.stringify(body) });
+  return { r, out: await r.json() };
+}
+
+// The clicked label's words highlighted in the text that was tagged (explain.js).
+function showWhy(text, labels, index) {
+  const label = labels[index];
+  const rows = $("try-results").querySelectorAll("tbody tr");
+  rows.forEach((tr, i) => tr.classList.toggle("selected", i === index));
+  $("try-why").hidden = !label || !label.explanation;
+  if (!label || !label.explanation) return;
+  $("try-why-label").textContent = label.name;
+  XtagExplain.highlight($("try-highlight"), text, label);
+}
+
 async function tag(event) {
   if (event) event.preventDefault();
-  const body = { text: $("try-text").value, k: parseInt($("try-k").value, 10) };
+  const text = $("try-text").value;
+  const body = { text, k: parseInt($("try-k").value, 10) };
   if ($("try-scheme").value) body.reweight = { scheme: $("try-scheme").value, alpha: parseFloat($("try-alpha").value) };
+  if ($("try-explain").checked) body.explain = true;
   const err = $("try-error");
   const tbody = $("try-results").querySelector("tbody");
+  const note = $("try-explain-note");
+  note.textContent = "";
   try {
-    const r = await fetch("/v1/predict", { method: "POST", headers: headers(true), body: JSON.stringify(body) });
-    const out = await r.json();
+    let { r, out } = await postPredict(body);
+    if (r.status === 422 && out.type === "urn:xtag:problem:explain-unavailable") {
+      note.textContent = "· no explanations: this bundle has no TF-IDF features";
+      delete body.explain;
+      ({ r, out } = await postPredict(body));
+    }
     if (!r.ok) throw new Error(out.detail || `HTTP ${r.status}`);
     err.hidden = true;
-    tbody.replaceChildren(...out.labels.map((l) => {
+    tbody.replaceChildren(...out.labels.map((l, i) => {
       const tr = document.createElement("tr");
       tr.dataset.label = l.name;
       const name = document.createElement("td");
@@ -103,15 +128,21 @@ async function tag(event) {
       const score = document.createElement("td");
       score.className = "score";
       score.textContent = l.score.toFixed(4);
-      tr.append(name, score);
+      const words = document.createElement("td");
+      words.className = "words";
+      words.textContent = l.explanation ? XtagExplain.wordsText(l) : "";
+      tr.append(name, score, words);
+      tr.addEventListener("click", () => showWhy(text, out.labels, i));
       return tr;
     }));
+    showWhy(text, out.labels, 0);
     $("try-took").textContent = `${out.took_ms.toFixed(2)} ms server time · ${out.model.name} ${out.model.version}`;
     $("try-results").dataset.count = out.labels.length;
   } catch (e) {
     err.textContent = e.message;
     err.hidden = false;
     tbody.replaceChildren();
+    $("try-why").hidden = true;
   }
 }
 
@@ -122,6 +153,7 @@ if (params.get("q")) {
   if (params.get("k")) $("try-k").value = params.get("k");
   if (params.get("scheme")) $("try-scheme").value = params.get("scheme");
   if (params.get("alpha")) $("try-alpha").value = params.get("alpha");
+  if (params.get("explain") === "0") $("try-explain").checked = false;
   tag();
 }
 poll();

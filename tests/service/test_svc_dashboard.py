@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -10,8 +11,9 @@ from urllib.parse import quote_plus
 
 import httpx
 import pytest
+from xtag.service.settings import Settings
 
-from tests.service.svc_support import bundles, live_server  # noqa: F401  (pytest fixtures)
+from tests.service.svc_support import LiveServer, bundles, live_server  # noqa: F401  (pytest fixtures)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 IN_CI = os.environ.get("CI") == "true"  # CI installs chromium (scripts/chromium.sh): there a skip would hide a failure
@@ -115,3 +117,43 @@ def test_dashboard_shows_an_error_for_a_bad_try(live_server, tmp_path):
     page = dump_dom(f"{live_server.url}/?q=%20%20&k=3", tmp_path / "profile")
     err = page.by_id["try-error"]
     assert "hidden" not in err and "empty" in err["text"]
+
+
+def test_dashboard_highlights_the_words_that_raised_the_best_labels_score(live_server, tmp_path):
+    text = "A Python interpreter, with a game player for arcade puzzles"
+    page = dump_dom(f"{live_server.url}/?q={quote_plus(text)}&k=3", tmp_path / "profile")
+    asked = {"text": text, "k": 3, "explain": True}
+    expected = httpx.post(live_server.url + "/v1/predict", json=asked).json()["labels"]
+    best = expected[0]
+    f = page.by_id
+    assert "hidden" not in f["try-why"] and f["try-why-label"]["text"] == best["name"]
+    assert f["try-highlight"]["data-label"] == best["name"]
+    # the shown text is the tagged text, and what is marked are its words the explanation credits, as written
+    assert f["try-highlight"]["text"] == text
+    marks = re.findall(r'<mark data-term="([^"]+)" class="w([123])" title="[^"]*">([^<]+)</mark>', page.html)
+    assert marks and int(f["try-highlight"]["data-marks"]) == len(marks)
+    credited = {w["term"] for w in best["explanation"]["words"]}
+    for term, _, shown in marks:
+        assert term in credited and shown.lower() in term.split(" ") and shown in text
+    # every word of the text that a credited term covers is marked, once
+    words = re.findall(r"\w\w+", text.lower())
+    covered = [
+        i + j
+        for t in credited
+        for i in range(len(words))
+        for j in range(len(t.split()))
+        if words[i : i + len(t.split())] == t.split()
+    ]
+    assert len(marks) == len(set(covered)) and {shown.lower() for _, _, shown in marks} == {words[i] for i in covered}
+    assert any(strength == "3" for _, strength, _ in marks)  # the top word is marked strongest
+    cells = re.findall(r'<td class="words">([^<]*)</td>', page.html)
+    assert len(cells) == 3 and best["explanation"]["words"][0]["term"] in cells[0]
+
+
+def test_dashboard_tags_without_explanations_on_a_bundle_that_has_none(lightxml_bundle, tmp_path):
+    _, bundle = lightxml_bundle
+    with LiveServer(Settings(_env_file=None, bundle=bundle)) as server:
+        page = dump_dom(f"{server.url}/?q={quote_plus('python game')}&k=2", tmp_path / "profile")
+    f = page.by_id
+    assert f["try-results"]["data-count"] == "2" and "hidden" in f["try-error"]
+    assert "no TF-IDF features" in f["try-explain-note"]["text"] and "hidden" in f["try-why"]

@@ -112,13 +112,13 @@ class Explainer:
         return _Level(x_idx[hit].astype(np.int64), products, bias)
 
     def _label(self, path: list[tuple[int, int]], shares: list[_Level], top: int) -> dict:
-        levels, credit, path_score = [], {}, 1.0
+        levels, path_score, credited = [], 1.0, []
         for (t, node), share in zip(path, shares):
             is_term = share.features < self.n_terms
             features, products = share.features[is_term], share.products[is_term]
             shown = self._top(features, products, top)
             margin = share.bias + float(share.products.sum())
-            score = float(self.post(np.float64(margin)))
+            score = float(self.post(margin))
             path_score *= score
             levels.append(
                 {
@@ -132,18 +132,18 @@ class Explainer:
                     "dense": round(float(share.products[~is_term].sum()), DIGITS) if self.dense else None,
                 }
             )
-            for j, p in zip(features.tolist(), products.tolist()):
-                credit[j] = credit.get(j, 0.0) + p
-        ids = np.fromiter(credit, np.int64, len(credit))
-        total = np.fromiter(credit.values(), np.float64, len(credit))
+            credited.append((features, products))
+        ids, where = np.unique(np.concatenate([f for f, _ in credited]), return_inverse=True)
+        total = np.bincount(where, weights=np.concatenate([p for _, p in credited]), minlength=len(ids))
         return {"words": self._top(ids, total, top), "path_score": round(path_score, DIGITS), "levels": levels}
 
     def _top(self, features: np.ndarray, values: np.ndarray, top: int) -> list[dict]:
-        """The `top` largest positive contributions, largest first (ties: the lower column first)."""
-        order = np.lexsort((features, -values))[:top]
+        """The `top` largest positive contributions, largest first (ties: the lower column first, as `features`
+        come sorted and the sort is stable)."""
+        positive = np.flatnonzero(values > 0)
+        order = positive[np.argsort(-values[positive], kind="stable")[:top]]
         terms = self.terms
         return [
-            {"term": terms[features[i]], "contribution": round(float(values[i]), DIGITS)}
-            for i in order.tolist()
-            if values[i] > 0
+            {"term": terms[j], "contribution": round(v, DIGITS)}
+            for j, v in zip(features[order].tolist(), values[order].tolist())
         ]

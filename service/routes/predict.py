@@ -109,11 +109,14 @@ async def predict_rows(
 async def explained_rows(
     request: Request, model: ServedModel, texts: list[str], preds: Predictions, threshold: float | None
 ) -> list[orjson.Fragment]:
-    """The label lists with each label's explanation, computed off the event loop after the prediction and
-    outside the micro-batcher, so that a plain request never waits for one."""
-    return await run_off_loop(
-        request.app.state.executor, partial(model.explained, preds=preds, threshold=threshold), texts
-    )
+    """The label lists with each label's explanation, computed after the prediction and outside the
+    micro-batcher, so that a plain request never waits for one. A lone request of at most XTAG_INLINE_MAX_TEXTS
+    texts is explained on the loop itself, as the batcher inlines its prediction (service/batching.py): a
+    hand-off to a worker thread and back costs two thread wake-ups, slow on a loaded machine."""
+    state = request.app.state
+    lone = len(texts) <= state.settings.inline_max_texts and state.recent.in_flight <= 1
+    run = partial(model.explained, preds=preds, threshold=threshold)
+    return await run_off_loop(None if lone else state.executor, run, texts)
 
 
 async def predict_arrays(

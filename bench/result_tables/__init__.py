@@ -8,7 +8,7 @@ from __future__ import annotations
 from .cold_start import cold_start
 from .lightxml_cascadexml import cascadexml_debtags, lightxml_debtags
 from .onnx_encoders import encoder_variants
-from .service import inline_vs_worker, service_batch, service_latency, service_load
+from .service import explain_latency, inline_vs_worker, service_batch, service_latency, service_load
 from .static import static_debtags
 from .tail import losses_debtags, tail_debtags
 from .xlinear import beam_1m, shortlist_vs_exact, tree_swap, xlinear_seeds, xlinear_validation, xlinear_vs_pecos
@@ -38,5 +38,6 @@ BUILDERS = {
         losses_debtags,
         cold_start,
         static_debtags,
+        explain_latency,
     )
 }

@@ -209,3 +209,26 @@ def service_batch(r: dict) -> dict[str, str]:
         + [["median", ""] + [f2(r["median_ratios"][f"{a} / {b}"]) for a in contenders for b in peers]],
     )
     return out
+
+
+@one_result_each
+def explain_latency(r: dict) -> dict[str, str]:
+    """`"explain"` on /v1/predict (issue 25): p50 off against the code before it, and on; paired per round."""
+    names = {
+        "before": "before explanations (start commit), plain request",
+        "explain off": "this code, plain request (`explain` off)",
+        "explain on": 'this code, `"explain": true`',
+    }
+    rows = [
+        [names[n], ms(f["p50_ms"]), ms(f["p99_ms"]), ms(f.get("server_took_p50_ms")), thousands(f["response_bytes"])]
+        for n, f in r["http"].items()
+    ]
+    for what, key in (("explain off − before", "off_minus_before_p50_ms"), ("explain on − off", "on_minus_off_p50_ms")):
+        rows.append(
+            [f"added p50, {what} (median of per-round differences)", signed(r[key]["median"], ".3f")] + [""] * 3
+        )
+    inproc = r["in_process_explain_ms"]
+    rows.append(["in-process `Explainer.explain`, one text", ms(inproc["p50"]), ms(inproc["p99"]), "", ""])
+    head = f"k={r['k']}, {r['requests_per_round']} texts × {r['rounds']} rounds per configuration, one client each"
+    header = ["", "p50 ms", "p99 ms", "server p50 ms", "response bytes"]
+    return {"table": head + "\n\n" + table(header, "lrrrr", rows)}

@@ -68,7 +68,15 @@ def _write_corpus(corpus: Corpus, path: Path) -> None:
             fh.write(json.dumps({"id": doc_id, "text": text, "labels": labels}, ensure_ascii=False) + "\n")
 
 
-def update_run(run: Path, corpus: Path, out: Path, format: str = "auto", progress: bool = True, echo=None) -> dict:
+def update_run(
+    run: Path,
+    corpus: Path,
+    out: Path,
+    format: str = "auto",
+    progress: bool = True,
+    echo=None,
+    refit_clusters: bool = True,
+) -> dict:
     """Write RUN2 = `out` from the run `run` and the corpus file `corpus`; returns its summary."""
     run, out = Path(run), Path(out)
     if not (run / "model").is_dir() or not (run / "config.json").is_file():
@@ -113,7 +121,9 @@ def update_run(run: Path, corpus: Path, out: Path, format: str = "auto", progres
         X = featurizer.transform(merged.texts)
         Y, _ = merged.label_matrix(grown)
         t = time.perf_counter()
-        result, facts = chosen.resolve("update")(run / "model", X, Y, len(vocab), config, progress=progress, log=log)
+        result, facts = chosen.resolve("update")(
+            run / "model", X, Y, len(vocab), config, progress=progress, log=log, refit_clusters=refit_clusters
+        )
         save_model(tmp, grown, featurizer, result)
         summary = {
             "model": config.model,
@@ -122,7 +132,7 @@ def update_run(run: Path, corpus: Path, out: Path, format: str = "auto", progres
             **result.summary(),
             "model_seconds": round(time.perf_counter() - t, 3),
             "total_seconds": round(time.perf_counter() - start, 3),
-            "update": {"from_run": run.name, "old_labels": len(vocab), **facts},
+            "update": {"from_run": run.name, "old_labels": len(vocab), "refit_clusters": refit_clusters, **facts},
         }
         write_text_atomic(tmp / "summary.json", json.dumps(summary, indent=2))
         log({"event": "done", **summary})

@@ -218,3 +218,51 @@ def test_a_killed_update_leaves_the_old_run_intact(runs, tmp_path):
     assert (out / "model" / "labels.json").is_file() and not any(
         p.name.endswith(".updating") for p in tmp_path.iterdir()
     )
+
+
+def test_a_transformer_run_is_refused_with_the_reason(tmp_path):
+    run = tmp_path / "xrt-run"
+    (run / "model").mkdir(parents=True)
+    corpus = write(tmp_path / "c.jsonl", rows(5, 1))
+    (run / "config.json").write_text(TrainConfig(corpus=corpus, model="xr-transformer").model_dump_json())
+    with pytest.raises(XtagError, match="xr-transformer does not support adding labels.*supported by xlinear"):
+        update_run(run, write(tmp_path / "n.jsonl", new_rows(4, 1)), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_new_rows_replace_old_rows_of_the_same_id_and_new_names_follow_the_old():
+    from xtag.models.labels import LabelVocab
+    from xtag.training.data.corpus import Corpus
+    from xtag.training.update_run import grown_vocab, merge_corpora
+
+    old = Corpus(ids=["a", "b"], texts=["ta", "tb"], labels=[["x"], ["y"]])
+    new = Corpus(ids=["b", "c"], texts=["tb2", "tc"], labels=[["y", "z"], ["w"]])
+    merged = merge_corpora(old, new)
+    assert (merged.ids, merged.texts, merged.labels) == (
+        ["a", "b", "c"],
+        ["ta", "tb2", "tc"],
+        [["x"], ["y", "z"], ["w"]],
+    )
+    vocab = grown_vocab(LabelVocab(["y", "x"], [1, 1], 2), merged)
+    assert vocab.names == ["y", "x", "z", "w"] and vocab.frequencies == [1, 1, 1, 1] and vocab.n_train_docs == 3
+
+
+def test_keep_clusters_trains_only_the_new_labels(runs, tmp_path):
+    run, _, folder = runs
+    out = tmp_path / "kept"
+    update_run(run, folder / "new.jsonl", out, progress=False, refit_clusters=False)
+    a, b = XLinearModel.load(run / "model"), XLinearModel.load(out / "model")
+    levels = json.loads((out / "summary.json").read_text())["update"]["levels"]
+    if b.chain.level_size(b.chain.depth - 1) == a.chain.level_size(a.chain.depth - 1):  # no split
+        assert [lv["retrained"] for lv in levels] == [0, len(NEW)]
+        D = a.chain.depth
+        cl_a, cl_b = a.chain.ancestors(D - 1), b.chain.ancestors(D - 1)
+        assert all(same_rows(a.levels[-2], b.levels[-2], cl_a[j], cl_b[j]) for j in range(a.n_labels))
+    else:  # a split retrains the pieces and their siblings, and every label of the pieces
+        assert 0 < levels[0]["retrained"] and levels[-1]["retrained"] >= len(NEW)
+    names = json.loads((out / "model" / "labels.json").read_text())["names"]
+    export_run(out, tmp_path / "bundle", "kept")
+    test = new_rows(20, 7)
+    preds = load_bundle(tmp_path / "bundle").predictor.predict([r["text"] for r in test], k=3)
+    found = sum(r["labels"][0] in [names[j] for j in ids if j >= 0] for r, ids in zip(test, preds.labels))
+    assert found >= 16  # the old cluster rankers still route the new labels' documents

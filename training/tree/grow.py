@@ -58,8 +58,14 @@ def _split(members: np.ndarray, pifa: sp.csr_matrix, max_leaf_size: int, seed: i
     return [members[sub.leaf_labels[lo:hi]] for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
-def grow_tree(chain: ClusterChain, pifa: sp.csr_matrix, n_old: int, max_leaf_size: int, seed: int = 0) -> Growth:
-    """Add labels n_old..len(pifa)-1 to `chain` (labels keep their ids; see the module's rule)."""
+def grow_tree(
+    chain: ClusterChain, pifa: sp.csr_matrix, n_old: int, max_leaf_size: int, seed: int = 0, refit_clusters: bool = True
+) -> Growth:
+    """Add labels n_old..len(pifa)-1 to `chain` (labels keep their ids; see the module's rule).
+
+    refit_clusters=False keeps the rankers of clusters that only gained labels, and of their ancestors (the
+    cheaper variant bench/update_labels.py measures): a new label's documents must then be routed by the
+    old cluster rankers, which the PIFA rule makes likely (they resemble the cluster's documents)."""
     D, n_new = chain.depth, pifa.shape[0] - n_old
     if D == 1:  # no cluster level: the root is the one cluster, which has no ranker and is never split
         leaf_labels = np.concatenate([chain.leaf_labels, np.arange(n_old, n_old + n_new)])
@@ -95,7 +101,9 @@ def grow_tree(chain: ClusterChain, pifa: sp.csr_matrix, n_old: int, max_leaf_siz
     members_changed = np.concatenate([changed, np.ones(len(extra_members), bool)])
     was_split = np.concatenate([np.isin(np.arange(n_clusters), split_clusters), np.ones(len(extra_members), bool)])
     # a split changes its parent's children: all of them (the clusters, not their labels) are retrained
-    cluster_retrain = members_changed | np.isin(all_parent, list(split_parents))
+    structural = np.concatenate([np.zeros(n_clusters, bool), np.ones(len(extra_members), bool)])
+    structural |= np.isin(all_parent, list(split_parents))
+    cluster_retrain = (members_changed if refit_clusters else was_split) | structural
     order = np.argsort(all_parent, kind="stable")  # children contiguous; old clusters keep their relative order
     n_parents = 1 if t_c == 1 else chain.level_size(t_c - 1)
     ptr_c = np.concatenate([[0], np.cumsum(np.bincount(all_parent, minlength=n_parents))]).astype(np.int64)
@@ -106,7 +114,8 @@ def grow_tree(chain: ClusterChain, pifa: sp.csr_matrix, n_old: int, max_leaf_siz
 
     # Per level: old index of each node (-1: new) and whether its ranker is retrained.
     sources, retrain = [], []
-    up = np.unique(cluster_parent[np.flatnonzero(changed)])  # ancestors at level t_c - 1, then upwards
+    refit = changed if refit_clusters else np.isin(np.arange(n_clusters), split_clusters)
+    up = np.unique(cluster_parent[np.flatnonzero(refit)])  # ancestors at level t_c - 1, then upwards
     for t in range(t_c - 1, 0, -1):  # levels above the clusters keep their nodes; ancestors are retrained
         mask = np.zeros(chain.level_size(t), bool)
         mask[up] = True

@@ -49,6 +49,7 @@ def update(
     config,
     progress: bool = True,
     log: Callable[[dict], None] = lambda event: None,
+    refit_clusters: bool = True,
 ) -> tuple[XLinearResult, dict]:
     """The family's `update` entry: the old run's model/ folder, the combined corpus's TF-IDF and labels (old
     labels first, new ones from `n_old`) and the run's TrainConfig; returns the new model and what was done."""
@@ -67,7 +68,12 @@ def update(
     start = time.perf_counter()
     X = _as_float_csr(X.astype(np.float32))
     growth = grow_tree(
-        old.chain, pifa_embeddings(X, Y, xl.tree.pifa_weighting), n_old, xl.tree.max_leaf_size, xl.tree.seed
+        old.chain,
+        pifa_embeddings(X, Y, xl.tree.pifa_weighting),
+        n_old,
+        xl.tree.max_leaf_size,
+        xl.tree.seed,
+        refit_clusters,
     )
     chain = growth.chain
     log({"event": "tree", "what": "grown", "seconds": round(time.perf_counter() - start, 3), **growth.facts})

@@ -17,6 +17,13 @@ def update(
     corpus: Annotated[Path, Opt(help="new labelled documents (e.g. `xtag feedback export`); same ids replace rows")],
     out: Annotated[Path, Opt(help="new run directory to write (RUN is left as it is)")],
     format: CorpusFormat = "auto",
+    refit_clusters: Annotated[
+        bool,
+        Opt(
+            "--refit-clusters/--keep-clusters",
+            help="retrain the rankers of clusters that gained labels and their ancestors (--keep-clusters: cheaper)",
+        ),
+    ] = True,
     progress: Progress = True,
 ) -> None:
     """Add labels without a full retrain: new labels join the nearest leaf clusters (by PIFA), only changed rankers
@@ -24,6 +31,6 @@ def update(
     from xtag.training.update_run import update_run
 
     with failing(OSError):
-        summary = update_run(run, corpus, out, format, progress)
+        summary = update_run(run, corpus, out, format, progress, refit_clusters=refit_clusters)
     echo_json(summary)
     finish(f"wrote run {out}", f"xtag export {out} --out BUNDLE, then reload the service")

@@ -187,3 +187,30 @@ def test_feedback_round_trip_through_postgresql(make_client, postgres_url, tmp_p
     r = other.post(FEEDBACK, json={"documents": DOCS[:1]}, headers=ADMIN)
     assert r.json() == {"stored": 0, "duplicates": 1}
     assert len(export(postgres_url, tmp_path / "again.jsonl")) == 2
+
+
+def test_feedback_to_update_to_reload_serves_the_new_label(make_client, bundles, tmp_path):
+    """The loop the issue asks for: corrections stored, exported, a run updated, exported and reloaded live."""
+    from xtag.training.bundle import export_run
+    from xtag.training.update_run import update_run
+
+    db = str(tmp_path / "fb.sqlite3")
+    c = make_client(admin_key=ADMIN_KEY, feedback_db=db, bundle_root=tmp_path)
+    words = "quasar nebula telescope galaxy orbit"
+    docs = [
+        {
+            "id": f"astro{i}",
+            "text": f"{words} {['image photo', 'picture pixel'][i % 2]} tool",
+            "labels": ["science::astronomy", "works-with::image"],
+        }
+        for i in range(12)
+    ]
+    assert c.post(FEEDBACK, json={"documents": docs}, headers=ADMIN).json()["stored"] == 12
+    corpus = tmp_path / "feedback.jsonl"
+    export(db, corpus)
+    update_run(bundles["a"].parent / "run-tiny-a", corpus, tmp_path / "run-updated", progress=False)
+    export_run(tmp_path / "run-updated", tmp_path / "updated", "tiny-a-updated")
+    r = c.post("/v1/admin/reload", json={"bundle": str(tmp_path / "updated")}, headers=ADMIN)
+    assert r.status_code == 200 and r.json()["model"]["name"] == "tiny-a-updated"
+    names = [label["name"] for label in c.post("/v1/predict", json={"text": words, "k": 3}).json()["labels"]]
+    assert "science::astronomy" in names

@@ -62,6 +62,17 @@ def grown_vocab(old: LabelVocab, corpus: Corpus) -> LabelVocab:
     return LabelVocab(names, [counts.get(n, 0) for n in names], len(corpus))
 
 
+class _SavedFeatures:
+    """The run's TF-IDF as saved, for save_model: copied into the new run rather than serialised again (its
+    vocabulary is the slow part, seconds of an update on debtags)."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+
+    def save(self, folder: Path) -> None:
+        shutil.copytree(self.folder, folder)
+
+
 def _write_corpus(corpus: Corpus, path: Path) -> None:
     with gzip.open(path, "wt", encoding="utf-8", compresslevel=1) as fh:  # level 9 took seconds of an update
         for doc_id, text, labels in zip(corpus.ids, corpus.texts, corpus.labels):
@@ -124,7 +135,7 @@ def update_run(
         result, facts = chosen.resolve("update")(
             run / "model", X, Y, len(vocab), config, progress=progress, log=log, refit_clusters=refit_clusters
         )
-        save_model(tmp, grown, featurizer, result)
+        save_model(tmp, grown, _SavedFeatures(run / "model" / "features" / "tfidf"), result)
         summary = {
             "model": config.model,
             "documents": len(merged),

@@ -73,6 +73,7 @@ class Report:
     optimize_runs: list[dict] = field(default_factory=list)
     tradeoff: dict[str, list[dict[str, float]]] | None = None
     files: list[Path] = field(default_factory=list)
+    label_groups: dict[str, dict[str, float]] | None = None  # old / new labels of an updated bundle (xtag update)
 
     def flat(self) -> dict[str, float]:
         """One flat JSON-able dict: the metrics, then `bucket/metric`, ECE and `optimized/metric` entries
@@ -80,6 +81,8 @@ class Report:
         out = dict(self.metrics)
         out.update({f"{b}/{m}": v for b, row in self.buckets.items() for m, v in row.items() if "@" in m})
         out.update(self.calibration)
+        if self.label_groups is not None:
+            out.update({f"{g}/{m}": v for g, row in self.label_groups.items() for m, v in row.items() if "@" in m})
         if self.optimized is not None:
             out.update({f"optimized/{m}": v for m, v in self.optimized.items()})
         return {k: round(float(v), 4) for k, v in out.items()}
@@ -251,6 +254,19 @@ def _calibrated(bundle: Bundle, raw: Predictions) -> Predictions:
     return raw if cal is None else Predictions(raw.labels, cal.apply(raw.scores))
 
 
+def updated_label_groups(bundle: Bundle, pred, Y, k: int, convention: str) -> dict | None:
+    """For a bundle made by `xtag update`: the bucket view over its old labels and the labels the update added
+    (ids from `old_labels` on, training/update_run.py); None for any other bundle. Test labels unknown to the
+    model are in neither group."""
+    update = bundle.manifest.get("training", {}).get("summary", {}).get("update")
+    if not update:
+        return None
+    old, n_model = int(update["old_labels"]), bundle.predictor.n_labels
+    ids = np.arange(Y.shape[1])
+    groups = np.where(ids < old, 0, np.where(ids < n_model, 1, -1))
+    return bucket_metrics(pred, Y, k, groups, convention, names=("old", "new"))
+
+
 def build_report(bundle: Bundle, corpus: Corpus, config: ReportConfig, progress: bool = True) -> Report:
     """Predict once (and once widened when plots or optimisation need candidates), then compute every view."""
     p = bundle.predictor
@@ -286,6 +302,7 @@ def build_report(bundle: Bundle, corpus: Corpus, config: ReportConfig, progress:
             "report_k": k,
         },
     )
+    report.label_groups = updated_label_groups(bundle, plain.labels, Y, k, conv)
     opt_counts = None
     if config.optimize is not None or config.plots is not None:
         k_cand, wide = candidate_budget(max(max(ks), k), beam, L)

@@ -215,7 +215,12 @@ def per_label_metrics(pred: np.ndarray, Y: sp.csr_matrix, k: int) -> dict[str, n
 
 
 def bucket_metrics(
-    pred: np.ndarray, Y: sp.csr_matrix, k: int, buckets: np.ndarray, convention: str = DEFAULT_CONVENTION
+    pred: np.ndarray,
+    Y: sp.csr_matrix,
+    k: int,
+    buckets: np.ndarray,
+    convention: str = DEFAULT_CONVENTION,
+    names: tuple[str, ...] = BUCKETS,
 ) -> dict[str, dict[str, float]]:
     """Per bucket: label count, support, predicted, tp, micro P/R (pooled counts) and macro-P/R/F1, percent.
 
@@ -226,7 +231,7 @@ def bucket_metrics(
     c = per_label_metrics(pred, Y, k)
     over = averaged_labels(Y, convention)
     out: dict[str, dict[str, float]] = {}
-    for b, name in enumerate(BUCKETS):
+    for b, name in enumerate(names):  # any grouping of labels: frequency buckets, or old/new labels of an update
         sel = np.asarray(buckets) == b
         s, q, t = (float(c[key][sel].sum()) for key in ("support", "predicted", "tp"))
         avg = sel & over

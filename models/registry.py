@@ -26,6 +26,7 @@ class Family:
     components: tuple[str, ...]  # bundle components in load order (models/components.py); optional ones may be absent
     batch_wait_ms: float  # the service's micro-batch wait under concurrent traffic (encoders gain from batches)
     capabilities: frozenset[str]  # what the family supports, from CAPABILITIES; checked when a config is built
+    update: str | None = None  # (old model dir, X, Y, old label count, TrainConfig, progress, log) -> (model, facts)
     train_needs: tuple[str, ...] = ()  # modules training needs beyond the base install (from the `train` extra)
     builds_on: tuple[
         str, ...
@@ -71,6 +72,7 @@ CAPABILITIES: dict[str, str] = {
     "weighted-losses": "the missing-label losses (--loss propensity | unbiased-balanced)",
     "torchrun": "training under torchrun with several processes (DDP)",
     "static-dense": "a static token-embedding block in Φ_cat (--dense static, the `dense` section)",
+    "update": "adding labels to a trained run (xtag update)",
 }
 TRANSFORMER = frozenset({"transformer", "int8", "fp16", "onnx-optimize", "weighted-losses", "torchrun"})
 TRAIN_EXTRA = ("torch", "transformers")  # what the transformer families' training imports from the train extra
@@ -86,7 +88,8 @@ FAMILIES: dict[str, Family] = {
             "xtag.training.xlinear.export:export",
             ("tfidf", "static-encoder", "label-tree", "rankers"),
             batch_wait_ms=0.0,
-            capabilities=frozenset({"weighted-losses", "static-dense"}),
+            capabilities=frozenset({"weighted-losses", "static-dense", "update"}),
+            update="xtag.training.xlinear.update:update",
         ),
         Family(
             "xr-transformer",

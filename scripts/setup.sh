@@ -21,7 +21,7 @@ then
   .venv/bin/python -m pip install -q --upgrade pip "setuptools>=70" wheel
   if [ "$MODE" = full ]; then
     .venv/bin/python -m pip install -q "torch==2.13.0"
-    .venv/bin/python -m pip install -q -e ".[train,dev]"
+    .venv/bin/python -m pip install -q -e ".[train,dev,postgres]"
   else
     .venv/bin/python -m pip install -q -e .
   fi

@@ -27,7 +27,7 @@ from xtag.service.deps import require_admin_key, require_api_key
 from xtag.service.limits import AdmissionMiddleware
 from xtag.service.model_slot import ModelRegistry
 from xtag.service.observability import LATENCY_BUCKETS, Metrics, ObservabilityMiddleware, RecentRequests
-from xtag.service.routes import admin, annif, health, labels, monitoring, predict
+from xtag.service.routes import admin, annif, feedback, health, labels, monitoring, predict
 from xtag.service.schemas import REQUEST_MODELS, ProblemDetails
 from xtag.service.security import DASHBOARD_HEADERS, NoSniffMiddleware, ProblemCORSMiddleware
 from xtag.service.settings import Settings
@@ -115,6 +115,8 @@ async def lifespan(app: FastAPI):
         if state.executor is not None:
             state.executor.shutdown(wait=False, cancel_futures=True)
         state.parse_executor.shutdown(wait=False, cancel_futures=True)
+        if state.feedback is not None:
+            state.feedback.close()
         state.metrics.process_exit()
 
 
@@ -153,6 +155,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.recent = recent = RecentRequests(settings.stats_window_s)
     app.state.batcher = None
     app.state.tasks = set()
+    app.state.feedback = None  # routes/feedback.py opens the store on the first write
     app.state.on_startup_failure = []  # called with the reason when the bundle given at startup does not load
     # Predictor calls run here, off the event loop (cheaper per call than anyio's shared pool).
     app.state.executor = (
@@ -176,7 +179,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     for module in (predict, labels, monitoring, annif):
         app.include_router(module.router, dependencies=protected)
-    app.include_router(admin.router, dependencies=[Depends(require_admin_key)])  # XTAG_ADMIN_KEY, else the API key
+    for module in (admin, feedback):  # XTAG_ADMIN_KEY, else the API key
+        app.include_router(module.router, dependencies=[Depends(require_admin_key)])
     # The prediction handlers also run as plain Starlette routes placed first: same functions (they
     # check the API key themselves), without FastAPI's per-request dependency machinery, which is about
     # half the framework cost of a call (~140 of ~300 µs). The APIRoutes stay for the OpenAPI schema.

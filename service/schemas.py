@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    RootModel,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+)
 
 
 def _not_blank(text: str) -> str:
@@ -225,7 +235,54 @@ class AnnifBatchRequest(Strict):
     documents: Annotated[list[AnnifBatchDocument], Field(min_length=1)]
 
 
-REQUEST_MODELS: tuple[type[BaseModel], ...] = (PredictRequest, BatchRequest, ReloadRequest, AnnifBatchRequest)
+LabelName = Annotated[StrictStr, AfterValidator(_not_blank), Field(json_schema_extra=NOT_BLANK)]
+
+
+class FeedbackDocument(Strict):
+    id: StrictStr | Integer | None = Field(
+        None,
+        description="client id: a document sent again with an id already stored is not stored twice "
+        "(retries are safe); stored as a string",
+    )
+    text: Text
+    labels: Annotated[
+        list[LabelName],
+        Field(min_length=1, description="the correct label names, including names the model has never seen"),
+    ]
+
+
+class FeedbackRequest(Strict):
+    documents: Annotated[list[FeedbackDocument], Field(min_length=1, description="at most XTAG_MAX_BATCH_DOCUMENTS")]
+
+
+class FeedbackResponse(BaseModel):
+    stored: int = Field(description="documents written now")
+    duplicates: int = Field(description="documents whose id was already stored (left as they were)")
+
+
+class AnnifSubject(Strict):
+    uri: StrictStr | None = None
+    label: StrictStr | None = None
+
+
+class AnnifLearnDocument(Strict):
+    text: StrictStr
+    subjects: list[AnnifSubject]
+    document_id: StrictStr | Integer | None = Field(None, description="xtag extension: a client id, as in /v1/feedback")
+
+
+class AnnifLearnRequest(RootModel[Annotated[list[AnnifLearnDocument], Field(min_length=1)]]):
+    """Annif's learn body: a JSON array of documents with their subjects."""
+
+
+REQUEST_MODELS: tuple[type[BaseModel], ...] = (
+    PredictRequest,
+    BatchRequest,
+    ReloadRequest,
+    AnnifBatchRequest,
+    FeedbackRequest,
+    AnnifLearnRequest,
+)
 
 
 class ProblemDetails(BaseModel):

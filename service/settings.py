@@ -141,6 +141,15 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = Field(
         "text", description="server log lines as text, or as one JSON object each with their fields (service/logs.py)"
     )
+    feedback_db: str = Field(
+        "xtag-feedback.sqlite3",
+        description="where POST /v1/feedback and the Annif learn endpoint store documents: a SQLite file (WAL "
+        "mode; relative paths from the working directory, beside .env) or a postgresql:// URL that replicas "
+        "share (the postgres extra)",
+    )
+    feedback_timeout_s: float = Field(
+        5.0, gt=0, description="a feedback write not done in this time answers 503; predictions never wait on it"
+    )
     annif_language: str = Field("en", description="language reported for the Annif project")
     annif_uri_prefix: str = Field("", description="Annif 'uri' = this prefix + the label name")
 

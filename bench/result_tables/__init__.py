@@ -11,6 +11,7 @@ from .onnx_encoders import encoder_variants
 from .service import explain_latency, inline_vs_worker, service_batch, service_latency, service_load
 from .static import static_debtags
 from .tail import losses_debtags, tail_debtags
+from .update import update_labels
 from .xlinear import beam_1m, shortlist_vs_exact, tree_swap, xlinear_seeds, xlinear_validation, xlinear_vs_pecos
 from .xr_transformer import xr_transformer_debtags, xr_transformer_engine, xr_transformer_latency
 
@@ -39,5 +40,6 @@ BUILDERS = {
         cold_start,
         static_debtags,
         explain_latency,
+        update_labels,
     )
 }

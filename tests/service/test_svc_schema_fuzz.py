@@ -33,10 +33,17 @@ EXCLUDED = [positive_data_acceptance, negative_data_rejection]
 
 
 @pytest.fixture(scope="module")
-def api_schema(bundles):
-    app = create_app(
-        Settings(_env_file=None, bundle=bundles["a"], load_in_background=False, api_key=API_KEY, admin_key=ADMIN_KEY)
+def api_schema(bundles, tmp_path_factory):
+    feedback_db = str(tmp_path_factory.mktemp("fuzz-feedback") / "feedback.sqlite3")  # not the working directory
+    settings = Settings(
+        _env_file=None,
+        bundle=bundles["a"],
+        load_in_background=False,
+        api_key=API_KEY,
+        admin_key=ADMIN_KEY,
+        feedback_db=feedback_db,
     )
+    app = create_app(settings)
     return schemathesis.openapi.from_asgi("/openapi.json", app)
 
 

@@ -1,7 +1,7 @@
 """The `xtag` command line (the console script and `python -m xtag`): one module per command group.
 
-data.py (corpora), train.py (+ train_flags.py, flags as config settings), export.py, evaluate.py (evaluate,
-calibrate), predict.py, serve.py and warm.py (the Numba cache); options.py holds what they share. Each command imports its heavy code when
+data.py (corpora), train.py (+ train_flags.py, flags as config settings), export.py, update.py (labels added to
+a run), feedback.py (the service's feedback store), evaluate.py (evaluate, calibrate), predict.py, serve.py and warm.py (the Numba cache); options.py holds what they share. Each command imports its heavy code when
 it runs, so `xtag --help` imports no torch, and predict/evaluate/calibrate import no training code but the
 corpus reader.
 """
@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 import typer.rich_utils
 
-from xtag.cli import data, evaluate, export, predict, serve, train, warm
+from xtag.cli import data, evaluate, export, feedback, predict, serve, train, update, warm
 from xtag.cli.options import show_version
 
 # Without a terminal (a pipe, a file, CI logs) rich lays help out in 80 columns, which cuts option names
@@ -42,8 +42,10 @@ def main(
 
 
 app.add_typer(data.app, name="data")
+app.add_typer(feedback.app, name="feedback")
 app.command()(train.train)
 app.command()(export.export)
+app.command()(update.update)
 app.command()(evaluate.evaluate)
 app.command()(evaluate.calibrate)
 app.command()(predict.predict)

@@ -143,6 +143,12 @@ def _print_report(report, config) -> None:
             row = rows[bucket]
             cells = "".join(f"{row[c]:14.2f}" if _defined(row, c) else f"{'n/a':>14}" for c in cols)
             typer.echo(f"{name + bucket:<10}{int(row['labels']):>7}" + cells)
+    if report.label_groups is not None:
+        typer.echo(f"\nlabels of the run this bundle was updated from / labels the update added (xtag update), @{k}:")
+        typer.echo(f"{'labels':<10}{'count':>7}" + "".join(f"{c:>14}" for c in cols))
+        for group, row in report.label_groups.items():
+            cells = "".join(f"{row[c]:14.2f}" if _defined(row, c) else f"{'n/a':>14}" for c in cols)
+            typer.echo(f"{group:<10}{int(row['labels']):>7}" + cells)
     typer.echo("calibration error (%): " + ", ".join(f"{n} {v:.2f}" for n, v in report.calibration.items()))
     if report.optimized is not None:
         typer.echo(f"\noptimised ({opt.method}, {opt.metric}, alpha {opt.alpha:g}); one optimisation per k:")

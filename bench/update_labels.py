@@ -1,0 +1,164 @@
+"""`xtag update` against a full retrain (issue 26): labels removed from TRAIN, then added back by an update.
+
+Usage (from the repository root):
+    .venv/bin/python bench/update_labels.py --data ../shared/data/debtags [--out bench/out/update_debtags]
+
+1. A seeded 10 % of TRAIN's label names is removed from TRAIN only (a document left with no label is left out);
+   the base run is trained on that (XR-Linear, default settings).
+2. `xtag update` (training/update_run.py) adds them back from the TRAIN documents that carry a removed label,
+   with all their labels (same ids: they replace their reduced rows); then again with --keep-clusters (only the
+   new labels' rankers trained, the clusters' kept).
+3. A full retrain on all of TRAIN, same settings.
+Both are measured on TEST (XMC convention: every test mention counts): P@5 and PSP@5 over all labels; recall@5
+of the added labels (their test mentions found in the top 5); P@5 of old labels only (hits on old labels / 5);
+and how many of the base run's old-label predictions (top 5) the update changed. Update and retrain run one
+after the other in the same process, so their time ratio shares the machine's load (recorded beside them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+from results import save_result  # bench/ is on sys.path when run as a script
+from xtag.evaluation.evaluate import ground_truth, predict_corpus
+from xtag.models.bundle import load_bundle
+from xtag.models.metrics import evaluate
+from xtag.training.bundle import export_run
+from xtag.training.config import TrainConfig
+from xtag.training.data.corpus import load_corpus
+from xtag.training.run import train_run
+from xtag.training.update_run import update_run
+
+K = 5
+RUNS = ("base", "updated", "kept", "full")  # kept: `xtag update --keep-clusters`
+GOALS = (("updated", "update"), ("kept", "update_kept"))
+
+
+def split_labels(train: Path, out: Path, fraction: float, seed: int) -> tuple[Path, Path, list[str]]:
+    """reduced.jsonl.gz (TRAIN without the removed labels) and added.jsonl.gz (TRAIN rows with any of them, whole)."""
+    rows = [json.loads(line) for line in gzip.open(train, "rt", encoding="utf-8")]
+    names = sorted({n for r in rows for n in r["labels"]})
+    rng = np.random.default_rng(seed)
+    removed = sorted(rng.choice(names, size=max(1, round(fraction * len(names))), replace=False).tolist())
+    gone = set(removed)
+    reduced, added = out / "reduced.jsonl.gz", out / "added.jsonl.gz"
+    with gzip.open(reduced, "wt", encoding="utf-8") as r_fh, gzip.open(added, "wt", encoding="utf-8") as a_fh:
+        for row in rows:
+            kept = [n for n in row["labels"] if n not in gone]
+            if kept:
+                r_fh.write(json.dumps({**row, "labels": kept}) + "\n")
+            if len(kept) < len(row["labels"]):
+                a_fh.write(json.dumps(row) + "\n")
+    return reduced, added, removed
+
+
+def top_names(bundle_dir: Path, texts: list[str]) -> tuple[list[list[str]], object]:
+    bundle = load_bundle(bundle_dir)
+    preds = predict_corpus(bundle, texts, K, progress=False, calibrated=False)
+    names = bundle.predictor.vocab.names
+    return [[names[j] for j in row if j >= 0] for row in preds.labels.tolist()], (bundle, preds)
+
+
+def quality(bundle_and_preds, test, top: list[list[str]], removed: set[str]) -> dict:
+    bundle, preds = bundle_and_preds
+    truth = ground_truth(test, bundle.predictor.vocab)
+    m = evaluate(preds.labels, truth.Y, (K,), truth.propensity, "xmc")
+    hits_added = sum(len(set(t) & set(p) & removed) for t, p in zip(test.labels, top))
+    mentions_added = sum(len(set(t) & removed) for t in test.labels)
+    hits_old = sum(len((set(t) & set(p)) - removed) for t, p in zip(test.labels, top))
+    return {
+        "P@5": round(m[f"P@{K}"], 3),
+        "PSP@5": round(m[f"PSP@{K}"], 3),
+        "added_recall@5": round(100 * hits_added / max(mentions_added, 1), 3),
+        "old_P@5": round(100 * hits_old / (K * len(test)), 3),
+    }
+
+
+def changed_old(base: list[list[str]], new: list[list[str]], removed: set[str]) -> dict:
+    """How many of the base run's top-5 predictions (old labels all) a model no longer makes, and on how many
+    documents its old labels in the top 5 are not the base run's first ones in the base run's order."""
+    total = sum(len(b) for b in base)
+    gone = sum(len(set(b) - set(n)) for b, n in zip(base, new))
+    kept = 0
+    for b, n in zip(base, new):
+        old = [x for x in n if x not in removed]
+        kept += old == b[: len(old)]
+    return {
+        "old_predictions": total,
+        "old_predictions_dropped": gone,
+        "old_predictions_dropped_pct": round(100 * gone / max(total, 1), 2),
+        "docs_old_order_kept_pct": round(100 * kept / len(base), 2),
+    }
+
+
+def goals(seconds: float, retrain_seconds: float, row: dict, full: dict) -> dict:
+    """The issue's goals for one update variant against the full retrain."""
+    return {
+        "update_time_le_20pct": seconds <= 0.2 * retrain_seconds,
+        "added_recall_ge_90pct_of_retrain": row["added_recall@5"] >= 0.9 * full["added_recall@5"],
+        "old_P@5_within_0.2": abs(row["old_P@5"] - full["old_P@5"]) <= 0.2,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=Path("../shared/data/debtags"))
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--fraction", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--result-name", default=None)
+    args = ap.parse_args()
+    name = args.data.resolve().name
+    out = args.out or Path("bench/out") / f"update_{name}"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    reduced, added, removed = split_labels(args.data / "train.jsonl.gz", out, args.fraction, args.seed)
+    gone = set(removed)
+    seconds = {}
+    t = time.perf_counter()
+    train_run(TrainConfig(corpus=reduced), out / "base-run", progress=False)
+    seconds["base_train"] = time.perf_counter() - t
+    load = {"before_update": os.getloadavg()[0]}
+    t = time.perf_counter()
+    summary = update_run(out / "base-run", added, out / "updated-run", progress=False)
+    seconds["update"] = time.perf_counter() - t
+    load["before_kept"] = os.getloadavg()[0]
+    t = time.perf_counter()
+    kept = update_run(out / "base-run", added, out / "kept-run", progress=False, refit_clusters=False)
+    seconds["update_kept"] = time.perf_counter() - t
+    load["before_retrain"] = os.getloadavg()[0]
+    t = time.perf_counter()
+    train_run(TrainConfig(corpus=args.data / "train.jsonl.gz"), out / "full-run", progress=False)
+    seconds["retrain"] = time.perf_counter() - t
+    load["after_retrain"] = os.getloadavg()[0]
+    for run in RUNS:
+        export_run(out / f"{run}-run", out / f"{run}-bundle", f"{name}-{run}", overwrite=True)
+    test = load_corpus(args.data / "test.jsonl.gz")
+    tops = {run: top_names(out / f"{run}-bundle", test.texts) for run in RUNS}
+    rows = {run: quality(tops[run][1], test, tops[run][0], gone) for run in tops}
+    facts = {
+        "data": name,
+        "labels_removed": len(removed),
+        "update_documents": summary["update"] | {"documents_in_update_corpus": sum(1 for _ in gzip.open(added, "rt"))},
+        "seconds": {k: round(v, 2) for k, v in seconds.items()},
+        "update_kept": kept["update"],
+        "update_over_retrain": round(seconds["update"] / seconds["retrain"], 4),
+        "update_kept_over_retrain": round(seconds["update_kept"] / seconds["retrain"], 4),
+        "load_1min": load,
+        "quality": rows,
+        "changed_vs_base": {run: changed_old(tops["base"][0], tops[run][0], gone) for run in RUNS[1:]},
+        "goals": {run: goals(seconds[key], seconds["retrain"], rows[run], rows["full"]) for run, key in GOALS},
+    }
+    print(json.dumps(facts, indent=2))
+    save_result(args.result_name or f"update_{name}", facts)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""Durable feedback (documents with their correct label names) in SQLite or PostgreSQL.
+
+One table, one row per document: an autoincrement `seq` orders the export, and a nullable unique
+`client_id` makes a retried write idempotent (the first write of an id wins; a repeat is counted as a
+duplicate, never stored twice). SQLite runs in WAL mode so `xtag feedback export` can read while the
+service writes; PostgreSQL (XTAG_FEEDBACK_DB=postgresql://...) lets replicas share one store. Nothing
+here knows about HTTP: the service calls `add` off the event loop, the CLI calls `rows`.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from xtag.models.errors import XtagError
+
+DEFAULT_SQLITE = "xtag-feedback.sqlite3"  # relative to the working directory, beside the service's .env
+POSTGRES_SCHEMES = ("postgres://", "postgresql://")
+
+
+@dataclass(frozen=True)
+class Feedback:
+    text: str
+    labels: list[str]
+    client_id: str | None = None
+    source: str = "xtag"  # which endpoint took it: "xtag" (/v1/feedback) or "annif" (/learn)
+
+
+@dataclass(frozen=True)
+class Written:
+    stored: int
+    duplicates: int
+
+
+class FeedbackStore:
+    """A connection made on first use and kept (re-made after an error); one caller thread at a time."""
+
+    def __init__(self, target: str, timeout_s: float = 5.0):
+        self.target = target
+        self.timeout_s = timeout_s
+        self.postgres = target.startswith(POSTGRES_SCHEMES)
+        self._conn = None
+        self._lock = threading.Lock()
+
+    @property
+    def where(self) -> str:
+        """The store named without credentials, for logs and answers."""
+        if self.postgres:
+            return "PostgreSQL (XTAG_FEEDBACK_DB)"
+        return f"SQLite {Path(self.target).name}"
+
+    def driver_errors(self) -> tuple[type[Exception], ...]:
+        """The database driver's error classes (for callers that report them as a user's problem)."""
+        if self.postgres:
+            try:
+                import psycopg
+            except ImportError:
+                return ()
+            return (psycopg.Error,)
+        return (sqlite3.Error,)
+
+    def _connect(self):
+        if self.postgres:
+            try:
+                import psycopg
+            except ImportError as exc:
+                raise XtagError("XTAG_FEEDBACK_DB is a PostgreSQL URL: pip install 'xtag[postgres]'") from exc
+            ms = int(self.timeout_s * 1000)
+            conn = psycopg.connect(
+                self.target, connect_timeout=max(1, int(self.timeout_s)), options=f"-c statement_timeout={ms}"
+            )
+            with conn.transaction():
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS feedback (seq BIGSERIAL PRIMARY KEY, client_id TEXT UNIQUE, "
+                    "received REAL NOT NULL, source TEXT NOT NULL, text TEXT NOT NULL, labels TEXT NOT NULL)"
+                )
+            return conn
+        path = Path(self.target)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, timeout=self.timeout_s, check_same_thread=False, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")  # durable once the write answered
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS feedback (seq INTEGER PRIMARY KEY AUTOINCREMENT, client_id TEXT UNIQUE, "
+            "received REAL NOT NULL, source TEXT NOT NULL, text TEXT NOT NULL, labels TEXT NOT NULL)"
+        )
+        return conn
+
+    def _connection(self):
+        if self._conn is None:
+            self._conn = self._connect()
+        return self._conn
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # a broken connection may fail to close too; it is dropped either way
+                pass
+
+    def add(self, items: list[Feedback]) -> Written:
+        """Write all items in one transaction (all or none); ids already stored count as duplicates."""
+        mark = "%s" if self.postgres else "?"
+        sql = (
+            f"INSERT INTO feedback (client_id, received, source, text, labels) VALUES ({mark}, {mark}, {mark}, "
+            f"{mark}, {mark}) ON CONFLICT (client_id) DO NOTHING"
+        )
+        now = time.time()
+        rows = [(f.client_id, now, f.source, f.text, json.dumps(f.labels, ensure_ascii=False)) for f in items]
+        with self._lock:
+            try:
+                conn = self._connection()
+                stored = 0
+                if self.postgres:
+                    with conn.transaction():
+                        for row in rows:
+                            stored += conn.execute(sql, row).rowcount
+                else:
+                    conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        for row in rows:
+                            stored += conn.execute(sql, row).rowcount
+                        conn.execute("COMMIT")
+                    except BaseException:
+                        conn.execute("ROLLBACK")
+                        raise
+            except Exception:
+                self._drop()
+                raise
+        return Written(stored, len(rows) - stored)
+
+    def rows(self) -> Iterator[dict]:
+        """Every stored document in arrival order, as a corpus row (id, text, labels)."""
+        with self._lock:
+            conn = self._connection()
+            cur = conn.execute("SELECT seq, client_id, text, labels FROM feedback ORDER BY seq")
+            fetched = cur.fetchall()
+        for seq, client_id, text, labels in fetched:
+            yield {
+                "id": client_id if client_id is not None else f"feedback-{seq}",
+                "text": text,
+                "labels": json.loads(labels),
+            }
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+
+def export_jsonl(store: FeedbackStore, out: Path) -> int:
+    """The store as a corpus file (one JSON row a line, `xtag train`/`xtag update` read it); returns the rows.
+
+    Written to a temporary file and renamed, so a failed export never leaves half a corpus under `out`."""
+    out = Path(out)
+    tmp = out.with_name(out.name + ".part")
+    n = 0
+    with tmp.open("w", encoding="utf-8") as f:
+        for row in store.rows():
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            n += 1
+    tmp.replace(out)
+    return n

@@ -1,0 +1,268 @@
+"""`xtag update`: labels added to a trained XR-Linear run without a full retrain (issue 26).
+
+A run over 12 topic labels gets 2 new ones from new documents. The new labels must be predicted for their
+documents, every old label whose cluster the update left alone must keep its scores exactly, an
+overflowing leaf must be split, the new run must export and evaluate with old and new labels apart,
+and a killed update must leave the old run as it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+from xtag.models.bundle import load_bundle
+from xtag.models.errors import XtagError
+from xtag.models.label_tree import ClusterChain
+from xtag.models.xlinear.model import XLinearModel
+from xtag.training.bundle import export_run
+from xtag.training.config import TrainConfig
+from xtag.training.run import train_run
+from xtag.training.tree.build import TreeConfig
+from xtag.training.update_run import update_run
+from xtag.training.xlinear.config import XLinearConfig
+
+from xtag.cli import app as cli
+
+TOPICS = {f"topic::{i}": [f"w{i}x{j}" for j in range(6)] for i in range(14)}
+OLD = [f"topic::{i}" for i in range(12)]
+NEW = {"topic::12": "topic::0", "topic::13": "topic::5"}  # new label -> the old topic its documents share words with
+
+
+def rows(n: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        labels = rng.sample(OLD, rng.choice([1, 2]))
+        words = [w for lab in labels for w in rng.sample(TOPICS[lab], 3)] + ["tool", "data"]
+        out.append({"id": f"d{i}", "text": " ".join(words), "labels": sorted(labels)})
+    return out
+
+
+def new_rows(n: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        label = list(NEW)[i % 2]
+        words = rng.sample(TOPICS[label], 3) + rng.sample(TOPICS[NEW[label]], 2)
+        out.append({"id": f"n{i}", "text": " ".join(words), "labels": [label, NEW[label]]})
+    return out
+
+
+def write(path: Path, data: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in data))
+    return path
+
+
+@pytest.fixture(scope="module", params=[4, 3], ids=["fits", "overflows"])
+def runs(request, tmp_path_factory):
+    """(old run, updated run, folder); leaves of 4 take a new label each, leaves of 3 overflow and split."""
+    folder = tmp_path_factory.mktemp(f"update-{request.param}")
+    corpus = write(folder / "train.jsonl", rows(300, 1))
+    tree = TreeConfig(max_leaf_size=request.param)
+    train_run(TrainConfig(corpus=corpus, xlinear=XLinearConfig(tree=tree, n_jobs=1)), folder / "run", progress=False)
+    write(folder / "new.jsonl", new_rows(40, 2))
+    update_run(folder / "run", folder / "new.jsonl", folder / "run2", progress=False)
+    return folder / "run", folder / "run2", folder
+
+
+def unchanged_labels(old: ClusterChain, new: ClusterChain, n_old: int) -> list[int]:
+    """Old labels whose leaf cluster holds exactly the same labels before and after."""
+
+    def clusters(chain):
+        t = chain.depth - 1
+        groups: dict[int, set] = {}
+        for label, c in enumerate(chain.ancestors(t)):
+            groups.setdefault(int(c), set()).add(label)
+        return {label: frozenset(groups[int(c)]) for label, c in enumerate(chain.ancestors(t))}
+
+    before, after = clusters(old), clusters(new)
+    return [j for j in range(n_old) if before[j] == after[j]]
+
+
+def test_new_labels_are_added_with_old_ids_kept(runs):
+    run, run2, _ = runs
+    summary = json.loads((run2 / "summary.json").read_text())
+    names = json.loads((run2 / "model" / "labels.json").read_text())["names"]
+    old_names = json.loads((run / "model" / "labels.json").read_text())["names"]
+    assert names[: len(old_names)] == old_names and sorted(names[len(old_names) :]) == sorted(NEW)
+    assert summary["update"]["old_labels"] == len(old_names) and summary["update"]["added_labels"] == 2
+    retrained = sum(level["retrained"] for level in summary["update"]["levels"])
+    assert 0 < retrained < sum(level["nodes"] for level in summary["update"]["levels"])  # not a full retrain
+
+
+def same_rows(a, b, i: int, j: int) -> bool:
+    wa, wb = a.W[i], b.W[j]
+    return wa.nnz == wb.nnz and (wa != wb).nnz == 0 and a.bias[i] == b.bias[j]
+
+
+def test_old_labels_in_unchanged_clusters_keep_their_rankers_and_scores(runs):
+    run, run2, folder = runs
+    a, b = XLinearModel.load(run / "model"), XLinearModel.load(run2 / "model")
+    keep = unchanged_labels(a.chain, b.chain, a.n_labels)
+    assert keep and len(keep) < a.n_labels  # some clusters changed, some did not
+    D = a.chain.depth
+    leaf_a, leaf_b = a.chain.ancestors(D), b.chain.ancestors(D)
+    cl_a, cl_b = a.chain.ancestors(D - 1), b.chain.ancestors(D - 1)
+    # the label rankers of unchanged clusters are copied, not retrained
+    assert all(same_rows(a.levels[-1], b.levels[-1], leaf_a[j], leaf_b[j]) for j in keep)
+    # so are old labels' rankers in clusters that only gained a label (no split): only the new labels are trained
+    split = b.chain.level_size(D - 1) > a.chain.level_size(D - 1)
+    if not split:
+        assert all(same_rows(a.levels[-1], b.levels[-1], leaf_a[j], leaf_b[j]) for j in range(a.n_labels))
+        assert json.loads((run2 / "summary.json").read_text())["update"]["levels"][-1]["retrained"] == len(NEW)
+    # where the cluster's own ranker was left alone too (no split beside it), the label's scores are the same
+    untouched = [j for j in keep if same_rows(a.levels[-2], b.levels[-2], cl_a[j], cl_b[j])]
+    assert split or untouched == keep  # without a split only changed clusters are retrained
+    bundles = []
+    for r in (run, run2):
+        export_run(r, folder / f"bundle-{r.name}", r.name, overwrite=True)
+        bundles.append(load_bundle(folder / f"bundle-{r.name}"))
+    texts = [r["text"] for r in rows(60, 9)]
+    scores = []
+    for bundle in bundles:  # every label scored: a beam as wide as the widest level
+        preds = bundle.predictor.predict(texts, k=bundle.predictor.n_labels, beam_size=64)
+        full = np.zeros((len(texts), bundle.predictor.n_labels))
+        for i, (ids, s) in enumerate(zip(preds.labels, preds.scores)):
+            full[i, ids[ids >= 0]] = s[ids >= 0]
+        scores.append(full)
+    np.testing.assert_allclose(scores[1][:, untouched], scores[0][:, untouched], rtol=1e-6, atol=1e-7)
+
+
+def test_new_labels_are_predicted_for_their_documents(runs):
+    _, run2, folder = runs
+    out = folder / "bundle-new"
+    export_run(run2, out, "updated")
+    test = new_rows(20, 7)
+    preds = load_bundle(out).predictor.predict([r["text"] for r in test], k=2)
+    names = load_bundle(out).predictor.vocab.names
+    found = sum(r["labels"][0] in [names[j] for j in ids if j >= 0] for r, ids in zip(test, preds.labels))
+    assert found >= 18
+
+
+def test_an_overflowing_leaf_is_split(runs):
+    run, run2, _ = runs
+    a, b = (ClusterChain.load(r / "model" / "tree" / "chain.npz") for r in (run, run2))
+    limit = TrainConfig.load(run / "config.json").xlinear.tree.max_leaf_size
+    assert np.diff(b.ptrs[-1]).max() <= limit  # no leaf over the limit after the update
+    grew = b.level_size(b.depth - 1) > a.level_size(a.depth - 1)
+    overflowed = np.diff(a.ptrs[-1]).max() == limit  # full leaves (3 of 3) cannot take a label without a split
+    assert grew == overflowed
+
+
+def test_evaluate_reports_old_and_new_labels_apart(runs, tmp_path):
+    _, run2, folder = runs
+    out = folder / "bundle-eval"
+    export_run(run2, out, "updated")
+    corpus = write(tmp_path / "test.jsonl", rows(30, 5) + new_rows(10, 6))
+    report = tmp_path / "report.json"
+    result = CliRunner().invoke(
+        cli, ["evaluate", str(out), "--corpus", str(corpus), "--json", str(report), "--no-progress"]
+    )
+    assert result.exit_code == 0, result.output
+    flat = json.loads(report.read_text())
+    assert flat["new/micro-R@5"] > 80 and "old/micro-R@5" in flat
+    assert "labels the update added" in result.output
+
+
+def test_the_cli_updates_and_refuses_a_corpus_without_new_labels(runs, tmp_path):
+    run, _, folder = runs
+    out = tmp_path / "run3"
+    same = CliRunner().invoke(cli, ["update", str(run), "--corpus", str(folder / "train.jsonl"), "--out", str(out)])
+    assert same.exit_code == 2 and "nothing to add" in same.output and not out.exists()
+    ok = CliRunner().invoke(
+        cli, ["update", str(run), "--corpus", str(folder / "new.jsonl"), "--out", str(out), "--no-progress"]
+    )
+    assert ok.exit_code == 0, ok.output
+    assert json.loads((out / "summary.json").read_text())["labels"] == 14
+    with pytest.raises(XtagError, match="already exists"):
+        update_run(run, folder / "new.jsonl", out)
+
+
+def digest(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+KILL_BEFORE_RENAME = """
+import os, signal, sys
+from pathlib import Path
+import xtag.training.update_run as u
+real = u.save_model
+def save_then_die(*args, **kwargs):
+    real(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)  # killed after the new model is written, before the rename
+u.save_model = save_then_die
+u.update_run(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), progress=False)
+"""
+
+
+def test_a_killed_update_leaves_the_old_run_intact(runs, tmp_path):
+    run, _, folder = runs
+    before = digest(run)
+    out = tmp_path / "run-killed"
+    proc = subprocess.run([sys.executable, "-c", KILL_BEFORE_RENAME, str(run), str(folder / "new.jsonl"), str(out)])
+    assert proc.returncode == -9
+    assert digest(run) == before and not out.exists()
+    update_run(run, folder / "new.jsonl", out, progress=False)  # a rerun clears the leftovers and finishes
+    assert (out / "model" / "labels.json").is_file() and not any(
+        p.name.endswith(".updating") for p in tmp_path.iterdir()
+    )
+
+
+def test_a_transformer_run_is_refused_with_the_reason(tmp_path):
+    run = tmp_path / "xrt-run"
+    (run / "model").mkdir(parents=True)
+    corpus = write(tmp_path / "c.jsonl", rows(5, 1))
+    (run / "config.json").write_text(TrainConfig(corpus=corpus, model="xr-transformer").model_dump_json())
+    with pytest.raises(XtagError, match="xr-transformer does not support adding labels.*supported by xlinear"):
+        update_run(run, write(tmp_path / "n.jsonl", new_rows(4, 1)), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_new_rows_replace_old_rows_of_the_same_id_and_new_names_follow_the_old():
+    from xtag.models.labels import LabelVocab
+    from xtag.training.data.corpus import Corpus
+    from xtag.training.update_run import grown_vocab, merge_corpora
+
+    old = Corpus(ids=["a", "b"], texts=["ta", "tb"], labels=[["x"], ["y"]])
+    new = Corpus(ids=["b", "c"], texts=["tb2", "tc"], labels=[["y", "z"], ["w"]])
+    merged = merge_corpora(old, new)
+    assert (merged.ids, merged.texts, merged.labels) == (
+        ["a", "b", "c"],
+        ["ta", "tb2", "tc"],
+        [["x"], ["y", "z"], ["w"]],
+    )
+    vocab = grown_vocab(LabelVocab(["y", "x"], [1, 1], 2), merged)
+    assert vocab.names == ["y", "x", "z", "w"] and vocab.frequencies == [1, 1, 1, 1] and vocab.n_train_docs == 3
+
+
+def test_keep_clusters_trains_only_the_new_labels(runs, tmp_path):
+    run, _, folder = runs
+    out = tmp_path / "kept"
+    update_run(run, folder / "new.jsonl", out, progress=False, refit_clusters=False)
+    a, b = XLinearModel.load(run / "model"), XLinearModel.load(out / "model")
+    levels = json.loads((out / "summary.json").read_text())["update"]["levels"]
+    if b.chain.level_size(b.chain.depth - 1) == a.chain.level_size(a.chain.depth - 1):  # no split
+        assert [lv["retrained"] for lv in levels] == [0, len(NEW)]
+        D = a.chain.depth
+        cl_a, cl_b = a.chain.ancestors(D - 1), b.chain.ancestors(D - 1)
+        assert all(same_rows(a.levels[-2], b.levels[-2], cl_a[j], cl_b[j]) for j in range(a.n_labels))
+    else:  # a split retrains the pieces and their siblings, and every label of the pieces
+        assert 0 < levels[0]["retrained"] and levels[-1]["retrained"] >= len(NEW)
+    names = json.loads((out / "model" / "labels.json").read_text())["names"]
+    export_run(out, tmp_path / "bundle", "kept")
+    test = new_rows(20, 7)
+    preds = load_bundle(tmp_path / "bundle").predictor.predict([r["text"] for r in test], k=3)
+    found = sum(r["labels"][0] in [names[j] for j in ids if j >= 0] for r, ids in zip(test, preds.labels))
+    assert found >= 16  # the old cluster rankers still route the new labels' documents

@@ -1,0 +1,155 @@
+"""`xtag update RUN --corpus NEW --out RUN2`: a new run from an old one plus new documents, without a full retrain.
+
+The new documents (a feedback export, or any corpus) join the run's training corpus: a row whose id the
+old corpus has replaces that row (a corrected document), the others are appended. Label names the run
+has never seen become new labels, numbered after the old ones, so every old label keeps its id. The
+run's TF-IDF is kept as fitted: words the old corpus never had are not features (refitting it would
+change every feature and so every ranker). The family's `update` entry grows the tree and retrains what
+changed. RUN2 is a normal run (config.json, model/, summary.json, its combined corpus), so `xtag export`
+takes it and a later `xtag update` can build on it; summary.json's `update` section says which labels
+are new, which `xtag evaluate` reports apart. It is written in a temporary folder beside RUN2 and
+renamed at the end: a killed update leaves RUN untouched and no RUN2 (as save_model does for model/).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+
+from xtag.models.atomic import fsync_dir, write_text_atomic
+from xtag.models.errors import XtagError, reading
+from xtag.models.features import TfidfFeaturizer
+from xtag.models.labels import LabelVocab
+from xtag.models.registry import family
+from xtag.training.config import TrainConfig
+from xtag.training.data.corpus import Corpus, load_corpus
+from xtag.training.data.fingerprint import CorpusFingerprint
+from xtag.training.run import RunLog, save_model
+
+CORPUS_FILE = "corpus.jsonl.gz"  # the combined corpus, inside the new run
+
+
+def merge_corpora(old: Corpus, new: Corpus) -> Corpus:
+    """The old corpus with rows replaced by the new ones of the same id, then the new ids appended."""
+    position = {doc_id: i for i, doc_id in enumerate(old.ids)}
+    ids, texts, labels = list(old.ids), list(old.texts), list(old.labels)
+    for doc_id, text, names in zip(new.ids, new.texts, new.labels):
+        i = position.get(doc_id)
+        if i is None:
+            position[doc_id] = len(ids)
+            ids.append(doc_id)
+            texts.append(text)
+            labels.append(names)
+        else:
+            texts[i], labels[i] = text, names
+    return Corpus(ids=ids, texts=texts, labels=labels, source=f"{old.source} + {new.source}")
+
+
+def grown_vocab(old: LabelVocab, corpus: Corpus) -> LabelVocab:
+    """The old labels in their order, then the corpus's unseen names in order of first mention; frequencies recounted."""
+    names = list(old.names)
+    known = set(names)
+    for row in corpus.labels:
+        for name in row:
+            if name not in known:
+                known.add(name)
+                names.append(name)
+    counts = Counter(n for row in corpus.labels for n in set(row))
+    return LabelVocab(names, [counts.get(n, 0) for n in names], len(corpus))
+
+
+class _SavedFeatures:
+    """The run's TF-IDF as saved, for save_model: copied into the new run rather than serialised again (its
+    vocabulary is the slow part, seconds of an update on debtags)."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+
+    def save(self, folder: Path) -> None:
+        shutil.copytree(self.folder, folder)
+
+
+def _write_corpus(corpus: Corpus, path: Path) -> None:
+    with gzip.open(path, "wt", encoding="utf-8", compresslevel=1) as fh:  # level 9 took seconds of an update
+        for doc_id, text, labels in zip(corpus.ids, corpus.texts, corpus.labels):
+            fh.write(json.dumps({"id": doc_id, "text": text, "labels": labels}, ensure_ascii=False) + "\n")
+
+
+def update_run(
+    run: Path,
+    corpus: Path,
+    out: Path,
+    format: str = "auto",
+    progress: bool = True,
+    echo=None,
+    refit_clusters: bool = True,
+) -> dict:
+    """Write RUN2 = `out` from the run `run` and the corpus file `corpus`; returns its summary."""
+    run, out = Path(run), Path(out)
+    if not (run / "model").is_dir() or not (run / "config.json").is_file():
+        raise XtagError(f"{run}: not a finished run (no model/ or config.json)")
+    if out.exists():
+        raise XtagError(f"{out}: already exists; choose another --out")
+    with reading(run / "config.json", "the run's configuration"):
+        config = TrainConfig.load(run / "config.json")
+    chosen = family(config.model)
+    chosen.require("update", "xtag update")
+    if not Path(config.corpus).is_file():
+        raise XtagError(f"{config.corpus}: the run's training corpus is needed to update it, and is not there")
+    start = time.perf_counter()
+    vocab = LabelVocab.load(run / "model" / "labels.json")
+    featurizer = TfidfFeaturizer.load(run / "model" / "features" / "tfidf")
+    old = load_corpus(config.corpus, config.format, skip_bad=config.skip_bad_rows)
+    new = load_corpus(corpus, format)
+    merged = merge_corpora(old, new)
+    grown = grown_vocab(vocab, merged)
+    added = grown.names[len(vocab) :]
+    if not added:
+        raise XtagError(f"{corpus}: no label the run does not know; nothing to add (retrain to learn from it)")
+
+    tmp = out.with_name(f".{out.name}.updating")
+    shutil.rmtree(tmp, ignore_errors=True)  # a killed earlier attempt's leftovers
+    tmp.mkdir(parents=True)
+    try:
+        _write_corpus(merged, tmp / CORPUS_FILE)
+        saved = config.model_copy(update={"corpus": (out / CORPUS_FILE).resolve(), "format": "jsonl"})
+        write_text_atomic(tmp / "config.json", saved.model_dump_json(indent=2))
+        CorpusFingerprint.of(merged, len(grown)).save(tmp)
+        log = RunLog(tmp / "train_log.jsonl", echo)
+        log(
+            {
+                "event": "corpus",
+                "documents": len(merged),
+                "new_documents": len(new),
+                "labels": len(grown),
+                "added_labels": len(added),
+            }
+        )
+        X = featurizer.transform(merged.texts)
+        Y, _ = merged.label_matrix(grown)
+        t = time.perf_counter()
+        result, facts = chosen.resolve("update")(
+            run / "model", X, Y, len(vocab), config, progress=progress, log=log, refit_clusters=refit_clusters
+        )
+        save_model(tmp, grown, _SavedFeatures(run / "model" / "features" / "tfidf"), result)
+        summary = {
+            "model": config.model,
+            "documents": len(merged),
+            "labels": len(grown),
+            **result.summary(),
+            "model_seconds": round(time.perf_counter() - t, 3),
+            "total_seconds": round(time.perf_counter() - start, 3),
+            "update": {"from_run": run.name, "old_labels": len(vocab), "refit_clusters": refit_clusters, **facts},
+        }
+        write_text_atomic(tmp / "summary.json", json.dumps(summary, indent=2))
+        log({"event": "done", **summary})
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    fsync_dir(out.parent)
+    return summary

@@ -1,0 +1,95 @@
+"""XR-Linear's `xtag update`: grow the run's tree by the new labels and retrain only the rankers that changed.
+
+The tree grows by training/tree/grow.py's rule; each level's retrained nodes are fitted by the same
+`train_level` as a full run, on the combined corpus, as one sub-level of just those nodes under their
+parents (so their data, negatives and solver settings are a full run's), and every other node's ranker
+row is copied from the old run unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+from xtag.models.beam_search import RankerLevel
+from xtag.models.errors import XtagError
+from xtag.models.xlinear.model import XLinearModel
+from xtag.training.tree.build import pifa_embeddings
+from xtag.training.tree.grow import grow_tree
+from xtag.training.xlinear.train import XLinearResult, _as_float_csr, _parent_mask, train_level
+
+
+def _retrain_level(X, Yt, mask, chain, t: int, nodes: np.ndarray, config, progress: bool) -> RankerLevel:
+    """The rankers of `nodes` (sorted node ids of level t) trained as a level of their own under their parents."""
+    parents = chain.parents(t)[nodes]
+    sub_parents, counts = np.unique(parents, return_counts=True)  # nodes sorted: each parent's are contiguous
+    ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return train_level(
+        X, Yt[:, nodes].tocsr(), mask[:, sub_parents], ptr, config, desc=f"level {t} (update)", progress=progress
+    )
+
+
+def _assemble(old: RankerLevel, fresh: RankerLevel | None, sources: np.ndarray, retrain: np.ndarray) -> RankerLevel:
+    """The new level's rows: a retrained node's from `fresh` (in node order), every other one copied from `old`."""
+    if fresh is None:
+        return RankerLevel(W=old.W[sources].tocsr(), bias=old.bias[sources].copy())
+    pick = np.where(retrain, old.W.shape[0] + np.cumsum(retrain) - 1, sources)
+    W = sp.vstack([old.W, fresh.W.astype(old.W.dtype)], format="csr")[pick]
+    return RankerLevel(W=W.tocsr(), bias=np.concatenate([old.bias, fresh.bias.astype(old.bias.dtype)])[pick])
+
+
+def update(
+    model_dir: Path,
+    X: sp.csr_matrix,
+    Y: sp.csr_matrix,
+    n_old: int,
+    config,
+    progress: bool = True,
+    log: Callable[[dict], None] = lambda event: None,
+    refit_clusters: bool = True,
+) -> tuple[XLinearResult, dict]:
+    """The family's `update` entry: the old run's model/ folder, the combined corpus's TF-IDF and labels (old
+    labels first, new ones from `n_old`) and the run's TrainConfig; returns the new model and what was done."""
+    if config.dense is not None:
+        raise XtagError(
+            "xtag update: runs with a `dense` block are not supported yet (the static encoder is not refit)"
+        )
+    if config.missing_labels.weighting != "none":
+        raise XtagError("xtag update: runs trained with a missing-label weighting are not supported yet")
+    xl = config.xlinear
+    old = XLinearModel.load(model_dir)
+    if old.config.n_features != X.shape[1]:
+        raise XtagError(
+            f"{model_dir}: rankers expect {old.config.n_features} features, the run's TF-IDF gives {X.shape[1]}"
+        )
+    start = time.perf_counter()
+    X = _as_float_csr(X.astype(np.float32))
+    growth = grow_tree(
+        old.chain,
+        pifa_embeddings(X, Y, xl.tree.pifa_weighting),
+        n_old,
+        xl.tree.max_leaf_size,
+        xl.tree.seed,
+        refit_clusters,
+    )
+    chain = growth.chain
+    log({"event": "tree", "what": "grown", "seconds": round(time.perf_counter() - start, 3), **growth.facts})
+    levels: list[RankerLevel] = []
+    counts = []
+    for t in range(1, chain.depth + 1):
+        start = time.perf_counter()
+        sources, retrain = growth.sources[t - 1], growth.retrain[t - 1]
+        nodes = np.flatnonzero(retrain)
+        fresh = None
+        if len(nodes):
+            Yt = chain.level_targets(Y, t)
+            mask = _parent_mask(X, chain.level_targets(Y, t - 1) if t > 1 else None, levels, chain, t, xl)
+            fresh = _retrain_level(X, Yt, mask, chain, t, nodes, xl, progress)
+        levels.append(_assemble(old.levels[t - 1], fresh, sources, retrain))
+        counts.append({"level": t, "nodes": len(sources), "retrained": len(nodes)})
+        log({"event": "level", **counts[-1], "seconds": round(time.perf_counter() - start, 3)})
+    model = XLinearModel(chain, levels, old.config)
+    return XLinearResult(model), {**growth.facts, "levels": counts}

@@ -56,10 +56,13 @@ class ServedModel:
             w = self._weights[key] = label_weights(vocab.frequency_array, vocab.n_train_docs, scheme, beta)
         return gains_for(w, alpha)
 
-    def predict(self, texts: list[str], k: int, beam_size: int | None, a: np.ndarray | None) -> Predictions:
-        """Top-k for a batch through the bundle's predictor (re-ranked when `a` is given)."""
+    def predict(
+        self, texts: list[str], k: int, beam_size: int | None, a: np.ndarray | None, rerank: bool = True
+    ) -> Predictions:
+        """Top-k for a batch through the bundle's predictor (re-ranked when `a` is given; `rerank=False`: a
+        re-ranking bundle's first stage alone)."""
         beam = beam_size or self.default_beam
-        preds = predict_reweighted(self.bundle.predictor, texts, k, a, beam, self.n_labels)
+        preds = predict_reweighted(self.bundle.predictor, texts, k, a, beam, self.n_labels, rerank)
         labels = preds.labels[preds.labels >= 0]
         np.add.at(self.predicted, labels, 1)
         if self.drift is not None:

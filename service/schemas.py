@@ -72,6 +72,11 @@ class PredictOptions(Strict):
         | None
     ) = None
     reweight: Reweight | None = None
+    rerank: bool = Field(
+        True,
+        description="false: a re-ranking bundle (model kind lamp) answers with its first stage alone, skipping "
+        "the second stage; other bundles ignore it",
+    )
 
 
 class PredictRequest(PredictOptions):

@@ -79,7 +79,7 @@ def test_net_masks_attention_as_the_label_graph_says():
 
     torch.manual_seed(0)
     torch.set_grad_enabled(False)
-    head = LampHead(6, 8, 2, 2, 2, 0.0).eval()
+    head = LampHead(6, 8, 8, 2, 2, 2, 0.0).eval()
     states, attention = torch.randn(1, 4, 8), torch.ones(1, 4, dtype=torch.int64)
     mask = torch.eye(3)[None]  # nobody talks to anybody
     a = head(states, attention, torch.tensor([[0, 1, 2]]), torch.tensor([[0.9, 0.5, 0.1]]), mask)[-1]
@@ -113,7 +113,7 @@ def lamp_config(corpus, first_stage, encoder, **extra):
 
 @pytest.fixture(scope="module")
 def lamp_bundle(corpus_files, tiny_bundle, tiny_bert, tmp_path_factory):
-    config = lamp_config(corpus_files[0], tiny_bundle, tiny_bert, graph="pr", heads=2)
+    config = lamp_config(corpus_files[0], tiny_bundle, tiny_bert, graph="pr", heads=2, dim=16, encoder_layers=1)
     return train_and_export(config, tmp_path_factory.mktemp("lamp"))
 
 
@@ -146,3 +146,23 @@ def test_rerank_false_is_the_first_stage_and_rerank_reorders_its_candidates(lamp
 
 def test_lamp_bundle_serves_without_torch(lamp_bundle):
     assert_serves_without_torch(lamp_bundle[1], TEXTS)
+
+
+def test_predict_endpoint_reranks_unless_the_request_says_rerank_false(lamp_bundle, tiny_bundle):
+    from fastapi.testclient import TestClient
+    from xtag.models.bundle import load_bundle
+    from xtag.service.app import create_app
+    from xtag.service.settings import Settings
+
+    from tests.service.svc_support import wait_ready
+
+    first = load_bundle(tiny_bundle).predictor.predict(TEXTS[:1], k=3)
+    lamp = load_bundle(lamp_bundle[1]).predictor.predict(TEXTS[:1], k=3)
+    with TestClient(create_app(Settings(_env_file=None, bundle=lamp_bundle[1]))) as client:
+        wait_ready(client)
+        for body, want in (({"rerank": False}, first), ({}, lamp), ({"rerank": True}, lamp)):
+            got = client.post("/v1/predict", json={"text": TEXTS[0], "k": 3, **body}).json()["labels"]
+            assert [g["id"] for g in got] == want.labels[0].tolist()
+            assert [g["score"] for g in got] == pytest.approx(want.scores[0].tolist(), abs=1e-6)
+        batch = client.post("/v1/predict/batch", json={"documents": [{"text": TEXTS[0]}], "k": 3, "rerank": False})
+        assert [g["id"] for g in batch.json()["results"][0]["labels"]] == first.labels[0].tolist()

@@ -29,6 +29,10 @@ class LampConfig(TransformerConfig):
     graph: Literal["fc", "pr"] = Field(
         "fc", description="label-to-label graph: fc (all candidates) or pr (pairs co-occurring in training)"
     )
+    dim: int = Field(128, ge=8, description="node size (token states are projected to it from the encoder's)")
+    encoder_layers: int | None = Field(
+        None, ge=1, description="use the encoder's first N layers only (None: all): a faster re-ranker on CPU"
+    )
     steps: int = Field(2, ge=1, description="T: message-passing steps (feature→label, then label→label)")
     heads: int = Field(4, ge=1, description="attention heads (must divide the encoder's hidden size)")
     ffn_factor: int = Field(2, ge=1, description="the position-wise MLP's hidden size over the node size")

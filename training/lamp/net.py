@@ -17,6 +17,7 @@ import math
 
 import torch
 from torch import nn
+from xtag.models.errors import XtagError
 
 NEG = -1e4  # additive mask for disallowed attention (finite: a fully masked row would give NaN with -inf)
 
@@ -81,15 +82,19 @@ def evidence(scores: torch.Tensor) -> torch.Tensor:
 
 
 class LampHead(nn.Module):
-    """The LaMP layers over token states: (states, token mask, candidates, scores, label mask) → readouts."""
+    """The LaMP layers over token states: (states, token mask, candidates, scores, label mask) → readouts.
 
-    def __init__(self, n_labels: int, dim: int, steps: int, heads: int, ffn_factor: int, dropout: float):
+    Token states (the encoder's width) are projected to the node size `dim`, smaller than the encoder's by
+    default: the attention and MLP cost grow with dim², and on CPU they are the whole training step."""
+
+    def __init__(self, n_labels: int, in_dim: int, dim: int, steps: int, heads: int, ffn_factor: int, dropout: float):
         super().__init__()
         self.embedding = nn.Embedding(n_labels, dim)  # W^y, also the readout W^o
         self.bias = nn.Embedding(n_labels, 1)
         nn.init.zeros_(self.bias.weight)
         self.evidence_in = nn.Linear(2, dim)
         self.evidence_out = nn.Linear(2, 1)
+        self.token_in = nn.Linear(in_dim, dim)
         self.token_norm = nn.LayerNorm(dim)
         self.steps = nn.ModuleList(Step(dim, heads, ffn_factor * dim, dropout) for _ in range(steps))
 
@@ -102,7 +107,7 @@ class LampHead(nn.Module):
         ev = evidence(scores)
         skip = self.evidence_out(ev)[..., 0]
         u = self.embedding(candidates) + self.evidence_in(ev)
-        tokens = self.token_norm(states)
+        tokens = self.token_norm(self.token_in(states))
         token_bias = ((1.0 - attention_mask.to(states.dtype)) * NEG)[:, None, None, :]
         label_bias = ((1.0 - label_mask) * NEG)[:, None, :, :]
         out = []
@@ -116,18 +121,22 @@ class LampNet(nn.Module):
     """Frozen encoder + LaMP head: what the ONNX graph exports (ids, mask, candidates, scores, label mask →
     the final logits). Training runs the head on cached token states instead (training/lamp/train.py)."""
 
-    def __init__(self, transformer: nn.Module, n_labels: int, steps: int, heads: int, ffn_factor: int, dropout: float):
+    def __init__(
+        self,
+        transformer: nn.Module,
+        n_labels: int,
+        dim: int,
+        steps: int,
+        heads: int,
+        ffn_factor: int,
+        dropout: float,
+    ):
         super().__init__()
         self.transformer = transformer.requires_grad_(False)
-        self.dim = int(transformer.config.hidden_size)
-        self.shape = {
-            "n_labels": n_labels,
-            "steps": steps,
-            "heads": heads,
-            "ffn_factor": ffn_factor,
-            "dropout": dropout,
-        }
-        self.head = LampHead(n_labels, self.dim, steps, heads, ffn_factor, dropout)
+        self.hidden = int(transformer.config.hidden_size)
+        self.shape = {"n_labels": n_labels, "dim": dim, "steps": steps, "heads": heads, "ffn_factor": ffn_factor}
+        self.shape["dropout"] = dropout
+        self.head = LampHead(n_labels, self.hidden, dim, steps, heads, ffn_factor, dropout)
 
     def states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
@@ -135,3 +144,18 @@ class LampNet(nn.Module):
     def forward(self, input_ids, attention_mask, candidates, scores, label_mask) -> torch.Tensor:
         states = self.states(input_ids, attention_mask)
         return self.head(states, attention_mask, candidates, scores, label_mask)[-1]
+
+
+def first_layers(transformer: nn.Module, layers: int | None) -> nn.Module:
+    """The encoder cut to its first `layers` layers (None: all), its config saying so, so that it saves and
+    loads as that smaller model: fewer layers is the cheapest way to a faster re-ranker on CPU."""
+    if layers is None:
+        return transformer
+    stack = getattr(getattr(transformer, "encoder", None), "layer", None)
+    if not isinstance(stack, nn.ModuleList):
+        raise XtagError("lamp.encoder_layers: the encoder has no encoder.layer stack (BERT-like models only)")
+    if not 1 <= layers <= len(stack):
+        raise XtagError(f"lamp.encoder_layers: {layers}, the encoder has {len(stack)} layers")
+    transformer.encoder.layer = stack[:layers]
+    transformer.config.num_hidden_layers = layers
+    return transformer

@@ -35,7 +35,7 @@ class StateCache:
     def build(cls, net: nn.Module, tokenizer: TextTokenizer, texts: list[str], batch: int, progress: bool):
         lengths = tokenizer.lengths(texts)
         offsets = np.concatenate([[0], np.cumsum(lengths)])
-        data = np.empty((int(offsets[-1]), net.dim), dtype=np.float16)
+        data = np.empty((int(offsets[-1]), net.hidden), dtype=np.float16)
         was = net.training
         net.eval()
         for idx in tqdm(length_sorted_batches(lengths, batch), desc="token states", disable=not progress):
@@ -72,7 +72,7 @@ def label_init(
     """L × dim unit rows: PIFA (the normalised sum of the label's texts' normalised embeddings) where the
     label has training texts and `init` is pifa, else the encoder's embedding of the label's name; also how
     many labels started from their name."""
-    out = np.zeros((len(names), net.dim), dtype=np.float32)
+    out = np.zeros((len(names), net.hidden), dtype=np.float32)
     if init == "pifa":
         out = np.asarray(Y.T.tocsr() @ normalized(cache.means()), dtype=np.float32)
     from_name = np.flatnonzero(np.linalg.norm(out, axis=1) == 0)
@@ -80,3 +80,16 @@ def label_init(
         readable = [names[j].replace("::", " ").replace("_", " ").replace("-", " ") for j in from_name]
         out[from_name] = run_batched(MeanStates(net), tokenizer, readable, batch, torch.device("cpu"))[0]
     return normalized(out), len(from_name)
+
+
+def shared_basis(init: np.ndarray, dim: int, seed: int) -> np.ndarray:
+    """dim × hidden orthonormal rows: the label embeddings' principal directions first, random ones after.
+    The token projection starts as this basis and the label embeddings as their coordinates in it, so labels
+    and tokens start in one space, as they were in the encoder's."""
+    hidden = init.shape[1]
+    if dim > hidden:
+        raise ValueError(f"lamp.dim {dim} is larger than the encoder's hidden size {hidden}")
+    _, _, vt = np.linalg.svd(init - init.mean(axis=0), full_matrices=False)
+    rows = np.vstack([vt[:dim], np.random.default_rng(seed).normal(size=(dim, hidden))])
+    q, _ = np.linalg.qr(rows.T)  # Gram-Schmidt in row order: the principal directions survive as they are
+    return q[:, :dim].T.astype(np.float32)

@@ -36,9 +36,9 @@ from xtag.training.deep.optim import decay_groups
 from xtag.training.deep.result import NetRunResult, finish_run
 from xtag.training.lamp.candidates import Candidates, first_stage_labels, teacher_forced
 from xtag.training.lamp.config import LampConfig
-from xtag.training.lamp.net import LampNet
+from xtag.training.lamp.net import LampNet, first_layers
 from xtag.training.lamp.result import LAMP_NET, LampParts
-from xtag.training.lamp.states import StateCache, label_init
+from xtag.training.lamp.states import StateCache, label_init, normalized, shared_basis
 
 CANDIDATE_BATCH = 512  # texts per first-stage call while building the training candidates
 
@@ -146,12 +146,15 @@ def train_lamp(
         }
     )
     tokenizer = load_tokenizer(lc.encoder, lc.max_length)
-    transformer = TextEncoder.from_pretrained(lc.encoder, "mean").transformer
-    net = LampNet(transformer, len(vocab), lc.steps, lc.heads, lc.ffn_factor, lc.dropout)
+    transformer = first_layers(TextEncoder.from_pretrained(lc.encoder, "mean").transformer, lc.encoder_layers)
+    net = LampNet(transformer, len(vocab), lc.dim, lc.steps, lc.heads, lc.ffn_factor, lc.dropout)
     cache = StateCache.build(net, tokenizer, texts, lc.batch_size, progress)
     init, from_name = label_init(net, tokenizer, cache, Y_first, vocab.names, lc.init, lc.batch_size)
+    basis = shared_basis(init, lc.dim, lc.seed)
     with torch.no_grad():
-        net.head.embedding.weight.copy_(torch.from_numpy(init))
+        net.head.embedding.weight.copy_(torch.from_numpy(normalized(init @ basis.T)))
+        net.head.token_in.weight.copy_(torch.from_numpy(basis))
+        net.head.token_in.bias.zero_()
     codes = cooccurrence_codes(Y_first) if lc.graph == "pr" else None
     log(
         {
@@ -160,6 +163,8 @@ def train_lamp(
             "graph": lc.graph,
             "steps": lc.steps,
             "label_init": lc.init,
+            "dim": lc.dim,
+            "encoder_layers": int(transformer.config.num_hidden_layers),
             "labels_from_name": from_name,
             "cooccurring_pairs": None if codes is None else len(codes) // 2,
             "cached_token_states_mb": round(cache.data.nbytes / 2**20, 1),
@@ -168,8 +173,6 @@ def train_lamp(
     net = net.to(ctx.device)
     trainer = Trainer(net, cache, cand, codes, lc, ctx)
     stats = fit_or_reload(net, folder, lambda: trainer.fit(folder, progress, log), ctx, log, "lamp")
-    enc_config, sample = finish_run(ctx, lc, texts, net.dim, pooling="mean")
-    head = LampHeadConfig(
-        candidates=C, graph=lc.graph, steps=lc.steps, heads=lc.heads, dim=net.dim, n_labels=len(vocab)
-    )
+    enc_config, sample = finish_run(ctx, lc, texts, net.hidden, pooling="mean")
+    head = LampHeadConfig(candidates=C, graph=lc.graph, steps=lc.steps, heads=lc.heads, dim=lc.dim, n_labels=len(vocab))
     return NetRunResult(LAMP_NET, net.cpu().eval(), None, tokenizer, enc_config, LampParts(head, codes), sample, stats)

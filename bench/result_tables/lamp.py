@@ -14,8 +14,8 @@ def lamp_debtags(r: dict) -> dict[str, str]:
     cand, setup = r["lamp_training"]["candidates"], r["lamp_training"]["setup"]
     name = f"XR-Linear + LaMP_{setup['graph']} (C = {cand['candidates']})"
     rows = [
-        ["XR-Linear (first stage alone)", *(f2(first[m]) for m in RANKED + SETS), f2(first["threshold"]), ""],
-        [name, *(f2(lamp[m]) for m in RANKED + SETS), f2(lamp["threshold"]), ms(lat["added_p50_ms"])],
+        ["XR-Linear (first stage alone)", *(f2(first[m]) for m in RANKED + SETS), f"{first['threshold']:g}", ""],
+        [name, *(f2(lamp[m]) for m in RANKED + SETS), f"{lamp['threshold']:g}", ms(lat["added_p50_ms"])],
         ["change", *(signed(lamp[m] - first[m]) for m in RANKED + SETS), "", ""],
     ]
     header = ["model", *RANKED, "example-F1", "micro-F1", "macro-F1", "threshold", "added p50 ms"]

@@ -93,7 +93,8 @@ def write_graph(
     # Example inputs of batch 2 and > 2 tokens, so neither axis is specialised to a constant.
     ids, mask = tokenizer([texts[0] + " " + texts[1], texts[1]])
     with step(f"ONNX export (opset {config.opset})"):
-        export_graph(module, ids, mask, out / "model.onnx", config.opset, output_names, extra and extra(ids.shape[1]))
+        example = {} if extra is None else {"extra": extra(ids.shape[1])}
+        export_graph(module, ids, mask, out / "model.onnx", config.opset, output_names, **example)
     update = {"opset": config.opset}
     if getattr(config, "optimize", False):
         with step("onnxruntime transformer fusions"):

@@ -121,14 +121,14 @@ class HttpPredict:
     socket that writes the request and reads exactly Content-Length bytes back, so that what is timed
     beyond the server is the loopback round trip, not a Python HTTP client's own parsing or event loop."""
 
-    def __init__(self, port: int, k: int = 5):
-        self.k = k
+    def __init__(self, port: int, k: int = 5, extra: dict | None = None):
+        self.k, self.extra = k, extra or {}  # extra: more request fields (e.g. {"rerank": False})
         self.sock = socket.create_connection(("127.0.0.1", port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buffer = b""
 
     def __call__(self, text: str) -> None:
-        body = json.dumps({"text": text, "k": self.k}).encode()
+        body = json.dumps({"text": text, "k": self.k, **self.extra}).encode()
         self.sock.sendall(
             b"POST /v1/predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n%s" % (len(body), body)

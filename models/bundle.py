@@ -43,7 +43,7 @@ def load_bundle(path: str | Path, device=None) -> Bundle:
     if not folder.is_dir():
         raise XtagError(f"{folder}: bundle directory not found")
     manifest = read_manifest(folder)
-    parts = assemble(folder, manifest["components"], device)
+    parts = assemble(folder, manifest["components"], device, open_bundle=load_bundle)
     if parts.featurizer is None or parts.model is None:
         raise XtagError(
             f"{folder}: its components {[c['type'] for c in manifest['components']]} give no featuriser or no model"

@@ -29,6 +29,9 @@ class Parts:
     calibration: Calibration | None = None
     device: Any = None  # xtag.models.device.Device the graphs and indexes go to (None: cpu)
     placement: dict[str, str] = field(default_factory=dict)  # component type → where it runs (/v1/model says)
+    # Loads a bundle nested in this one (a re-ranker's first stage); models/bundle.py's load_bundle, passed in
+    # rather than imported, since the bundle module imports this one.
+    open_bundle: Callable[[Path, Any], Any] | None = None
 
     def need(self, what: str, component: str) -> Any:
         value = getattr(self, what)
@@ -112,6 +115,22 @@ def _cascadexml_heads(path: Path, parts: Parts) -> None:
     parts.placement["cascadexml-heads"] = "cpu"  # the cascade's top-k and gathered dot products, numpy
 
 
+def _first_stage(path: Path, parts: Parts) -> None:
+    """A re-ranker's first stage: a whole bundle (its own manifest verified), loaded as it is."""
+    first = parts.need("open_bundle", "first-stage")(path, parts.device)
+    parts.model = first.predictor
+    parts.placement.update({f"first-stage/{k}": v for k, v in first.runtime["placement"].items()})
+
+
+def _lamp_reranker(path: Path, parts: Parts) -> None:
+    from xtag.models.lamp.model import LampModel, LampReranker, Texts
+
+    reranker = LampReranker.load(path, device=parts.device)
+    parts.model = LampModel(parts.need("model", "lamp-reranker"), reranker)
+    parts.featurizer = Texts()
+    parts.placement["lamp-reranker"] = reranker.onnx.provider
+
+
 def _calibration(path: Path, parts: Parts) -> None:
     parts.calibration = Calibration.load(path)
 
@@ -133,6 +152,8 @@ COMPONENTS: dict[str, ComponentType] = {
     "lightxml-heads": ComponentType("lightxml", _lightxml_heads),
     "cascadexml-encoder": ComponentType("encoder", _cascadexml_encoder),
     "cascadexml-heads": ComponentType("cascadexml", _cascadexml_heads),
+    "first-stage": ComponentType("first_stage", _first_stage),
+    "lamp-reranker": ComponentType("lamp", _lamp_reranker),
     "calibration": ComponentType(CALIBRATION_FILE, _calibration),
 }
 
@@ -146,13 +167,14 @@ def present(folder: Path, types: tuple[str, ...]) -> list[dict[str, str]]:
     ]
 
 
-def assemble(folder: Path, components: list[dict[str, str]], device=None) -> Parts:
+def assemble(folder: Path, components: list[dict[str, str]], device=None, open_bundle=None) -> Parts:
     """Load each component in order; the manifest's list was checked by models/manifest.py. A loader's read
     error (numpy, json, onnxruntime's, ...) becomes an XtagError naming the component, unless it names its file.
-    `device` (xtag.models.device.Device or a spec such as "cuda:0") places the graphs and indexes; default cpu."""
+    `device` (xtag.models.device.Device or a spec such as "cuda:0") places the graphs and indexes; default cpu.
+    `open_bundle(path, device)` loads a nested bundle (the first-stage component needs it)."""
     from xtag.models.device import Device
 
-    parts = Parts(device=Device.parse(device))
+    parts = Parts(device=Device.parse(device), open_bundle=open_bundle)
     for entry in components:
         path = folder / entry["path"]
         with reading(path, f"the {entry['type']} component", RuntimeError):

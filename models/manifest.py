@@ -127,7 +127,10 @@ def write_manifest(folder: Path, model_kind: str, name: str, extra: dict | None 
     components = present(folder, family(model_kind).components)
     runtime = (
         {"onnxruntime", "tokenizers", "faiss-cpu"}
-        if any(c["type"] in ("text-encoder", "lightxml-encoder", "cascadexml-encoder", "shortlist") for c in components)
+        if any(
+            c["type"] in ("text-encoder", "lightxml-encoder", "cascadexml-encoder", "shortlist", "lamp-reranker")
+            for c in components
+        )
         else {"tokenizers"}
         if any(c["type"] == "static-encoder" for c in components)
         else set()

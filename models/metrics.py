@@ -166,6 +166,31 @@ def evaluate(
     return out
 
 
+def set_metrics(
+    pred: np.ndarray, scores: np.ndarray, Y: sp.csr_matrix, threshold: float, convention: str = DEFAULT_CONVENTION
+) -> dict[str, float]:
+    """The set metrics of multi-label classification (LaMP's paper, section 8.2): each document's predicted
+    set is its top-k labels scoring at least `threshold`; example-based F1 (mean over documents, 0/0 := 0),
+    micro-F1 (pooled counts) and macro-F1 (mean over the labels `convention` averages over), percent."""
+    Y = Y.tocsr()
+    keep = (pred >= 0) & (scores >= threshold)
+    hits = _hits(pred, Y) & keep
+    tp, n_pred, n_true = hits.sum(axis=1), keep.sum(axis=1), np.diff(Y.indptr)
+    example = np.where(n_pred + n_true > 0, 2 * tp / np.maximum(n_pred + n_true, 1), 0.0)
+    micro = 2 * tp.sum() / max(int(n_pred.sum() + n_true.sum()), 1)
+    label_tp = np.bincount(pred[hits], minlength=Y.shape[1])
+    label_pred = np.bincount(pred[keep], minlength=Y.shape[1])
+    label_true = np.bincount(Y.indices, minlength=Y.shape[1])
+    denom = label_pred + label_true
+    f1 = np.where(denom > 0, 2 * label_tp / np.maximum(denom, 1), 0.0)
+    over = averaged_labels(Y, convention)
+    return {
+        "example-F1": 100 * float(example.mean()),
+        "micro-F1": 100 * float(micro),
+        "macro-F1": 100 * float(f1[over].mean()) if over.any() else 0.0,
+    }
+
+
 # --- Per-label and per-frequency-bucket views (evaluation reports) ---
 
 BUCKETS: tuple[str, ...] = ("head", "torso", "tail")

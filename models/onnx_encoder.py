@@ -141,10 +141,13 @@ class OnnxEncoder:
         tokenizer = TextTokenizer.load(folder / "tokenizer.json", config.max_length)
         return cls(session, tokenizer, config, batch_size or BATCH_SIZE[device.kind], device)
 
-    def forward(self, output_names: list[str], ids: np.ndarray, mask: np.ndarray) -> list[np.ndarray]:
-        """The graph's `output_names` for one padded batch, as host arrays. On CUDA through an IO binding:
-        inputs are copied to the device once and outputs land in device memory, then come back in one copy."""
-        feeds = {"input_ids": ids, "attention_mask": mask}
+    def forward(
+        self, output_names: list[str], ids: np.ndarray, mask: np.ndarray, extra: dict[str, np.ndarray] | None = None
+    ) -> list[np.ndarray]:
+        """The graph's `output_names` for one padded batch, as host arrays (`extra`: the inputs of graphs that
+        read more than text, such as LaMP's candidates). On CUDA through an IO binding: inputs are copied to
+        the device once and outputs land in device memory, then come back in one copy."""
+        feeds = {"input_ids": ids, "attention_mask": mask, **(extra or {})}
         if "token_type_ids" in self.input_names:
             feeds["token_type_ids"] = np.zeros_like(ids)
         if not self.device.is_cuda:

@@ -46,12 +46,19 @@ class Predictor:
         return len(self.vocab)
 
     def predict(
-        self, texts: list[str], k: int = 10, beam_size: int | None = None, calibrated: bool = True
+        self,
+        texts: list[str],
+        k: int = 10,
+        beam_size: int | None = None,
+        calibrated: bool = True,
+        rerank: bool = True,
     ) -> Predictions:
         """Top-k for a batch of texts (a single document is a batch of one: same code path).
 
         Scores are calibrated probabilities when the bundle has a calibration (and `calibrated`);
         the ranking is the model's either way, since the calibration map is non-decreasing.
+        `rerank=False` makes a re-ranking bundle (LaMP) answer with its first stage alone, exactly as the first
+        stage's own bundle does (its calibration, not this bundle's); other bundles ignore it.
         """
         if k < 1:
             raise XtagError(f"k must be at least 1, got {k}")
@@ -60,10 +67,14 @@ class Predictor:
         if not texts:
             return Predictions(labels=np.empty((0, k), np.int64), scores=np.empty((0, k), np.float32))
         features = self.featurizer.transform(list(texts))
-        preds = self.model.predict(features, k=k, beam_size=beam_size)
+        if getattr(self.model, "reranks", False):
+            preds = self.model.predict(features, k=k, beam_size=beam_size, rerank=rerank)
+        else:
+            preds = self.model.predict(features, k=k, beam_size=beam_size)
+            rerank = True  # a bundle that does not re-rank: its calibration applies either way
         if hasattr(self.model, "readable"):  # hinge scores saturate at 1.0: models/xlinear/readable.py
             preds = self.model.readable(features, preds)
-        if calibrated and self.calibration is not None:
+        if calibrated and rerank and self.calibration is not None:
             preds = Predictions(labels=preds.labels, scores=self.calibration.apply(preds.scores))
         return preds
 

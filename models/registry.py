@@ -125,6 +125,17 @@ FAMILIES: dict[str, Family] = {
             capabilities=TRANSFORMER,
             train_needs=TRAIN_EXTRA,
         ),
+        Family(
+            "lamp",
+            "lamp",
+            "xtag.training.lamp.config:LampConfig",
+            "xtag.training.lamp.train:train_lamp",
+            "xtag.training.lamp.export:export",
+            ("first-stage", "lamp-reranker"),
+            batch_wait_ms=2.0,
+            capabilities=frozenset({"transformer"}),
+            train_needs=TRAIN_EXTRA,
+        ),
     )
 }
 

@@ -40,7 +40,9 @@ BEAM_FACTOR = 2
 
 
 class _Predicts(Protocol):
-    def predict(self, texts: list[str], k: int = 10, beam_size: int | None = None) -> Predictions: ...
+    def predict(
+        self, texts: list[str], k: int = 10, beam_size: int | None = None, rerank: bool = True
+    ) -> Predictions: ...
 
 
 def label_weights(
@@ -108,10 +110,17 @@ def rerank(preds: Predictions, a: np.ndarray, k: int, b: np.ndarray | None = Non
 
 
 def predict_reweighted(
-    predictor: _Predicts, texts: list[str], k: int, a: np.ndarray | None, beam_size: int, n_labels: int
+    predictor: _Predicts,
+    texts: list[str],
+    k: int,
+    a: np.ndarray | None,
+    beam_size: int,
+    n_labels: int,
+    second_stage: bool = True,
 ) -> Predictions:
-    """Predict top-k re-ranked by gains `a` (None = plain prediction, nothing widened)."""
+    """Predict top-k re-ranked by gains `a` (None = plain prediction, nothing widened); `second_stage=False`:
+    a re-ranking bundle's first stage alone (models/predictor.py)."""
     if a is None:
-        return predictor.predict(texts, k=k, beam_size=beam_size)
+        return predictor.predict(texts, k=k, beam_size=beam_size, rerank=second_stage)
     k_cand, beam = candidate_budget(k, beam_size, n_labels)
-    return rerank(predictor.predict(texts, k=k_cand, beam_size=beam), a, k)[0]
+    return rerank(predictor.predict(texts, k=k_cand, beam_size=beam, rerank=second_stage), a, k)[0]

@@ -71,10 +71,13 @@ class ServedModel:
         """The response's label lists for `preds` of `texts`, each label with its explanation."""
         return explained_lists(self.names, preds, threshold, lambda labels: self.explainer.explain(texts, labels))
 
-    def predict(self, texts: list[str], k: int, beam_size: int | None, a: np.ndarray | None) -> Predictions:
-        """Top-k for a batch through the bundle's predictor (re-ranked when `a` is given)."""
+    def predict(
+        self, texts: list[str], k: int, beam_size: int | None, a: np.ndarray | None, rerank: bool = True
+    ) -> Predictions:
+        """Top-k for a batch through the bundle's predictor (re-ranked when `a` is given; `rerank=False`: a
+        re-ranking bundle's first stage alone)."""
         beam = beam_size or self.default_beam
-        preds = predict_reweighted(self.bundle.predictor, texts, k, a, beam, self.n_labels)
+        preds = predict_reweighted(self.bundle.predictor, texts, k, a, beam, self.n_labels, rerank)
         labels = preds.labels[preds.labels >= 0]
         np.add.at(self.predicted, labels, 1)
         if self.drift is not None:

@@ -87,6 +87,11 @@ class PredictOptions(Strict):
         description="add an `explanation` to each returned label: the words that raised its score (bundles with "
         "TF-IDF features: XR-Linear, XR-Transformer; others answer 422 explain-unavailable)",
     )
+    rerank: StrictBool = Field(
+        True,
+        description="false: a re-ranking bundle (model kind lamp) answers with its first stage alone, skipping "
+        "the second stage; other bundles ignore it",
+    )
 
 
 class PredictRequest(PredictOptions):

@@ -6,6 +6,7 @@ One module per benchmark family; what they share (accuracy columns, cell formats
 from __future__ import annotations
 
 from .cold_start import cold_start
+from .lamp import lamp_debtags
 from .lightxml_cascadexml import cascadexml_debtags, lightxml_debtags
 from .onnx_encoders import encoder_variants
 from .service import explain_latency, inline_vs_worker, service_batch, service_latency, service_load
@@ -41,5 +42,6 @@ BUILDERS = {
         static_debtags,
         explain_latency,
         update_labels,
+        lamp_debtags,
     )
 }

@@ -98,9 +98,10 @@ async def predict_rows(
     threshold: float | None,
     rw_key: tuple = (),
     explain: bool = False,
+    rerank: bool = True,
 ) -> list[orjson.Fragment]:
     """Each text's top-k labels as JSON ({id, name, score} list), through the micro-batcher when it is on."""
-    preds = await predict_arrays(request, model, texts, k, beam, a, rw_key)
+    preds = await predict_arrays(request, model, texts, k, beam, a, rw_key, rerank)
     if not explain:
         return label_lists(model.label_prefixes, preds, threshold)
     return await explained_rows(request, model, texts, preds, threshold)
@@ -120,13 +121,20 @@ async def explained_rows(
 
 
 async def predict_arrays(
-    request: Request, model: ServedModel, texts: list[str], k: int, beam: int | None, a: np.ndarray | None, rw_key=()
+    request: Request,
+    model: ServedModel,
+    texts: list[str],
+    k: int,
+    beam: int | None,
+    a: np.ndarray | None,
+    rw_key=(),
+    rerank: bool = True,
 ) -> Predictions:
     """Top-k label ids and scores for `texts`, through the micro-batcher when it is on."""
-    run = partial(model.predict, k=k, beam_size=beam, a=a)
+    run = partial(model.predict, k=k, beam_size=beam, a=a, rerank=rerank)
     batcher = request.app.state.batcher
     if batcher is not None:
-        return await batcher.submit((id(model), k, beam, rw_key), texts, run)
+        return await batcher.submit((id(model), k, beam, rw_key, rerank), texts, run)
     request.app.state.metrics.observe_batch(len(texts))
     return await run_off_loop(request.app.state.executor, run, texts)
 
@@ -149,7 +157,9 @@ async def predict(request: Request) -> Response:
     body = await parse_body(request, PredictRequest)
     model = served_model(request)
     k, beam, a = check_options(request, model, body, [body.text], "text")
-    rows = await predict_rows(request, model, [body.text], k, beam, a, body.threshold, _rw_key(body), body.explain)
+    rows = await predict_rows(
+        request, model, [body.text], k, beam, a, body.threshold, _rw_key(body), body.explain, body.rerank
+    )
     return JSONBytes({"labels": rows[0], "model": model.ref, "took_ms": round((time.perf_counter() - start) * 1e3, 3)})
 
 
@@ -168,7 +178,9 @@ async def predict_batch(request: Request) -> Response:
     texts = [d.text for d in body.documents]
     k, beam, a = check_options(request, model, body, texts, "documents[{i}].text")
     if body.optimize is None:
-        rows = await predict_rows(request, model, texts, k, beam, a, body.threshold, _rw_key(body), body.explain)
+        rows = await predict_rows(
+            request, model, texts, k, beam, a, body.threshold, _rw_key(body), body.explain, body.rerank
+        )
     else:
         rows = await optimized_rows(request, model, body, texts, k, beam)
     # ids are strings in responses, whatever the request gave: a client reads one type (issue 28)

@@ -55,3 +55,17 @@ def test_too_few_predictions_is_an_error():
 
     with pytest.raises(XtagError, match="at least 5"):
         evaluate(PRED, Y, ks=(5,))
+
+
+def test_set_metrics_at_a_threshold_count_example_micro_and_macro_f1():
+    from xtag.models.metrics import set_metrics
+
+    Y = sp.csr_matrix(np.array([[1, 1, 0], [0, 0, 1]], dtype=np.float32))
+    pred = np.array([[0, 2, 1], [2, 0, -1]])
+    scores = np.array([[0.9, 0.6, 0.4], [0.8, 0.2, -np.inf]], dtype=np.float32)
+    out = set_metrics(pred, scores, Y, 0.5)  # sets: {0, 2} for truth {0, 1}; {2} for truth {2}
+    assert out["example-F1"] == pytest.approx(100 * (2 * 1 / 4 + 2 * 1 / 2) / 2)
+    assert out["micro-F1"] == pytest.approx(100 * 2 * 2 / (3 + 3))
+    # per label F1: label 0: 2·1/(1+1) = 1; label 1: 0 (never predicted above 0.5); label 2: 2·1/(2+1)
+    assert out["macro-F1"] == pytest.approx(100 * (1 + 0 + 2 / 3) / 3)
+    assert set_metrics(pred, scores, Y, 0.95) == {"example-F1": 0.0, "micro-F1": 0.0, "macro-F1": 0.0}

@@ -110,7 +110,7 @@ class Recorder:
     def __init__(self, labels, scores):
         self.preds, self.calls = Predictions(np.array(labels), np.array(scores, dtype=np.float32)), []
 
-    def predict(self, texts, k=10, beam_size=None):
+    def predict(self, texts, k=10, beam_size=None, rerank=True):
         self.calls.append((len(texts), k, beam_size))
         return Predictions(self.preds.labels[:, :k], self.preds.scores[:, :k])
 

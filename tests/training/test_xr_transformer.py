@@ -181,7 +181,7 @@ def test_xr_flags_need_the_xr_model_and_yaml_config_works(corpus_files, tmp_path
     train, _ = corpus_files
     result = runner.invoke(app, ["train", "--corpus", str(train), "--epochs", "1", "--print-config"])
     assert result.exit_code == 2 and "--epochs: model xlinear does not support a transformer encoder" in result.output
-    assert "(supported by xr-transformer, lightxml, cascadexml)" in result.output
+    assert "(supported by xr-transformer, lightxml, cascadexml, lamp)" in result.output
     (tmp_path / "c.yaml").write_text(
         f"corpus: {train}\nmodel: xr-transformer\nxr_transformer:\n  epochs: 0\n  pooling: cls\n"
     )

@@ -13,6 +13,7 @@ import json
 import logging
 import shutil
 import warnings
+from collections.abc import Callable
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -25,12 +26,28 @@ from xtag.training.deep.config import TransformerExportConfig
 from xtag.training.exporting import log, step
 from xtag.training.onnx.optimize import attention_shape, fuse
 
+# Extra graph inputs after input_ids and attention_mask: name → (example array of batch 2, each axis's name);
+# axes of the same name share one dynamic dimension ("batch" and "sequence" are the text inputs').
+ExtraInputs = dict[str, tuple[np.ndarray, tuple[str, ...]]]
+
 
 def export_graph(
-    module: nn.Module, ids: np.ndarray, mask: np.ndarray, path: Path, opset: int, output_names: list[str]
+    module: nn.Module,
+    ids: np.ndarray,
+    mask: np.ndarray,
+    path: Path,
+    opset: int,
+    output_names: list[str],
+    extra: ExtraInputs | None = None,
 ) -> None:
-    """(input_ids, attention_mask) → `output_names`, with dynamic `batch` and `sequence` axes on the inputs."""
-    batch, seq = torch.export.Dim("batch"), torch.export.Dim("sequence")
+    """(input_ids, attention_mask, *extra) → `output_names`, with dynamic `batch` and `sequence` axes on the
+    inputs (and the extra inputs' named axes)."""
+    extra = extra or {}
+    names = {"batch", "sequence"} | {axis for _, axes in extra.values() for axis in axes}
+    dims = {name: torch.export.Dim(name) for name in sorted(names)}
+    batch, seq = dims["batch"], dims["sequence"]
+    arrays = [torch.from_numpy(a) for a, _ in extra.values()]
+    shapes = [{i: dims[axis] for i, axis in enumerate(axes)} for _, axes in extra.values()]
     # The exporter's op registry logs "torchvision is not installed. Skipping torchvision::…" once per vision
     # op: irrelevant to a text encoder, so the exporter's loggers are quietened (and restored) around it.
     exporter_log = logging.getLogger("torch.onnx")
@@ -41,14 +58,14 @@ def export_graph(
             warnings.simplefilter("ignore")
             torch.onnx.export(
                 module.eval(),
-                (torch.from_numpy(ids), torch.from_numpy(mask)),
+                (torch.from_numpy(ids), torch.from_numpy(mask), *arrays),
                 str(path),
                 dynamo=True,
                 opset_version=opset,
                 external_data=False,
-                input_names=["input_ids", "attention_mask"],
+                input_names=["input_ids", "attention_mask", *extra],
                 output_names=output_names,
-                dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}),
+                dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}, *shapes),
                 verbose=False,
             )
     finally:
@@ -62,9 +79,12 @@ def write_graph(
     enc_config: EncoderConfig,
     config: TransformerExportConfig,
     output_names: list[str],
+    extra: Callable[[int], ExtraInputs] | None = None,
 ) -> tuple[TextTokenizer, list[str]]:
     """out/{model.onnx, tokenizer.json, config.json} for a run's torch module, fused when `config.optimize`
-    says so; returns the tokenizer and the run's sample texts the caller checks parity on."""
+    says so; returns the tokenizer and the run's sample texts the caller checks parity on. `extra(sequence)`
+    gives the example extra inputs for the example batch, told its token count (so that no extra axis is
+    given the same size, which the exporter would take for the same dimension)."""
     tokenizer = TextTokenizer.load(run_encoder / "tokenizer.json", enc_config.max_length)
     texts = json.loads((run_encoder / "sample_texts.json").read_text())[: config.parity_texts]
     if len(texts) < 2:
@@ -73,7 +93,8 @@ def write_graph(
     # Example inputs of batch 2 and > 2 tokens, so neither axis is specialised to a constant.
     ids, mask = tokenizer([texts[0] + " " + texts[1], texts[1]])
     with step(f"ONNX export (opset {config.opset})"):
-        export_graph(module, ids, mask, out / "model.onnx", config.opset, output_names)
+        example = {} if extra is None else {"extra": extra(ids.shape[1])}
+        export_graph(module, ids, mask, out / "model.onnx", config.opset, output_names, **example)
     update = {"opset": config.opset}
     if getattr(config, "optimize", False):
         with step("onnxruntime transformer fusions"):

@@ -63,6 +63,11 @@ class MissingLabelsConfig(BaseModel):
         self._names = list(names)
         return self
 
+    @property
+    def label_names(self) -> list[str] | None:
+        """The run's label names once bound (a re-ranker maps them onto its first stage's labels)."""
+        return self._names
+
     def propensities(self, Y: sp.spmatrix) -> tuple[np.ndarray, int]:
         """p_j for every column of the training labels Y, and how many came from the propensity file."""
         freq = np.asarray((Y != 0).sum(axis=0)).ravel().astype(np.float64)

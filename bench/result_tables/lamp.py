@@ -1,0 +1,32 @@
+"""LaMP re-ranking tables: first stage alone vs first stage + LaMP (ranking and set metrics, added latency)."""
+
+from __future__ import annotations
+
+from .common import f2, ms, one_result_each, signed, table
+
+RANKED = ("P@1", "P@3", "P@5", "PSP@5", "macro-F1@5")
+SETS = ("set example-F1", "set micro-F1", "set macro-F1")
+
+
+@one_result_each
+def lamp_debtags(r: dict) -> dict[str, str]:
+    first, lamp, lat = r["first_stage"], r["lamp"], r["latency"]
+    cand, setup = r["lamp_training"]["candidates"], r["lamp_training"]["setup"]
+    name = f"XR-Linear + LaMP_{setup['graph']} (C = {cand['candidates']})"
+    rows = [
+        ["XR-Linear (first stage alone)", *(f2(first[m]) for m in RANKED + SETS), f"{first['threshold']:g}", ""],
+        [name, *(f2(lamp[m]) for m in RANKED + SETS), f"{lamp['threshold']:g}", ms(lat["added_p50_ms"])],
+        ["change", *(signed(lamp[m] - first[m]) for m in RANKED + SETS), "", ""],
+    ]
+    header = ["model", *RANKED, "example-F1", "micro-F1", "macro-F1", "threshold", "added p50 ms"]
+    quality = table(header, "l" + "r" * (len(header) - 1), rows)
+    split = r["split"]
+    notes = (
+        f"Training split cut by a seeded shuffle: first stage {split['first_stage_docs']:,} texts, LaMP "
+        f"{split['lamp_docs']:,} (unseen by the first stage), threshold validation {split['val_docs']:,}; test "
+        f"{split['test_docs']:,}. Teacher forcing added {cand['teacher_forced']:,} of {cand['positives']:,} "
+        f"true labels (first-stage recall@{cand['candidates']} on the LaMP texts {cand['first_stage_recall']:.3f}). "
+        f"/v1/predict p50 (k = 5, {lat['texts']} test texts, one in-thread server): {ms(lat['rerank_p50_ms'])} ms "
+        f'with LaMP, {ms(lat["first_stage_p50_ms"])} ms with `"rerank": false`.'
+    )
+    return {"quality": quality + "\n\n" + notes}

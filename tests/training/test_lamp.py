@@ -1,0 +1,168 @@
+"""LaMP as a second stage: candidate construction with teacher forcing, the LaMP_pr masks, the intermediate
+loss, training + export through the public API (ONNX parity), torch-free serving, and rerank=false."""
+
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from tests.conftest import assert_serves_without_torch, train_and_export
+
+TEXTS = [
+    "shooter weapons arena frag multiplayer",
+    "python module pip interpreter script",
+    "email smtp imap mailbox inbox http server",
+]
+
+
+def test_teacher_forcing_puts_missed_true_labels_in_place_of_the_lowest_candidates():
+    from xtag.training.lamp.candidates import teacher_forced
+
+    labels = np.array([[4, 2, 7, 1], [3, 5, -1, -1]])
+    scores = np.array([[0.9, 0.5, 0.4, 0.1], [0.8, 0.3, -np.inf, -np.inf]], dtype=np.float32)
+    cand = teacher_forced(labels, scores, [np.array([2, 9]), np.array([3, 6, 8])])
+    # row 0: 9 was missed, it replaces the last non-true candidate (1) and takes the row's lowest score
+    assert cand.labels[0].tolist() == [4, 2, 7, 9] and cand.scores[0, 3] == pytest.approx(0.1)
+    assert cand.y[0].tolist() == [0, 1, 0, 1]
+    # row 1: 6 and 8 fill the padding, 3 (found) keeps its place; they take the lowest real score
+    assert cand.labels[1].tolist() == [3, 5, 6, 8] and cand.scores[1, 2:].tolist() == pytest.approx([0.3, 0.3])
+    assert cand.y[1].tolist() == [1, 0, 1, 1]
+    assert cand.forced == 3 and cand.positives == 5
+    assert labels[0, 3] == 1  # the first stage's arrays are not modified
+
+
+def test_first_stage_label_space_drops_labels_it_does_not_know():
+    from xtag.training.lamp.candidates import first_stage_labels
+
+    Y = sp.csr_matrix(np.array([[1, 0, 1], [0, 1, 1]], dtype=np.float32))
+    mapped, dropped = first_stage_labels(Y, ["a", "b", "c"], {"c": 0, "a": 2}, 3)
+    assert mapped.toarray().tolist() == [[1, 0, 1], [1, 0, 0]] and dropped == 1
+
+
+def test_pr_mask_lets_only_cooccurring_real_candidates_pass_messages():
+    from xtag.models.lamp.masks import cooccurrence_codes, label_mask
+
+    Y = sp.csr_matrix(np.array([[1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 0, 1]], dtype=np.float32))
+    codes = cooccurrence_codes(Y)  # pairs {0,1}, {1,2}; label 3 co-occurs with nothing
+    cands, valid = np.array([[0, 1, 2, 3, 0]]), np.array([[1, 1, 1, 1, 0]], dtype=np.float32)
+    pr = label_mask(cands, valid, codes, 4)[0]
+    assert pr.tolist() == [
+        [1, 1, 0, 0, 0],
+        [1, 1, 1, 0, 0],
+        [0, 1, 1, 0, 0],
+        [0, 0, 0, 1, 0],
+        [0, 1, 0, 0, 1],  # a padded node's row: ignored, never empty; no real node attends to it
+    ]
+    fc = label_mask(cands, valid, None, 4)[0]
+    assert fc[:4, :4].all() and not fc[:4, 4].any()
+
+
+def test_intermediate_readouts_add_lambda_weighted_bce():
+    import torch
+    import torch.nn.functional as F
+    from xtag.training.lamp.train import lamp_loss
+
+    y = torch.tensor([[1.0, 0.0, 1.0]])
+    valid = torch.tensor([[1.0, 1.0, 0.0]])  # the padded third candidate does not count
+    final, mid = torch.tensor([[2.0, -1.0, 5.0]]), torch.tensor([[0.5, 0.5, -9.0]])
+    bce = lambda z: F.binary_cross_entropy_with_logits(z[:, :2], y[:, :2])  # noqa: E731
+    assert float(lamp_loss([final], y, valid, 0.7)) == pytest.approx(float(bce(final)))
+    got = float(lamp_loss([mid, mid, final], y, valid, 0.7))
+    assert got == pytest.approx(float(bce(final) + 0.7 * 2 * bce(mid)), rel=1e-6)
+
+
+def test_net_masks_attention_as_the_label_graph_says():
+    """A node's update ignores candidates it may not attend to: changing them leaves its logit unchanged."""
+    import torch
+    from xtag.training.lamp.net import LampHead
+
+    torch.manual_seed(0)
+    torch.set_grad_enabled(False)
+    head = LampHead(6, 8, 8, 2, 2, 2, 0.0).eval()
+    states, attention = torch.randn(1, 4, 8), torch.ones(1, 4, dtype=torch.int64)
+    mask = torch.eye(3)[None]  # nobody talks to anybody
+    a = head(states, attention, torch.tensor([[0, 1, 2]]), torch.tensor([[0.9, 0.5, 0.1]]), mask)[-1]
+    b = head(states, attention, torch.tensor([[0, 4, 5]]), torch.tensor([[0.9, 0.2, 0.3]]), mask)[-1]
+    assert float(a[0, 0]) == pytest.approx(float(b[0, 0]), abs=1e-6)
+    full = head(states, attention, torch.tensor([[0, 4, 5]]), torch.tensor([[0.9, 0.2, 0.3]]), torch.ones(1, 3, 3))
+    assert abs(float(full[-1][0, 0] - a[0, 0])) > 1e-4
+    assert len(head(states, attention, torch.tensor([[0, 1, 2]]), torch.tensor([[0.9, 0.5, 0.1]]), mask)) == 4
+    torch.set_grad_enabled(True)
+
+
+def lamp_config(corpus, first_stage, encoder, **extra):
+    from xtag.models.features import TfidfConfig
+    from xtag.training.config import TrainConfig
+    from xtag.training.lamp.config import LampConfig
+
+    settings = {
+        "first_stage": first_stage,
+        "encoder": encoder,
+        "candidates": 6,
+        "max_length": 32,
+        "epochs": 3,
+        "batch_size": 16,
+        "lr": 3e-3,
+        "device": "cpu",
+        "log_every": 5,
+        **extra,
+    }
+    return TrainConfig(corpus=corpus, model="lamp", tfidf=TfidfConfig(min_df=1), lamp=LampConfig(**settings))
+
+
+@pytest.fixture(scope="module")
+def lamp_bundle(corpus_files, tiny_bundle, tiny_bert, tmp_path_factory):
+    config = lamp_config(corpus_files[0], tiny_bundle, tiny_bert, graph="pr", heads=2, dim=16, encoder_layers=1)
+    return train_and_export(config, tmp_path_factory.mktemp("lamp"))
+
+
+def test_training_logs_teacher_forcing_and_export_passes_parity(lamp_bundle):
+    run, bundle = lamp_bundle
+    events = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
+    cand = next(e for e in events if e["event"] == "lamp_candidates")
+    assert cand["candidates"] == 6 and 0 <= cand["teacher_forced"] <= cand["positives"]
+    assert cand["first_stage_recall"] == pytest.approx(1 - cand["teacher_forced"] / cand["positives"], abs=1e-4)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert [c["type"] for c in manifest["components"]] == ["first-stage", "lamp-reranker"]
+    report = manifest["export"]
+    assert report["parity"]["logits"]["max_abs_diff"] <= report["parity_tolerance"]
+    assert report["top5_agreement_vs_torch"] == pytest.approx(1.0)
+
+
+def test_rerank_false_is_the_first_stage_and_rerank_reorders_its_candidates(lamp_bundle, tiny_bundle):
+    from xtag.models.bundle import load_bundle
+
+    lamp, first = load_bundle(lamp_bundle[1]).predictor, load_bundle(tiny_bundle).predictor
+    plain, alone = lamp.predict(TEXTS, k=5, rerank=False), first.predict(TEXTS, k=5)
+    assert np.array_equal(plain.labels, alone.labels) and np.array_equal(plain.scores, alone.scores)
+    reranked = lamp.predict(TEXTS, k=5)
+    candidates = first.predict(TEXTS, k=6, calibrated=False).labels
+    for row, cand in zip(reranked.labels, candidates):
+        assert set(row[row >= 0]) <= set(cand)  # LaMP only re-scores the first stage's top-C
+    assert ((reranked.scores > 0) & (reranked.scores < 1)).all()
+    assert (np.diff(reranked.scores, axis=1) <= 0).all()
+
+
+def test_lamp_bundle_serves_without_torch(lamp_bundle):
+    assert_serves_without_torch(lamp_bundle[1], TEXTS)
+
+
+def test_predict_endpoint_reranks_unless_the_request_says_rerank_false(lamp_bundle, tiny_bundle):
+    from fastapi.testclient import TestClient
+    from xtag.models.bundle import load_bundle
+    from xtag.service.app import create_app
+    from xtag.service.settings import Settings
+
+    from tests.service.svc_support import wait_ready
+
+    first = load_bundle(tiny_bundle).predictor.predict(TEXTS[:1], k=3)
+    lamp = load_bundle(lamp_bundle[1]).predictor.predict(TEXTS[:1], k=3)
+    with TestClient(create_app(Settings(_env_file=None, bundle=lamp_bundle[1]))) as client:
+        wait_ready(client)
+        for body, want in (({"rerank": False}, first), ({}, lamp), ({"rerank": True}, lamp)):
+            got = client.post("/v1/predict", json={"text": TEXTS[0], "k": 3, **body}).json()["labels"]
+            assert [g["id"] for g in got] == want.labels[0].tolist()
+            assert [g["score"] for g in got] == pytest.approx(want.scores[0].tolist(), abs=1e-6)
+        batch = client.post("/v1/predict/batch", json={"documents": [{"text": TEXTS[0]}], "k": 3, "rerank": False})
+        assert [g["id"] for g in batch.json()["results"][0]["labels"]] == first.labels[0].tolist()

@@ -1,0 +1,72 @@
+"""LaMP run → bundle: the first-stage bundle as it is (first_stage/), and the re-ranker as one ONNX graph
+(frozen encoder + LaMP layers) in lamp/, parity-checked against torch on the run's sample texts with the
+first stage's real candidates. The bundle's labels are the first stage's: LaMP scores its label ids."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+from xtag.models.bundle import load_bundle
+from xtag.models.errors import XtagError
+from xtag.models.lamp.model import INPUTS, LampReranker
+from xtag.training.config import TrainConfig
+from xtag.training.exporting import copy_run_model, step
+from xtag.training.lamp.result import LAMP_NET
+from xtag.training.onnx.graph import write_graph
+from xtag.training.onnx.parity import parity_gate
+
+
+def example_inputs(sequence: int) -> dict:
+    """Candidate inputs for the exporter's example batch of 2: a width unlike the token count."""
+    width = sequence + 3
+    candidates = np.tile(np.arange(width, dtype=np.int64), (2, 1))
+    scores = np.linspace(1, 0, width, dtype=np.float32)[None].repeat(2, 0)
+    mask = np.ones((2, width, width), dtype=np.float32)
+    axes = {"candidates": ("batch", "candidates"), "scores": ("batch", "candidates")}
+    axes["label_mask"] = ("batch", "candidates", "candidates")
+    return {name: (array, axes[name]) for name, array in zip(INPUTS, (candidates, scores, mask))}
+
+
+def torch_logits(net, reranker: LampReranker, texts: list[str], labels: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """What the graph should return: the torch net in eval mode, on CPU, float32, one text at a time."""
+    import torch
+
+    out = []
+    with torch.inference_mode():
+        for i, text in enumerate(texts):
+            ids, mask = reranker.onnx.tokenizer([text])
+            feeds = reranker.inputs(labels[i : i + 1], scores[i : i + 1])
+            args = [torch.from_numpy(a) for a in (ids, mask, *(feeds[n] for n in INPUTS))]
+            out.append(net.eval()(*args).numpy())
+    return np.vstack(out)
+
+
+def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:
+    lc = config.lamp
+    if lc.first_stage is None or not (Path(lc.first_stage) / "manifest.json").is_file():
+        raise XtagError(f"lamp: the first-stage bundle {lc.first_stage} is gone; export needs it (it is copied in)")
+    copy_run_model(run_model, tmp, leave_out=("encoder", "features", "labels.json"))
+    shutil.copytree(lc.first_stage, tmp / "first_stage")
+    shutil.copyfile(tmp / "first_stage" / "labels.json", tmp / "labels.json")
+    first = load_bundle(tmp / "first_stage")
+    run_encoder = run_model / "encoder"
+    with step("loading the trained LaMP net"):
+        net, enc_config = LAMP_NET.load_run_net(run_encoder)
+    tokenizer, texts = write_graph(net, run_encoder, tmp / "lamp", enc_config, lc.export, ["logits"], example_inputs)
+    reranker = LampReranker.load(tmp / "lamp")
+    C = reranker.config.candidates
+    cand = first.predictor.predict(texts, k=C, calibrated=False)
+
+    def top5(outputs: dict[str, np.ndarray]) -> np.ndarray:
+        logits = np.where(cand.labels >= 0, outputs["logits"], -np.inf)
+        order = np.argsort(-logits, axis=1, kind="stable")[:, :5]
+        return np.take_along_axis(cand.labels, order, 1)
+
+    with step(f"parity check, torch vs ONNX on {len(texts)} texts"):
+        reference = torch_logits(net, reranker, texts, cand.labels, cand.scores)
+        onnx = reranker.logits(texts, cand.labels, cand.scores)
+    valid = cand.labels >= 0  # padded candidates' logits are ignored
+    got, want = np.where(valid, onnx, 0.0), np.where(valid, reference, 0.0)
+    return {"candidates": C, **parity_gate(lc.export, len(texts), {"logits": got}, {"logits": want}, top5)}

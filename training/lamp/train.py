@@ -1,0 +1,178 @@
+"""LaMP as a second stage: trained on a first-stage bundle's top-C candidates for the training corpus.
+
+Steps: the first stage proposes top-C per text (its raw scores; the texts' true labels it missed are
+forced in, and counted); the frozen encoder's token states are computed once and cached; label
+embeddings start from PIFA or the label names; the LaMP layers train with the shared loop on
+loss = BCE(final readout) + λ · Σ BCE(intermediate readouts) (section 2.5), each a mean over the
+text's real candidates.
+
+Deviations from the paper: a second stage over C candidates instead of all labels; the encoder is
+frozen (the paper trains its word embeddings end to end) so that CPU training is one encoder pass;
+the intermediate readouts are every one before the final (after each feature-to-label and each
+label-to-label update), λ-weighted; AdamW with linear decay instead of Adam with the Transformer
+schedule. The first stage is trained on its own corpus: LaMP should train on texts the first stage
+did not see (bench/lamp_debtags.py splits the corpus), or it learns from over-confident candidates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+import torch.nn.functional as F
+from xtag.models.bundle import load_bundle
+from xtag.models.errors import XtagError
+from xtag.models.lamp.masks import cooccurrence_codes, label_mask
+from xtag.models.lamp.model import LampHeadConfig
+from xtag.training.config import TrainConfig
+from xtag.training.deep.checkpoint import Checkpoint, fit_or_reload
+from xtag.training.deep.distributed import DistContext
+from xtag.training.deep.encoder import TextEncoder, load_tokenizer
+from xtag.training.deep.loop import Budget, TrainingLoop, epoch_order, start_run
+from xtag.training.deep.optim import decay_groups
+from xtag.training.deep.result import NetRunResult, finish_run
+from xtag.training.lamp.candidates import Candidates, first_stage_labels, teacher_forced
+from xtag.training.lamp.config import LampConfig
+from xtag.training.lamp.net import LampNet, first_layers
+from xtag.training.lamp.result import LAMP_NET, LampParts
+from xtag.training.lamp.states import StateCache, label_init, normalized, shared_basis
+
+CANDIDATE_BATCH = 512  # texts per first-stage call while building the training candidates
+
+
+def readout_losses(readouts: list[torch.Tensor], y: torch.Tensor, valid: torch.Tensor) -> list[torch.Tensor]:
+    """Each readout's BCE, a mean over the real candidates (padding does not count)."""
+    total = valid.sum().clamp(min=1.0)
+    return [(F.binary_cross_entropy_with_logits(z, y, reduction="none") * valid).sum() / total for z in readouts]
+
+
+def lamp_loss(readouts: list[torch.Tensor], y: torch.Tensor, valid: torch.Tensor, weight: float) -> torch.Tensor:
+    """Eq. 21: BCE of the final readout + λ × the sum of the intermediate readouts' BCE."""
+    losses = readout_losses(readouts, y, valid)
+    return losses[-1] + weight * sum(losses[:-1], torch.zeros(()))
+
+
+class Trainer:
+    """State of one LaMP run: cached token states and candidates, the loss for the shared loop."""
+
+    def __init__(self, net: LampNet, cache: StateCache, cand: Candidates, codes, lc: LampConfig, ctx: DistContext):
+        self.net, self.cache, self.cand, self.codes, self.lc, self.ctx = net, cache, cand, codes, lc, ctx
+        self.rows = np.arange(len(cand.labels))
+        self.budget = Budget.of(len(self.rows), ctx.world, lc)
+        self.parts: list[float] = []
+
+    def inputs(self, idx: np.ndarray) -> tuple[torch.Tensor, ...]:
+        c = self.cand
+        labels, valid = np.maximum(c.labels[idx], 0), c.valid[idx]
+        mask = label_mask(labels, valid, self.codes, self.net.shape["n_labels"])
+        arrays = (labels, c.scores[idx] * valid, mask, c.y[idx], valid)
+        return tuple(torch.from_numpy(a).to(self.ctx.device) for a in arrays)
+
+    def step_loss(self, model, idx: np.ndarray) -> tuple[torch.Tensor, float]:
+        states, attention = (t.to(self.ctx.device) for t in self.cache.batch(idx))
+        labels, scores, mask, y, valid = self.inputs(idx)
+        readouts = self.net.head(states, attention, labels, scores, mask)
+        loss = lamp_loss(readouts, y, valid, self.lc.intermediate_weight)
+        self.parts = [round(float(v.detach()), 6) for v in readout_losses(readouts, y, valid)]
+        return loss, float(loss.detach())
+
+    def fit(self, folder: Path, progress: bool, log: Callable[[dict], None]) -> dict:
+        lc, budget = self.lc, self.budget
+        loop = TrainingLoop(
+            self.net,
+            torch.optim.AdamW(decay_groups(self.net.head, lc.lr, lc.weight_decay)),
+            budget,
+            lc,
+            self.ctx,
+            Checkpoint(folder / "current"),
+            order=lambda epoch: epoch_order(self.rows, [lc.seed, epoch], self.ctx.world),
+            lr_lambda=lambda step: max(0.0, 1.0 - step / max(budget.total, 1)),
+            log_fields=lambda loop: {"readout_losses": self.parts, "lr": loop.sched.get_last_lr()[0]},
+            name="lamp",
+            desc="lamp",
+            progress=progress,
+            log=log,
+        )
+        stats = loop.run(self.step_loss)
+        return {**stats, "readout_losses": self.parts, "train_documents": len(self.rows)}
+
+
+def first_stage_candidates(bundle, texts: list[str], Y_first: sp.csr_matrix, C: int, progress: bool) -> Candidates:
+    """The first stage's top-C of every text (raw scores), teacher-forced with the true labels it missed."""
+    from tqdm.auto import tqdm
+
+    labels, scores = [], []
+    for lo in tqdm(range(0, len(texts), CANDIDATE_BATCH), desc="first stage", disable=not progress):
+        preds = bundle.predictor.predict(texts[lo : lo + CANDIDATE_BATCH], k=C, calibrated=False)
+        labels.append(preds.labels)
+        scores.append(preds.scores)
+    truth = [Y_first.indices[Y_first.indptr[i] : Y_first.indptr[i + 1]] for i in range(len(texts))]
+    return teacher_forced(np.vstack(labels), np.vstack(scores), truth)
+
+
+def train_lamp(
+    texts: list[str],
+    X: sp.csr_matrix,
+    Y: sp.csr_matrix,
+    config: TrainConfig,
+    checkpoint_dir: Path,
+    progress: bool = True,
+    log: Callable[[dict], None] = lambda e: None,
+) -> NetRunResult:
+    """Train the LaMP re-ranker over `config.lamp.first_stage`'s candidates."""
+    lc = config.lamp
+    if lc.first_stage is None:
+        raise XtagError("lamp needs a first-stage bundle: --set lamp.first_stage=BUNDLE_DIR")
+    first = load_bundle(lc.first_stage)
+    vocab = first.predictor.vocab
+    folder = checkpoint_dir / "lamp"
+    ctx = start_run(lc, folder)
+    names = config.missing_labels.label_names or []
+    Y_first, unknown = first_stage_labels(Y.tocsr(), names, vocab.index, len(vocab))
+    C = min(lc.candidates, len(vocab))
+    cand = first_stage_candidates(first, texts, Y_first, C, progress)
+    log(
+        {
+            "event": "lamp_candidates",
+            "first_stage": str(lc.first_stage),
+            "candidates": C,
+            "positives": cand.positives,
+            "teacher_forced": cand.forced,
+            "first_stage_recall": round(1 - cand.forced / max(cand.positives, 1), 4),
+            "labels_unknown_to_first_stage": unknown,
+        }
+    )
+    tokenizer = load_tokenizer(lc.encoder, lc.max_length)
+    transformer = first_layers(TextEncoder.from_pretrained(lc.encoder, "mean").transformer, lc.encoder_layers)
+    net = LampNet(transformer, len(vocab), lc.dim, lc.steps, lc.heads, lc.ffn_factor, lc.dropout)
+    cache = StateCache.build(net, tokenizer, texts, lc.batch_size, progress)
+    init, from_name = label_init(net, tokenizer, cache, Y_first, vocab.names, lc.init, lc.batch_size)
+    basis = shared_basis(init, lc.dim, lc.seed)
+    with torch.no_grad():
+        net.head.embedding.weight.copy_(torch.from_numpy(normalized(init @ basis.T)))
+        net.head.token_in.weight.copy_(torch.from_numpy(basis))
+        net.head.token_in.bias.zero_()
+    codes = cooccurrence_codes(Y_first) if lc.graph == "pr" else None
+    log(
+        {
+            "event": "lamp",
+            "encoder": str(lc.encoder),
+            "graph": lc.graph,
+            "steps": lc.steps,
+            "label_init": lc.init,
+            "dim": lc.dim,
+            "encoder_layers": int(transformer.config.num_hidden_layers),
+            "labels_from_name": from_name,
+            "cooccurring_pairs": None if codes is None else len(codes) // 2,
+            "cached_token_states_mb": round(cache.data.nbytes / 2**20, 1),
+        }
+    )
+    net = net.to(ctx.device)
+    trainer = Trainer(net, cache, cand, codes, lc, ctx)
+    stats = fit_or_reload(net, folder, lambda: trainer.fit(folder, progress, log), ctx, log, "lamp")
+    enc_config, sample = finish_run(ctx, lc, texts, net.hidden, pooling="mean")
+    head = LampHeadConfig(candidates=C, graph=lc.graph, steps=lc.steps, heads=lc.heads, dim=lc.dim, n_labels=len(vocab))
+    return NetRunResult(LAMP_NET, net.cpu().eval(), None, tokenizer, enc_config, LampParts(head, codes), sample, stats)

@@ -43,6 +43,11 @@ class LightXMLConfig(TransformerConfig):
         lt=1,
         description="static: fraction of the steps training the generator alone before the negatives are fixed",
     )
+    reduction: Literal["mean", "sum"] = Field(
+        "mean",
+        description="L_g and L_d per text: means over the clusters / candidates (the authors' code), or the sums of "
+        "eq. 1 and 5 (which weigh the generator's K clusters against the discriminator's few candidates)",
+    )
     epochs: int = Field(5, ge=1)
     batch_size: int = Field(16, ge=1, description="texts per step and device")
     lr: float = Field(1e-4, gt=0, description="constant AdamW learning rate (paper)")
@@ -52,6 +57,10 @@ class LightXMLConfig(TransformerConfig):
         description="learning rate of the generator, bottleneck and label "
         "embeddings (default: lr, as the paper; short CPU budgets "
         "may want more, as XR-Transformer's heads use 1e-3)",
+    )
+    warmup: float = Field(0.0, ge=0, lt=1, description="fraction of the steps in linear warm-up (the paper: none)")
+    schedule: Literal["constant", "linear", "cosine"] = Field(
+        "constant", description="after the warm-up: the paper's constant rate, or linear / cosine decay to zero"
     )
     max_grad_norm: float | None = Field(None, gt=0, description="gradient clipping (the paper does not clip)")
     swa_start: float = Field(1.0, ge=0, description="epoch (fractions allowed) from which weights are averaged")

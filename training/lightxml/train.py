@@ -11,7 +11,7 @@ torchrun, checkpoints + resume, model selection on a held-out validation split.
 
 Deviations from the paper, all for this project's budgets: MiniLM-L6 by default instead of
 BERT-base; `max_steps` caps training on CPU (SWA starts from a fractional epoch then); losses are
-means over clusters / valid candidates (as the authors' code does) rather than the sums of eq. 1/5;
+by default means over clusters / valid candidates (as the authors' code does; `reduction="sum"`: eq. 1/5);
 the selection metric is the mean of P@1/3/5 on the validation split.
 """
 
@@ -37,7 +37,7 @@ from xtag.training.deep.distributed import DistContext
 from xtag.training.deep.encoder import TextEncoder, load_tokenizer
 from xtag.training.deep.loop import Budget, Callback, TrainingLoop, epoch_order, start_run
 from xtag.training.deep.losses import LabelWeightTable, weighted_pointwise_loss
-from xtag.training.deep.optim import decay_groups
+from xtag.training.deep.optim import decay_groups, lr_factor
 from xtag.training.deep.result import NetRunResult, finish_run
 from xtag.training.deep.swa import SWA
 from xtag.training.lightxml.clusters import label_clusters, training_candidates
@@ -140,12 +140,13 @@ class Trainer(Callback):
             torch.from_numpy(mask).to(self.ctx.device),
             self._picker(idx, use_d),
         )
-        loss_g = weighted_pointwise_loss(g.float(), yc, "bce", self.cluster_w.full(len(idx))).mean()
+        loss_g = weighted_pointwise_loss(g.float(), yc, "bce", self.cluster_w.full(len(idx)))
+        loss_g = loss_g.sum() / len(idx) if self.lc.reduction == "sum" else loss_g.mean()
         loss_d = torch.zeros((), device=g.device)
         if cand is not None:
             labels, valid, y = cand
             per = weighted_pointwise_loss(d.float(), y, "bce", self.label_w.lookup(labels), base=valid)
-            loss_d = per.sum() / valid.sum().clamp(min=1.0)
+            loss_d = per.sum() / (len(idx) if self.lc.reduction == "sum" else valid.sum().clamp(min=1.0))
         self.parts = (float(loss_g.detach()), float(loss_d.detach()))
         return loss_g + loss_d, self.parts[0] + self.parts[1]
 
@@ -212,8 +213,9 @@ class Trainer(Callback):
             for g in decay_groups(m, lc.lr_head or lc.lr, lc.weight_decay)
         ]
         opt = torch.optim.AdamW(decay_groups(net.transformer, lc.lr, lc.weight_decay) + heads)
-        # The paper's constant rate (the loop's default schedule). Static negatives: the discriminator gets no
-        # gradient in the generator-only phase, which DDP must be told.
+        # The paper's constant rate unless warm-up / decay are configured. Static negatives: the discriminator gets
+        # no gradient in the generator-only phase, which DDP must be told.
+        warmup = int(lc.warmup * budget.total)
         loop = TrainingLoop(
             net,
             opt,
@@ -222,6 +224,7 @@ class Trainer(Callback):
             self.ctx,
             Checkpoint(self.folder / "current"),
             order=lambda epoch: epoch_order(self.train_idx, [lc.seed, epoch], self.ctx.world),
+            lr_lambda=lambda step: lr_factor(step, budget.total, warmup, lc.schedule),
             callbacks=[self.swa, self, self.selection],
             log_fields=self.log_fields,
             find_unused=bool(self.static_from),

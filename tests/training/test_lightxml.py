@@ -171,6 +171,27 @@ def test_swa_is_the_running_mean_and_is_what_gets_saved(
     assert not np.allclose(saved, snapshots[-1].numpy(), atol=1e-4)  # not simply the last weights
 
 
+def test_swa_always_averages_in_the_last_steps_weights(corpus_files, tiny_bert, lightxml_config, tmp_path, monkeypatch):
+    """Two epochs of 25 steps, SWA from epoch 1 every 1000 steps: the averages are of steps 25 and 50. (They
+    were of step 25 alone — the model saved was the end of epoch 1, the second epoch thrown away.)"""
+    import torch
+    from xtag.training.deep.swa import SWA
+    from xtag.training.run import train_run
+
+    steps, real = [], SWA.update
+
+    def record(self):
+        steps.append(self.net.generator.weight.detach().clone())
+        real(self)
+
+    monkeypatch.setattr(SWA, "update", record)
+    config = lightxml_config(corpus_files[0], tiny_bert, epochs=2, val_fraction=0.0, swa_start=1, swa_every=1000)
+    train_run(config, tmp_path / "run", progress=False)
+    assert len(steps) == 2
+    saved = load_file(tmp_path / "run" / "model" / "encoder" / "heads.safetensors")["generator.weight"]
+    np.testing.assert_allclose(saved, torch.stack(steps).mean(0).numpy(), atol=1e-6)
+
+
 def test_selection_validates_exactly_the_weights_it_saves(corpus_files, tiny_bert, lightxml_config, tmp_path):
     """With SWA running, the validation that picks the model must score the averages of every weight
     (label embeddings included) — exactly the saved model, recomputed here from the run directory."""
@@ -302,3 +323,42 @@ def test_torchrun_two_processes_train_lightxml_and_both_exit_cleanly(
     events = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
     assert next(e for e in events if e["event"] == "lightxml")["world_size"] == 2
     assert (tmp_path / "run" / "model" / "encoder" / "model.safetensors").is_file()
+
+
+def test_every_parameter_trains_at_its_rate_and_the_schedule_is_applied(
+    corpus_files, tiny_bert, lightxml_config, tmp_path, monkeypatch
+):
+    """The heads (generator, bottleneck, label embeddings) run at lr_head, the encoder at lr, every trainable
+    parameter in exactly one group; the logged rate warms up linearly, then decays linearly to zero."""
+    import torch
+    from xtag.training.deep.optim import lr_factor
+    from xtag.training.lightxml.result import LIGHTXML_NET
+    from xtag.training.run import train_run
+
+    groups = []
+    real = torch.optim.AdamW
+
+    def spy(params, *args, **kwargs):
+        groups.extend({"lr": g["lr"], "params": list(g["params"])} for g in params)
+        return real(params, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim, "AdamW", spy)
+    config = lightxml_config(
+        corpus_files[0], tiny_bert, epochs=1, max_steps=10, lr=1e-3, lr_head=2e-2, warmup=0.3,
+        schedule="linear", log_every=1, val_fraction=0.0, swa_start=1,
+    )  # fmt: skip
+    run = tmp_path / "run"
+    train_run(config, run, progress=False)
+    ids = [id(p) for g in groups for p in g["params"]]
+    assert len(ids) == len(set(ids))
+    net, _ = LIGHTXML_NET.load_run_net(run / "model" / "encoder", None)
+    n_trainable = sum(1 for p in net.parameters() if p.requires_grad)
+    assert len(ids) == n_trainable  # no parameter left out of the optimiser
+    heads = {id(p) for m in (net.generator, net.bottleneck, net.label_embeddings) for p in m.parameters()}
+    rates = [(g["lr"], len(g["params"])) for g in groups if g["params"]]
+    assert {lr for lr, _ in rates} == {1e-3, 2e-2}
+    assert sum(n for lr, n in rates if lr == 2e-2) == len(heads)  # generator, bottleneck, embeddings: 5 tensors
+    events = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
+    lrs = [e["lr"] for e in events if e["event"] == "step"]
+    assert lrs == pytest.approx([1e-3 * lr_factor(s, 10, 3, "linear") for s in range(1, 11)])
+    assert lrs[0] < lrs[1] == max(lrs) == pytest.approx(1e-3) and lrs[-1] == 0.0

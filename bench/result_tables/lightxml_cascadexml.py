@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from .common import (
     METRICS,
     accuracy_table,
@@ -17,6 +19,8 @@ from .common import (
     train_seconds,
     variants,
 )
+
+SUBSET_METRICS = ("P@1", "P@3", "P@5", "PSP@5", "macro-R@5")
 
 
 def lightxml_debtags(docs: list[dict]) -> dict[str, str]:
@@ -120,3 +124,21 @@ def cascadexml_debtags(docs: list[dict]) -> dict[str, str]:
             latency,
         ),
     }
+
+
+def lightxml_subset(docs: list[dict]) -> dict[str, str]:
+    """Issue 29's one-change-at-a-time rows on a debtags subset (bench/lightxml_subset.py), CascadeXML beside them."""
+    rows, conventions = [], []
+    for r in payloads(docs):
+        for name, v in variants(r["variants"]):
+            b = v["budget"]
+            changed = ", ".join(f"{k}={json.dumps(x)}" for k, x in v["changed"].items()) or "defaults"
+            rows.append(
+                [name, v["family"], changed]
+                + [f2(v["metrics"][m]) for m in SUBSET_METRICS]
+                + [f0(v["train_seconds"]), f"{b['train_docs']} / {b['epochs']} / {b['max_length']} / {b['batch_size']}"]
+            )
+            conventions.append(convention(v))
+    header = ["variant", "family", "changed (against the family's defaults)", *SUBSET_METRICS, "training s"]
+    header.append("train docs / epochs / tokens / batch")
+    return {"table": accuracy_table(header, "lll" + "r" * (len(SUBSET_METRICS) + 1) + "l", rows, conventions)}

@@ -51,6 +51,38 @@ def test_training_adds_true_clusters_and_prediction_does_not():
     assert set(cand[0][cand[0] >= 0]) == {5, 0, 1, 4}  # at prediction: only the top-b clusters
 
 
+def test_one_label_per_cluster_ranks_by_the_generator_alone_unless_the_discriminator_is_asked_for():
+    """Flat clusters: the discriminator's label scores (here reversing the generator's order) change nothing."""
+    from xtag.models.label_tree import ClusterChain
+    from xtag.models.lightxml.model import LightXMLHeadConfig, LightXMLModel, LightXMLOutputs
+
+    chain = ClusterChain(ptrs=[np.array([0, 4]), np.arange(5)], leaf_labels=np.arange(4))
+    E = np.array([[-9.0], [-3.0], [3.0], [9.0]], np.float32)  # label scores E · h rise with the label id
+    out = LightXMLOutputs(np.array([[4.0, 3.0, 2.0, 1.0]], np.float32), np.ones((1, 1), np.float32))
+    head = dict(beam_size=4, n_clusters=4, n_labels=4, dim=1)
+    alone = LightXMLModel(chain, E, LightXMLHeadConfig(**head, discriminator=False)).predict(out, k=4)
+    both = LightXMLModel(chain, E, LightXMLHeadConfig(**head)).predict(out, k=4)
+    assert list(alone.labels[0]) == [0, 1, 2, 3] and list(both.labels[0]) == [2, 3, 1, 0]  # σ(g)·σ(d)
+
+
+@pytest.mark.parametrize("flat_discriminator", [False, True])
+def test_flat_clusters_train_the_discriminator_only_when_asked(
+    flat_discriminator, corpus_files, tiny_bert, lightxml_config, tmp_path, monkeypatch
+):
+    from xtag.models.lightxml.model import LightXMLModel
+    from xtag.training.run import train_run
+
+    calls = _record_candidates(monkeypatch)
+    config = lightxml_config(
+        corpus_files[0], tiny_bert, epochs=1, max_steps=3, flat_max_labels=100, val_fraction=0.0, swa_start=1,
+        flat_discriminator=flat_discriminator,
+    )  # fmt: skip
+    train_run(config, tmp_path / "run", progress=False)
+    model = LightXMLModel.load(tmp_path / "run" / "model")
+    assert model.chain.level_size(1) == model.n_labels  # one label per cluster
+    assert model.config.discriminator is flat_discriminator and bool(calls) is flat_discriminator
+
+
 def _record_candidates(monkeypatch):
     import xtag.training.lightxml.train as lightxml
 

@@ -25,6 +25,12 @@ class LightXMLConfig(TransformerConfig):
         ge=0,
         description="up to this many labels, one label per cluster (as the paper does for Eurlex-4K .. Wiki10-31K)",
     )
+    flat_discriminator: bool = Field(
+        False,
+        description="one label per cluster: also train the discriminator and multiply its score in. Off (default), "
+        "the generator alone scores every label, as the paper says for small label sets ('we can get each label "
+        "scores in label recalling part') and the authors' code does (no discriminator there)",
+    )
     top_clusters: int = Field(
         10,
         ge=1,

@@ -82,12 +82,17 @@ class Trainer(Callback):
             ctx.device,
         )
         self.budget = Budget.of(len(self.train_idx), ctx.world, lc)
+        # One label per cluster: the generator is already a classifier over every label. A discriminator trained on
+        # its top-b plus the forced-in positives learns which labels show up only when positive (the rare ones) and,
+        # multiplied in, ranked the generator's top-10 worse than chance after a 3,000-text epoch (issue 29).
+        self.discriminate = lc.flat_discriminator or chain.level_size(1) != chain.n_labels
         self.head = LightXMLHeadConfig(
             beam_size=lc.top_clusters,
             n_clusters=chain.level_size(1),
             n_labels=chain.n_labels,
             dim=lc.hidden_dim,
             faiss_min_labels=lc.export.faiss_min_labels,
+            discriminator=self.discriminate,
         )
         self.swa = SWA(net, start=int(math.ceil(lc.swa_start * self.budget.per_epoch)), every=lc.swa_every)
         self.selection = ModelSelection(
@@ -134,7 +139,7 @@ class Trainer(Callback):
         """L = L_g + L_d (eq. 6) of a micro-batch; L_d only once the negatives are drawn (static: after the warm-up)."""
         ids, mask = self.tokenizer([self.texts[i] for i in idx])
         yc = torch.from_numpy(self.Yc[idx].toarray()).to(self.ctx.device)
-        use_d = not self.static_from or self.fixed_top is not None
+        use_d = self.discriminate and (not self.static_from or self.fixed_top is not None)
         g, d, cand = model(
             torch.from_numpy(ids).to(self.ctx.device),
             torch.from_numpy(mask).to(self.ctx.device),
@@ -227,7 +232,7 @@ class Trainer(Callback):
             lr_lambda=lambda step: lr_factor(step, budget.total, warmup, lc.schedule),
             callbacks=[self.swa, self, self.selection],
             log_fields=self.log_fields,
-            find_unused=bool(self.static_from),
+            find_unused=bool(self.static_from) or not self.discriminate,
             name="lightxml",
             desc=f"lightxml ({lc.negatives})",
             progress=self.progress,

@@ -56,13 +56,13 @@ class LightXMLConfig(TransformerConfig):
     )
     epochs: int = Field(5, ge=1)
     batch_size: int = Field(16, ge=1, description="texts per step and device")
-    lr: float = Field(1e-4, gt=0, description="constant AdamW learning rate (paper)")
+    lr: float = Field(1e-4, gt=0, description="AdamW learning rate of the encoder (paper: 1e-4, constant)")
     lr_head: float | None = Field(
         None,
         gt=0,
-        description="learning rate of the generator, bottleneck and label "
-        "embeddings (default: lr, as the paper; short CPU budgets "
-        "may want more, as XR-Transformer's heads use 1e-3)",
+        description="learning rate of the generator, bottleneck and label embeddings; default 10 × lr (CascadeXML's "
+        "ratio: at lr, one 3,000-text epoch reached P@1 39.4, at 10 × lr 47.0, bench/RESULTS.md). The paper runs "
+        "everything at lr for 20+ epochs: set lr_head to lr for that",
     )
     warmup: float = Field(0.0, ge=0, lt=1, description="fraction of the steps in linear warm-up (the paper: none)")
     schedule: Literal["constant", "linear", "cosine"] = Field(

@@ -2,15 +2,17 @@
 
 Each step: e = last-N [CLS] vectors (dropout 0.5); the generator scores all clusters (L_g, eq. 1);
 the discriminator scores the labels of the generator's current top-b clusters plus the true
-clusters (eq. 2-4, L_d eq. 5); L = L_g + L_d (eq. 6). Negatives are the model's own top clusters,
+clusters (eq. 2-4, L_d eq. 5); L = L_g + L_d (eq. 6); with one label per cluster the generator alone
+(L = L_g) unless `flat_discriminator`. Negatives are the model's own top clusters,
 re-drawn every step. `negatives="static"` is the Table 5 ablation: the generator trains alone for
 `static_warmup` of the steps, then each document's top-b clusters are fixed once and L_g + L_d
-trains on them. AdamW at a constant 1e-4, AMP on CUDA, SWA from `swa_start` every `swa_every`
+trains on them. AdamW, encoder at 1e-4 (constant unless `warmup` / `schedule`), AMP on CUDA, SWA from
+`swa_start` every `swa_every`
 steps (validations and the saved model use the averages), gradient accumulation, DDP under
 torchrun, checkpoints + resume, model selection on a held-out validation split.
 
 Deviations from the paper, all for this project's budgets: MiniLM-L6 by default instead of
-BERT-base; `max_steps` caps training on CPU (SWA starts from a fractional epoch then); losses are
+BERT-base; the heads at 10 × the encoder's rate (`lr_head`; the paper has one rate); `max_steps` caps training on CPU (SWA starts from a fractional epoch then); losses are
 by default means over clusters / valid candidates (as the authors' code does; `reduction="sum"`: eq. 1/5);
 the selection metric is the mean of P@1/3/5 on the validation split.
 """
@@ -109,7 +111,9 @@ class Trainer(Callback):
             log,
         )
         # Static negatives: the generator trains alone (no discriminator loss) for the first `static_from` steps.
-        self.static_from = int(lc.static_warmup * self.budget.total) if lc.negatives == "static" else 0
+        # Without a discriminator (flat clusters) there are no negatives to fix: static trains as dynamic does.
+        static = lc.negatives == "static" and self.discriminate
+        self.static_from = int(lc.static_warmup * self.budget.total) if static else 0
         self.fixed_top: np.ndarray | None = None  # static negatives: each training text's top clusters, fixed
         self.parts = (0.0, 0.0)  # the last micro-batch's (L_g, L_d), for the log
 
@@ -215,7 +219,7 @@ class Trainer(Callback):
         heads = [
             g
             for m in (net.generator, net.bottleneck, net.label_embeddings)
-            for g in decay_groups(m, lc.lr_head or lc.lr, lc.weight_decay)
+            for g in decay_groups(m, lc.lr_head or 10 * lc.lr, lc.weight_decay)  # a deviation: the paper has one rate
         ]
         opt = torch.optim.AdamW(decay_groups(net.transformer, lc.lr, lc.weight_decay) + heads)
         # The paper's constant rate unless warm-up / decay are configured. Static negatives: the discriminator gets

@@ -394,3 +394,20 @@ def test_every_parameter_trains_at_its_rate_and_the_schedule_is_applied(
     lrs = [e["lr"] for e in events if e["event"] == "step"]
     assert lrs == pytest.approx([1e-3 * lr_factor(s, 10, 3, "linear") for s in range(1, 11)])
     assert lrs[0] < lrs[1] == max(lrs) == pytest.approx(1e-3) and lrs[-1] == 0.0
+
+
+def test_prior_bias_starts_the_generator_at_the_cluster_log_odds(corpus_files, tiny_bert, lightxml_config, tmp_path):
+    """prior_bias: before any step, σ(generator bias) is each cluster's share of the training texts (the
+    popularity ranking); one step at a negligible rate leaves it there."""
+    from xtag.training.data.corpus import load_corpus
+    from xtag.training.run import train_run
+
+    config = lightxml_config(
+        corpus_files[0], tiny_bert, epochs=1, max_steps=1, lr=1e-9, lr_head=1e-9, val_fraction=0.0, swa_start=1,
+        prior_bias=True, flat_max_labels=100,
+    )  # fmt: skip
+    train_run(config, tmp_path / "run", progress=False)
+    bias = load_file(tmp_path / "run" / "model" / "encoder" / "heads.safetensors")["generator.bias"]
+    labels = json.loads((tmp_path / "run" / "model" / "labels.json").read_text())
+    share = np.array(labels["frequencies"]) / len(load_corpus(corpus_files[0]))
+    np.testing.assert_allclose(1 / (1 + np.exp(-bias)), share, atol=1e-4)

@@ -31,6 +31,11 @@ class LightXMLConfig(TransformerConfig):
         "the generator alone scores every label, as the paper says for small label sets ('we can get each label "
         "scores in label recalling part') and the authors' code does (no discriminator there)",
     )
+    prior_bias: bool = Field(
+        False,
+        description="start the generator's biases at the log-odds of each cluster's training frequency instead of "
+        "near 0 (not in the paper): the first steps then need not learn the label priors",
+    )
     top_clusters: int = Field(
         10,
         ge=1,

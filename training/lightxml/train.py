@@ -83,6 +83,10 @@ class Trainer(Callback):
             else node_weights(label_weights, freq, chain.ancestors(1), chain.level_size(1)),
             ctx.device,
         )
+        if lc.prior_bias:  # a deviation (off by default): the paper leaves the generator at its random init
+            share = np.asarray(self.Yc[self.train_idx].mean(axis=0)).ravel().clip(1e-4, 1 - 1e-4)
+            with torch.no_grad():
+                net.generator.bias.copy_(torch.from_numpy(np.log(share / (1 - share))))
         self.budget = Budget.of(len(self.train_idx), ctx.world, lc)
         # One label per cluster: the generator is already a classifier over every label. A discriminator trained on
         # its top-b plus the forced-in positives learns which labels show up only when positive (the rare ones) and,

@@ -32,9 +32,10 @@ class LightXMLConfig(TransformerConfig):
         "scores in label recalling part') and the authors' code does (no discriminator there)",
     )
     prior_bias: bool = Field(
-        False,
+        True,
         description="start the generator's biases at the log-odds of each cluster's training frequency instead of "
-        "near 0 (not in the paper): the first steps then need not learn the label priors",
+        "near 0 (a deviation: the paper does not say how the heads start). One 3,000-text debtags epoch: P@1 77.6 "
+        "with it, 48.8 without (bench/RESULTS.md); false: PyTorch's default init",
     )
     top_clusters: int = Field(
         10,

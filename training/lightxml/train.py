@@ -12,7 +12,8 @@ steps (validations and the saved model use the averages), gradient accumulation,
 torchrun, checkpoints + resume, model selection on a held-out validation split.
 
 Deviations from the paper, all for this project's budgets: MiniLM-L6 by default instead of
-BERT-base; the heads at 10 × the encoder's rate (`lr_head`; the paper has one rate); `max_steps` caps training on CPU (SWA starts from a fractional epoch then); losses are
+BERT-base; the heads at 10 × the encoder's rate (`lr_head`; the paper has one rate); the generator's
+biases start at the clusters' log prior odds (`prior_bias`); `max_steps` caps training on CPU (SWA starts from a fractional epoch then); losses are
 by default means over clusters / valid candidates (as the authors' code does; `reduction="sum"`: eq. 1/5);
 the selection metric is the mean of P@1/3/5 on the validation split.
 """
@@ -83,7 +84,9 @@ class Trainer(Callback):
             else node_weights(label_weights, freq, chain.ancestors(1), chain.level_size(1)),
             ctx.device,
         )
-        if lc.prior_bias:  # a deviation (off by default): the paper leaves the generator at its random init
+        # A deviation (the paper does not say how the heads start): from near-zero logits, mean BCE over all
+        # clusters spends the first steps pushing every logit down, and a short budget ended there (issue 29).
+        if lc.prior_bias:
             share = np.asarray(self.Yc[self.train_idx].mean(axis=0)).ravel().clip(1e-4, 1 - 1e-4)
             with torch.no_grad():
                 net.generator.bias.copy_(torch.from_numpy(np.log(share / (1 - share))))

@@ -132,7 +132,7 @@ def main() -> None:
         config = TrainConfig(
             corpus=train_path,
             model="lightxml",
-            lightxml=lc.model_copy(update={"negatives": negatives, "lr_head": args.lr_head}),
+            lightxml=lc.model_copy(update={"negatives": negatives, "lr_head": args.lr_head or lc.lr}),
         )
         run = work / f"{name}-run"
         if (run / "config.json").exists() and not (run / "model").is_dir():  # finish an interrupted run first

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from .common import (
     METRICS,
     accuracy_table,
@@ -17,6 +19,8 @@ from .common import (
     train_seconds,
     variants,
 )
+
+SUBSET_METRICS = ("P@1", "P@3", "P@5", "PSP@5", "macro-R@5")
 
 
 def lightxml_debtags(docs: list[dict]) -> dict[str, str]:
@@ -120,3 +124,23 @@ def cascadexml_debtags(docs: list[dict]) -> dict[str, str]:
             latency,
         ),
     }
+
+
+def lightxml_subset(docs: list[dict]) -> dict[str, str]:
+    """Issue 29's one-change-at-a-time rows on a debtags subset (bench/lightxml_subset.py), CascadeXML beside them."""
+    rows, conventions = [], []
+    for r in payloads(docs):
+        # LightXML first, each row after the rows with fewer changed settings (the table builds up), CascadeXML last.
+        ordered = sorted(variants(r["variants"]), key=lambda nv: (nv[1]["family"] != "lightxml", len(nv[1]["changed"])))
+        for name, v in ordered:
+            b = v["budget"]
+            changed = ", ".join(f"{k}={json.dumps(x)}" for k, x in v["changed"].items()) or "(none)"
+            rows.append(
+                [name, v["family"], changed]
+                + [f2(v["metrics"][m]) for m in SUBSET_METRICS]
+                + [f0(v["train_seconds"]), f"{b['train_docs']} / {b['epochs']} / {b['max_length']} / {b['batch_size']}"]
+            )
+            conventions.append(convention(v))
+    header = ["variant", "family", "settings (besides the budget)", *SUBSET_METRICS, "training s"]
+    header.append("train docs / epochs / tokens / batch")
+    return {"table": accuracy_table(header, "lll" + "r" * (len(SUBSET_METRICS) + 1) + "l", rows, conventions)}

@@ -2,7 +2,8 @@
 candidate expansion and discriminator scoring run in numpy (LightXML paper, "Prediction").
 
 score(label) = σ(generator score of its cluster) × σ(E_label · σ(W_h e + b_h)), over the labels of the
-top-b clusters only. Training's validation uses this same code on the torch model's outputs.
+top-b clusters only; with one label per cluster and `discriminator` off, σ(generator score) alone.
+Training's validation uses this same code on the torch model's outputs.
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ class LightXMLHeadConfig(BaseModel):
     n_labels: int = Field(..., ge=1)
     dim: int = Field(..., ge=1, description="label-embedding / bottleneck size")
     faiss_min_labels: int = Field(100_000, ge=0, description="label embeddings in a FAISS index from this many labels")
+    discriminator: bool = Field(
+        True,
+        description="score = σ(cluster) × σ(label); False: σ(cluster) alone, for one label per cluster (the "
+        "generator then scores every label itself, as the paper does for small label sets)",
+    )
 
 
 @dataclass
@@ -125,8 +131,9 @@ class LightXMLModel:
                 f"{self.config.n_clusters} / {self.config.dim}"
             )
         labels, prob = self.candidates(g, max(beam_size or self.config.beam_size, 1))
-        scores = prob * expit(self.labels.scores(h.astype(np.float32), labels))
-        scores = np.where(labels >= 0, scores, -np.inf).astype(np.float32)
+        if self.config.discriminator:
+            prob = prob * expit(self.labels.scores(h.astype(np.float32), labels))
+        scores = np.where(labels >= 0, prob, -np.inf).astype(np.float32)
         return Predictions(*top_k(scores, labels, k))
 
     def save(self, folder: Path) -> None:

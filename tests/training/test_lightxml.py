@@ -51,6 +51,38 @@ def test_training_adds_true_clusters_and_prediction_does_not():
     assert set(cand[0][cand[0] >= 0]) == {5, 0, 1, 4}  # at prediction: only the top-b clusters
 
 
+def test_one_label_per_cluster_ranks_by_the_generator_alone_unless_the_discriminator_is_asked_for():
+    """Flat clusters: the discriminator's label scores (here reversing the generator's order) change nothing."""
+    from xtag.models.label_tree import ClusterChain
+    from xtag.models.lightxml.model import LightXMLHeadConfig, LightXMLModel, LightXMLOutputs
+
+    chain = ClusterChain(ptrs=[np.array([0, 4]), np.arange(5)], leaf_labels=np.arange(4))
+    E = np.array([[-9.0], [-3.0], [3.0], [9.0]], np.float32)  # label scores E · h rise with the label id
+    out = LightXMLOutputs(np.array([[4.0, 3.0, 2.0, 1.0]], np.float32), np.ones((1, 1), np.float32))
+    head = dict(beam_size=4, n_clusters=4, n_labels=4, dim=1)
+    alone = LightXMLModel(chain, E, LightXMLHeadConfig(**head, discriminator=False)).predict(out, k=4)
+    both = LightXMLModel(chain, E, LightXMLHeadConfig(**head)).predict(out, k=4)
+    assert list(alone.labels[0]) == [0, 1, 2, 3] and list(both.labels[0]) == [2, 3, 1, 0]  # σ(g)·σ(d)
+
+
+@pytest.mark.parametrize("flat_discriminator", [False, True])
+def test_flat_clusters_train_the_discriminator_only_when_asked(
+    flat_discriminator, corpus_files, tiny_bert, lightxml_config, tmp_path, monkeypatch
+):
+    from xtag.models.lightxml.model import LightXMLModel
+    from xtag.training.run import train_run
+
+    calls = _record_candidates(monkeypatch)
+    config = lightxml_config(
+        corpus_files[0], tiny_bert, epochs=1, max_steps=3, flat_max_labels=100, val_fraction=0.0, swa_start=1,
+        flat_discriminator=flat_discriminator,
+    )  # fmt: skip
+    train_run(config, tmp_path / "run", progress=False)
+    model = LightXMLModel.load(tmp_path / "run" / "model")
+    assert model.chain.level_size(1) == model.n_labels  # one label per cluster
+    assert model.config.discriminator is flat_discriminator and bool(calls) is flat_discriminator
+
+
 def _record_candidates(monkeypatch):
     import xtag.training.lightxml.train as lightxml
 
@@ -169,6 +201,27 @@ def test_swa_is_the_running_mean_and_is_what_gets_saved(
     saved = load_file(tmp_path / "run" / "model" / "encoder" / "heads.safetensors")["generator.weight"]
     np.testing.assert_allclose(saved, torch.stack(snapshots).mean(0).numpy(), atol=1e-6)
     assert not np.allclose(saved, snapshots[-1].numpy(), atol=1e-4)  # not simply the last weights
+
+
+def test_swa_always_averages_in_the_last_steps_weights(corpus_files, tiny_bert, lightxml_config, tmp_path, monkeypatch):
+    """Two epochs of 25 steps, SWA from epoch 1 every 1000 steps: the averages are of steps 25 and 50. (They
+    were of step 25 alone — the model saved was the end of epoch 1, the second epoch thrown away.)"""
+    import torch
+    from xtag.training.deep.swa import SWA
+    from xtag.training.run import train_run
+
+    steps, real = [], SWA.update
+
+    def record(self):
+        steps.append(self.net.generator.weight.detach().clone())
+        real(self)
+
+    monkeypatch.setattr(SWA, "update", record)
+    config = lightxml_config(corpus_files[0], tiny_bert, epochs=2, val_fraction=0.0, swa_start=1, swa_every=1000)
+    train_run(config, tmp_path / "run", progress=False)
+    assert len(steps) == 2
+    saved = load_file(tmp_path / "run" / "model" / "encoder" / "heads.safetensors")["generator.weight"]
+    np.testing.assert_allclose(saved, torch.stack(steps).mean(0).numpy(), atol=1e-6)
 
 
 def test_selection_validates_exactly_the_weights_it_saves(corpus_files, tiny_bert, lightxml_config, tmp_path):
@@ -302,3 +355,59 @@ def test_torchrun_two_processes_train_lightxml_and_both_exit_cleanly(
     events = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
     assert next(e for e in events if e["event"] == "lightxml")["world_size"] == 2
     assert (tmp_path / "run" / "model" / "encoder" / "model.safetensors").is_file()
+
+
+def test_every_parameter_trains_at_its_rate_and_the_schedule_is_applied(
+    corpus_files, tiny_bert, lightxml_config, tmp_path, monkeypatch
+):
+    """The heads (generator, bottleneck, label embeddings) run at lr_head, the encoder at lr, every trainable
+    parameter in exactly one group; the logged rate warms up linearly, then decays linearly to zero."""
+    import torch
+    from xtag.training.deep.optim import lr_factor
+    from xtag.training.lightxml.result import LIGHTXML_NET
+    from xtag.training.run import train_run
+
+    groups = []
+    real = torch.optim.AdamW
+
+    def spy(params, *args, **kwargs):
+        groups.extend({"lr": g["lr"], "params": list(g["params"])} for g in params)
+        return real(params, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim, "AdamW", spy)
+    config = lightxml_config(
+        corpus_files[0], tiny_bert, epochs=1, max_steps=10, lr=1e-3, lr_head=2e-2, warmup=0.3,
+        schedule="linear", log_every=1, val_fraction=0.0, swa_start=1,
+    )  # fmt: skip
+    run = tmp_path / "run"
+    train_run(config, run, progress=False)
+    ids = [id(p) for g in groups for p in g["params"]]
+    assert len(ids) == len(set(ids))
+    net, _ = LIGHTXML_NET.load_run_net(run / "model" / "encoder", None)
+    n_trainable = sum(1 for p in net.parameters() if p.requires_grad)
+    assert len(ids) == n_trainable  # no parameter left out of the optimiser
+    heads = {id(p) for m in (net.generator, net.bottleneck, net.label_embeddings) for p in m.parameters()}
+    rates = [(g["lr"], len(g["params"])) for g in groups if g["params"]]
+    assert {lr for lr, _ in rates} == {1e-3, 2e-2}
+    assert sum(n for lr, n in rates if lr == 2e-2) == len(heads)  # generator, bottleneck, embeddings: 5 tensors
+    events = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
+    lrs = [e["lr"] for e in events if e["event"] == "step"]
+    assert lrs == pytest.approx([1e-3 * lr_factor(s, 10, 3, "linear") for s in range(1, 11)])
+    assert lrs[0] < lrs[1] == max(lrs) == pytest.approx(1e-3) and lrs[-1] == 0.0
+
+
+def test_prior_bias_starts_the_generator_at_the_cluster_log_odds(corpus_files, tiny_bert, lightxml_config, tmp_path):
+    """prior_bias: before any step, σ(generator bias) is each cluster's share of the training texts (the
+    popularity ranking); one step at a negligible rate leaves it there."""
+    from xtag.training.data.corpus import load_corpus
+    from xtag.training.run import train_run
+
+    config = lightxml_config(
+        corpus_files[0], tiny_bert, epochs=1, max_steps=1, lr=1e-9, lr_head=1e-9, val_fraction=0.0, swa_start=1,
+        prior_bias=True, flat_max_labels=100,
+    )  # fmt: skip
+    train_run(config, tmp_path / "run", progress=False)
+    bias = load_file(tmp_path / "run" / "model" / "encoder" / "heads.safetensors")["generator.bias"]
+    labels = json.loads((tmp_path / "run" / "model" / "labels.json").read_text())
+    share = np.array(labels["frequencies"]) / len(load_corpus(corpus_files[0]))
+    np.testing.assert_allclose(1 / (1 + np.exp(-bias)), share, atol=1e-4)

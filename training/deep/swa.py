@@ -8,8 +8,12 @@ from xtag.training.deep.loop import Callback, TrainingLoop
 
 
 class SWA(Callback):
-    """The running mean of the parameters at each `update`: as a callback, after optimiser step `start`
-    and every `every` steps from there (never when `start` is None)."""
+    """The running mean of the parameters at each `update`: as a callback, after optimiser step `start`,
+    every `every` steps from there and after the budget's last step (never when `start` is None).
+
+    The last step always counts: otherwise a run ending less than `every` steps after an update kept
+    averages without its final weights (2 epochs of 178 steps, start 178, every 200: the "trained" model
+    was the end of epoch 1, the whole second epoch discarded)."""
 
     def __init__(self, net: nn.Module, start: int | None = None, every: int = 1):
         self.net, self.count, self.start, self.every = net, 0, start, every
@@ -36,7 +40,9 @@ class SWA(Callback):
 
     def on_step(self, loop: TrainingLoop) -> None:
         step = loop.pos.step
-        if self.start is not None and step >= self.start and (step - self.start) % self.every == 0:
+        if self.start is None or step < self.start:
+            return
+        if (step - self.start) % self.every == 0 or step == loop.budget.total:
             self.update()
 
     def tensors(self) -> dict[str, torch.Tensor]:

@@ -2,16 +2,19 @@
 
 Each step: e = last-N [CLS] vectors (dropout 0.5); the generator scores all clusters (L_g, eq. 1);
 the discriminator scores the labels of the generator's current top-b clusters plus the true
-clusters (eq. 2-4, L_d eq. 5); L = L_g + L_d (eq. 6). Negatives are the model's own top clusters,
+clusters (eq. 2-4, L_d eq. 5); L = L_g + L_d (eq. 6); with one label per cluster the generator alone
+(L = L_g) unless `flat_discriminator`. Negatives are the model's own top clusters,
 re-drawn every step. `negatives="static"` is the Table 5 ablation: the generator trains alone for
 `static_warmup` of the steps, then each document's top-b clusters are fixed once and L_g + L_d
-trains on them. AdamW at a constant 1e-4, AMP on CUDA, SWA from `swa_start` every `swa_every`
+trains on them. AdamW, encoder at 1e-4 (constant unless `warmup` / `schedule`), AMP on CUDA, SWA from
+`swa_start` every `swa_every`
 steps (validations and the saved model use the averages), gradient accumulation, DDP under
 torchrun, checkpoints + resume, model selection on a held-out validation split.
 
 Deviations from the paper, all for this project's budgets: MiniLM-L6 by default instead of
-BERT-base; `max_steps` caps training on CPU (SWA starts from a fractional epoch then); losses are
-means over clusters / valid candidates (as the authors' code does) rather than the sums of eq. 1/5;
+BERT-base; the heads at 10 × the encoder's rate (`lr_head`; the paper has one rate); the generator's
+biases start at the clusters' log prior odds (`prior_bias`); `max_steps` caps training on CPU (SWA starts from a fractional epoch then); losses are
+by default means over clusters / valid candidates (as the authors' code does; `reduction="sum"`: eq. 1/5);
 the selection metric is the mean of P@1/3/5 on the validation split.
 """
 
@@ -37,7 +40,7 @@ from xtag.training.deep.distributed import DistContext
 from xtag.training.deep.encoder import TextEncoder, load_tokenizer
 from xtag.training.deep.loop import Budget, Callback, TrainingLoop, epoch_order, start_run
 from xtag.training.deep.losses import LabelWeightTable, weighted_pointwise_loss
-from xtag.training.deep.optim import decay_groups
+from xtag.training.deep.optim import decay_groups, lr_factor
 from xtag.training.deep.result import NetRunResult, finish_run
 from xtag.training.deep.swa import SWA
 from xtag.training.lightxml.clusters import label_clusters, training_candidates
@@ -81,13 +84,24 @@ class Trainer(Callback):
             else node_weights(label_weights, freq, chain.ancestors(1), chain.level_size(1)),
             ctx.device,
         )
+        # A deviation (the paper does not say how the heads start): from near-zero logits, mean BCE over all
+        # clusters spends the first steps pushing every logit down, and a short budget ended there (issue 29).
+        if lc.prior_bias:
+            share = np.asarray(self.Yc[self.train_idx].mean(axis=0)).ravel().clip(1e-4, 1 - 1e-4)
+            with torch.no_grad():
+                net.generator.bias.copy_(torch.from_numpy(np.log(share / (1 - share))))
         self.budget = Budget.of(len(self.train_idx), ctx.world, lc)
+        # One label per cluster: the generator is already a classifier over every label. A discriminator trained on
+        # its top-b plus the forced-in positives learns which labels show up only when positive (the rare ones) and,
+        # multiplied in, ranked the generator's top-10 worse than chance after a 3,000-text epoch (issue 29).
+        self.discriminate = lc.flat_discriminator or chain.level_size(1) != chain.n_labels
         self.head = LightXMLHeadConfig(
             beam_size=lc.top_clusters,
             n_clusters=chain.level_size(1),
             n_labels=chain.n_labels,
             dim=lc.hidden_dim,
             faiss_min_labels=lc.export.faiss_min_labels,
+            discriminator=self.discriminate,
         )
         self.swa = SWA(net, start=int(math.ceil(lc.swa_start * self.budget.per_epoch)), every=lc.swa_every)
         self.selection = ModelSelection(
@@ -104,7 +118,9 @@ class Trainer(Callback):
             log,
         )
         # Static negatives: the generator trains alone (no discriminator loss) for the first `static_from` steps.
-        self.static_from = int(lc.static_warmup * self.budget.total) if lc.negatives == "static" else 0
+        # Without a discriminator (flat clusters) there are no negatives to fix: static trains as dynamic does.
+        static = lc.negatives == "static" and self.discriminate
+        self.static_from = int(lc.static_warmup * self.budget.total) if static else 0
         self.fixed_top: np.ndarray | None = None  # static negatives: each training text's top clusters, fixed
         self.parts = (0.0, 0.0)  # the last micro-batch's (L_g, L_d), for the log
 
@@ -134,18 +150,19 @@ class Trainer(Callback):
         """L = L_g + L_d (eq. 6) of a micro-batch; L_d only once the negatives are drawn (static: after the warm-up)."""
         ids, mask = self.tokenizer([self.texts[i] for i in idx])
         yc = torch.from_numpy(self.Yc[idx].toarray()).to(self.ctx.device)
-        use_d = not self.static_from or self.fixed_top is not None
+        use_d = self.discriminate and (not self.static_from or self.fixed_top is not None)
         g, d, cand = model(
             torch.from_numpy(ids).to(self.ctx.device),
             torch.from_numpy(mask).to(self.ctx.device),
             self._picker(idx, use_d),
         )
-        loss_g = weighted_pointwise_loss(g.float(), yc, "bce", self.cluster_w.full(len(idx))).mean()
+        loss_g = weighted_pointwise_loss(g.float(), yc, "bce", self.cluster_w.full(len(idx)))
+        loss_g = loss_g.sum() / len(idx) if self.lc.reduction == "sum" else loss_g.mean()
         loss_d = torch.zeros((), device=g.device)
         if cand is not None:
             labels, valid, y = cand
             per = weighted_pointwise_loss(d.float(), y, "bce", self.label_w.lookup(labels), base=valid)
-            loss_d = per.sum() / valid.sum().clamp(min=1.0)
+            loss_d = per.sum() / (len(idx) if self.lc.reduction == "sum" else valid.sum().clamp(min=1.0))
         self.parts = (float(loss_g.detach()), float(loss_d.detach()))
         return loss_g + loss_d, self.parts[0] + self.parts[1]
 
@@ -209,11 +226,12 @@ class Trainer(Callback):
         heads = [
             g
             for m in (net.generator, net.bottleneck, net.label_embeddings)
-            for g in decay_groups(m, lc.lr_head or lc.lr, lc.weight_decay)
+            for g in decay_groups(m, lc.lr_head or 10 * lc.lr, lc.weight_decay)  # a deviation: the paper has one rate
         ]
         opt = torch.optim.AdamW(decay_groups(net.transformer, lc.lr, lc.weight_decay) + heads)
-        # The paper's constant rate (the loop's default schedule). Static negatives: the discriminator gets no
-        # gradient in the generator-only phase, which DDP must be told.
+        # The paper's constant rate unless warm-up / decay are configured. Static negatives: the discriminator gets
+        # no gradient in the generator-only phase, which DDP must be told.
+        warmup = int(lc.warmup * budget.total)
         loop = TrainingLoop(
             net,
             opt,
@@ -222,9 +240,10 @@ class Trainer(Callback):
             self.ctx,
             Checkpoint(self.folder / "current"),
             order=lambda epoch: epoch_order(self.train_idx, [lc.seed, epoch], self.ctx.world),
+            lr_lambda=lambda step: lr_factor(step, budget.total, warmup, lc.schedule),
             callbacks=[self.swa, self, self.selection],
             log_fields=self.log_fields,
-            find_unused=bool(self.static_from),
+            find_unused=bool(self.static_from) or not self.discriminate,
             name="lightxml",
             desc=f"lightxml ({lc.negatives})",
             progress=self.progress,

@@ -132,6 +132,18 @@ def document_limit(limit: int, status: int = 422) -> Callable[[object], None]:
     return check
 
 
+def check_text_lengths(request: Request, texts: list[str], what: str = "documents[{i}].text") -> None:
+    """413 for the first text over XTAG_MAX_TEXT_CHARS; `what` names it (formatted with its index `i`)."""
+    cap = request.app.state.settings.max_text_chars
+    for i, text in enumerate(texts):
+        if len(text) > cap:
+            raise Problem(
+                413,
+                "text-too-long",
+                f"{what.format(i=i)} has {len(text)} characters; the limit is {cap} (XTAG_MAX_TEXT_CHARS)",
+            )
+
+
 def _decode_and_validate(
     body: bytes, content_type: str, model: type[M], optional: bool, check: Callable[[object], None] | None
 ) -> M:

@@ -8,7 +8,7 @@ from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Request
 from starlette.formparsers import MultiPartException, MultiPartParser
-from xtag.service.deps import document_limit, openapi_body, parse_body, served_model
+from xtag.service.deps import check_text_lengths, document_limit, openapi_body, parse_body, served_model
 from xtag.service.model_slot import ServedModel
 from xtag.service.problems import Problem, problem_responses
 from xtag.service.routes.predict import JSONBytes, predict_arrays
@@ -79,14 +79,7 @@ async def _suggest(
     s = request.app.state.settings
     limit = min(_number(limit_raw, "limit", int, 1, s.max_k, 10), model.n_labels)
     threshold = _number(threshold_raw, "threshold", float, 0.0, 1.0, 0.0)
-    for i, text in enumerate(texts):
-        if len(text) > s.max_text_chars:
-            raise Problem(
-                413,
-                "text-too-long",
-                f"documents[{i}].text has {len(text)} characters; the limit is "
-                f"{s.max_text_chars} (XTAG_MAX_TEXT_CHARS)",
-            )
+    check_text_lengths(request, texts)
     todo = [i for i, t in enumerate(texts) if t.strip()]
     out: list[list[dict]] = [[] for _ in texts]
     if not todo:

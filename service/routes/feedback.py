@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
-from xtag.service.deps import document_limit, openapi_body, parse_body
+from xtag.service.deps import check_text_lengths, document_limit, openapi_body, parse_body
 from xtag.service.feedback_store import Feedback, FeedbackStore, Written
 from xtag.service.problems import Problem, problem_responses
 from xtag.service.routes.annif import _project
@@ -97,7 +97,7 @@ async def feedback(request: Request) -> dict:
     out = writer(request)
     limit = request.app.state.settings.max_batch_documents
     body = await parse_body(request, FeedbackRequest, check=document_limit(limit))
-    _check_lengths(request, [d.text for d in body.documents])
+    check_text_lengths(request, [d.text for d in body.documents])
     items = [
         Feedback(d.text, list(dict.fromkeys(d.labels)), None if d.id is None else str(d.id)) for d in body.documents
     ]
@@ -129,7 +129,7 @@ async def learn(request: Request, project_id: str) -> Response:
     limit = request.app.state.settings.max_batch_documents
     body = await parse_body(request, AnnifLearnRequest, check=_list_limit(limit))
     docs = body.root
-    _check_lengths(request, [d.text for d in docs])
+    check_text_lengths(request, [d.text for d in docs])
     items = []
     for i, d in enumerate(docs):
         names = [_subject_name(request, s.uri, s.label, f"[{i}].subjects[{j}]") for j, s in enumerate(d.subjects)]
@@ -146,14 +146,3 @@ async def learn(request: Request, project_id: str) -> Response:
 def _list_limit(limit: int):
     check = document_limit(limit, status=400)
     return lambda data: check({"documents": data})
-
-
-def _check_lengths(request: Request, texts: list[str]) -> None:
-    cap = request.app.state.settings.max_text_chars
-    for i, text in enumerate(texts):
-        if len(text) > cap:
-            raise Problem(
-                413,
-                "text-too-long",
-                f"documents[{i}].text has {len(text)} characters; the limit is {cap} (XTAG_MAX_TEXT_CHARS)",
-            )

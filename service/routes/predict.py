@@ -14,7 +14,14 @@ from xtag.models.errors import XtagError
 from xtag.models.explain import ExplainUnavailable
 from xtag.models.macro_inference import SERVING_MAX_DOCS, predict_optimized, serving_config
 from xtag.service.batching import run_off_loop
-from xtag.service.deps import document_limit, openapi_body, parse_body, require_api_key, served_model
+from xtag.service.deps import (
+    check_text_lengths,
+    document_limit,
+    openapi_body,
+    parse_body,
+    require_api_key,
+    served_model,
+)
 from xtag.service.encode import label_lists
 from xtag.service.model_slot import ServedModel
 from xtag.service.problems import Problem, problem_responses
@@ -49,13 +56,7 @@ def check_options(
 ) -> tuple[int, int | None, np.ndarray | None]:
     """Limits that depend on the settings or the model: text length (413), k and beam (422), reweighting."""
     s = request.app.state.settings
-    for i, text in enumerate(texts):
-        if len(text) > s.max_text_chars:
-            raise Problem(
-                413,
-                "text-too-long",
-                f"{what.format(i=i)} has {len(text)} characters; the limit is {s.max_text_chars} (XTAG_MAX_TEXT_CHARS)",
-            )
+    check_text_lengths(request, texts, what)
     k = opts.k if "k" in opts.model_fields_set else min(opts.k, model.n_labels)
     k_max = min(model.n_labels, s.max_k)
     if k > k_max:

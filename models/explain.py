@@ -29,7 +29,7 @@ from xtag.models.beam_search import POST_PROCESSORS
 from xtag.models.errors import XtagError
 from xtag.models.features import TfidfFeaturizer
 from xtag.models.xlinear.model import XLinearModel
-from xtag.models.xlinear.readable import as_csr, path_nodes
+from xtag.models.xlinear.readable import as_csr, path_nodes, shared_features
 
 TOP_TERMS = 5  # terms listed per level and per label
 DIGITS = 6  # decimals kept in the payload: sums hold within a few 1e-6
@@ -85,31 +85,22 @@ class Explainer:
         nodes = path_nodes(self.model)
         out = []
         for d, row in enumerate(labels):
-            x_idx, x_val = X.indices[X.indptr[d] : X.indptr[d + 1]], X.data[X.indptr[d] : X.indptr[d + 1]]
             shares: dict[tuple[int, int], _Level] = {}  # labels of one document share their upper nodes
             explained = []
             for label in row:
                 path = [(t, int(nodes[t][label])) for t in range(len(nodes))]
                 for key in path:
                     if key not in shares:
-                        shares[key] = self._share(x_idx, x_val, *key)
+                        shares[key] = self._share(X, d, *key)
                 explained.append(self._label(path, [shares[key] for key in path], top))
             out.append(explained)
         return out
 
-    def _share(self, x_idx: np.ndarray, x_val: np.ndarray, t: int, node: int) -> _Level:
+    def _share(self, X, d: int, t: int, node: int) -> _Level:
         level = self.model.levels[t]
-        W = level.W
-        if not W.has_sorted_indices:
-            W.sort_indices()
-        w_idx, w_val = W.indices[W.indptr[node] : W.indptr[node + 1]], W.data[W.indptr[node] : W.indptr[node + 1]]
-        bias = float(level.bias[node])
-        if not len(w_idx) or not len(x_idx):
-            return _Level(np.empty(0, np.int64), np.empty(0), bias)
-        pos = np.minimum(np.searchsorted(w_idx, x_idx), len(w_idx) - 1)
-        hit = w_idx[pos] == x_idx
-        products = x_val[hit].astype(np.float64) * w_val[pos[hit]].astype(np.float64)
-        return _Level(x_idx[hit].astype(np.int64), products, bias)
+        features, x_val, w_val = shared_features(X, d, level.W, node)
+        products = x_val.astype(np.float64) * w_val.astype(np.float64)
+        return _Level(features.astype(np.int64), products, float(level.bias[node]))
 
     def _label(self, path: list[tuple[int, int]], shares: list[_Level], top: int) -> dict:
         levels, path_score, credited = [], 1.0, []

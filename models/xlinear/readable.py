@@ -72,19 +72,26 @@ def pair_scores(
         un, n_pos = np.unique(nodes, return_inverse=True)
         products = (X[ud] @ W[un].T).tocsr()  # kept sparse: documents × nodes can be large on big trees
         return np.asarray(products[d_pos, n_pos], dtype=np.float64).ravel() + bias[un][n_pos]
-    if not W.has_sorted_indices:
-        W.sort_indices()
     out = np.empty(len(docs))
     for i, (d, n) in enumerate(zip(docs.tolist(), nodes.tolist())):
-        x_idx, x_val = X.indices[X.indptr[d] : X.indptr[d + 1]], X.data[X.indptr[d] : X.indptr[d + 1]]
-        w_idx, w_val = W.indices[W.indptr[n] : W.indptr[n + 1]], W.data[W.indptr[n] : W.indptr[n + 1]]
-        if not len(w_idx):
-            out[i] = 0.0
-            continue
-        pos = np.minimum(np.searchsorted(w_idx, x_idx), len(w_idx) - 1)
-        hit = w_idx[pos] == x_idx
-        out[i] = float(np.dot(w_val[pos[hit]].astype(np.float64), x_val[hit]))
+        _, x_val, w_val = shared_features(X, d, W, n)
+        out[i] = float(np.dot(w_val.astype(np.float64), x_val))
     return out + bias[nodes]
+
+
+def shared_features(X: sp.csr_matrix, d: int, W: sp.csr_matrix, node: int) -> tuple[np.ndarray, ...]:
+    """The feature columns that document row `d` of X and ranker row `node` of W both hold: (columns, x values,
+    w values), in X's column order. Looked up with searchsorted in the node's sorted row, without scipy objects
+    (pair_scores' margins and models/explain.py's per-term contributions are both made of these)."""
+    if not W.has_sorted_indices:
+        W.sort_indices()
+    x_idx, x_val = X.indices[X.indptr[d] : X.indptr[d + 1]], X.data[X.indptr[d] : X.indptr[d + 1]]
+    w_idx, w_val = W.indices[W.indptr[node] : W.indptr[node + 1]], W.data[W.indptr[node] : W.indptr[node + 1]]
+    if not len(w_idx) or not len(x_idx):
+        return x_idx[:0], x_val[:0], w_val[:0]
+    pos = np.minimum(np.searchsorted(w_idx, x_idx), len(w_idx) - 1)
+    hit = w_idx[pos] == x_idx
+    return x_idx[hit], x_val[hit], w_val[pos[hit]]
 
 
 def path_nodes(model) -> list[np.ndarray]:

@@ -91,7 +91,7 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="first N rows of each split (smoke runs)")
     ap.add_argument("--latency-texts", type=int, default=100)
     ap.add_argument("--variants", default="dynamic,static", help="negative sampling of each variant")
-    ap.add_argument("--lr-head", type=float, default=None, help="heads' learning rate (default: the paper's 1e-4)")
+    ap.add_argument("--lr-head", type=float, default=None, help="heads' learning rate (default: LightXMLConfig's)")
     ap.add_argument("--suffix", default="", help="appended to the variant names (runs with other budgets)")
     ap.add_argument("--latency-only", action="store_true", help="re-measure the latency of finished bundles")
     ap.add_argument(
@@ -132,7 +132,7 @@ def main() -> None:
         config = TrainConfig(
             corpus=train_path,
             model="lightxml",
-            lightxml=lc.model_copy(update={"negatives": negatives, "lr_head": args.lr_head or lc.lr}),
+            lightxml=lc.model_copy(update={"negatives": negatives, "lr_head": args.lr_head}),  # None: 10 × lr
         )
         run = work / f"{name}-run"
         if (run / "config.json").exists() and not (run / "model").is_dir():  # finish an interrupted run first

@@ -3,9 +3,10 @@
 Usage (from the repository root; tens of minutes on 2 shared cores, most of it training and the teacher):
     .venv/bin/python bench/static_debtags.py [--data ../shared/data/debtags] [--out bench/out/static_debtags]
         [--tunes none corpus task] [--alphas 0.5 1.0] [--tune-texts N] [--task-epochs E --task-lr LR]
+        [--source RUN --label ft --skip-baseline]  (a fine-tuned teacher: an xr-transformer run's encoder)
 
-Per tune (none, corpus) the static encoder is built once from the training file with the default teacher
-(MiniLM-L6). α is chosen on a seeded 10 % validation split of the training file (rankers trained on the other
+Per tune (none, corpus) the static encoder is built once from the training file with the teacher (MiniLM-L6,
+or --source). α is chosen on a seeded 10 % validation split of the training file (rankers trained on the other
 90 %, P@1 then PSP@5 decide), never on the test split; the tune=corpus fit sees the validation texts' teacher
 outputs (no labels) because it is fitted on the whole training file. The final model is `train_run` on the
 whole training file with the chosen α, its static encoder taken from the one already built (the run's resume
@@ -162,6 +163,15 @@ def main() -> None:
     parser.add_argument("--teacher-max-length", type=int, default=128, help="dense.teacher_max_length")
     parser.add_argument("--task-epochs", type=int, default=None, help="dense.task_epochs")
     parser.add_argument("--task-lr", type=float, default=None, help="dense.task_lr")
+    parser.add_argument(
+        "--source",
+        type=Path,
+        default=None,
+        help="dense.source: the teacher (default MiniLM), e.g. an xr-transformer run",
+    )
+    parser.add_argument(
+        "--label", default="", help="appended to the static rows' names (e.g. ft for a fine-tuned teacher)"
+    )
     parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument("--result-name", default=None, help="also write bench/results/<name>.json")
     parser.add_argument(
@@ -191,7 +201,7 @@ def main() -> None:
         "load_start": os.getloadavg(),
         "rows": {},
     }
-    path = args.out / ("results-" + "-".join(args.tunes) + ".json")
+    path = args.out / ("results-" + "-".join(args.tunes) + (f"-{args.label}" if args.label else "") + ".json")
     if not args.skip_baseline:
         results["rows"]["xlinear"] = final("xlinear", TrainConfig(corpus=train_file), args.out, test, None)
         path.write_text(json.dumps(results, indent=2))
@@ -203,20 +213,22 @@ def main() -> None:
             tune_texts=args.tune_texts,
             teacher_max_length=args.teacher_max_length,
             **{k: v for k, v in task.items() if v is not None},
+            **({"source": args.source.resolve()} if args.source else {}),
         )
+        name = f"static-{tune}" + (f"-{args.label}" if args.label else "")
         start = time.perf_counter()
         events: list[dict] = []
         encoder = None if "task" in tune else build_static_encoder(train.texts, dense, events.append)
         build_seconds = time.perf_counter() - start
         chosen = choose_alpha(encoder, dense, train, mask, args.alphas)
         config = TrainConfig(corpus=train_file, dense=dense.model_copy(update={"alpha": chosen["alpha"]}))
-        row = final(f"static-{tune}", config, args.out, test, encoder)
+        row = final(name, config, args.out, test, encoder)
         row.update(chosen, static_build_seconds=round(build_seconds, 1), static_events=events)
         row["train_seconds"] = round(row["run_seconds"] + build_seconds, 1)
         if encoder is None:  # the run built its own table: its log holds the distil and tune events
-            log = args.out / f"static-{tune}-run" / "train_log.jsonl"
+            log = args.out / f"{name}-run" / "train_log.jsonl"
             row["static_events"] = [e for e in map(json.loads, log.read_text().splitlines()) if "static" in e["event"]]
-        results["rows"][f"static-{tune}"] = row
+        results["rows"][name] = row
         path.write_text(json.dumps(results, indent=2))
         print(json.dumps(row), flush=True)
     results["load_end"] = os.getloadavg()

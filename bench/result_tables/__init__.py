@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .cold_start import cold_start
 from .lamp import lamp_debtags
-from .lightxml_cascadexml import cascadexml_debtags, lightxml_debtags, lightxml_subset
+from .lightxml_cascadexml import cascadexml_debtags, equal_budget, lightxml_debtags, lightxml_subset
 from .onnx_encoders import encoder_variants
 from .service import explain_latency, inline_vs_worker, service_batch, service_latency, service_load
 from .static import static_debtags
@@ -37,6 +37,7 @@ BUILDERS = {
         lightxml_debtags,
         lightxml_subset,
         cascadexml_debtags,
+        equal_budget,
         encoder_variants,
         losses_debtags,
         cold_start,

@@ -13,6 +13,8 @@ from .common import (
     f1,
     f2,
     get,
+    ms,
+    one_result_each,
     parity_texts,
     payloads,
     table,
@@ -144,3 +146,20 @@ def lightxml_subset(docs: list[dict]) -> dict[str, str]:
     header = ["variant", "family", "settings (besides the budget)", *SUBSET_METRICS, "training s"]
     header.append("train docs / epochs / tokens / batch")
     return {"table": accuracy_table(header, "lll" + "r" * (len(SUBSET_METRICS) + 1) + "l", rows, conventions)}
+
+
+@one_result_each
+def equal_budget(r: dict) -> dict[str, str]:
+    """The families at one CPU budget on the whole of debtags (equal_budget_debtags.py, issue 29)."""
+    header = ["model", "budget", *SUBSET_METRICS, "training s", "`/v1/predict` p50 ms"]
+    rows = [
+        [
+            label,
+            v["budget"],
+            *(f2(v["metrics"][m]) for m in SUBSET_METRICS),
+            f0(v["train_seconds"]),
+            ms(v["http_p50_ms"]),
+        ]
+        for label, v in r["rows"].items()
+    ]
+    return {"table": table(header, "ll" + "r" * (len(SUBSET_METRICS) + 2), rows)}

@@ -13,11 +13,9 @@ renamed at the end: a killed update leaves RUN untouched and no RUN2 (as save_mo
 
 from __future__ import annotations
 
-import gzip
 import json
 import shutil
 import time
-from collections import Counter
 from pathlib import Path
 
 from xtag.models.atomic import fsync_dir, write_text_atomic
@@ -26,7 +24,7 @@ from xtag.models.features import TfidfFeaturizer
 from xtag.models.labels import LabelVocab
 from xtag.models.registry import family
 from xtag.training.config import TrainConfig
-from xtag.training.data.corpus import Corpus, load_corpus
+from xtag.training.data.corpus import Corpus, label_counts, load_corpus, write_jsonl_gz
 from xtag.training.data.fingerprint import CorpusFingerprint
 from xtag.training.run import RunLog, save_model
 
@@ -58,7 +56,7 @@ def grown_vocab(old: LabelVocab, corpus: Corpus) -> LabelVocab:
             if name not in known:
                 known.add(name)
                 names.append(name)
-    counts = Counter(n for row in corpus.labels for n in set(row))
+    counts = label_counts(corpus)
     return LabelVocab(names, [counts.get(n, 0) for n in names], len(corpus))
 
 
@@ -71,12 +69,6 @@ class _SavedFeatures:
 
     def save(self, folder: Path) -> None:
         shutil.copytree(self.folder, folder)
-
-
-def _write_corpus(corpus: Corpus, path: Path) -> None:
-    with gzip.open(path, "wt", encoding="utf-8", compresslevel=1) as fh:  # level 9 took seconds of an update
-        for doc_id, text, labels in zip(corpus.ids, corpus.texts, corpus.labels):
-            fh.write(json.dumps({"id": doc_id, "text": text, "labels": labels}, ensure_ascii=False) + "\n")
 
 
 def update_run(
@@ -115,7 +107,8 @@ def update_run(
     shutil.rmtree(tmp, ignore_errors=True)  # a killed earlier attempt's leftovers
     tmp.mkdir(parents=True)
     try:
-        _write_corpus(merged, tmp / CORPUS_FILE)
+        rows = ({"id": i, "text": t, "labels": n} for i, t, n in zip(merged.ids, merged.texts, merged.labels))
+        write_jsonl_gz(tmp / CORPUS_FILE, rows, level=1, ensure_ascii=False)
         saved = config.model_copy(update={"corpus": (out / CORPUS_FILE).resolve(), "format": "jsonl"})
         write_text_atomic(tmp / "config.json", saved.model_dump_json(indent=2))
         CorpusFingerprint.of(merged, len(grown)).save(tmp)

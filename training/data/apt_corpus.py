@@ -6,9 +6,7 @@ import bz2
 import gzip
 import hashlib
 import io
-import json
 import lzma
-import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +14,7 @@ from typing import IO
 
 import lz4.frame
 from xtag.models.errors import XtagError
+from xtag.training.data.corpus import write_jsonl_gz
 
 APT_UPDATE = ["apt-get", "update", "-o", "Acquire::Languages=en"]
 _APT_HINT = "run `apt-get update -o Acquire::Languages=en` (as root) or `xtag data debtags|debdeps --update`"
@@ -109,15 +108,6 @@ def render_description(description: str) -> str:
 def is_test(package: str) -> bool:
     """The split rule of every apt corpus: test = packages whose sha1(name) % 5 == 0."""
     return int(hashlib.sha1(package.encode("utf-8")).hexdigest(), 16) % 5 == 0
-
-
-def write_jsonl_gz(path: Path, rows: list[dict]) -> None:
-    """Rows as gzipped JSON lines, reproducibly (no name or mtime in the gzip header), replaced atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
-        for row in rows:
-            gz.write((json.dumps(row) + "\n").encode("utf-8"))
-    os.replace(tmp, path)
 
 
 def build_apt_corpus(

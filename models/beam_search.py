@@ -78,10 +78,14 @@ class RankerLevel:
 
 @dataclass
 class Predictions:
-    """Top-k label ids (-1 where fewer than k were reachable) and scores, best first, per document."""
+    """Top-k label ids (-1 where fewer than k were reachable) and scores, best first, per document.
+
+    `margins`, when the compiled engine made them: each path's summed raw ranker margins, the engine's
+    tie-break key, which readable scores show (models/xlinear/readable.py) without scoring the paths again."""
 
     labels: np.ndarray
     scores: np.ndarray
+    margins: np.ndarray | None = None
 
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -57,10 +57,11 @@ def _whole_level(A, t, d_idx, d_val, n_features, lacc):
 
 
 @njit()
-def _search_doc(A, P, leaf, d_idx, d_val, xd, ws, blen, out_n, out_s):
+def _search_doc(A, P, leaf, d_idx, d_val, xd, ws, blen, out_n, out_s, out_m):
     """One document from the beam ws[0:3][:blen] at level t_start-1 down to level t_last.
 
-    Writes the best k nodes (mapped through `leaf` to label ids unless it is empty) and their scores.
+    Writes the best k nodes (mapped through `leaf` to label ids unless it is empty), their scores and their
+    paths' summed raw margins (the tie-break key's input; 0 for padding), which readable scores show.
     """
     ratio, t_start, t_last, beam, k, post_id = P
     bn, bs, bm, cn, cs, cm, ck, sel, acc, scatter, lacc = ws
@@ -119,10 +120,11 @@ def _search_doc(A, P, leaf, d_idx, d_val, xd, ws, blen, out_n, out_s):
     for j in range(out_n.size):
         out_n[j] = -1 if j >= blen else (leaf[bn[j]] if leaf.size else bn[j])
         out_s[j] = bs[j] if j < blen else -np.inf
+        out_m[j] = bm[j] if j < blen else 0.0
 
 
 @njit()
-def search_range(A, P, leaf, indptr, indices, data, Xd, init, lo, hi, ws, out_n, out_s):
+def search_range(A, P, leaf, indptr, indices, data, Xd, init, lo, hi, ws, out_n, out_s, out_m):
     """Documents lo..hi-1, one after the other, in one workspace; no init rows: start at the root.
 
     Called from Python for all documents on the calling thread (single requests: no pool, no allocation),
@@ -141,16 +143,17 @@ def search_range(A, P, leaf, indptr, indices, data, Xd, init, lo, hi, ws, out_n,
                     bn[blen], bs[blen], bm[blen] = init_n[i, j], init_s[i, j], init_m[i, j]
                     blen += 1
         a, b = indptr[i], indptr[i + 1]
-        _search_doc(A, P, leaf, indices[a:b], data[a:b], Xd[i], ws, blen, out_n[i], out_s[i])
+        _search_doc(A, P, leaf, indices[a:b], data[a:b], Xd[i], ws, blen, out_n[i], out_s[i], out_m[i])
 
 
 @njit(parallel=True)
-def search_parallel(A, P, leaf, indptr, indices, data, Xd, init, sizes, blocks, out_n, out_s):
+def search_parallel(A, P, leaf, indptr, indices, data, Xd, init, sizes, blocks, out_n, out_s, out_m):
     """Documents split into `blocks` contiguous ranges run by numba's thread pool, one workspace each
     (sizes: the `workspace` arguments)."""
     n = indptr.size - 1
     for blk in prange(blocks):
         ws = _workspace(sizes[0], sizes[1], sizes[2], sizes[3])
         search_range(
-            A, P, leaf, indptr, indices, data, Xd, init, blk * n // blocks, (blk + 1) * n // blocks, ws, out_n, out_s
+            A, P, leaf, indptr, indices, data, Xd, init, blk * n // blocks, (blk + 1) * n // blocks, ws, out_n, out_s,
+            out_m,
         )

@@ -107,16 +107,16 @@ _ROOT = (np.zeros((0, 1), np.int64), np.zeros((0, 1), np.float32), np.zeros((0, 
 _NO_MAP = np.zeros(0, np.int64)
 
 
-def _launch(args: tuple, sizes: tuple, blocks: int, nodes: np.ndarray, scores: np.ndarray) -> None:
+def _launch(args: tuple, sizes: tuple, blocks: int, out: tuple) -> None:
     # Dynamic scheduling, one block at a time: with numba's default (equal static shares) one descheduled
     # thread (a busy shared machine) holds the whole batch back.
     _POOL_USED[0] = True
     with numba.parallel_chunksize(1):
         if _POOL_SAFE[0]:
-            search_parallel(*args, sizes, blocks, nodes, scores)
+            search_parallel(*args, sizes, blocks, *out)
             return
         with _POOL_LOCK:
-            search_parallel(*args, sizes, blocks, nodes, scores)
+            search_parallel(*args, sizes, blocks, *out)
             _POOL_SAFE[0] = numba.threading_layer() != "workqueue"
 
 
@@ -153,12 +153,14 @@ def engine_beam_search(
     if t_start > last:  # stopped at level 1 of an index: the index's top k are the answer
         nodes = np.full((n, k), -1, np.int64)
         scores = np.full((n, k), -np.inf, np.float32)
+        margins = np.zeros((n, k), np.float64)
         m = min(k, init[0].shape[1])
-        nodes[:, :m], scores[:, :m] = init[0][:, :m], init[1][:, :m]
+        nodes[:, :m], scores[:, :m], margins[:, :m] = init[0][:, :m], init[1][:, :m], init[2][:, :m]
         if leaf.size:
             nodes = np.where(nodes >= 0, leaf[np.maximum(nodes, 0)], -1)
-        return Predictions(labels=nodes, scores=scores)
+        return Predictions(labels=nodes, scores=scores, margins=margins)
     nodes, scores = np.empty((n, k), np.int64), np.empty((n, k), np.float32)
+    margins = np.empty((n, k), np.float64)
     # No level has more than `widest` nodes, so a wider beam or k keeps the same nodes: capping them changes
     # no answer (the kernel pads the k columns), and keeps the workspace sized by the model, not the request.
     beam_size, k_run = min(beam_size, compiled.widest), min(k, compiled.widest)
@@ -167,13 +169,13 @@ def engine_beam_search(
     args = (compiled.arrays, P, leaf, indptr, indices, data, dense, init)
     threads = numba.get_num_threads() if threads is None else max(1, min(threads, numba.config.NUMBA_NUM_THREADS))
     if n < PARALLEL_MIN_DOCS or threads == 1 or _SERIAL_ONLY[0]:
-        search_range(*args, 0, n, _local_workspace(compiled, cap), nodes, scores)
+        search_range(*args, 0, n, _local_workspace(compiled, cap), nodes, scores, margins)
     else:
         previous = numba.get_num_threads()
         numba.set_num_threads(threads)  # thread-local in numba: other callers keep their own count
         try:
             sizes = (cap, max(compiled.max_width, 1), compiled.n_features, compiled.max_feature_major_nodes)
-            _launch(args, sizes, min(n, threads * BLOCKS_PER_THREAD), nodes, scores)
+            _launch(args, sizes, min(n, threads * BLOCKS_PER_THREAD), (nodes, scores, margins))
         finally:
             numba.set_num_threads(previous)
-    return Predictions(labels=nodes, scores=scores)
+    return Predictions(labels=nodes, scores=scores, margins=margins)

@@ -39,3 +39,21 @@ def test_a_few_pairs_and_many_pairs_score_the_same(tiny_bundle, monkeypatch):
     looped = predictor.predict(texts, k=8).scores
     monkeypatch.setattr(readable, "LOOP_MAX_PAIRS", 0)  # every batch through the sparse product
     np.testing.assert_allclose(predictor.predict(texts, k=8).scores, looped, rtol=1e-6)
+
+
+def test_the_engine_returns_each_paths_summed_margins_and_readable_scores_use_them(tiny_bundle):
+    from xtag.models.beam_search import Predictions
+    from xtag.models.xlinear.readable import readable_scores
+
+    predictor = load_bundle(tiny_bundle).predictor
+    model = predictor.model
+    X = predictor.featurizer.transform([row["text"] for row in make_rows(60, seed=7)])
+    engine = model.predict(X, k=6)
+    found = engine.labels >= 0
+    reference = sum(
+        score_candidates(X, level, model.chain.ancestors(t)[np.maximum(engine.labels, 0)])
+        for t, level in enumerate(model.levels, 1)
+    )
+    np.testing.assert_allclose(engine.margins[found], reference[found], rtol=1e-5, atol=1e-5)
+    rescored = readable_scores(model, X, Predictions(labels=engine.labels, scores=engine.scores))  # no margins
+    np.testing.assert_allclose(readable_scores(model, X, engine).scores, rescored.scores, rtol=1e-6)

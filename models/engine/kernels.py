@@ -154,6 +154,18 @@ def search_parallel(A, P, leaf, indptr, indices, data, Xd, init, sizes, blocks, 
     for blk in prange(blocks):
         ws = _workspace(sizes[0], sizes[1], sizes[2], sizes[3])
         search_range(
-            A, P, leaf, indptr, indices, data, Xd, init, blk * n // blocks, (blk + 1) * n // blocks, ws, out_n, out_s,
+            A,
+            P,
+            leaf,
+            indptr,
+            indices,
+            data,
+            Xd,
+            init,
+            blk * n // blocks,
+            (blk + 1) * n // blocks,
+            ws,
+            out_n,
+            out_s,
             out_m,
         )

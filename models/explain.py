@@ -14,7 +14,7 @@ Only rankers that read TF-IDF features can be explained this way (XR-Linear, XR-
 LightXML and CascadeXML score from a transformer alone, so explaining them raises ExplainUnavailable
 (the service answers 422). A LaMP bundle (models/lamp/explain.py) adds, per label, two more fields beside its
 first stage's `words`: `attended_words` ([{term, weight}], its feature-to-label attention) and
-`supporting_labels` ([{id, name, weight}], its label-to-label attention); `explainer_for` picks the explainer.
+`supporting_labels` ([{id, name, weight}], its label-to-label attention); models/explainers.py picks the explainer.
 
 Explaining featurises the texts again rather than keeping the features of the prediction, so that the
 plain path carries nothing for it (issue 25: explain off costs nothing); for Φ_cat that reruns the encoder.
@@ -37,16 +37,6 @@ DIGITS = 6  # decimals kept in the payload: sums hold within a few 1e-6
 
 class ExplainUnavailable(XtagError):
     """The bundle's scores are not linear in TF-IDF features, so there are no words to credit."""
-
-
-def explainer_for(predictor):
-    """The bundle's explainer: a LaMP bundle's (its attention, over its first stage's), else the linear one.
-    Raises ExplainUnavailable when the bundle has nothing to explain with."""
-    if getattr(predictor.model, "reranks", False):
-        from xtag.models.lamp.explain import LampExplainer
-
-        return LampExplainer.for_model(predictor.model)
-    return Explainer.for_predictor(predictor)
 
 
 @dataclass

@@ -18,7 +18,8 @@ import orjson
 from xtag.models.beam_search import Predictions
 from xtag.models.bundle import Bundle, load_bundle
 from xtag.models.errors import XtagError
-from xtag.models.explain import Explainer, explainer_for
+from xtag.models.explain import Explainer
+from xtag.models.explainers import explainer_for
 from xtag.models.finite import nonfinite_arrays
 from xtag.models.reweighting import gains_for, label_weights, predict_reweighted
 from xtag.service.drift import DEFAULT_WINDOW, LabelDrift

@@ -82,7 +82,7 @@ def predict(
 
 def _explainer(predictor):
     """The bundle's explainer; a bundle with nothing to explain with is a one-line error (ExplainUnavailable)."""
-    from xtag.models.explain import explainer_for
+    from xtag.models.explainers import explainer_for
 
     return explainer_for(predictor)
 

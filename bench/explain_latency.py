@@ -4,8 +4,10 @@ Three servers on loopback, one client each, over the same texts, interleaved rou
 each round, so that no configuration always runs right after another): --before-code's server (a folder
 holding an `xtag` package: the commit before explanations, with models/, training/, evaluation/, service/
 linked under xtag/, as bench/service_load.py's --server-code), and this checkout's server asked without and
-with `"explain": true`. Also timed in-process: Explainer.explain alone for one text (models/explain.py), and
-the response sizes. On a shared machine compare the figures of one run (the load average is recorded): under
+with `"explain": true`. Also timed in-process: the explainer alone for one text (models/explain.py, or a LaMP
+bundle's models/lamp/explain.py), and the response sizes. For a LaMP bundle also what its graph's attention
+outputs cost a plain prediction (onnxruntime runs every node whatever outputs are fetched): the re-ranker's
+logits from its graph against the same graph cut to the logits (the graph of bundles exported before them). On a shared machine compare the figures of one run (the load average is recorded): under
 load a longer CPU burst is more often preempted, so the client-side difference overstates what explaining
 costs; the server's own `took_ms` (handler time) is recorded beside it.
 
@@ -28,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import save_result  # noqa: E402
 from service_latency import Conn, free_port, start_server  # noqa: E402
 from xtag.models.bundle import load_bundle  # noqa: E402
-from xtag.models.explain import Explainer  # noqa: E402
+from xtag.models.explainers import explainer_for  # noqa: E402
 from xtag.training.data.corpus import load_corpus  # noqa: E402
 
 
@@ -52,9 +54,9 @@ async def sequential(port: int, bodies: list[bytes]) -> tuple[np.ndarray, np.nda
 
 
 def in_process(bundle: Path, texts: list[str], k: int) -> dict:
-    """Explainer.explain for one text and its k labels, after a first call that builds the term table."""
+    """The explainer for one text and its k labels, after a first call that builds the term table."""
     predictor = load_bundle(bundle).predictor
-    explainer = Explainer.for_predictor(predictor)
+    explainer = explainer_for(predictor)
     labels = [[[int(j) for j in predictor.predict([t], k=k).labels[0] if j >= 0]] for t in texts]
     explainer.explain(texts[:1], labels[0])
     times = []
@@ -63,6 +65,37 @@ def in_process(bundle: Path, texts: list[str], k: int) -> dict:
         explainer.explain([text], row)
         times.append(time.perf_counter() - t)
     return {"p50": float(np.percentile(times, 50) * 1e3), "p99": float(np.percentile(times, 99) * 1e3)}
+
+
+def graph_outputs_cost(bundle: Path, texts: list[str], k: int, rounds: int) -> dict:
+    """A LaMP re-ranker's logits for one text at a time from its graph (logits fetched alone, as predictions do)
+    against the same graph cut to the logits: per-text p50 of each, alternating round by round."""
+    import tempfile
+
+    import onnx
+    from onnx.utils import Extractor
+    from xtag.models.lamp.model import LampReranker
+
+    model = load_bundle(bundle).predictor.model
+    with tempfile.TemporaryDirectory() as tmp:
+        cut = Path(tmp)
+        for f in (bundle / "lamp").iterdir():
+            (cut / f.name).write_bytes(f.read_bytes())
+        graph = onnx.load(str(cut / "model.onnx"))
+        onnx.save(
+            Extractor(graph).extract_model([i.name for i in graph.graph.input], ["logits"]), str(cut / "model.onnx")
+        )
+        rerankers = {"with attention outputs": model.reranker, "logits only": LampReranker.load(cut)}
+        cands = [model.candidates([t], k, None) for t in texts]
+        times = {name: [] for name in rerankers}
+        for r in range(rounds):
+            for name in list(rerankers)[r % 2 :] + list(rerankers)[: r % 2]:
+                for text, cand in zip(texts, cands):
+                    t = time.perf_counter()
+                    rerankers[name].logits([text], cand.labels, cand.scores)
+                    times[name].append(time.perf_counter() - t)
+    p50 = {name: float(np.percentile(v, 50) * 1e3) for name, v in times.items()}
+    return {"p50_ms": p50, "added_p50_ms": p50["with attention outputs"] - p50["logits only"], "texts": len(texts)}
 
 
 def main() -> int:
@@ -128,6 +161,8 @@ def main() -> int:
         "on_minus_off_p50_ms": {"median": float(np.median(paired_on)), "per_round": paired_on.round(4).tolist()},
         "in_process_explain_ms": in_process(args.bundle, texts, args.k),
     }
+    if (args.bundle / "lamp").is_dir():
+        result["lamp_attention_outputs_plain_cost"] = graph_outputs_cost(args.bundle, texts, args.k, args.rounds)
     print(json.dumps(result, indent=1))
     save_result(args.result_name, result)
     return 0

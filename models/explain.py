@@ -12,9 +12,9 @@ levels of the path: the words the dashboard highlights.
 
 Only rankers that read TF-IDF features can be explained this way (XR-Linear, XR-Transformer's Φ_cat);
 LightXML and CascadeXML score from a transformer alone, so explaining them raises ExplainUnavailable
-(the service answers 422). A second stage such as LaMP (issue 25) is meant to add, per label, two more
-optional fields beside `words`: `attended_words` ([{term, weight}], its feature-to-label attention) and
-`supporting_labels` ([{id, name, weight}], its label-to-label attention).
+(the service answers 422). A LaMP bundle (models/lamp/explain.py) adds, per label, two more fields beside its
+first stage's `words`: `attended_words` ([{term, weight}], its feature-to-label attention) and
+`supporting_labels` ([{id, name, weight}], its label-to-label attention); models/explainers.py picks the explainer.
 
 Explaining featurises the texts again rather than keeping the features of the prediction, so that the
 plain path carries nothing for it (issue 25: explain off costs nothing); for Φ_cat that reruns the encoder.
@@ -79,8 +79,11 @@ class Explainer:
             self._terms = terms
         return self._terms
 
-    def explain(self, texts: list[str], labels: list[list[int]], top: int = TOP_TERMS) -> list[list[dict]]:
-        """For each text, one explanation per label id of `labels` (its returned labels), in that order."""
+    def explain(
+        self, texts: list[str], labels: list[list[int]], top: int = TOP_TERMS, rerank: bool = True
+    ) -> list[list[dict]]:
+        """For each text, one explanation per label id of `labels` (its returned labels), in that order
+        (`rerank` is for re-ranking bundles' explainers: a bundle that does not re-rank ignores it)."""
         X = as_csr(self.featurizer.transform(list(texts)))
         nodes = path_nodes(self.model)
         out = []

@@ -10,6 +10,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio.to_thread
 import numpy as np
@@ -18,10 +19,14 @@ from xtag.models.beam_search import Predictions
 from xtag.models.bundle import Bundle, load_bundle
 from xtag.models.errors import XtagError
 from xtag.models.explain import Explainer
+from xtag.models.explainers import explainer_for
 from xtag.models.finite import nonfinite_arrays
 from xtag.models.reweighting import gains_for, label_weights, predict_reweighted
 from xtag.service.drift import DEFAULT_WINDOW, LabelDrift
 from xtag.service.encode import LabelPrefixes, explained_lists
+
+if TYPE_CHECKING:
+    from xtag.models.lamp.explain import LampExplainer
 
 log = logging.getLogger("xtag.service")
 
@@ -35,7 +40,7 @@ class ServedModel:
     warmup_ms: float = 0.0
     drift: LabelDrift | None = None  # attached once warmed up, so warm-up answers are not counted as traffic
     _weights: dict[tuple[str, float | None], np.ndarray] = field(default_factory=dict, repr=False)
-    _explainer: Explainer | None = field(default=None, repr=False)
+    _explainer: Explainer | LampExplainer | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         p = self.bundle.predictor
@@ -60,16 +65,20 @@ class ServedModel:
         return gains_for(w, alpha)
 
     @property
-    def explainer(self) -> Explainer:
+    def explainer(self) -> Explainer | LampExplainer:
         """The bundle's explainer (models/explain.py), made by the first `explain` request, so that plain traffic
-        never pays for it; raises ExplainUnavailable for a bundle without TF-IDF features."""
+        never pays for it; raises ExplainUnavailable for a bundle with nothing to explain with."""
         if self._explainer is None:
-            self._explainer = Explainer.for_predictor(self.bundle.predictor)
+            self._explainer = explainer_for(self.bundle.predictor)
         return self._explainer
 
-    def explained(self, texts: list[str], preds: Predictions, threshold: float | None) -> list[orjson.Fragment]:
-        """The response's label lists for `preds` of `texts`, each label with its explanation."""
-        return explained_lists(self.names, preds, threshold, lambda labels: self.explainer.explain(texts, labels))
+    def explained(
+        self, texts: list[str], preds: Predictions, threshold: float | None, rerank: bool = True
+    ) -> list[orjson.Fragment]:
+        """The response's label lists for `preds` of `texts`, each label with its explanation (`rerank`: whether
+        a re-ranking bundle's second stage made `preds`)."""
+        explain = self.explainer.explain
+        return explained_lists(self.names, preds, threshold, lambda labels: explain(texts, labels, rerank=rerank))
 
     def predict(
         self, texts: list[str], k: int, beam_size: int | None, a: np.ndarray | None, rerank: bool = True

@@ -85,7 +85,8 @@ class PredictOptions(Strict):
     explain: StrictBool = Field(
         False,
         description="add an `explanation` to each returned label: the words that raised its score (bundles with "
-        "TF-IDF features: XR-Linear, XR-Transformer; others answer 422 explain-unavailable)",
+        "TF-IDF features: XR-Linear, XR-Transformer) and, for a LaMP bundle, the words it attended to and the other "
+        "returned labels that weighed most in its update; LightXML and CascadeXML answer 422 explain-unavailable",
     )
     rerank: StrictBool = Field(
         True,
@@ -141,16 +142,48 @@ class LevelExplanation(BaseModel):
     dense: float | None = Field(description="Φ_cat's embedding block, as one number; null without one")
 
 
-class Explanation(BaseModel):
-    """Why a label was returned (models/explain.py). A re-ranking stage such as LaMP (issue 25) is to add
-    `attended_words` and `supporting_labels` here, both optional."""
-
-    words: list[TermShare] = Field(description="the terms that raised the label's score most over its whole path")
-    path_score: float = Field(
-        description="the product of the levels' scores: the engine's score, before the monotone maps that give "
-        "`score` (models/xlinear/readable.py, a calibration)"
+class AttendedWord(BaseModel):
+    term: str = Field(description="a word of the text (lowercased), its sub-word tokens merged")
+    weight: float = Field(
+        ge=0, le=1, description="its share of the label's attention over the text's tokens (heads averaged)"
     )
-    levels: list[LevelExplanation]
+
+
+class SupportingLabel(BaseModel):
+    id: int
+    name: str
+    weight: float = Field(ge=0, le=1, description="its share of the label's attention over the re-scored candidates")
+
+
+class Explanation(BaseModel):
+    """Why a label was returned (models/explain.py). `words`, `path_score` and `levels` explain a linear ranker's
+    score over TF-IDF features: the bundle's, or a LaMP bundle's first stage (why the label became a candidate),
+    absent when that first stage has none. A LaMP bundle adds `attended_words` and `supporting_labels` from its
+    last message-passing step (models/lamp/explain.py)."""
+
+    words: list[TermShare] | None = Field(
+        None, description="the terms that raised the label's score most over its whole path"
+    )
+    path_score: float | None = Field(
+        None,
+        description="the product of the levels' scores: the engine's score, before the monotone maps that give "
+        "`score` (models/xlinear/readable.py, a calibration); a LaMP bundle's first stage's score",
+    )
+    levels: list[LevelExplanation] | None = None
+    attended_words: list[AttendedWord] | None = Field(
+        None,
+        description="LaMP: the words of the text the label attended to most (feature-to-label attention), "
+        "largest first",
+    )
+    supporting_labels: list[SupportingLabel] | None = Field(
+        None,
+        description="LaMP: the other returned labels that weighed most in its update (label-to-label attention), "
+        "largest first; never the label itself",
+    )
+    note: str | None = Field(
+        None,
+        description="why a part is missing, e.g. a LaMP bundle exported before its graph had attention outputs",
+    )
 
 
 class LabelScore(BaseModel):

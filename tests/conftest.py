@@ -211,6 +211,53 @@ def train_and_export(config, folder: Path) -> tuple[Path, Path]:
     return folder / "run", folder / "bundle"
 
 
+def lamp_config(corpus, first_stage, encoder, **extra):
+    from xtag.models.features import TfidfConfig
+    from xtag.training.config import TrainConfig
+    from xtag.training.lamp.config import LampConfig
+
+    settings = {
+        "first_stage": first_stage,
+        "encoder": encoder,
+        "candidates": 6,
+        "max_length": 32,
+        "epochs": 3,
+        "batch_size": 16,
+        "lr": 3e-3,
+        "device": "cpu",
+        "log_every": 5,
+        **extra,
+    }
+    return TrainConfig(corpus=corpus, model="lamp", tfidf=TfidfConfig(min_df=1), lamp=LampConfig(**settings))
+
+
+@pytest.fixture(scope="session")
+def lamp_bundle(corpus_files, tiny_bundle, tiny_bert, tmp_path_factory) -> tuple[Path, Path]:
+    """(run, bundle): LaMP_pr over tiny_bundle's candidates with the tiny BERT's first layer, trained and exported
+    through the public API (shared by the LaMP tests of training, models and service)."""
+    config = lamp_config(corpus_files[0], tiny_bundle, tiny_bert, graph="pr", heads=2, dim=16, encoder_layers=1)
+    return train_and_export(config, tmp_path_factory.mktemp("lamp"))
+
+
+@pytest.fixture(scope="session")
+def old_lamp_bundle(lamp_bundle, tmp_path_factory) -> Path:
+    """The LaMP bundle as exported before the graph had attention outputs: its graph cut to the logits."""
+    import onnx
+    from onnx.utils import Extractor
+    from xtag.models.manifest import sha256
+
+    folder = tmp_path_factory.mktemp("old-lamp") / "bundle"
+    shutil.copytree(lamp_bundle[1], folder)
+    graph = folder / "lamp" / "model.onnx"
+    model = onnx.load(str(graph))
+    inputs = [i.name for i in model.graph.input]
+    onnx.save(Extractor(model).extract_model(inputs, ["logits"]), str(graph))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["files"]["lamp/model.onnx"] = sha256(graph)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
 def make_lightxml_config(corpus: Path, encoder: Path, **lx):
     """A small LightXML training config over the fixture corpus and the tiny BERT: 12 labels in 4 clusters of 3,
     the generator's top 2 clusters scored by the discriminator."""

@@ -228,7 +228,14 @@ def explain_latency(r: dict) -> dict[str, str]:
             [f"added p50, {what} (median of per-round differences)", signed(r[key]["median"], ".3f")] + [""] * 3
         )
     inproc = r["in_process_explain_ms"]
-    rows.append(["in-process `Explainer.explain`, one text", ms(inproc["p50"]), ms(inproc["p99"]), "", ""])
+    rows.append(["in-process explainer alone, one text", ms(inproc["p50"]), ms(inproc["p99"]), "", ""])
+    graph = r.get("lamp_attention_outputs_plain_cost")  # LaMP bundles: what the attention outputs cost a prediction
+    if graph is not None:
+        for name, p50 in graph["p50_ms"].items():
+            rows.append([f"in-process LaMP re-ranker logits, one text, graph {name}", ms(p50), "", "", ""])
+        rows.append(
+            ["added p50, attention outputs (logits fetched alone)", signed(graph["added_p50_ms"], ".3f")] + [""] * 3
+        )
     head = f"k={r['k']}, {r['requests_per_round']} texts × {r['rounds']} rounds per configuration, one client each"
     header = ["", "p50 ms", "p99 ms", "server p50 ms", "response bytes"]
     return {"table": head + "\n\n" + table(header, "lrrrr", rows)}

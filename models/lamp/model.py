@@ -3,7 +3,9 @@
 The bundle holds the first-stage bundle (first_stage/, loaded as it is) and the re-ranker (lamp/: the
 graph, its tokenizer, lamp.json and, for LaMP_pr, the co-occurring label pairs). The graph reads the
 text's tokens, the candidates' label ids, their first-stage scores and the label-to-label mask, and
-returns one logit per candidate; the answer is the candidates ordered by σ(logit).
+returns one logit per candidate; the answer is the candidates ordered by σ(logit). Graphs exported since
+issue 25's explanations also output the last step's attention weights (ATTENTION); a prediction asks for
+the logits alone, and bundles exported before them (logits only) load and predict as they did.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ from xtag.models.onnx_encoder import OnnxEncoder, length_sorted_batches
 HEAD_FILE = "lamp.json"
 CODES_FILE = "cooccurrence.npy"
 INPUTS = ("candidates", "scores", "label_mask")  # the graph's inputs after input_ids and attention_mask
+# The graph's outputs: the logits, then the last step's head-averaged attention weights (training/lamp/net.py):
+# feature-to-label n × C × tokens and label-to-label n × C × C, read only to explain (models/lamp/explain.py).
+ATTENTION = ("token_attention", "label_attention")
+OUTPUTS = ("logits", *ATTENTION)
 
 
 class LampHeadConfig(BaseModel):
@@ -63,6 +69,11 @@ class LampReranker:
             )
         return cls(onnx, config, codes)
 
+    @property
+    def has_attention(self) -> bool:
+        """Whether the graph outputs its attention weights (bundles exported before issue 25's explanations do not)."""
+        return set(ATTENTION) <= {o.name for o in self.onnx.session.get_outputs()}
+
     def inputs(self, labels: np.ndarray, scores: np.ndarray) -> dict[str, np.ndarray]:
         """The graph's candidate inputs for first-stage top lists (label -1 = padding)."""
         valid = (labels >= 0).astype(np.float32)
@@ -70,14 +81,29 @@ class LampReranker:
         mask = label_mask(candidates, valid, self.codes, self.config.n_labels)
         return {"candidates": candidates, "scores": score_features(scores) * valid, "label_mask": mask}
 
-    def logits(self, texts: list[str], labels: np.ndarray, scores: np.ndarray) -> np.ndarray:
-        """n × C logits of the candidates, batched by text length."""
-        out = np.empty(labels.shape, dtype=np.float32)
+    def batches(self, texts: list[str]):
+        """(text indices, input_ids, attention_mask) per forward, batched by text length."""
         tokenizer = self.onnx.tokenizer
         batches = [np.arange(len(texts))] if len(texts) <= self.onnx.batch_size else None
         for idx in batches or length_sorted_batches(tokenizer.lengths(texts), self.onnx.batch_size):
-            ids, mask = tokenizer([texts[i] for i in idx])
+            yield (idx, *tokenizer([texts[i] for i in idx]))
+
+    def logits(self, texts: list[str], labels: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        """n × C logits of the candidates (the attention outputs are not fetched)."""
+        out = np.empty(labels.shape, dtype=np.float32)
+        for idx, ids, mask in self.batches(texts):
             out[idx] = self.onnx.forward(["logits"], ids, mask, self.inputs(labels[idx], scores[idx]))[0]
+        return out
+
+    def attention(
+        self, texts: list[str], labels: np.ndarray, scores: np.ndarray
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per text, the last step's weights: (C × its tokens, feature-to-label; C × C, label-to-label)."""
+        out: list = [None] * len(texts)
+        for idx, ids, mask in self.batches(texts):
+            to_tokens, to_labels = self.onnx.forward(list(ATTENTION), ids, mask, self.inputs(labels[idx], scores[idx]))
+            for row, i in enumerate(idx):
+                out[i] = (to_tokens[row, :, : int(mask[row].sum())], to_labels[row])
         return out
 
 

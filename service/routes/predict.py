@@ -38,7 +38,7 @@ ERRORS = problem_responses(
         401: "missing API key",
         413: "body or text too large",
         415: "not application/json",
-        422: "invalid field, or explain on a bundle without TF-IDF features (explain-unavailable)",
+        422: "invalid field, or explain on a bundle with nothing to explain with (explain-unavailable)",
         503: "no model loaded yet",
     }
 )
@@ -105,11 +105,16 @@ async def predict_rows(
     preds = await predict_arrays(request, model, texts, k, beam, a, rw_key, rerank)
     if not explain:
         return label_lists(model.label_prefixes, preds, threshold)
-    return await explained_rows(request, model, texts, preds, threshold)
+    return await explained_rows(request, model, texts, preds, threshold, rerank)
 
 
 async def explained_rows(
-    request: Request, model: ServedModel, texts: list[str], preds: Predictions, threshold: float | None
+    request: Request,
+    model: ServedModel,
+    texts: list[str],
+    preds: Predictions,
+    threshold: float | None,
+    rerank: bool = True,
 ) -> list[orjson.Fragment]:
     """The label lists with each label's explanation, computed after the prediction and outside the
     micro-batcher, so that a plain request never waits for one. A lone request of at most XTAG_INLINE_MAX_TEXTS
@@ -117,7 +122,7 @@ async def explained_rows(
     hand-off to a worker thread and back costs two thread wake-ups, slow on a loaded machine."""
     state = request.app.state
     lone = len(texts) <= state.settings.inline_max_texts and state.recent.in_flight <= 1
-    run = partial(model.explained, preds=preds, threshold=threshold)
+    run = partial(model.explained, preds=preds, threshold=threshold, rerank=rerank)
     return await run_off_loop(None if lone else state.executor, run, texts)
 
 

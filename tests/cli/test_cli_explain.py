@@ -49,3 +49,19 @@ def test_predict_explain_on_a_bundle_without_tfidf_is_a_one_line_error(lightxml_
     r = runner.invoke(app, ["predict", str(bundle), TEXT, "--explain"])
     assert r.exit_code != 0
     assert "no TF-IDF features" in r.output and "Traceback" not in r.output
+
+
+def test_predict_explain_on_a_lamp_bundle_prints_attended_words_and_supporting_labels(lamp_bundle):
+    text = "shooter weapons arena frag multiplayer"
+    plain = runner.invoke(app, ["predict", str(lamp_bundle[1]), text, "--k", "3"])
+    r = runner.invoke(app, ["predict", str(lamp_bundle[1]), text, "--k", "3", "--explain"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0::2] == plain.output.splitlines()
+    names = {line.split("  ", 1)[1] for line in lines[0::2]}
+    for line, label in zip(lines[1::2], lines[0::2]):
+        words, attended, support = line.strip().split(" · ")[0], *line.split(" · attended: ")[1].split(" · with: ")
+        assert words.startswith("words: ")  # the first stage's, as for its own bundle
+        assert attended != "(none)" and {a.rsplit(" ", 1)[0] for a in attended.split(", ")} <= set(text.split())
+        shown = {s.rsplit(" ", 1)[0] for s in support.split(", ")} - {"(none)"}
+        assert shown <= names - {label.split("  ", 1)[1]}

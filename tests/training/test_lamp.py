@@ -6,8 +6,9 @@ import json
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from xtag.models.errors import XtagError
 
-from tests.conftest import assert_serves_without_torch, train_and_export
+from tests.conftest import assert_serves_without_torch
 
 TEXTS = [
     "shooter weapons arena frag multiplayer",
@@ -91,32 +92,6 @@ def test_net_masks_attention_as_the_label_graph_says():
     torch.set_grad_enabled(True)
 
 
-def lamp_config(corpus, first_stage, encoder, **extra):
-    from xtag.models.features import TfidfConfig
-    from xtag.training.config import TrainConfig
-    from xtag.training.lamp.config import LampConfig
-
-    settings = {
-        "first_stage": first_stage,
-        "encoder": encoder,
-        "candidates": 6,
-        "max_length": 32,
-        "epochs": 3,
-        "batch_size": 16,
-        "lr": 3e-3,
-        "device": "cpu",
-        "log_every": 5,
-        **extra,
-    }
-    return TrainConfig(corpus=corpus, model="lamp", tfidf=TfidfConfig(min_df=1), lamp=LampConfig(**settings))
-
-
-@pytest.fixture(scope="module")
-def lamp_bundle(corpus_files, tiny_bundle, tiny_bert, tmp_path_factory):
-    config = lamp_config(corpus_files[0], tiny_bundle, tiny_bert, graph="pr", heads=2, dim=16, encoder_layers=1)
-    return train_and_export(config, tmp_path_factory.mktemp("lamp"))
-
-
 def test_training_logs_teacher_forcing_and_export_passes_parity(lamp_bundle):
     run, bundle = lamp_bundle
     events = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
@@ -126,8 +101,35 @@ def test_training_logs_teacher_forcing_and_export_passes_parity(lamp_bundle):
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert [c["type"] for c in manifest["components"]] == ["first-stage", "lamp-reranker"]
     report = manifest["export"]
-    assert report["parity"]["logits"]["max_abs_diff"] <= report["parity_tolerance"]
+    for output in ("logits", "token_attention", "label_attention"):  # the explanations' outputs are gated too
+        assert report["parity"][output]["max_abs_diff"] <= report["parity_tolerance"]
     assert report["top5_agreement_vs_torch"] == pytest.approx(1.0)
+
+
+def test_export_parity_gate_compares_the_attention_outputs(lamp_bundle):
+    """The exported graph's attention weights are the torch net's, within the tolerance, and a graph whose
+    attention differed would be refused: the gate reads every output."""
+    from xtag.models.bundle import load_bundle
+    from xtag.training.config import TrainConfig
+    from xtag.training.lamp.export import onnx_outputs, real_candidates, torch_outputs
+    from xtag.training.lamp.result import LAMP_NET
+    from xtag.training.onnx.parity import parity_gate
+
+    run, bundle = lamp_bundle
+    reranker = load_bundle(bundle).predictor.model.reranker
+    first = load_bundle(bundle / "first_stage").predictor
+    cand = first.predict(TEXTS, k=reranker.config.candidates, calibrated=False)
+    net, _ = LAMP_NET.load_run_net(run / "model" / "encoder")
+    valid = cand.labels >= 0
+    want = real_candidates(torch_outputs(net, reranker, TEXTS, cand.labels, cand.scores), valid)
+    got = real_candidates(onnx_outputs(reranker, TEXTS, cand.labels, cand.scores), valid)
+    config = TrainConfig.load(run / "config.json").lamp.export
+    report = parity_gate(config, len(TEXTS), got, want)
+    assert report["parity"]["token_attention"]["max_abs_diff"] <= config.parity_tolerance
+    assert got["token_attention"].shape[:2] == cand.labels.shape and got["label_attention"].shape[1:] == (6, 6)
+    got["label_attention"] = got["label_attention"][:, ::-1]  # candidates' attention given to the wrong rows
+    with pytest.raises(XtagError, match="refusing to export"):
+        parity_gate(config, len(TEXTS), got, want)
 
 
 def test_rerank_false_is_the_first_stage_and_rerank_reorders_its_candidates(lamp_bundle, tiny_bundle):

@@ -1,6 +1,7 @@
 """LaMP run → bundle: the first-stage bundle as it is (first_stage/), and the re-ranker as one ONNX graph
 (frozen encoder + LaMP layers) in lamp/, parity-checked against torch on the run's sample texts with the
-first stage's real candidates. The bundle's labels are the first stage's: LaMP scores its label ids."""
+first stage's real candidates: the logits and the attention outputs that explanations read. The bundle's
+labels are the first stage's: LaMP scores its label ids."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from xtag.models.bundle import load_bundle
 from xtag.models.errors import XtagError
-from xtag.models.lamp.model import INPUTS, LampReranker
+from xtag.models.lamp.model import ATTENTION, INPUTS, OUTPUTS, LampReranker
 from xtag.training.config import TrainConfig
 from xtag.training.exporting import copy_run_model, step
 from xtag.training.lamp.result import LAMP_NET
@@ -29,18 +30,39 @@ def example_inputs(sequence: int) -> dict:
     return {name: (array, axes[name]) for name, array in zip(INPUTS, (candidates, scores, mask))}
 
 
-def torch_logits(net, reranker: LampReranker, texts: list[str], labels: np.ndarray, scores: np.ndarray) -> np.ndarray:
-    """What the graph should return: the torch net in eval mode, on CPU, float32, one text at a time."""
+def torch_outputs(net, reranker: LampReranker, texts: list[str], labels: np.ndarray, scores: np.ndarray) -> dict:
+    """What the graph should return (OUTPUTS): the torch net in eval mode, on CPU, float32, one text at a time;
+    the token attention zero-padded to the batch's longest text, as the graph's is (a padded token's weight
+    is exp(-1e4) = 0 in float32)."""
     import torch
 
-    out = []
+    width = reranker.onnx.tokenizer(texts)[0].shape[1]
+    out: dict[str, list] = {name: [] for name in OUTPUTS}
     with torch.inference_mode():
         for i, text in enumerate(texts):
             ids, mask = reranker.onnx.tokenizer([text])
             feeds = reranker.inputs(labels[i : i + 1], scores[i : i + 1])
             args = [torch.from_numpy(a) for a in (ids, mask, *(feeds[n] for n in INPUTS))]
-            out.append(net.eval()(*args).numpy())
-    return np.vstack(out)
+            logits, to_tokens, to_labels = (t.numpy() for t in net.eval()(*args))
+            to_tokens = np.pad(to_tokens, ((0, 0), (0, 0), (0, width - to_tokens.shape[2])))
+            for name, array in zip(OUTPUTS, (logits, to_tokens, to_labels)):
+                out[name].append(array)
+    return {name: np.concatenate(arrays) for name, arrays in out.items()}
+
+
+def onnx_outputs(reranker: LampReranker, texts: list[str], labels: np.ndarray, scores: np.ndarray) -> dict:
+    """The graph's OUTPUTS for all `texts` in one batch (the parity texts are few)."""
+    ids, mask = reranker.onnx.tokenizer(texts)
+    arrays = reranker.onnx.forward(list(OUTPUTS), ids, mask, reranker.inputs(labels, scores))
+    return dict(zip(OUTPUTS, arrays))
+
+
+def real_candidates(outputs: dict, valid: np.ndarray) -> dict:
+    """The outputs with padded candidates' entries zeroed: their logits and attention rows are ignored."""
+    kept = {"logits": np.where(valid, outputs["logits"], 0.0)}
+    kept["token_attention"] = np.where(valid[:, :, None], outputs["token_attention"], 0.0)
+    kept["label_attention"] = np.where(valid[:, :, None] & valid[:, None, :], outputs["label_attention"], 0.0)
+    return kept
 
 
 def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:
@@ -54,7 +76,7 @@ def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:
     run_encoder = run_model / "encoder"
     with step("loading the trained LaMP net"):
         net, enc_config = LAMP_NET.load_run_net(run_encoder)
-    tokenizer, texts = write_graph(net, run_encoder, tmp / "lamp", enc_config, lc.export, ["logits"], example_inputs)
+    tokenizer, texts = write_graph(net, run_encoder, tmp / "lamp", enc_config, lc.export, list(OUTPUTS), example_inputs)
     reranker = LampReranker.load(tmp / "lamp")
     C = reranker.config.candidates
     cand = first.predictor.predict(texts, k=C, calibrated=False)
@@ -64,9 +86,8 @@ def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:
         order = np.argsort(-logits, axis=1, kind="stable")[:, :5]
         return np.take_along_axis(cand.labels, order, 1)
 
-    with step(f"parity check, torch vs ONNX on {len(texts)} texts"):
-        reference = torch_logits(net, reranker, texts, cand.labels, cand.scores)
-        onnx = reranker.logits(texts, cand.labels, cand.scores)
-    valid = cand.labels >= 0  # padded candidates' logits are ignored
-    got, want = np.where(valid, onnx, 0.0), np.where(valid, reference, 0.0)
-    return {"candidates": C, **parity_gate(lc.export, len(texts), {"logits": got}, {"logits": want}, top5)}
+    with step(f"parity check, torch vs ONNX on {len(texts)} texts (logits and {', '.join(ATTENTION)})"):
+        valid = cand.labels >= 0
+        reference = real_candidates(torch_outputs(net, reranker, texts, cand.labels, cand.scores), valid)
+        onnx = real_candidates(onnx_outputs(reranker, texts, cand.labels, cand.scores), valid)
+    return {"candidates": C, **parity_gate(lc.export, len(texts), onnx, reference, top5)}

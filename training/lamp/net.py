@@ -23,8 +23,8 @@ NEG = -1e4  # additive mask for disallowed attention (finite: a fully masked row
 
 
 class Attention(nn.Module):
-    """Multi-head attention (eq. 15-18) with an additive mask; keeps its last weights when `keep` is set
-    (the explanation feature reads them: which tokens and which labels a label attended to)."""
+    """Multi-head attention (eq. 15-18) with an additive mask; returns the message and the weights (n × heads ×
+    queries × keys), which the exported graph also outputs for explanations (models/lamp/explain.py)."""
 
     def __init__(self, dim: int, heads: int):
         super().__init__()
@@ -32,9 +32,8 @@ class Attention(nn.Module):
             raise ValueError(f"heads ({heads}) must divide the node size ({dim})")
         self.heads = heads
         self.q, self.k, self.v, self.out = (nn.Linear(dim, dim) for _ in range(4))
-        self.keep, self.weights = False, None
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         n, q_len, dim = x.shape
         dh = dim // self.heads
 
@@ -43,9 +42,7 @@ class Attention(nn.Module):
 
         scores = split(self.q(x)) @ split(self.k(memory)).transpose(-1, -2) / math.sqrt(dh)
         p = torch.softmax(scores + bias, dim=-1)
-        if self.keep:
-            self.weights = p.detach()
-        return self.out((p @ split(self.v(memory))).transpose(1, 2).reshape(n, q_len, dim))
+        return self.out((p @ split(self.v(memory))).transpose(1, 2).reshape(n, q_len, dim)), p
 
 
 class Update(nn.Module):
@@ -63,16 +60,19 @@ class Update(nn.Module):
 
 
 class Step(nn.Module):
-    """One message-passing step: feature-to-label, then label-to-label; returns both new states."""
+    """One message-passing step: feature-to-label, then label-to-label; returns both new states and both
+    attentions' weights."""
 
     def __init__(self, dim: int, heads: int, ffn: int, dropout: float):
         super().__init__()
         self.xy, self.yy = Attention(dim, heads), Attention(dim, heads)
         self.xy_update, self.yy_update = Update(dim, ffn, dropout), Update(dim, ffn, dropout)
 
-    def forward(self, u, tokens, token_bias, label_bias) -> tuple[torch.Tensor, torch.Tensor]:
-        u_mid = self.xy_update(u, self.xy(u, tokens, token_bias))
-        return u_mid, self.yy_update(u_mid, self.yy(u_mid, u_mid, label_bias))
+    def forward(self, u, tokens, token_bias, label_bias) -> tuple[torch.Tensor, ...]:
+        message, to_tokens = self.xy(u, tokens, token_bias)
+        u_mid = self.xy_update(u, message)
+        message, to_labels = self.yy(u_mid, u_mid, label_bias)
+        return u_mid, self.yy_update(u_mid, message), to_tokens, to_labels
 
 
 def evidence(scores: torch.Tensor) -> torch.Tensor:
@@ -104,6 +104,14 @@ class LampHead(nn.Module):
 
     def forward(self, states, attention_mask, candidates, scores, label_mask) -> list[torch.Tensor]:
         """Every readout, in order: after each feature-to-label and label-to-label update; the last is final."""
+        return self.passes(states, attention_mask, candidates, scores, label_mask)[0]
+
+    def passes(self, states, attention_mask, candidates, scores, label_mask):
+        """(every readout, the last step's (feature-to-label, label-to-label) weights averaged over heads).
+
+        The explanation reads the last step (the paper's figure 2 shows the first, summed over heads): the last
+        step's messages are the ones the final readout is computed from, so they say what the returned score
+        rests on; the mean over heads keeps each row a distribution (sums to 1), so weights read as shares."""
         ev = evidence(scores)
         skip = self.evidence_out(ev)[..., 0]
         u = self.embedding(candidates) + self.evidence_in(ev)
@@ -112,14 +120,15 @@ class LampHead(nn.Module):
         label_bias = ((1.0 - label_mask) * NEG)[:, None, :, :]
         out = []
         for step in self.steps:
-            u_mid, u = step(u, tokens, token_bias, label_bias)
+            u_mid, u, to_tokens, to_labels = step(u, tokens, token_bias, label_bias)
             out += [self.readout(u_mid, candidates, skip), self.readout(u, candidates, skip)]
-        return out
+        return out, (to_tokens.mean(dim=1), to_labels.mean(dim=1))
 
 
 class LampNet(nn.Module):
     """Frozen encoder + LaMP head: what the ONNX graph exports (ids, mask, candidates, scores, label mask →
-    the final logits). Training runs the head on cached token states instead (training/lamp/train.py)."""
+    the final logits, and the last step's attention weights: models/lamp/model.py's OUTPUTS). Training runs
+    the head on cached token states instead (training/lamp/train.py)."""
 
     def __init__(
         self,
@@ -141,9 +150,11 @@ class LampNet(nn.Module):
     def states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.transformer(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
-    def forward(self, input_ids, attention_mask, candidates, scores, label_mask) -> torch.Tensor:
+    def forward(self, input_ids, attention_mask, candidates, scores, label_mask) -> tuple[torch.Tensor, ...]:
+        """(logits n × C, token attention n × C × tokens, label attention n × C × C)."""
         states = self.states(input_ids, attention_mask)
-        return self.head(states, attention_mask, candidates, scores, label_mask)[-1]
+        readouts, (to_tokens, to_labels) = self.head.passes(states, attention_mask, candidates, scores, label_mask)
+        return readouts[-1], to_tokens, to_labels
 
 
 def first_layers(transformer: nn.Module, layers: int | None) -> nn.Module:

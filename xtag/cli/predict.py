@@ -81,10 +81,10 @@ def predict(
 
 
 def _explainer(predictor):
-    """The bundle's explainer; a bundle without TF-IDF features is a one-line error (ExplainUnavailable)."""
-    from xtag.models.explain import Explainer
+    """The bundle's explainer; a bundle with nothing to explain with is a one-line error (ExplainUnavailable)."""
+    from xtag.models.explainers import explainer_for
 
-    return Explainer.for_predictor(predictor)
+    return explainer_for(predictor)
 
 
 def _explanations(explainer, texts: list[str], rows: Rows) -> list[list[dict | None]]:
@@ -130,10 +130,22 @@ def score_texts(scores: list[float]) -> list[str]:
 
 
 def explanation_line(explanation: dict) -> str:
-    """`    words: game +1.712, shooter +0.620 · margins 1.442, 0.555`: the top words, then each level's margin."""
-    words = ", ".join(f"{w['term']} {w['contribution']:+.3f}" for w in explanation["words"]) or "(none)"
-    margins = ", ".join(f"{level['margin']:.3f}" for level in explanation["levels"])
-    return f"    words: {words} · margins {margins}"
+    """`    words: game +1.712, shooter +0.620 · margins 1.442, 0.555`: the top words, then each level's margin;
+    a LaMP bundle's adds `· attended: game 0.412 · with: games::fps 0.231` (and a note where it has one)."""
+    parts = []
+    if "words" in explanation:
+        words = ", ".join(f"{w['term']} {w['contribution']:+.3f}" for w in explanation["words"]) or "(none)"
+        margins = ", ".join(f"{level['margin']:.3f}" for level in explanation["levels"])
+        parts.append(f"words: {words} · margins {margins}")
+    if "attended_words" in explanation:
+        attended = ", ".join(f"{w['term']} {w['weight']:.3f}" for w in explanation["attended_words"]) or "(none)"
+        parts.append(f"attended: {attended}")
+    if "supporting_labels" in explanation:
+        support = ", ".join(f"{s['name']} {s['weight']:.3f}" for s in explanation["supporting_labels"]) or "(none)"
+        parts.append(f"with: {support}")
+    if "note" in explanation:
+        parts.append(f"({explanation['note']})")
+    return "    " + " · ".join(parts)
 
 
 def _write_jsonl(ids: list, rows: Rows, gains, out: Path | None, explanations: list[list[dict | None]]) -> None:

@@ -26,7 +26,7 @@ class Family:
     components: tuple[str, ...]  # bundle components in load order (models/components.py); optional ones may be absent
     batch_wait_ms: float  # the service's micro-batch wait under concurrent traffic (encoders gain from batches)
     capabilities: frozenset[str]  # what the family supports, from CAPABILITIES; checked when a config is built
-    update: str | None = None  # (old model dir, X, Y, old label count, TrainConfig, progress, log) -> (model, facts)
+    update: str | None = None  # (update_run.UpdateData, TrainConfig, progress, log, refit_clusters) -> (model, facts)
     train_needs: tuple[str, ...] = ()  # modules training needs beyond the base install (from the `train` extra)
     builds_on: tuple[
         str, ...
@@ -99,7 +99,8 @@ FAMILIES: dict[str, Family] = {
             "xtag.training.xr_transformer.export:export",
             ("tfidf", "text-encoder", "label-tree", "rankers", "shortlist"),
             batch_wait_ms=2.0,
-            capabilities=TRANSFORMER | {"shortlist"},
+            capabilities=TRANSFORMER | {"shortlist", "update"},
+            update="xtag.training.xr_transformer.update:update",
             train_needs=TRAIN_EXTRA,
             builds_on=("xlinear",),
         ),

@@ -16,8 +16,10 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+import scipy.sparse as sp
 from xtag.models.atomic import fsync_dir, write_text_atomic
 from xtag.models.errors import XtagError, reading
 from xtag.models.features import TfidfFeaturizer
@@ -29,6 +31,19 @@ from xtag.training.data.fingerprint import CorpusFingerprint
 from xtag.training.run import RunLog, save_model
 
 CORPUS_FILE = "corpus.jsonl.gz"  # the combined corpus, inside the new run
+
+
+@dataclass(frozen=True)
+class UpdateData:
+    """What a family's `update` entry (models/registry.py) gets besides the run's TrainConfig."""
+
+    run: Path  # the run being updated: read, never written
+    checkpoints: Path  # the new run's checkpoints/ folder, for what a later update of it may reuse
+    old: Corpus  # the run's training corpus as read now (row i of `corpus` is its row i, for i < len(old))
+    corpus: Corpus  # the combined corpus (merge_corpora)
+    X: sp.csr_matrix  # the combined corpus's TF-IDF under the run's featuriser
+    Y: sp.csr_matrix  # its labels: the old ones first, new ones from n_old
+    n_old: int
 
 
 def merge_corpora(old: Corpus, new: Corpus) -> Corpus:
@@ -90,6 +105,7 @@ def update_run(
         config = TrainConfig.load(run / "config.json")
     chosen = family(config.model)
     chosen.require("update", "xtag update")
+    chosen.check_train_extra()
     if not Path(config.corpus).is_file():
         raise XtagError(f"{config.corpus}: the run's training corpus is needed to update it, and is not there")
     start = time.perf_counter()
@@ -125,8 +141,9 @@ def update_run(
         X = featurizer.transform(merged.texts)
         Y, _ = merged.label_matrix(grown)
         t = time.perf_counter()
+        data = UpdateData(run, tmp / "checkpoints", old, merged, X, Y, len(vocab))
         result, facts = chosen.resolve("update")(
-            run / "model", X, Y, len(vocab), config, progress=progress, log=log, refit_clusters=refit_clusters
+            data, config, progress=progress, log=log, refit_clusters=refit_clusters
         )
         save_model(tmp, grown, _SavedFeatures(run / "model" / "features" / "tfidf"), result)
         summary = {

@@ -220,12 +220,13 @@ def test_a_killed_update_leaves_the_old_run_intact(runs, tmp_path):
     )
 
 
-def test_a_transformer_run_is_refused_with_the_reason(tmp_path):
-    run = tmp_path / "xrt-run"
+@pytest.mark.parametrize("kind", ["lightxml", "cascadexml", "lamp"])
+def test_a_run_of_a_family_without_update_is_refused_naming_those_with_it(kind, tmp_path):
+    run = tmp_path / f"{kind}-run"
     (run / "model").mkdir(parents=True)
     corpus = write(tmp_path / "c.jsonl", rows(5, 1))
-    (run / "config.json").write_text(TrainConfig(corpus=corpus, model="xr-transformer").model_dump_json())
-    with pytest.raises(XtagError, match="xr-transformer does not support adding labels.*supported by xlinear"):
+    (run / "config.json").write_text(TrainConfig(corpus=corpus, model=kind).model_dump_json())
+    with pytest.raises(XtagError, match=f"{kind} does not support adding labels.*supported by xlinear, xr-transformer"):
         update_run(run, write(tmp_path / "n.jsonl", new_rows(4, 1)), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 

@@ -35,6 +35,17 @@ def die_with_launcher() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def pick_device(device: str, local_rank: int = 0) -> torch.device:
+    """The torch device a `device` setting (auto | cpu | cuda) means on this machine: auto takes CUDA when torch
+    sees it; cuda without one is refused rather than run on the CPU unsaid."""
+    if device == "cuda" and not torch.cuda.is_available():
+        raise XtagError("--device cuda, but torch sees no CUDA device")
+    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
 @dataclass
 class DistContext:
     """Rank, world size and device of this process (rank 0 of 1 without torchrun)."""
@@ -57,17 +68,9 @@ class DistContext:
         die_with_launcher()
         world = int(os.environ.get("WORLD_SIZE", "1"))
         rank = int(os.environ.get("RANK", "0"))
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        if device == "cuda" and not torch.cuda.is_available():
-            raise XtagError("--device cuda, but torch sees no CUDA device")
-        use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
-        if use_cuda:
-            torch.cuda.set_device(local_rank)
-            dev = torch.device("cuda", local_rank)
-        else:
-            dev = torch.device("cpu")
+        dev = pick_device(device, int(os.environ.get("LOCAL_RANK", "0")))
         if world > 1 and not dist.is_initialized():
-            dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+            dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
         return cls(rank=rank, world=world, device=dev)
 
     def barrier(self) -> None:

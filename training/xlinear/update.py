@@ -1,16 +1,16 @@
 """XR-Linear's `xtag update`: grow the run's tree by the new labels and retrain only the rankers that changed.
 
-The tree grows by training/tree/grow.py's rule; each level's retrained nodes are fitted by the same
-`train_level` as a full run, on the combined corpus, as one sub-level of just those nodes under their
-parents (so their data, negatives and solver settings are a full run's), and every other node's ranker
-row is copied from the old run unchanged.
+`update_rankers` is the ranker part of every family whose rankers are XR-Linear's (XR-Transformer's
+update hands it Φ_cat instead of the TF-IDF). The tree grows by training/tree/grow.py's rule; each
+level's retrained nodes are fitted by the same `train_level` as a full run, on the combined corpus,
+as one sub-level of just those nodes under their parents (so their data, negatives and solver
+settings are a full run's), and every other node's ranker row is copied from the old run unchanged.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
@@ -19,6 +19,7 @@ from xtag.models.errors import XtagError
 from xtag.models.xlinear.model import XLinearModel
 from xtag.training.tree.build import pifa_embeddings
 from xtag.training.tree.grow import grow_tree
+from xtag.training.update_run import UpdateData
 from xtag.training.xlinear.train import XLinearResult, _as_float_csr, _parent_mask, train_level
 
 
@@ -41,8 +42,8 @@ def _assemble(old: RankerLevel, fresh: RankerLevel | None, sources: np.ndarray, 
     return RankerLevel(W=W.tocsr(), bias=np.concatenate([old.bias, fresh.bias.astype(old.bias.dtype)])[pick])
 
 
-def update(
-    model_dir: Path,
+def update_rankers(
+    old: XLinearModel,
     X: sp.csr_matrix,
     Y: sp.csr_matrix,
     n_old: int,
@@ -50,21 +51,14 @@ def update(
     progress: bool = True,
     log: Callable[[dict], None] = lambda event: None,
     refit_clusters: bool = True,
-) -> tuple[XLinearResult, dict]:
-    """The family's `update` entry: the old run's model/ folder, the combined corpus's TF-IDF and labels (old
-    labels first, new ones from `n_old`) and the run's TrainConfig; returns the new model and what was done."""
-    if config.dense is not None:
-        raise XtagError(
-            "xtag update: runs with a `dense` block are not supported yet (the static encoder is not refit)"
-        )
+) -> tuple[XLinearModel, dict]:
+    """The old run's rankers grown by labels n_old.. of Y: any feature matrix X the rankers were trained on (XR-Linear's
+    TF-IDF, XR-Transformer's Φ_cat) of the combined corpus; returns the new model and what was done."""
     if config.missing_labels.weighting != "none":
         raise XtagError("xtag update: runs trained with a missing-label weighting are not supported yet")
-    xl = config.xlinear
-    old = XLinearModel.load(model_dir)
     if old.config.n_features != X.shape[1]:
-        raise XtagError(
-            f"{model_dir}: rankers expect {old.config.n_features} features, the run's TF-IDF gives {X.shape[1]}"
-        )
+        raise XtagError(f"xtag update: the run's rankers expect {old.config.n_features} features, got {X.shape[1]}")
+    xl = config.xlinear
     start = time.perf_counter()
     X = _as_float_csr(X.astype(np.float32))
     growth = grow_tree(
@@ -91,5 +85,23 @@ def update(
         levels.append(_assemble(old.levels[t - 1], fresh, sources, retrain))
         counts.append({"level": t, "nodes": len(sources), "retrained": len(nodes)})
         log({"event": "level", **counts[-1], "seconds": round(time.perf_counter() - start, 3)})
-    model = XLinearModel(chain, levels, old.config)
-    return XLinearResult(model), {**growth.facts, "levels": counts}
+    return XLinearModel(chain, levels, old.config), {**growth.facts, "levels": counts}
+
+
+def update(
+    data: UpdateData,
+    config,
+    progress: bool = True,
+    log: Callable[[dict], None] = lambda event: None,
+    refit_clusters: bool = True,
+) -> tuple[XLinearResult, dict]:
+    """XR-Linear's `update` entry (models/registry.py): its rankers see the run's TF-IDF, so the combined corpus's
+    TF-IDF goes to `update_rankers` as it is."""
+    if config.dense is not None:
+        raise XtagError(
+            "xtag update: runs with a `dense` block are not supported yet (the static encoder is not refit)"
+        )
+    model, facts = update_rankers(
+        XLinearModel.load(data.run / "model"), data.X, data.Y, data.n_old, config, progress, log, refit_clusters
+    )
+    return XLinearResult(model), facts

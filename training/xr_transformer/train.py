@@ -142,6 +142,26 @@ def bootstrap_head(
     return level.W.toarray().astype(np.float32), level.bias.astype(np.float32)
 
 
+def embeddings_file(folder: Path, t: int) -> Path:
+    """Where `Embeddings` caches the training texts' embeddings under the encoder after level t."""
+    return folder / f"emb_{t}.npy"
+
+
+def final_embeddings_file(folder: Path, xc: XRTransformerConfig) -> Path | None:
+    """The cache a finished run's Φ_cat was built from: the embeddings under its final (saved) encoder, after the
+    preliminary tree's last level (level 0, the pre-trained encoder, when `epochs` is 0); None when the run's
+    folder no longer shows which level that was."""
+    if xc.epochs == 0:
+        return embeddings_file(folder, 0)
+    chain = folder / "chain.npz"
+    return embeddings_file(folder, ClusterChain.load(chain).depth) if chain.is_file() else None
+
+
+def phi_cat(X: sp.csr_matrix, E: np.ndarray, xc: XRTransformerConfig) -> sp.csr_matrix:
+    """The rankers' features (eq. 10): Φ_cat = [TF-IDF ‖ embedding], or the embedding alone (`features: dense`)."""
+    return concat_features(X if xc.features == "tfidf+dense" else None, E)
+
+
 class Embeddings:
     """Embeddings of all training texts under the encoder after level t, cached as emb_t.npy for resume."""
 
@@ -159,7 +179,7 @@ class Embeddings:
         self.progress, self.log = progress, log
 
     def get(self, encoder: TextEncoder, t: int) -> np.ndarray:
-        path = self.folder / f"emb_{t}.npy"
+        path = embeddings_file(self.folder, t)
         if path.is_file():
             with reading(path, "cached embeddings"):
                 return np.load(path, allow_pickle=False)
@@ -307,7 +327,7 @@ def train_xr_transformer(
     ctx.close()  # all ranks together: the rankers below are rank 0's alone and need no process group
     if not ctx.is_main:
         return None
-    Phi = concat_features(X if xc.features == "tfidf+dense" else None, E)
+    Phi = phi_cat(X, E, xc)
     log(
         {
             "event": "features",

@@ -27,7 +27,11 @@ def update(
     progress: Progress = True,
 ) -> None:
     """Add labels without a full retrain: new labels join the nearest leaf clusters (by PIFA), only changed rankers
-    are retrained, the rest copied. Writes a normal run for `xtag export`."""
+    are retrained, the rest copied. Writes a normal run for `xtag export`.
+
+    XR-Linear and XR-Transformer runs. An XR-Transformer run keeps its fine-tuned encoder as it is (re-tuning it
+    would move every document's embedding and so retrain every ranker); only rows the run has no embedding for
+    are encoded. For a re-tuned encoder, retrain: `xtag train --config RUN2/config.json --out RUN3`."""
     from xtag.training.update_run import update_run
 
     with failing(OSError):

@@ -344,6 +344,11 @@ def main() -> None:
         "folder name>_<cpu|gpu>; with --latency-only xr_transformer_latency_<UTC time>)",
     )
     args = ap.parse_args()
+    if args.max_length < LATENCY_TOKENS and not args.no_latency and not args.latency_only:
+        # refused now rather than after training: latencies() needs bundles that read LATENCY_TOKENS tokens
+        ap.error(
+            f"--max-length {args.max_length} < {LATENCY_TOKENS}: the latency figures need {LATENCY_TOKENS} tokens; add --no-latency"
+        )
     if args.encoder_threads:
         import torch
 

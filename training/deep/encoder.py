@@ -72,9 +72,14 @@ class TextEncoder(nn.Module):
         return pool(self.hidden(input_ids, attention_mask), attention_mask, self.pooling)
 
 
+def trained_config(folder: Path) -> EncoderConfig:
+    """The encoder config of a run's model/encoder, without loading its weights."""
+    return EncoderConfig.model_validate(json.loads((folder / "xtag_encoder.json").read_text()))
+
+
 def load_trained(folder: Path, attn_implementation: str | None = None) -> tuple[TextEncoder, EncoderConfig]:
     """The encoder of a run's model/encoder (training/deep/result.save_encoder_folder) and its encoder config."""
-    config = EncoderConfig.model_validate(json.loads((folder / "xtag_encoder.json").read_text()))
+    config = trained_config(folder)
     return TextEncoder.from_pretrained(folder, config.pooling, attn_implementation), config
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from xtag.models.xlinear.model import XLinearModel
 from xtag.training.deep.distributed import pick_device
-from xtag.training.deep.encoder import encode_texts, load_tokenizer, load_trained
+from xtag.training.deep.encoder import encode_texts, load_tokenizer, load_trained, trained_config
 from xtag.training.update_run import UpdateData
 from xtag.training.xlinear.update import update_rankers
 from xtag.training.xr_transformer.kept_embeddings import encoder_digest, load_kept, save_kept
@@ -54,8 +54,7 @@ def embed(
     the run's files, the rest encoded; and how many of each."""
     xc = config.xr_transformer
     folder = data.run / "model" / "encoder"
-    device = pick_device(xc.device)
-    encoder, enc_config = load_trained(folder)
+    enc_config = trained_config(folder)  # the weights are loaded only if some row has to be encoded
     texts = data.corpus.texts
     E = np.empty((len(texts), enc_config.dim), dtype=np.float32)
     todo = np.arange(len(texts))
@@ -68,7 +67,9 @@ def embed(
         todo = np.concatenate([np.flatnonzero(~same), np.arange(len(same), len(texts))])
         log({"event": "embeddings", "reused": int(same.sum()), "source": source})
     start = time.perf_counter()
+    device = pick_device(xc.device)
     if len(todo):
+        encoder, _ = load_trained(folder)
         tokenizer = load_tokenizer(folder, enc_config.max_length)
         part = [texts[i] for i in todo]
         E[todo] = encode_texts(

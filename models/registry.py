@@ -26,6 +26,11 @@ class Family:
     components: tuple[str, ...]  # bundle components in load order (models/components.py); optional ones may be absent
     batch_wait_ms: float  # the service's micro-batch wait under concurrent traffic (encoders gain from batches)
     capabilities: frozenset[str]  # what the family supports, from CAPABILITIES; checked when a config is built
+    # The service's predictor calls at once unless XTAG_INFERENCE_THREADS says (at most one per core): a TF-IDF
+    # model's featurising holds the GIL while its compiled engine does not, so two calls overlap the one's
+    # featurising with the other's scoring (bench/RESULTS.md, batch throughput against PECOS); an encoder's
+    # ONNX session already runs each call on every core, and its calls gain more from batching together.
+    parallel_calls: int = 1
     update: str | None = None  # (update_run.UpdateData, TrainConfig, progress, log, refit_clusters) -> (model, facts)
     train_needs: tuple[str, ...] = ()  # modules training needs beyond the base install (from the `train` extra)
     builds_on: tuple[
@@ -88,6 +93,7 @@ FAMILIES: dict[str, Family] = {
             "xtag.training.xlinear.export:export",
             ("tfidf", "static-encoder", "label-tree", "rankers"),
             batch_wait_ms=0.0,
+            parallel_calls=2,
             capabilities=frozenset({"weighted-losses", "static-dense", "update"}),
             update="xtag.training.xlinear.update:update",
         ),

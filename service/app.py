@@ -19,9 +19,9 @@ from starlette.routing import Match, Route
 from uvicorn.config import STARTUP_FAILURE
 from xtag.models.device import Device
 from xtag.models.errors import XtagError
-from xtag.models.registry import family
+from xtag.models.registry import FAMILIES, family
 from xtag.service import docs, problems
-from xtag.service.batching import MicroBatcher
+from xtag.service.batching import MicroBatcher, PredictorPool
 from xtag.service.body import BodyReadMiddleware
 from xtag.service.deps import require_admin_key, require_api_key
 from xtag.service.limits import AdmissionMiddleware
@@ -47,6 +47,15 @@ class HotRoute(Route):
         return match, child
 
 
+def predictor_calls(settings: Settings, kind: str | None = None) -> int:
+    """Predictor calls at once: XTAG_INFERENCE_THREADS when set, else the family's parallel_calls (for no kind:
+    the most any family asks, which sizes the worker pool before a bundle is known), at most one per core."""
+    if settings.inference_threads is not None:
+        return settings.inference_threads
+    wanted = family(kind).parallel_calls if kind else max(f.parallel_calls for f in FAMILIES.values())
+    return max(1, min(wanted, len(os.sched_getaffinity(0))))
+
+
 def make_batcher(
     settings: Settings, kind: str, executor: Executor | None, on_batch, recent: RecentRequests
 ) -> MicroBatcher | None:
@@ -61,7 +70,7 @@ def make_batcher(
         executor,
         wait,
         settings.effective_batch_max_documents,
-        max(settings.inference_threads, 1),
+        max(predictor_calls(settings, kind), 1),
         on_batch,
         alone=alone,
         inline_max_texts=settings.inline_max_texts,
@@ -158,11 +167,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.feedback = None  # routes/feedback.py opens the store on the first write
     app.state.on_startup_failure = []  # called with the reason when the bundle given at startup does not load
     # Predictor calls run here, off the event loop (cheaper per call than anyio's shared pool).
-    app.state.executor = (
-        ThreadPoolExecutor(settings.inference_threads, thread_name_prefix="xtag-predict")
-        if settings.inference_threads > 0
-        else None
-    )
+    threads = predictor_calls(settings)
+    app.state.executor = PredictorPool(threads) if threads > 0 else None
 
     # Large request bodies are decoded and validated here, off the event loop (deps.parse_body).
     app.state.parse_executor = ThreadPoolExecutor(1, thread_name_prefix="xtag-parse")

@@ -2,7 +2,8 @@
 
 Requests queue per key (model, k, beam, reweighting). A queue becomes a batch when it holds
 `max_documents` texts, or when its oldest request has waited `max_wait_ms`, and it runs when one of
-`max_running` predictor slots (worker threads) is free. With `max_wait_ms = 0` nothing ever waits
+`max_running` predictor slots (worker threads) is free; beside a running call, only a full batch starts
+(a partial one waits for the running call and grows meanwhile). With `max_wait_ms = 0` nothing ever waits
 for company: an idle server runs a lone request at once, and requests that arrive while a batch is
 running form the next batch, so batches grow exactly as fast as load does. That suits TF-IDF
 XR-Linear, whose per-call overhead (featuriser, sparse setup) dwarfs its per-document cost.
@@ -28,9 +29,10 @@ predicts. While an inlined request runs the loop is blocked, which is also why i
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable, Hashable
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,6 +40,49 @@ from xtag.models.beam_search import Predictions
 
 BatchFn = Callable[[list[str]], Predictions]
 MEMORY_S = 1.0  # how far back concurrency (or a lone request) counts when deciding to inline
+
+
+class PredictorPool(Executor):
+    """The service's worker threads for predictor calls (one lane each), whose compiled engines split the cores.
+
+    A call goes to the first idle lane, so a sequential client always runs on the same thread (and the same
+    OpenMP team: each Python thread that starts parallel work gets a team of its own). A call that starts
+    while n lanes are busy (itself included) gives its engine 1/n of the cores (models/engine/search.py
+    share_cores): with several lanes (XTAG_INFERENCE_THREADS, or the family's parallel_calls) one call's
+    TF-IDF, which holds the GIL, runs while another's engine, which releases it, scores, and two engines each
+    as wide as the machine would put twice as many threads as cores. A call that starts alone keeps every
+    core (bench/RESULTS.md, batch throughput against PECOS)."""
+
+    def __init__(self, threads: int):
+        self._lanes = [ThreadPoolExecutor(1, thread_name_prefix=f"xtag-predict-{i}") for i in range(threads)]
+        self._busy = [0] * threads  # calls submitted to each lane and not finished
+        self._shared_by = [1] * threads  # per lane: the n its engine's cores were last shared by (its thread only)
+        self._lock = threading.Lock()
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        with self._lock:
+            lane = min(range(len(self._lanes)), key=self._busy.__getitem__)  # ties: the first lane
+            self._busy[lane] += 1
+            calls = sum(1 for busy in self._busy if busy)
+        future = self._lanes[lane].submit(self._call, lane, calls, fn, args, kwargs)
+        future.add_done_callback(lambda _: self._finished(lane))
+        return future
+
+    def _call(self, lane: int, calls: int, fn, args, kwargs):
+        if self._shared_by[lane] != calls:  # a lone call never imports the engine here
+            from xtag.models.engine.search import share_cores
+
+            share_cores(calls)
+            self._shared_by[lane] = calls
+        return fn(*args, **kwargs)
+
+    def _finished(self, lane: int) -> None:
+        with self._lock:
+            self._busy[lane] -= 1
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        for lane in self._lanes:
+            lane.shutdown(wait, cancel_futures=cancel_futures)
 
 
 async def run_off_loop(executor: Executor | None, fn: BatchFn, texts: list[str]) -> Predictions:
@@ -81,7 +126,7 @@ class MicroBatcher:
 
     async def submit(self, key: Hashable, texts: list[str], run: BatchFn) -> Predictions:
         """Queue `texts`; `run` (any submission's, they are equivalent per key) predicts the whole batch."""
-        if self.running >= self.max_running or self._queues:
+        if self._queues or not self._may_start(len(texts)):
             self._concurrent_at = time.monotonic()  # this request has to queue behind others
         elif self.wait == 0.0:
             if not self._may_inline(texts):
@@ -101,6 +146,14 @@ class MicroBatcher:
         self._queues.setdefault(key, []).append(item)
         asyncio.get_running_loop().call_soon(self._schedule)  # after this iteration's other submissions
         return await item.future
+
+    def _may_start(self, texts: int) -> bool:
+        """Whether a call of `texts` texts may start now: on a free slot, and beside a running call only with a
+        full batch. A partial one (single texts under concurrent load) waits and grows instead: one call of
+        many texts costs less than two of fewer (bench/RESULTS.md: 32 clients of one text each served 7 %
+        fewer requests per second with two calls at once), while full batches gain from running side by side
+        (one's TF-IDF overlapping the other's scoring)."""
+        return self.running == 0 or (self.running < self.max_running and texts >= self.max_documents)
 
     def _may_inline(self, texts: list[str]) -> bool:
         if self.alone is None or len(texts) > self.inline_max_texts:
@@ -154,6 +207,8 @@ class MicroBatcher:
                 first = min(items[0].since for items in self._queues.values())
                 self._timer = loop.call_later(max(first + self.wait - now, 0.0), self._schedule)
                 return
+            if not self._may_start(sum(len(i.texts) for i in self._queues[key])):
+                return  # _ready prefers full queues, so none is full: wait for the running call, which reschedules
             items, size = self._take(key)
             self.last_batch_requests = len(items)
             if len(items) > 1:

@@ -100,8 +100,12 @@ class Settings(BaseSettings):
         description="with a CUDA device: onnxruntime's TensorRT provider before the CUDA one (engines are built on "
         "first use; XTAG_TENSORRT_CACHE names a folder that keeps them)",
     )
-    inference_threads: int = Field(
-        1, ge=0, description="predictor calls running at once (worker threads); 0 = run them on the event loop itself"
+    inference_threads: int | None = Field(
+        None,
+        ge=0,
+        description="predictor calls running at once (worker threads; their compiled engines split the cores); "
+        "0 = run them on the event loop itself; default: the model family's parallel_calls (models/registry.py: "
+        "2 for XR-Linear, 1 for encoder bundles), at most one per core",
     )
     inline_max_texts: int = Field(
         1,

@@ -41,6 +41,17 @@ _SERIAL_ONLY = [False]
 os.register_at_fork(after_in_child=lambda: _SERIAL_ONLY.__setitem__(0, _POOL_USED[0]))
 
 
+def share_cores(calls: int) -> int:
+    """Let this thread's later engine calls use 1/`calls` of numba's threads (at least one), and return that.
+
+    For a caller that runs `calls` predictions at once, each on its own Python thread (the service's worker
+    threads): they then split the cores instead of each launching a pool as wide as the machine. numba's
+    thread count is per calling thread, so other threads keep theirs."""
+    threads = max(1, numba.config.NUMBA_NUM_THREADS // max(calls, 1))
+    numba.set_num_threads(threads)
+    return threads
+
+
 def _c(a, dtype) -> np.ndarray:
     """C-contiguous, writeable, of `dtype`: one numba type per argument, so warm-up compiled what runs."""
     a = np.ascontiguousarray(a, dtype=dtype)

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import numba
 import numpy as np
 import pytest
 from xtag.models.beam_search import Predictions
-from xtag.service.app import create_app
-from xtag.service.batching import MicroBatcher
+from xtag.service.app import create_app, predictor_calls
+from xtag.service.batching import MicroBatcher, PredictorPool
 from xtag.service.settings import Settings
 
 from tests.service.svc_support import bundles, client, make_client  # noqa: F401  (pytest fixtures)
@@ -322,3 +324,67 @@ def test_the_service_runs_a_lone_request_on_its_event_loop(bundles):
     first, second = thread_of_prediction()
     assert first.startswith("xtag-predict") and not second.startswith("xtag-predict")
     assert all(name.startswith("xtag-predict") for name in thread_of_prediction(inline_max_texts=0))
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs numba threads on 2 cores or more")
+def test_concurrent_predictor_calls_split_the_engines_cores_and_a_lone_call_keeps_them():
+    """Two worker threads predicting at once each give the engine half the cores (no oversubscription); a call
+    that runs alone afterwards gets every core back."""
+    seen: list[tuple[str, int]] = []
+
+    def engine_threads(tag: str, delay: float):
+        def fn(texts: list[str]) -> Predictions:
+            time.sleep(delay)
+            seen.append((tag, numba.get_num_threads()))  # numba's count for this worker thread
+            return Echo()(texts)
+
+        return fn
+
+    async def main():
+        b = MicroBatcher(pool, max_wait_ms=0, max_documents=1, max_running=2)  # one text is a full batch
+        first = asyncio.ensure_future(b.submit("a", ["doc 1"], engine_threads("first", 0.2)))
+        await asyncio.sleep(0.05)
+        await b.submit("b", ["doc 2"], engine_threads("second", 0.0))
+        await first
+        await b.submit("c", ["doc 3"], engine_threads("alone", 0.0))
+
+    pool = PredictorPool(2)
+    try:
+        run(main())
+    finally:
+        pool.shutdown()
+    full = numba.config.NUMBA_NUM_THREADS
+    assert dict(seen) == {"first": full, "second": full // 2, "alone": full}
+
+
+def test_tfidf_bundles_run_two_predictor_calls_at_once_by_default_and_encoder_bundles_one(monkeypatch):
+    """XR-Linear overlaps one call's featurising with another's scoring; an encoder bundle's ONNX session uses
+    every core per call. Never more calls than cores, and XTAG_INFERENCE_THREADS overrides both."""
+    monkeypatch.delenv("XTAG_INFERENCE_THREADS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    default = Settings(_env_file=None)
+    assert (predictor_calls(default, "xlinear"), predictor_calls(default, "xr-transformer")) == (2, 1)
+    assert predictor_calls(default) == 2  # the worker pool, sized before a bundle is loaded
+    assert predictor_calls(Settings(_env_file=None, inference_threads=3), "xr-transformer") == 3
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert predictor_calls(default, "xlinear") == 1
+
+
+def test_beside_a_running_call_only_a_full_batch_starts_and_a_partial_one_waits_and_grows(executor):
+    """With two slots, single texts under load still share one call (they wait for the running one), while a
+    request of a full batch's texts runs beside it."""
+    echo = Echo()
+
+    async def main():
+        b = MicroBatcher(executor, max_wait_ms=0, max_documents=4, max_running=2)
+        first = await occupy(b, seconds=0.2)
+        full = asyncio.ensure_future(b.submit("k", [f"doc {i}" for i in range(4)], echo))
+        await asyncio.sleep(0.05)
+        started_beside = list(echo.calls)  # the full batch ran while the first call was still busy
+        singles = [b.submit("s", [f"doc {i}"], echo) for i in (10, 11, 12)]
+        await asyncio.gather(full, first, *singles)
+        return started_beside
+
+    started_beside = run(main())
+    assert started_beside == [4]
+    assert echo.calls == [4, 3]  # the three single texts waited for the running call, then ran together

@@ -55,9 +55,10 @@ def free_port() -> int:
 
 
 def start_server(
-    bundle: Path, port: int, batching: str, code_dir: Path | None = None, **extra_env: str
+    bundle: Path, port: int, batching: str, code_dir: Path | None = None, workers: int = 1, **extra_env: str
 ) -> subprocess.Popen:
-    """`code_dir`: serve another checkout's code (a folder holding an `xtag` package, as service_load.py's)."""
+    """`code_dir`: serve another checkout's code (a folder holding an `xtag` package, as service_load.py's);
+    `workers`: `xtag serve --workers`."""
     env = {
         **os.environ,
         "XTAG_BATCHING": batching,
@@ -67,7 +68,7 @@ def start_server(
     }
     if code_dir is not None:
         env["PYTHONPATH"] = str(code_dir)
-    code = f"from xtag.service.server import serve; serve({str(bundle.resolve())!r}, '127.0.0.1', {port}, 1)"
+    code = f"from xtag.service.server import serve; serve({str(bundle.resolve())!r}, '127.0.0.1', {port}, {workers})"
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=code_dir or ROOT, env=env)
     deadline = time.time() + 180
     while time.time() < deadline:
@@ -152,6 +153,26 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """cpu_seconds of a process and its live descendants (`xtag serve --workers N`: the workers are children)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended while listed
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            total += cpu_seconds(p)
+        except OSError:
+            continue
+        todo += children.get(p, [])
+    return total
+
+
 async def _paired(
     port: int, predictor, texts: list[str], bodies: list[bytes], k: int, cpu: list[float] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -218,7 +239,10 @@ def batch_vs_pecos(args: argparse.Namespace) -> dict:
 
     One client sends the test split in `--batch`-document requests, one after the other (as throughput()); with
     --batch-clients N, N clients also send them concurrently (the server overlaps one request's TF-IDF with
-    another's scoring), beside an upper bound for a PECOS user who overlaps the two parts likewise.
+    another's scoring), beside an upper bound for a PECOS user who overlaps the two parts likewise; with
+    --workers W the servers run `xtag serve --workers W` (W processes, each its own TF-IDF and engine), and
+    with --inference-threads T each process runs T predictor calls at once (XTAG_INFERENCE_THREADS;
+    --also-inference-threads T2 adds this checkout's server with T2, e.g. 1, what was the default before).
     PECOS predicts the whole split in one call (its best case) with the model pecos_xlinear.py kept in
     --pecos (bench/peers/pecos_predict.py, its own venv); its docs/s include the TF-IDF of the same texts
     by the same featuriser, timed here in the same round twice: scikit-learn's transform (what a PECOS
@@ -235,14 +259,25 @@ def batch_vs_pecos(args: argparse.Namespace) -> dict:
     X = featurizer.transform(texts)
     x_path = args.pecos / "X_service_batch.npz"
     sp.save_npz(x_path, X.astype(np.float32))
-    codes = {"this checkout": None, **({"before": args.before_code} if args.before_code else {})}
+    threads = {"XTAG_INFERENCE_THREADS": str(args.inference_threads)} if args.inference_threads is not None else {}
+    ours = "this checkout" + (f", XTAG_INFERENCE_THREADS={args.inference_threads}" if threads else "")
+    contenders = {ours: (None, threads)}  # name: (code folder, server environment)
+    if args.before_code:
+        contenders["before"] = (args.before_code, threads)
+    if args.also_inference_threads is not None:
+        contenders[f"this checkout, XTAG_INFERENCE_THREADS={args.also_inference_threads}"] = (
+            None,
+            {"XTAG_INFERENCE_THREADS": str(args.also_inference_threads)},
+        )
+    suffix = f", {args.workers} workers" if args.workers > 1 else ""
     servers = {}
     try:
-        for name, code in codes.items():
+        for name, (code, env) in contenders.items():
             port = free_port()
-            servers[name] = (port, start_server(args.bundle, port, "on", code))
-        for port, _ in servers.values():
-            asyncio.run(_clients(port, bodies[:4], 1, "/v1/predict/batch"))  # warm-up
+            servers[name + suffix] = (port, start_server(args.bundle, port, "on", code, args.workers, **env))
+        for port, _ in servers.values():  # warm-up, over as many connections as the run uses (every worker)
+            for clients in sorted({1, args.batch_clients}):
+                asyncio.run(_clients(port, bodies[: 4 * clients], clients, "/v1/predict/batch"))
         predictor.predict(chunks[0], k=args.k)
         rounds = []
         for r in range(args.rounds):
@@ -251,10 +286,10 @@ def batch_vs_pecos(args: argparse.Namespace) -> dict:
             for name, (port, proc) in servers.items():
                 for clients in sorted({1, args.batch_clients}):
                     key = f"http {name}" if clients == 1 else f"http {name}, {clients} clients"
-                    before = cpu_seconds(proc.pid)
+                    before = tree_cpu_seconds(proc.pid)
                     _, wall = asyncio.run(_clients(port, bodies, clients, "/v1/predict/batch"))
                     row[key] = len(texts) / wall
-                    cpu[f"{key} (server)"] = (cpu_seconds(proc.pid) - before) / len(texts) * 1e6
+                    cpu[f"{key} (server)"] = (tree_cpu_seconds(proc.pid) - before) / len(texts) * 1e6
             start, c0 = time.perf_counter(), time.process_time()
             for c in chunks:
                 predictor.predict(c, k=args.k)
@@ -308,6 +343,9 @@ def batch_vs_pecos(args: argparse.Namespace) -> dict:
         "documents": len(texts),
         "batch": args.batch,
         "batch_clients": args.batch_clients,
+        "workers": args.workers,
+        "inference_threads": args.inference_threads,
+        "also_inference_threads": args.also_inference_threads,
         "k": args.k,
         "pecos_threads": args.threads,
         "before_code": str(args.before_code) if args.before_code else None,
@@ -355,6 +393,11 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--batch-clients", type=int, default=1, help="with --pecos: also N concurrent batch clients")
+    ap.add_argument("--workers", type=int, default=1, help="with --pecos: serve with `xtag serve --workers N`")
+    ap.add_argument(
+        "--inference-threads", type=int, help="with --pecos: the servers' XTAG_INFERENCE_THREADS (default: unset)"
+    )
+    ap.add_argument("--also-inference-threads", type=int, help="with --pecos: also serve this checkout with this many")
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--result-name", default="service_latency", help="bench/results/<name>.json")

@@ -9,7 +9,14 @@ from .cold_start import cold_start
 from .lamp import lamp_debtags
 from .lightxml_cascadexml import cascadexml_debtags, equal_budget, lightxml_debtags, lightxml_subset
 from .onnx_encoders import encoder_variants
-from .service import explain_latency, inline_vs_worker, service_batch, service_latency, service_load
+from .service import (
+    explain_latency,
+    inference_threads,
+    inline_vs_worker,
+    service_batch,
+    service_latency,
+    service_load,
+)
 from .static import static_debtags
 from .tail import losses_debtags, tail_debtags
 from .update import update_labels
@@ -30,6 +37,7 @@ BUILDERS = {
         service_batch,
         service_load,
         inline_vs_worker,
+        inference_threads,
         tail_debtags,
         xr_transformer_debtags,
         xr_transformer_latency,

@@ -239,3 +239,22 @@ def explain_latency(r: dict) -> dict[str, str]:
     head = f"k={r['k']}, {r['requests_per_round']} texts × {r['rounds']} rounds per configuration, one client each"
     header = ["", "p50 ms", "p99 ms", "server p50 ms", "response bytes"]
     return {"table": head + "\n\n" + table(header, "lrrrr", rows)}
+
+
+@one_result_each
+def inference_threads(r: dict) -> dict[str, str]:
+    """Single-text /v1/predict under concurrent load: the default predictor calls at once against one (interleaved)."""
+    a, b = r["median"]
+    rows = [[name, thousands(m["requests_per_s"]), ms(m["p50_ms"]), ms(m["p99_ms"])] for name, m in r["median"].items()]
+    head = f"{r['clients']} clients, {r['requests']} single-text requests per server per round, k={r['k']}, medians of {len(r['rounds'])} rounds"
+    per_round = [
+        [str(i), f2(row["load_average"]), f2(row[a]["requests_per_s"] / row[b]["requests_per_s"])]
+        for i, row in enumerate(r["rounds"], start=1)
+    ] + [["median", "", f2(r["median_ratio_requests_per_s"])]]
+    return {
+        "table": head
+        + "\n\n"
+        + table(["server", "req/s", "p50 ms", "p99 ms"], "lrrr", rows)
+        + "\n\n"
+        + table(["round", "load (1 min)", f"req/s {a} / {b}"], "rrr", per_round)
+    }

@@ -5,7 +5,7 @@ One module per benchmark family; what they share (accuracy columns, cell formats
 
 from __future__ import annotations
 
-from .cold_start import cold_start
+from .cold_start import cold_start, fresh_install
 from .lamp import lamp_debtags
 from .lightxml_cascadexml import cascadexml_debtags, equal_budget, lightxml_debtags, lightxml_subset
 from .onnx_encoders import encoder_variants
@@ -49,6 +49,7 @@ BUILDERS = {
         encoder_variants,
         losses_debtags,
         cold_start,
+        fresh_install,
         static_debtags,
         explain_latency,
         update_labels,

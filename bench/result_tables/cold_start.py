@@ -79,3 +79,38 @@ def cold_start(r: dict) -> dict[str, str]:
             ],
         )
     return out
+
+
+@one_result_each
+def fresh_install(r: dict) -> dict[str, str]:
+    """bench/fresh_install.py: a real fresh venv's first and second train and serve, and PECOS's training."""
+    steps = (
+        ("warm", "`xtag warm` (what scripts/setup.sh runs after the install)"),
+        ("first_train", "first `xtag train`"),
+        ("second_train", "second `xtag train`"),
+    )
+    rows = [
+        [label, f1(r[key]["wall_s"]), f1(r[key]["cpu_s"])]
+        + [f1(r[key][k]) if k in r[key] else "" for k in ("model_s", "rankers_s")]
+        + [str(r[key]["kernel_files_added"])]
+        for key, label in steps
+    ]
+    rows.append(["PECOS training (same TF-IDF matrices)", "", "", "", f1(r["pecos_train_s"]), ""])
+    rows += [
+        [
+            f"{which} `xtag serve`, until `/ready` answers 200",
+            f2(r[key]["ready_s"]),
+            "",
+            "",
+            "",
+            str(r[key]["kernel_files_added"]),
+        ]
+        for key, which in (("first_serve", "first"), ("second_serve", "second"))
+    ]
+    header = ["step", "process s", "process CPU s", "model s", "PIFA + tree + rankers s", "kernel files compiled"]
+    head = (
+        f"{r['corpus']}: a venv made from {r['python']}, `pip install .` {f1(r['install']['pip_install_s'])} s; "
+        f"every step after the install as {r['user']}"
+    )
+    ratios = "; ".join(f"{name}: **{f2(value)}×**" for name, value in r["ratios"].items())
+    return {"table": head + "\n\n" + table(header, "lrrrrr", rows) + "\n\n" + ratios + "."}

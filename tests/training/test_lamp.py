@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 from xtag.models.errors import XtagError
 
-from tests.conftest import assert_serves_without_torch
+from tests.conftest import assert_serves_without_torch, lamp_config, train_and_export
 
 TEXTS = [
     "shooter weapons arena frag multiplayer",
@@ -31,6 +31,11 @@ def test_teacher_forcing_puts_missed_true_labels_in_place_of_the_lowest_candidat
     assert cand.y[1].tolist() == [1, 0, 1, 1]
     assert cand.forced == 3 and cand.positives == 5
     assert labels[0, 3] == 1  # the first stage's arrays are not modified
+
+    plain = teacher_forced(labels, scores, [np.array([2, 9]), np.array([3, 6, 8])], force=False)
+    assert plain.labels.tolist() == labels.tolist()  # lamp.teacher_forcing=false: the top-C as given
+    assert plain.y.tolist() == [[0, 1, 0, 0], [1, 0, 0, 0]]
+    assert (plain.forced, plain.missed, plain.positives) == (0, 3, 5)
 
 
 def test_first_stage_label_space_drops_labels_it_does_not_know():
@@ -168,3 +173,24 @@ def test_predict_endpoint_reranks_unless_the_request_says_rerank_false(lamp_bund
             assert [g["score"] for g in got] == pytest.approx(want.scores[0].tolist(), abs=1e-6)
         batch = client.post("/v1/predict/batch", json={"documents": [{"text": TEXTS[0]}], "k": 3, "rerank": False})
         assert [g["id"] for g in batch.json()["results"][0]["labels"]] == first.labels[0].tolist()
+
+
+def test_zero_encoder_layers_reads_the_token_embeddings_and_exports_with_parity(
+    corpus_files, tiny_bundle, tiny_bert, tmp_path
+):
+    """lamp.encoder_layers=0: no contextual layer (the CPU-cheap re-ranker); it trains, passes the export's
+    parity gate and serves, and its saved encoder has no layer left."""
+    from xtag.models.bundle import load_bundle
+
+    config = lamp_config(
+        corpus_files[0], tiny_bundle, tiny_bert, heads=2, dim=16, encoder_layers=0, teacher_forcing=False
+    )
+    run, bundle = train_and_export(config, tmp_path)
+    events = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
+    assert next(e for e in events if e["event"] == "lamp")["encoder_layers"] == 0
+    cand = next(e for e in events if e["event"] == "lamp_candidates")
+    assert cand["teacher_forced"] == 0
+    report = json.loads((bundle / "manifest.json").read_text())["export"]
+    assert report["parity"]["logits"]["max_abs_diff"] <= report["parity_tolerance"]
+    preds = load_bundle(bundle).predictor.predict(["a tiny text about nothing"], k=3)
+    assert preds.labels.shape == (1, 3)

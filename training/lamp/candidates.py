@@ -16,23 +16,25 @@ class Candidates:
     y: np.ndarray  # n × C: 1.0 where the candidate is a true label
     forced: int  # true labels the first stage missed, added by teacher forcing
     positives: int  # true labels of the texts (those the first stage knows)
+    missed: int = 0  # true labels not in the first stage's top-C (forced in unless teacher forcing is off)
 
     @property
     def valid(self) -> np.ndarray:
         return (self.labels >= 0).astype(np.float32)
 
 
-def teacher_forced(labels: np.ndarray, scores: np.ndarray, truth: list[np.ndarray]) -> Candidates:
+def teacher_forced(labels: np.ndarray, scores: np.ndarray, truth: list[np.ndarray], force: bool = True) -> Candidates:
     """Each row's true labels missing from its top-C replace its lowest-ranked candidates that are not true
     (padding first, being last), so the width stays C and every positive is scored; a forced label gets the
     row's lowest real score, the place it would take were the list longer. A row with more true labels than
-    C keeps the first C of them."""
+    C keeps the first C of them. force=False keeps the top-C as the first stage gave them (lamp.teacher_forcing)."""
     labels, scores = labels.copy(), score_features(scores)
-    forced = 0
+    forced = missed = 0
     for i, true in enumerate(truth):
         row = labels[i]
         missing = np.setdiff1d(true, row[row >= 0])[: len(row)]
-        if not len(missing):
+        missed += len(missing)
+        if not len(missing) or not force:
             continue
         free = np.flatnonzero(~np.isin(row, true))[::-1][: len(missing)][::-1]  # the last non-true positions
         missing = missing[: len(free)]
@@ -42,7 +44,7 @@ def teacher_forced(labels: np.ndarray, scores: np.ndarray, truth: list[np.ndarra
         forced += len(missing)
     y = np.stack([np.isin(row, true) for row, true in zip(labels, truth)]).astype(np.float32)
     y *= labels >= 0
-    return Candidates(labels, scores, y, forced, int(sum(len(t) for t in truth)))
+    return Candidates(labels, scores, y, forced, int(sum(len(t) for t in truth)), missed)
 
 
 def first_stage_labels(Y: sp.csr_matrix, names: list[str], first_index: dict[str, int], n_first: int):

@@ -31,7 +31,16 @@ class LampConfig(TransformerConfig):
     )
     dim: int = Field(128, ge=8, description="node size (token states are projected to it from the encoder's)")
     encoder_layers: int | None = Field(
-        None, ge=1, description="use the encoder's first N layers only (None: all): a faster re-ranker on CPU"
+        None,
+        ge=0,
+        description="use the encoder's first N layers only (None: all): a faster re-ranker on CPU; 0 = its token "
+        "embeddings alone (word + position, normalised), no contextual layer",
+    )
+    teacher_forcing: bool = Field(
+        True,
+        description="put the true labels the first stage missed into the training candidates (at the row's lowest "
+        "score); off: train on the top-C as the first stage gives them, as at test time (where it recalls few of "
+        "the true labels, forcing teaches that low-ranked candidates are often true: bench/RESULTS.md, debdeps)",
     )
     steps: int = Field(2, ge=1, description="T: message-passing steps (feature→label, then label→label)")
     heads: int = Field(4, ge=1, description="attention heads (must divide the encoder's hidden size)")

@@ -159,13 +159,15 @@ class LampNet(nn.Module):
 
 def first_layers(transformer: nn.Module, layers: int | None) -> nn.Module:
     """The encoder cut to its first `layers` layers (None: all), its config saying so, so that it saves and
-    loads as that smaller model: fewer layers is the cheapest way to a faster re-ranker on CPU."""
+    loads as that smaller model: fewer layers is the cheapest way to a faster re-ranker on CPU. With 0 the
+    token states are the embedding layer's output (each token's word and position vectors, layer-normalised):
+    LaMP then attends to the words without any context, for the cost of a table lookup."""
     if layers is None:
         return transformer
     stack = getattr(getattr(transformer, "encoder", None), "layer", None)
     if not isinstance(stack, nn.ModuleList):
         raise XtagError("lamp.encoder_layers: the encoder has no encoder.layer stack (BERT-like models only)")
-    if not 1 <= layers <= len(stack):
+    if not 0 <= layers <= len(stack):
         raise XtagError(f"lamp.encoder_layers: {layers}, the encoder has {len(stack)} layers")
     transformer.encoder.layer = stack[:layers]
     transformer.config.num_hidden_layers = layers

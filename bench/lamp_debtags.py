@@ -122,6 +122,7 @@ def main() -> None:
     ap.add_argument("--encoder-layers", type=int, default=2, help="MiniLM's first N layers (CPU budget)")
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--no-teacher-forcing", action="store_true", help="lamp.teacher_forcing=false")
     ap.add_argument("--latency-texts", type=int, default=200)
     ap.add_argument("--result-name", default=None)
     ap.add_argument("--test-limit", type=int, default=None, help="first N test texts only (smoke runs; no result)")
@@ -133,6 +134,7 @@ def main() -> None:
     )
     first_bundle, first_summary = train_export(TrainConfig(corpus=first_path), work / "xlinear")
     variant = f"lamp-{args.graph}-c{args.candidates}-e{args.epochs}-len{args.max_length}-l{args.encoder_layers}"
+    variant += "-notf" if args.no_teacher_forcing else ""
     lamp = LampConfig(
         first_stage=first_bundle,
         candidates=args.candidates,
@@ -142,6 +144,7 @@ def main() -> None:
         encoder_layers=args.encoder_layers,
         dim=args.dim,
         lr=args.lr,
+        teacher_forcing=not args.no_teacher_forcing,
         device="cpu",
         log_every=20,
     )

@@ -78,18 +78,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def serve_ready(bundle: Path, cache: Path, timeout: float = 300) -> dict:
-    """Seconds from starting `xtag serve` to the first 200 from GET /ready (bundle loaded and warmed up)."""
-    port = free_port()
-    before = _files(cache)
+def time_to_ready(command: list[str], port: int, env: dict | None = None, timeout: float = 300) -> tuple[float, dict]:
+    """Seconds from starting `command` (an `xtag serve` on `port`) to the first 200 from GET /ready (bundle loaded
+    and warmed up), and that answer's body; the server is stopped after."""
     start = time.perf_counter()
-    proc = subprocess.Popen(
-        [*XTAG, "serve", str(bundle), "--port", str(port)],
-        env=_env(cache),
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         while time.perf_counter() - start < timeout:
             if proc.poll() is not None:
@@ -97,19 +90,21 @@ def serve_ready(bundle: Path, cache: Path, timeout: float = 300) -> dict:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=1) as response:
                     if response.status == 200:
-                        break
+                        return time.perf_counter() - start, json.loads(response.read())
             except OSError:
                 pass
             time.sleep(0.02)
-        else:
-            sys.exit("xtag serve was not ready in time")
-        ready = time.perf_counter() - start
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=5) as response:
-            warmup_ms = json.loads(response.read()).get("warmup_ms")
+        sys.exit("xtag serve was not ready in time")
     finally:
         proc.terminate()
         proc.wait(30)
-    return {"ready_s": round(ready, 2), "warmup_ms": warmup_ms, "cache_files_added": _files(cache) - before}
+
+
+def serve_ready(bundle: Path, cache: Path, timeout: float = 300) -> dict:
+    """time_to_ready of `xtag serve` with `cache` as numba's cache, and the numba files it added."""
+    port, before = free_port(), _files(cache)
+    ready, body = time_to_ready([*XTAG, "serve", str(bundle), "--port", str(port)], port, _env(cache), timeout)
+    return {"ready_s": round(ready, 2), "warmup_ms": body.get("warmup_ms"), "cache_files_added": _files(cache) - before}
 
 
 def fresh(folder: Path) -> Path:

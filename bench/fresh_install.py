@@ -27,11 +27,10 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cold_start import free_port  # noqa: E402
+from cold_start import free_port, time_to_ready  # noqa: E402
 from results import ROOT, save_result  # noqa: E402
 
 PECOS_PY = ROOT / "bench" / ".venv-pecos" / "bin" / "python"
@@ -101,31 +100,9 @@ def train(inst: Install, corpus: Path, out: Path) -> dict:
     }
 
 
-def serve_ready(inst: Install, bundle: Path, timeout: float = 300) -> dict:
+def serve_ready(inst: Install, bundle: Path) -> dict:
     before, port = inst.kernel_files(), free_port()
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        inst.command("serve", str(bundle), "--port", str(port)),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        while time.perf_counter() - start < timeout:
-            if proc.poll() is not None:
-                sys.exit(f"xtag serve exited with {proc.returncode}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=1) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            time.sleep(0.02)
-        else:
-            sys.exit("xtag serve was not ready in time")
-        ready = time.perf_counter() - start
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    ready, _ = time_to_ready(inst.command("serve", str(bundle), "--port", str(port)), port)
     return {"ready_s": round(ready, 2), "kernel_files_added": inst.kernel_files() - before}
 
 

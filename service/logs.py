@@ -37,6 +37,16 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str, ensure_ascii=False)
 
 
+class UvicornName(logging.Filter):
+    """uvicorn logs its server lines (started, shutting down) under `uvicorn.error` whatever their level: they are
+    shown as `uvicorn`, so that an INFO line does not read as an error to someone scanning the log for one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "uvicorn.error":
+            record.name = "uvicorn"
+        return True
+
+
 def log_config(log_format: str, level: str) -> dict:
     """A logging.config.dictConfig for uvicorn's `log_config`: xtag.* and uvicorn.* to stderr in `log_format`.
 
@@ -47,7 +57,15 @@ def log_config(log_format: str, level: str) -> dict:
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"xtag": formatter},
-        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "xtag", "stream": "ext://sys.stderr"}},
+        "filters": {"uvicorn_name": {"()": UvicornName}},
+        "handlers": {
+            "stderr": {
+                "class": "logging.StreamHandler",
+                "formatter": "xtag",
+                "filters": ["uvicorn_name"],
+                "stream": "ext://sys.stderr",
+            }
+        },
         "loggers": {
             "xtag": {"handlers": ["stderr"], "level": level.upper(), "propagate": True},
             "uvicorn": {"handlers": ["stderr"], "level": "INFO", "propagate": False},

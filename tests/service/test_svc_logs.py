@@ -63,7 +63,9 @@ def test_a_real_server_logs_load_reload_and_access_as_json_lines(bundles, tmp_pa
     assert f"{va} → tiny-b {vb}" in reload["message"] and reload["level"] == "info"
     access = [x for x in lines if x["logger"] == "xtag.access" and x["path"] == "/v1/predict" and x["status"] == 200]
     assert len(access) == 1 and access[0]["method"] == "POST" and access[0]["ms"] > 0
-    assert any(x["logger"].startswith("uvicorn") for x in lines)
+    uvicorn = [x for x in lines if x["logger"].startswith("uvicorn")]
+    assert uvicorn and all(x["logger"] == "uvicorn" for x in uvicorn)  # not "uvicorn.error" on INFO lines
+    assert any("Uvicorn running" in x["message"] and x["level"] == "info" for x in uvicorn)
 
 
 def test_the_access_log_is_off_unless_asked_for(make_client, caplog):

@@ -35,6 +35,7 @@ from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import load_corpus
 from xtag.training.lamp.config import LampConfig
 from xtag.training.run import train_run
+from xtag.training.xr_transformer.config import XRTransformerConfig
 
 METRICS = ("P@1", "P@3", "P@5", "PSP@5", "macro-F1@5")
 SET_K = 10  # labels per text the set metrics threshold (debtags texts have 3.7 on average)
@@ -109,6 +110,17 @@ def http_p50(bundle: Path, texts: list[str]) -> dict:
         server.close()
 
 
+def first_stage_config(args: argparse.Namespace, corpus: Path) -> TrainConfig:
+    """XR-Linear with its defaults, or XR-Transformer at the equal-budget table's CPU budget (--first-epochs
+    epochs of MiniLM-L6 at --first-max-length tokens, batches of 16)."""
+    if args.first_stage == "xlinear":
+        return TrainConfig(corpus=corpus)
+    xr = XRTransformerConfig(
+        epochs=args.first_epochs, max_length=args.first_max_length, batch_size=16, device="cpu", log_every=50
+    )
+    return TrainConfig(corpus=corpus, model="xr-transformer", xr_transformer=xr)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "debtags")
@@ -123,6 +135,9 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--no-teacher-forcing", action="store_true", help="lamp.teacher_forcing=false")
+    ap.add_argument("--first-stage", choices=("xlinear", "xr-transformer"), default="xlinear")
+    ap.add_argument("--first-epochs", type=int, default=1, help="with --first-stage xr-transformer")
+    ap.add_argument("--first-max-length", type=int, default=64, help="with --first-stage xr-transformer")
     ap.add_argument("--latency-texts", type=int, default=200)
     ap.add_argument("--result-name", default=None)
     ap.add_argument("--test-limit", type=int, default=None, help="first N test texts only (smoke runs; no result)")
@@ -132,7 +147,7 @@ def main() -> None:
     first_path, lamp_path, val_path = split(
         args.data / "train.jsonl.gz", work, (args.lamp_fraction, args.val_fraction), 0
     )
-    first_bundle, first_summary = train_export(TrainConfig(corpus=first_path), work / "xlinear")
+    first_bundle, first_summary = train_export(first_stage_config(args, first_path), work / args.first_stage)
     variant = f"lamp-{args.graph}-c{args.candidates}-e{args.epochs}-len{args.max_length}-l{args.encoder_layers}"
     variant += "-notf" if args.no_teacher_forcing else ""
     lamp = LampConfig(
@@ -152,10 +167,10 @@ def main() -> None:
     events = [json.loads(line) for line in (work / variant / "run" / "train_log.jsonl").read_text().splitlines()]
     val = load_corpus(val_path)
     test = load_corpus(subset(args.data / "test.jsonl.gz", work / "test.jsonl", args.test_limit))
-    bundles = {"xlinear": load_bundle(first_bundle), "lamp": load_bundle(lamp_bundle)}
+    bundles = {"first": load_bundle(first_bundle), "lamp": load_bundle(lamp_bundle)}
     sample = test.texts[:300]
     alone = bundles["lamp"].predictor.predict(sample, k=5, rerank=False)
-    direct = bundles["xlinear"].predictor.predict(sample, k=5)
+    direct = bundles["first"].predictor.predict(sample, k=5)
     rows = {}
     for name, bundle in bundles.items():
         threshold, val_f1 = best_threshold(bundle, val)
@@ -171,9 +186,10 @@ def main() -> None:
             "val_docs": len(val),
             "test_docs": len(test),
         },
-        "first_stage": rows["xlinear"],
+        "first_stage_model": args.first_stage,
+        "first_stage": rows["first"],
         "lamp": rows["lamp"],
-        "delta": {m: round(rows["lamp"][m] - rows["xlinear"][m], 2) for m in METRICS},
+        "delta": {m: round(rows["lamp"][m] - rows["first"][m], 2) for m in METRICS},
         "rerank_false_equals_first_stage": bool(
             np.array_equal(alone.labels, direct.labels) and np.array_equal(alone.scores, direct.scores)
         ),
@@ -185,7 +201,7 @@ def main() -> None:
             "config": json.loads(lamp.model_dump_json()),
         },
         "export": json.loads((lamp_bundle / "manifest.json").read_text()).get("export"),
-        "xlinear_train_s": first_summary["total_seconds"],
+        f"{args.first_stage}_train_s": first_summary["total_seconds"],
         "load_average_end": os.getloadavg(),
     }
     print(json.dumps(result, indent=1), flush=True)

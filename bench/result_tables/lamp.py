@@ -12,9 +12,10 @@ SETS = ("set example-F1", "set micro-F1", "set macro-F1")
 def lamp_debtags(r: dict) -> dict[str, str]:
     first, lamp, lat = r["first_stage"], r["lamp"], r["latency"]
     cand, setup = r["lamp_training"]["candidates"], r["lamp_training"]["setup"]
-    name = f"XR-Linear + LaMP_{setup['graph']} (C = {cand['candidates']})"
+    first_name = {"xr-transformer": "XR-Transformer"}.get(r.get("first_stage_model"), "XR-Linear")
+    name = f"{first_name} + LaMP_{setup['graph']} (C = {cand['candidates']})"
     rows = [
-        ["XR-Linear (first stage alone)", *(f2(first[m]) for m in RANKED + SETS), f"{first['threshold']:g}", ""],
+        [f"{first_name} (first stage alone)", *(f2(first[m]) for m in RANKED + SETS), f"{first['threshold']:g}", ""],
         [name, *(f2(lamp[m]) for m in RANKED + SETS), f"{lamp['threshold']:g}", ms(lat["added_p50_ms"])],
         ["change", *(signed(lamp[m] - first[m]) for m in RANKED + SETS), "", ""],
     ]

@@ -150,6 +150,7 @@ def main() -> None:
     first_bundle, first_summary = train_export(first_stage_config(args, first_path), work / args.first_stage)
     variant = f"lamp-{args.graph}-c{args.candidates}-e{args.epochs}-len{args.max_length}-l{args.encoder_layers}"
     variant += "-notf" if args.no_teacher_forcing else ""
+    variant += "" if args.first_stage == "xlinear" else f"-on-{args.first_stage}"  # its own run: never reuse another's
     lamp = LampConfig(
         first_stage=first_bundle,
         candidates=args.candidates,

@@ -16,7 +16,7 @@ class Candidates:
     y: np.ndarray  # n × C: 1.0 where the candidate is a true label
     forced: int  # true labels the first stage missed, added by teacher forcing
     positives: int  # true labels of the texts (those the first stage knows)
-    missed: int = 0  # true labels not in the first stage's top-C (forced in unless teacher forcing is off)
+    missed: int  # true labels not in the first stage's top-C (forced in unless teacher forcing is off)
 
     @property
     def valid(self) -> np.ndarray:

@@ -142,6 +142,7 @@ def train_lamp(
     Y_first, unknown = first_stage_labels(Y.tocsr(), names, vocab.index, len(vocab))
     C = min(lc.candidates, len(vocab))
     cand = first_stage_candidates(first, texts, Y_first, C, progress, lc.teacher_forcing)
+    recall = 1 - cand.missed / max(cand.positives, 1)
     log(
         {
             "event": "lamp_candidates",
@@ -149,11 +150,10 @@ def train_lamp(
             "candidates": C,
             "positives": cand.positives,
             "teacher_forced": cand.forced,
-            "first_stage_recall": round(1 - cand.missed / max(cand.positives, 1), 4),
+            "first_stage_recall": round(recall, 4),
             "labels_unknown_to_first_stage": unknown,
         }
     )
-    recall = 1 - cand.missed / max(cand.positives, 1)
     if lc.teacher_forcing and recall < LOW_RECALL:
         log(
             {

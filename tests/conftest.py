@@ -235,7 +235,9 @@ def lamp_config(corpus, first_stage, encoder, **extra):
 def lamp_bundle(corpus_files, tiny_bundle, tiny_bert, tmp_path_factory) -> tuple[Path, Path]:
     """(run, bundle): LaMP_pr over tiny_bundle's candidates with the tiny BERT's first layer, trained and exported
     through the public API (shared by the LaMP tests of training, models and service)."""
-    config = lamp_config(corpus_files[0], tiny_bundle, tiny_bert, graph="pr", heads=2, dim=16, encoder_layers=1)
+    config = lamp_config(
+        corpus_files[0], tiny_bundle, tiny_bert, graph="pr", heads=2, dim=16, encoder_layers=1, teacher_forcing=True
+    )
     return train_and_export(config, tmp_path_factory.mktemp("lamp"))
 
 

@@ -194,3 +194,83 @@ def test_zero_encoder_layers_reads_the_token_embeddings_and_exports_with_parity(
     assert report["parity"]["logits"]["max_abs_diff"] <= report["parity_tolerance"]
     preds = load_bundle(bundle).predictor.predict(["a tiny text about nothing"], k=3)
     assert preds.labels.shape == (1, 3)
+
+
+def test_cross_fit_candidates_map_into_the_first_stage_label_space_in_order():
+    from xtag.training.lamp.cross_fit import fold_of, in_label_space
+
+    labels = np.array([[2, 0, 1], [1, -1, -1]])
+    scores = np.array([[0.9, 0.5, 0.2], [0.7, -np.inf, -np.inf]], dtype=np.float32)
+    got_labels, got_scores = in_label_space(labels, scores, ["a", "new", "c"], {"c": 0, "a": 5})
+    # "new" is unknown to the first stage: dropped, the rest keep their order, padding goes last
+    assert got_labels.tolist() == [[0, 5, -1], [-1, -1, -1]]
+    np.testing.assert_allclose(got_scores, [[0.9, 0.5, 0.0], [0.0, 0.0, 0.0]], rtol=1e-6)
+    fold = fold_of(11, 3, seed=4)
+    assert sorted(np.bincount(fold).tolist()) == [3, 4, 4] and fold.tolist() == fold_of(11, 3, seed=4).tolist()
+
+
+def test_cross_fit_defaults_to_five_folds_for_a_first_stage_without_a_transformer():
+    from pydantic import ValidationError
+    from xtag.training.lamp.config import LampConfig
+    from xtag.training.lamp.cross_fit import cross_fit_folds
+
+    assert cross_fit_folds(LampConfig(), "xlinear") == 5
+    assert cross_fit_folds(LampConfig(), "xr-transformer") == 0  # every fold would be a fine-tuning
+    assert cross_fit_folds(LampConfig(cross_fit=0), "xlinear") == 0
+    assert cross_fit_folds(LampConfig(cross_fit=3), "cascadexml") == 3
+    with pytest.raises(ValidationError, match="at least 2 folds"):
+        LampConfig(cross_fit=1)
+
+
+def test_cross_fit_candidates_come_from_a_first_stage_that_never_saw_the_text(
+    corpus_files, tiny_bundle, tiny_bert, tmp_path
+):
+    """lamp.cross_fit=2: each text's training candidates are those of the first stage's config retrained on the
+    other fold (so equal to such a model trained independently), the fold runs are deleted once their
+    candidates are saved, and a resumed run reuses the saved candidates."""
+    from xtag.models.bundle import load_bundle
+    from xtag.training.bundle import export_run
+    from xtag.training.config import TrainConfig
+    from xtag.training.data.corpus import load_corpus
+    from xtag.training.lamp.cross_fit import fold_of
+    from xtag.training.run import train_run
+
+    config = lamp_config(
+        corpus_files[0], tiny_bundle, tiny_bert, heads=2, dim=16, encoder_layers=0, epochs=1, cross_fit=2
+    )
+    run, bundle = train_and_export(config, tmp_path / "lamp")
+    events = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
+    folds = [e for e in events if e["event"] == "lamp_cross_fit"]
+    corpus = load_corpus(corpus_files[0])
+    assert [e["fold"] for e in folds] == [0, 1] and sum(e["held_out"] for e in folds) == len(corpus)
+    assert next(e for e in events if e["event"] == "lamp_candidates")["cross_fit_folds"] == 2
+    saved = run / "checkpoints" / "lamp" / "folds"
+    assert sorted(p.name for p in saved.iterdir()) == ["0.npz", "1.npz"]  # fold runs deleted
+
+    # fold 0's candidates = the first stage's config trained on fold 1 alone, asked for fold 0's texts
+    held = np.flatnonzero(fold_of(len(corpus), 2, config.lamp.seed) == 0)
+    rows = corpus_files[0].read_text().splitlines()
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(rows[i] + "\n" for i in range(len(rows)) if i not in set(held.tolist())))
+    first = load_bundle(tiny_bundle)
+    manual = TrainConfig.model_validate({**first.manifest["training"]["config"], "corpus": other})
+    train_run(manual, tmp_path / "manual" / "run", progress=False)
+    export_run(tmp_path / "manual" / "run", tmp_path / "manual" / "bundle")
+    model = load_bundle(tmp_path / "manual" / "bundle")
+    preds = model.predictor.predict([corpus.texts[i] for i in held], k=6, calibrated=False)
+    with np.load(saved / "0.npz") as z:
+        names = first.predictor.vocab.names
+        got = [[names[j] for j in row if j >= 0] for row in z["labels"]]
+        assert got == [[model.predictor.vocab.names[j] for j in row if j >= 0] for row in preds.labels]
+        out_of_fold_top1 = z["scores"][:, 0].mean()
+    # the reason for it all: the first stage is more confident on texts it was trained on
+    own = first.predictor.predict([corpus.texts[i] for i in held], k=6, calibrated=False)
+    assert own.scores[:, 0].mean() > out_of_fold_top1
+
+    # resume after the candidates: the folds are reused, not retrained
+    import shutil
+
+    shutil.rmtree(run / "model")
+    train_run(config, run, resume=True, progress=False)
+    events = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
+    assert [e["reused"] for e in events if e["event"] == "lamp_cross_fit"][-2:] == [True, True]

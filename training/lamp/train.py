@@ -10,8 +10,10 @@ Deviations from the paper: a second stage over C candidates instead of all label
 frozen (the paper trains its word embeddings end to end) so that CPU training is one encoder pass;
 the intermediate readouts are every one before the final (after each feature-to-label and each
 label-to-label update), λ-weighted; AdamW with linear decay instead of Adam with the Transformer
-schedule. The first stage is trained on its own corpus: LaMP should train on texts the first stage
-did not see (bench/lamp_debtags.py splits the corpus), or it learns from over-confident candidates.
+schedule. LaMP must learn from candidates like those it will see at test time, not from the first
+stage's over-confident top-C of texts it was trained on: either train it on texts the first stage did
+not see, or set lamp.cross_fit=K to take each text's candidates from a copy of the first stage trained
+without it (training/lamp/cross_fit.py), which lets LaMP and the served first stage use the same corpus.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from xtag.training.deep.optim import decay_groups
 from xtag.training.deep.result import NetRunResult, finish_run
 from xtag.training.lamp.candidates import Candidates, first_stage_labels, teacher_forced
 from xtag.training.lamp.config import LampConfig
+from xtag.training.lamp.cross_fit import cross_fit_folds, cross_fitted_topk
 from xtag.training.lamp.net import LampNet, first_layers
 from xtag.training.lamp.result import LAMP_NET, LampParts
 from xtag.training.lamp.states import StateCache, label_init, normalized, shared_basis
@@ -105,11 +108,8 @@ class Trainer:
 LOW_RECALL = 0.8
 
 
-def first_stage_candidates(
-    bundle, texts: list[str], Y_first: sp.csr_matrix, C: int, progress: bool, force: bool = True
-) -> Candidates:
-    """The first stage's top-C of every text (raw scores), teacher-forced with the true labels it missed
-    (unless force=False)."""
+def first_stage_topk(bundle, texts: list[str], C: int, progress: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The first stage's top-C of every text: label ids and raw scores."""
     from tqdm.auto import tqdm
 
     labels, scores = [], []
@@ -117,8 +117,28 @@ def first_stage_candidates(
         preds = bundle.predictor.predict(texts[lo : lo + CANDIDATE_BATCH], k=C, calibrated=False)
         labels.append(preds.labels)
         scores.append(preds.scores)
+    return np.vstack(labels), np.vstack(scores)
+
+
+def training_candidates(
+    first,
+    texts: list[str],
+    Y_first: sp.csr_matrix,
+    C: int,
+    lc: LampConfig,
+    folds: int,
+    folder: Path,
+    progress: bool,
+    log: Callable[[dict], None],
+) -> Candidates:
+    """The top-C LaMP trains on: out of `folds` folds (lamp.cross_fit, training/lamp/cross_fit.py), else the
+    first stage's own; teacher-forced with the true labels they miss unless lamp.teacher_forcing is off."""
+    if folds:
+        labels, scores = cross_fitted_topk(first, texts, Y_first, C, folds, lc.seed, folder / "folds", progress, log)
+    else:
+        labels, scores = first_stage_topk(first, texts, C, progress)
     truth = [Y_first.indices[Y_first.indptr[i] : Y_first.indptr[i + 1]] for i in range(len(texts))]
-    return teacher_forced(np.vstack(labels), np.vstack(scores), truth, force)
+    return teacher_forced(labels, scores, truth, lc.teacher_forcing)
 
 
 def train_lamp(
@@ -141,7 +161,8 @@ def train_lamp(
     names = config.missing_labels.label_names or []
     Y_first, unknown = first_stage_labels(Y.tocsr(), names, vocab.index, len(vocab))
     C = min(lc.candidates, len(vocab))
-    cand = first_stage_candidates(first, texts, Y_first, C, progress, lc.teacher_forcing)
+    folds = cross_fit_folds(lc, first.manifest["model_kind"])
+    cand = training_candidates(first, texts, Y_first, C, lc, folds, folder, progress, log)
     recall = 1 - cand.missed / max(cand.positives, 1)
     log(
         {
@@ -151,6 +172,7 @@ def train_lamp(
             "positives": cand.positives,
             "teacher_forced": cand.forced,
             "first_stage_recall": round(recall, 4),
+            "cross_fit_folds": folds,
             "labels_unknown_to_first_stage": unknown,
         }
     )

@@ -1,0 +1,153 @@
+"""Out-of-fold first-stage candidates (cross-fitting), so LaMP can train on the first stage's own corpus.
+
+A first stage scores its own training texts as no test text: on debtags XR-Linear's top 50 hold nearly
+every true label of a text it was trained on, ranked high with over-confident margins, so LaMP trained
+on those candidates learns to trust them. Holding texts out for LaMP instead (bench/lamp_debtags.py's
+split) costs the served first stage those texts. Cross-fitting, as in stacked generalisation: the corpus
+is cut in K folds; for each fold a copy of the first stage (its bundle's own training config, same
+family and settings) trains on the other K-1 folds and proposes the candidates of the held-out fold.
+Every text then gets candidates from a model that never saw it, while the bundle that serves is still
+the first stage trained on everything. The cost is K first-stage trainings (debtags, XR-Linear: about
+4 s each; a transformer first stage costs K fine-tunings).
+
+Each fold's candidates are saved (folds/K.npz) before its run is deleted, so a resumed LaMP run reuses them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+from xtag.models.bundle import Bundle, load_bundle
+from xtag.models.errors import XtagError
+
+PREDICT_BATCH = 512  # held-out texts per fold-model call
+AUTO_FOLDS = 5  # lamp.cross_fit=None over a first stage without a transformer: each copy sees 80 % of the texts
+
+
+def cross_fit_folds(lc, first_kind: str) -> int:
+    """The folds lamp.cross_fit asks for; None (auto) cross-fits first stages that retrain in seconds, not those
+    whose every fold would be a transformer fine-tuning."""
+    from xtag.models.registry import family
+
+    if lc.cross_fit is not None:
+        return lc.cross_fit
+    return 0 if family(first_kind).supports("transformer") else AUTO_FOLDS
+
+
+def fold_of(n: int, folds: int, seed: int) -> np.ndarray:
+    """Each row's fold, 0..folds-1: a seeded shuffle dealt round-robin, so fold sizes differ by at most one."""
+    order = np.random.default_rng(seed).permutation(n)
+    fold = np.empty(n, dtype=np.int64)
+    fold[order] = np.arange(n) % folds
+    return fold
+
+
+def in_label_space(labels: np.ndarray, scores: np.ndarray, names: list[str], index: dict[str, int]):
+    """A fold model's top-C (its own label ids) in the first stage's label space; labels the first stage lacks
+    are dropped and each row's remaining candidates keep their order, padded at the end with -1 / 0."""
+    ids = np.array([index.get(n, -1) for n in names] + [-1], dtype=np.int64)  # [-1]: the fold's own padding
+    mapped = ids[np.where(labels >= 0, labels, len(names))]
+    keep = mapped >= 0
+    order = np.argsort(~keep, axis=1, kind="stable")  # kept candidates first, in their order
+    out_labels = np.take_along_axis(np.where(keep, mapped, -1), order, axis=1)
+    out_scores = np.take_along_axis(np.where(keep, scores, 0.0), order, axis=1).astype(np.float32)
+    return out_labels, out_scores
+
+
+def _write_corpus(path: Path, texts: list[str], Y: sp.csr_matrix, names: list[str], rows: np.ndarray) -> None:
+    with open(path, "w") as fh:
+        for i in rows:
+            labels = [names[j] for j in Y.indices[Y.indptr[i] : Y.indptr[i + 1]]]
+            fh.write(json.dumps({"text": texts[i], "labels": labels}) + "\n")
+
+
+def _fold_candidates(
+    first: Bundle, texts: list[str], Y: sp.csr_matrix, rows: np.ndarray, C: int, folder: Path, progress: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Train the first stage's config on all rows but `rows` (in folder), and its top-C for `rows`."""
+    from xtag.training.bundle import export_run
+    from xtag.training.config import TrainConfig
+    from xtag.training.run import train_run
+
+    vocab = first.predictor.vocab
+    shutil.rmtree(folder, ignore_errors=True)  # a fold killed mid-way restarts whole
+    folder.mkdir(parents=True)
+    _write_corpus(folder / "corpus.jsonl", texts, Y, vocab.names, np.setdiff1d(np.arange(len(texts)), rows))
+    config = TrainConfig.model_validate({**first.manifest["training"]["config"], "corpus": folder / "corpus.jsonl"})
+    train_run(config, folder / "run", progress=progress)
+    export_run(folder / "run", folder / "bundle")
+    model = load_bundle(folder / "bundle")
+    labels, scores = [], []
+    held = [texts[i] for i in rows]
+    for lo in range(0, len(held), PREDICT_BATCH):
+        preds = model.predictor.predict(held[lo : lo + PREDICT_BATCH], k=C, calibrated=False)
+        labels.append(preds.labels)
+        scores.append(preds.scores)
+    return in_label_space(np.vstack(labels), np.vstack(scores), model.predictor.vocab.names, vocab.index)
+
+
+def cross_fitted_topk(
+    first: Bundle,
+    texts: list[str],
+    Y_first: sp.csr_matrix,
+    C: int,
+    folds: int,
+    seed: int,
+    folder: Path,
+    progress: bool,
+    log: Callable[[dict], None],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every text's top-C from a copy of the first stage that did not see it (labels in the first stage's
+    label space, raw scores), trained on the other folds. `Y_first`: the texts' labels in that space."""
+    if "training" not in first.manifest or "config" not in first.manifest["training"]:
+        raise XtagError(
+            f"{first.path}: its manifest does not record the training config, so lamp.cross_fit cannot retrain "
+            "it on folds; export the first stage again with this xtag, or set lamp.cross_fit=0"
+        )
+    if len(texts) < 2 * folds:
+        raise XtagError(f"lamp.cross_fit={folds} needs at least {2 * folds} training texts, got {len(texts)}")
+    fold = fold_of(len(texts), folds, seed)
+    labels = np.full((len(texts), C), -1, dtype=np.int64)
+    scores = np.zeros((len(texts), C), dtype=np.float32)
+    folder.mkdir(parents=True, exist_ok=True)
+    for k in range(folds):
+        rows = np.flatnonzero(fold == k)
+        saved = folder / f"{k}.npz"
+        start, reused = time.perf_counter(), saved.exists()
+        if not reused:
+            log(
+                {
+                    "event": "lamp_cross_fit_start",
+                    "message": f"fold {k + 1}/{folds}: training a copy of the first stage "
+                    f"({first.manifest['model_kind']}) on {len(texts) - len(rows):,} texts for the candidates of "
+                    f"the {len(rows):,} it does not see",
+                }
+            )
+        if reused:
+            with np.load(saved) as z:
+                got_labels, got_scores = z["labels"], z["scores"]
+        else:
+            got_labels, got_scores = _fold_candidates(first, texts, Y_first, rows, C, folder / f"fold{k}", progress)
+            tmp = folder / f"{k}.tmp.npz"
+            np.savez(tmp, labels=got_labels, scores=got_scores)
+            tmp.rename(saved)
+            shutil.rmtree(folder / f"fold{k}")
+        width = min(C, got_labels.shape[1])
+        labels[rows, :width], scores[rows, :width] = got_labels[:, :width], got_scores[:, :width]
+        log(
+            {
+                "event": "lamp_cross_fit",
+                "fold": k,
+                "folds": folds,
+                "held_out": len(rows),
+                "reused": reused,
+                "seconds": round(time.perf_counter() - start, 2),
+            }
+        )
+    return labels, scores

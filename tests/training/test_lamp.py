@@ -274,3 +274,35 @@ def test_cross_fit_candidates_come_from_a_first_stage_that_never_saw_the_text(
     train_run(config, run, resume=True, progress=False)
     events = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
     assert [e["reused"] for e in events if e["event"] == "lamp_cross_fit"][-2:] == [True, True]
+
+
+def test_cross_fit_retrains_a_first_stage_read_from_an_annif_tsv_corpus(tmp_path):
+    """The fold corpora are JSONL whatever format the first stage was trained from (its recorded config says tsv)."""
+    from xtag.models.bundle import load_bundle
+    from xtag.models.features import TfidfConfig
+    from xtag.training.config import TrainConfig
+    from xtag.training.lamp.cross_fit import cross_fitted_topk
+    from xtag.training.tree.build import TreeConfig
+    from xtag.training.xlinear.config import XLinearConfig
+
+    from tests.conftest import make_rows
+
+    rows = make_rows(120, seed=5)
+    corpus = tmp_path / "train.tsv"
+    corpus.write_text("".join(f"{r['text']}\t{' '.join(r['labels'])}\n" for r in rows))
+    config = TrainConfig(
+        corpus=corpus,
+        format="tsv",
+        tfidf=TfidfConfig(min_df=1),
+        xlinear=XLinearConfig(n_jobs=1, tree=TreeConfig(branching=2, max_leaf_size=4)),
+    )
+    _, bundle = train_and_export(config, tmp_path / "first")
+    first = load_bundle(bundle)
+    vocab = first.predictor.vocab
+    Y = sp.csr_matrix([[1.0 if name in r["labels"] else 0.0 for name in vocab.names] for r in rows], dtype=np.float32)
+    events = []
+    labels, scores = cross_fitted_topk(
+        first, [r["text"] for r in rows], Y, 4, 2, 0, tmp_path / "folds", False, events.append
+    )
+    assert labels.shape == (120, 4) and (labels[:, 0] >= 0).all()
+    assert [e["held_out"] for e in events if e["event"] == "lamp_cross_fit"] == [60, 60]

@@ -79,7 +79,8 @@ def _fold_candidates(
     shutil.rmtree(folder, ignore_errors=True)  # a fold killed mid-way restarts whole
     folder.mkdir(parents=True)
     _write_corpus(folder / "corpus.jsonl", texts, Y, vocab.names, np.setdiff1d(np.arange(len(texts)), rows))
-    config = TrainConfig.model_validate({**first.manifest["training"]["config"], "corpus": folder / "corpus.jsonl"})
+    recorded = first.manifest["training"]["config"]  # the fold corpus is JSONL whatever the first stage read
+    config = TrainConfig.model_validate({**recorded, "corpus": folder / "corpus.jsonl", "format": "jsonl"})
     train_run(config, folder / "run", progress=progress)
     export_run(folder / "run", folder / "bundle")
     model = load_bundle(folder / "bundle")
@@ -120,6 +121,15 @@ def cross_fitted_topk(
         rows = np.flatnonzero(fold == k)
         saved = folder / f"{k}.npz"
         start, reused = time.perf_counter(), saved.exists()
+        if not reused:
+            log(
+                {
+                    "event": "lamp_cross_fit_start",
+                    "message": f"fold {k + 1}/{folds}: training a copy of the first stage "
+                    f"({first.manifest['model_kind']}) on {len(texts) - len(rows):,} texts for the candidates of "
+                    f"the {len(rows):,} it does not see",
+                }
+            )
         if not reused:
             log(
                 {

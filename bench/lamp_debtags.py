@@ -11,6 +11,10 @@ product path (`train_run` → `export_run` → `load_bundle`) and are scored on 
 P@1/3/5, PSP@5, macro-F1@5 (`evaluate`), and the set metrics at the tuned threshold (top-10 labels
 scoring above it). Latency: `POST /v1/predict` (k=5) on the LaMP bundle's in-thread server, with
 `"rerank": false` (the first stage alone, same process) and without; the added p50 is the difference.
+
+With `--cross-fit K` there is no LaMP part: the first stage and LaMP both train on all but the validation
+part, LaMP on out-of-fold candidates (lamp.cross_fit, training/lamp/cross_fit.py), so the first stage it
+is compared with is the one a user would serve alone.
 """
 
 from __future__ import annotations
@@ -134,6 +138,13 @@ def main() -> None:
     ap.add_argument("--encoder-layers", type=int, default=2, help="MiniLM's first N layers (CPU budget)")
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument(
+        "--cross-fit",
+        type=int,
+        default=0,
+        help="lamp.cross_fit=K: LaMP trains on the first stage's own corpus (--lamp-fraction is ignored) with "
+        "out-of-fold candidates",
+    )
     ap.add_argument("--no-teacher-forcing", action="store_true", help="lamp.teacher_forcing=false")
     ap.add_argument("--first-stage", choices=("xlinear", "xr-transformer"), default="xlinear")
     ap.add_argument("--first-epochs", type=int, default=1, help="with --first-stage xr-transformer")
@@ -144,12 +155,13 @@ def main() -> None:
     args = ap.parse_args()
     work = args.workdir
     work.mkdir(parents=True, exist_ok=True)
-    first_path, lamp_path, val_path = split(
-        args.data / "train.jsonl.gz", work, (args.lamp_fraction, args.val_fraction), 0
-    )
+    lamp_fraction = 0.0 if args.cross_fit else args.lamp_fraction
+    first_path, lamp_path, val_path = split(args.data / "train.jsonl.gz", work, (lamp_fraction, args.val_fraction), 0)
+    lamp_path = first_path if args.cross_fit else lamp_path
     first_bundle, first_summary = train_export(first_stage_config(args, first_path), work / args.first_stage)
     variant = f"lamp-{args.graph}-c{args.candidates}-e{args.epochs}-len{args.max_length}-l{args.encoder_layers}"
     variant += "-notf" if args.no_teacher_forcing else ""
+    variant += f"-cf{args.cross_fit}" if args.cross_fit else ""
     variant += "" if args.first_stage == "xlinear" else f"-on-{args.first_stage}"  # its own run: never reuse another's
     lamp = LampConfig(
         first_stage=first_bundle,
@@ -161,6 +173,7 @@ def main() -> None:
         dim=args.dim,
         lr=args.lr,
         teacher_forcing=not args.no_teacher_forcing,
+        cross_fit=args.cross_fit,
         device="cpu",
         log_every=20,
     )
@@ -198,6 +211,7 @@ def main() -> None:
         "lamp_training": {
             "candidates": next(e for e in events if e["event"] == "lamp_candidates"),
             "setup": next(e for e in events if e["event"] == "lamp"),
+            "cross_fit_folds": [e for e in events if e["event"] == "lamp_cross_fit"],
             "summary": lamp_summary,
             "config": json.loads(lamp.model_dump_json()),
         },

@@ -21,11 +21,23 @@ def lamp_debtags(r: dict) -> dict[str, str]:
     ]
     header = ["model", *RANKED, "example-F1", "micro-F1", "macro-F1", "threshold", "added p50 ms"]
     quality = table(header, "l" + "r" * (len(header) - 1), rows)
-    split = r["split"]
+    split, folds = r["split"], cand.get("cross_fit_folds", 0)
+    if folds:
+        fold_s = sum(e["seconds"] for e in r["lamp_training"]["cross_fit_folds"])
+        corpus = (
+            f"Training split cut by a seeded shuffle: the first stage and LaMP both train on the same "
+            f"{split['lamp_docs']:,} texts, LaMP on out-of-fold candidates (`lamp.cross_fit={folds}`: {folds} "
+            f"first-stage copies, {fold_s:.0f} s in all), threshold validation {split['val_docs']:,}; test "
+            f"{split['test_docs']:,}."
+        )
+    else:
+        corpus = (
+            f"Training split cut by a seeded shuffle: first stage {split['first_stage_docs']:,} texts, LaMP "
+            f"{split['lamp_docs']:,} (unseen by the first stage), threshold validation {split['val_docs']:,}; test "
+            f"{split['test_docs']:,}."
+        )
     notes = (
-        f"Training split cut by a seeded shuffle: first stage {split['first_stage_docs']:,} texts, LaMP "
-        f"{split['lamp_docs']:,} (unseen by the first stage), threshold validation {split['val_docs']:,}; test "
-        f"{split['test_docs']:,}. Teacher forcing added {cand['teacher_forced']:,} of {cand['positives']:,} "
+        f"{corpus} Teacher forcing added {cand['teacher_forced']:,} of {cand['positives']:,} "
         f"true labels (first-stage recall@{cand['candidates']} on the LaMP texts {cand['first_stage_recall']:.3f}). "
         f"/v1/predict p50 (k = 5, {lat['texts']} test texts, one in-thread server): {ms(lat['rerank_p50_ms'])} ms "
         f'with LaMP, {ms(lat["first_stage_p50_ms"])} ms with `"rerank": false`.'

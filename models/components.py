@@ -125,7 +125,15 @@ def _first_stage(path: Path, parts: Parts) -> None:
 def _lamp_reranker(path: Path, parts: Parts) -> None:
     from xtag.models.lamp.model import LampModel, LampReranker, Texts
 
-    reranker = LampReranker.load(path, device=parts.device)
+    # Behind a first stage with its own onnxruntime session on the CPU (a transformer encoder), the two sessions'
+    # threads take turns on the same cores, and each one's threads spin after its run while the other's works:
+    # over XR-Transformer on debtags, with the re-ranker not spinning, a text's p50 fell from 20 to 15 ms
+    # (3 rounds each; bench/RESULTS.md). Over XR-Linear the engine runs between them and spinning helps
+    # (1.5 against 2.1 ms).
+    behind_encoder = any(
+        k.startswith("first-stage/") and v == "CPUExecutionProvider" for k, v in parts.placement.items()
+    )
+    reranker = LampReranker.load(path, device=parts.device, spin=not behind_encoder)
     parts.model = LampModel(parts.need("model", "lamp-reranker"), reranker)
     parts.featurizer = Texts()
     parts.placement["lamp-reranker"] = reranker.onnx.provider

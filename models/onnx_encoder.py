@@ -116,9 +116,16 @@ class OnnxEncoder:
 
     @classmethod
     def load(
-        cls, folder: Path, threads: int | None = None, device: Device | str | None = None, batch_size: int | None = None
+        cls,
+        folder: Path,
+        threads: int | None = None,
+        device: Device | str | None = None,
+        batch_size: int | None = None,
+        spin: bool = True,
     ) -> OnnxEncoder:
-        """The encoder in `folder` on `device` (default cpu); CUDA that cannot start raises, never falls back."""
+        """The encoder in `folder` on `device` (default cpu); CUDA that cannot start raises, never falls back.
+        spin=False: its threads sleep as soon as a run ends instead of spinning (onnxruntime's default), for a
+        session that runs right after another one on the same cores (a re-ranker behind an encoder)."""
         import onnxruntime as ort
 
         device = Device.parse(device)
@@ -132,6 +139,8 @@ class OnnxEncoder:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         env_threads = os.environ.get("XTAG_ENCODER_THREADS")
         options.intra_op_num_threads = int(threads or env_threads or 0)  # 0 = onnxruntime's default (all cores)
+        if not spin:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         providers = device.providers(os.environ.get("XTAG_TENSORRT_CACHE"))
         try:
             session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=providers)

@@ -56,13 +56,13 @@ class LampReranker:
         self.onnx, self.config, self.codes = onnx, config, codes
 
     @classmethod
-    def load(cls, folder: Path, device: Device | str | None = None) -> LampReranker:
+    def load(cls, folder: Path, device: Device | str | None = None, spin: bool = True) -> LampReranker:
         try:
             config = LampHeadConfig.model_validate_json((folder / HEAD_FILE).read_text())
             codes = np.load(folder / CODES_FILE, allow_pickle=False) if config.graph == "pr" else None
         except (OSError, ValueError) as exc:
             raise XtagError(f"{folder}: cannot read the LaMP re-ranker ({exc})") from exc
-        onnx = OnnxEncoder.load(folder, device=device)
+        onnx = OnnxEncoder.load(folder, device=device, spin=spin)
         if [i.name for i in onnx.session.get_inputs()][2:] != list(INPUTS):
             raise XtagError(
                 f"{folder}/model.onnx: not a LaMP graph (inputs {[i.name for i in onnx.session.get_inputs()]})"

@@ -306,3 +306,26 @@ def test_cross_fit_retrains_a_first_stage_read_from_an_annif_tsv_corpus(tmp_path
     )
     assert labels.shape == (120, 4) and (labels[:, 0] >= 0).all()
     assert [e["held_out"] for e in events if e["event"] == "lamp_cross_fit"] == [60, 60]
+
+
+def test_reranker_threads_do_not_spin_behind_a_first_stage_encoder_session(lamp_bundle):
+    """Behind a first stage that runs its own onnxruntime session on the CPU the re-ranker's threads sleep after
+    each run (two sessions spinning in turn on the same cores cost 5 ms a text over XR-Transformer); behind
+    XR-Linear's engine they keep onnxruntime's default."""
+    from xtag.models.bundle import load_bundle
+    from xtag.models.components import Parts, _lamp_reranker
+
+    def spinning(model) -> str | None:
+        options = model.reranker.onnx.session.get_session_options()
+        try:
+            return options.get_session_config_entry("session.intra_op.allow_spinning")
+        except Exception:  # onnxruntime raises when the entry was never set: its default, spinning
+            return None
+
+    bundle = load_bundle(lamp_bundle[1])
+    assert spinning(bundle.predictor.model) is None  # tiny XR-Linear first stage
+    first = bundle.predictor.model.first
+    parts = Parts(model=first, placement={"first-stage/text-encoder": "CPUExecutionProvider"})
+    _lamp_reranker(lamp_bundle[1] / "lamp", parts)
+    assert spinning(parts.model) == "0"
+    assert parts.model.predict(["python module pip"], k=2).labels.shape == (1, 2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from .common import f1, f2, one_result_each, table
 
 RUNS = (
-    ("base", "base run (90 % of the labels)", "base_train", None),
+    ("base", "base run (without the removed labels)", "base_train", None),
     ("updated", "base + `xtag update`", "update", "update"),
     ("kept", "base + `xtag update --keep-clusters`", "update_kept", "update_kept"),
     ("full", "full retrain", "retrain", None),

@@ -224,6 +224,8 @@ def explain_latency(r: dict) -> dict[str, str]:
         for n, f in r["http"].items()
     ]
     for what, key in (("explain off − before", "off_minus_before_p50_ms"), ("explain on − off", "on_minus_off_p50_ms")):
+        if key not in r:  # run without --before-code
+            continue
         rows.append(
             [f"added p50, {what} (median of per-round differences)", signed(r[key]["median"], ".3f")] + [""] * 3
         )

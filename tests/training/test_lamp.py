@@ -243,6 +243,8 @@ def test_cross_fit_candidates_come_from_a_first_stage_that_never_saw_the_text(
     folds = [e for e in events if e["event"] == "lamp_cross_fit"]
     corpus = load_corpus(corpus_files[0])
     assert [e["fold"] for e in folds] == [0, 1] and sum(e["held_out"] for e in folds) == len(corpus)
+    starts = [e["message"] for e in events if e["event"] == "lamp_cross_fit_start"]
+    assert len(starts) == 2 and starts[0].startswith("fold 1/2: training a copy of the first stage (xlinear)")
     assert next(e for e in events if e["event"] == "lamp_candidates")["cross_fit_folds"] == 2
     saved = run / "checkpoints" / "lamp" / "folds"
     assert sorted(p.name for p in saved.iterdir()) == ["0.npz", "1.npz"]  # fold runs deleted
@@ -274,6 +276,7 @@ def test_cross_fit_candidates_come_from_a_first_stage_that_never_saw_the_text(
     train_run(config, run, resume=True, progress=False)
     events = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
     assert [e["reused"] for e in events if e["event"] == "lamp_cross_fit"][-2:] == [True, True]
+    assert len([e for e in events if e["event"] == "lamp_cross_fit_start"]) == 2  # none for the reused folds
 
 
 def test_cross_fit_retrains_a_first_stage_read_from_an_annif_tsv_corpus(tmp_path):

@@ -121,28 +121,18 @@ def cross_fitted_topk(
         rows = np.flatnonzero(fold == k)
         saved = folder / f"{k}.npz"
         start, reused = time.perf_counter(), saved.exists()
-        if not reused:
-            log(
-                {
-                    "event": "lamp_cross_fit_start",
-                    "message": f"fold {k + 1}/{folds}: training a copy of the first stage "
-                    f"({first.manifest['model_kind']}) on {len(texts) - len(rows):,} texts for the candidates of "
-                    f"the {len(rows):,} it does not see",
-                }
-            )
-        if not reused:
-            log(
-                {
-                    "event": "lamp_cross_fit_start",
-                    "message": f"fold {k + 1}/{folds}: training a copy of the first stage "
-                    f"({first.manifest['model_kind']}) on {len(texts) - len(rows):,} texts for the candidates of "
-                    f"the {len(rows):,} it does not see",
-                }
-            )
         if reused:
             with np.load(saved) as z:
                 got_labels, got_scores = z["labels"], z["scores"]
         else:
+            log(
+                {
+                    "event": "lamp_cross_fit_start",
+                    "message": f"fold {k + 1}/{folds}: training a copy of the first stage "
+                    f"({first.manifest['model_kind']}) on {len(texts) - len(rows):,} texts for the candidates of "
+                    f"the {len(rows):,} it does not see",
+                }
+            )
             got_labels, got_scores = _fold_candidates(first, texts, Y_first, rows, C, folder / f"fold{k}", progress)
             tmp = folder / f"{k}.tmp.npz"
             np.savez(tmp, labels=got_labels, scores=got_scores)

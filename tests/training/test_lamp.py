@@ -332,3 +332,14 @@ def test_reranker_threads_do_not_spin_behind_a_first_stage_encoder_session(lamp_
     _lamp_reranker(lamp_bundle[1] / "lamp", parts)
     assert spinning(parts.model) == "0"
     assert parts.model.predict(["python module pip"], k=2).labels.shape == (1, 2)
+
+
+def test_cross_fit_names_the_fix_when_the_recorded_config_cannot_train(tiny_bundle, tmp_path):
+    from xtag.models.bundle import load_bundle
+    from xtag.training.lamp.cross_fit import cross_fitted_topk
+
+    first = load_bundle(tiny_bundle)
+    first.manifest["training"]["config"]["xlinear"]["C"] = -1.0  # as if written by another version
+    Y = sp.csr_matrix((6, len(first.predictor.vocab)), dtype=np.float32)
+    with pytest.raises(XtagError, match=r"(?s)lamp.cross_fit: retraining the first stage .* set lamp.cross_fit=0"):
+        cross_fitted_topk(first, TEXTS * 2, Y, 3, 2, 0, tmp_path / "folds", False, lambda e: None)

@@ -80,9 +80,15 @@ def _fold_candidates(
     folder.mkdir(parents=True)
     _write_corpus(folder / "corpus.jsonl", texts, Y, vocab.names, np.setdiff1d(np.arange(len(texts)), rows))
     recorded = first.manifest["training"]["config"]  # the fold corpus is JSONL whatever the first stage read
-    config = TrainConfig.model_validate({**recorded, "corpus": folder / "corpus.jsonl", "format": "jsonl"})
-    train_run(config, folder / "run", progress=progress)
-    export_run(folder / "run", folder / "bundle")
+    try:
+        config = TrainConfig.model_validate({**recorded, "corpus": folder / "corpus.jsonl", "format": "jsonl"})
+        train_run(config, folder / "run", progress=progress)
+        export_run(folder / "run", folder / "bundle")
+    except (XtagError, ValueError) as exc:  # e.g. a path in the recorded config that no longer resolves
+        raise XtagError(
+            f"lamp.cross_fit: retraining the first stage {first.path} from the config its manifest records failed "
+            f"({exc}); fix that, or set lamp.cross_fit=0 and train LaMP on texts the first stage did not see"
+        ) from exc
     model = load_bundle(folder / "bundle")
     labels, scores = [], []
     held = [texts[i] for i in rows]

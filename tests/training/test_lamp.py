@@ -243,6 +243,9 @@ def test_cross_fit_candidates_come_from_a_first_stage_that_never_saw_the_text(
     folds = [e for e in events if e["event"] == "lamp_cross_fit"]
     corpus = load_corpus(corpus_files[0])
     assert [e["fold"] for e in folds] == [0, 1] and sum(e["held_out"] for e in folds) == len(corpus)
+    plan = next(e["message"] for e in events if e["event"] == "lamp_cross_fit_plan")
+    assert plan.startswith("lamp.cross_fit=2: 2 copies of the first stage (xlinear), each trained on 50% of the 400")
+    assert "so expect about" in plan
     starts = [e["message"] for e in events if e["event"] == "lamp_cross_fit_start"]
     assert len(starts) == 2 and starts[0].startswith("fold 1/2: training a copy of the first stage (xlinear)")
     assert next(e for e in events if e["event"] == "lamp_candidates")["cross_fit_folds"] == 2

@@ -120,6 +120,16 @@ def cross_fitted_topk(
     if len(texts) < 2 * folds:
         raise XtagError(f"lamp.cross_fit={folds} needs at least {2 * folds} training texts, got {len(texts)}")
     fold = fold_of(len(texts), folds, seed)
+    took = first.manifest["training"].get("summary", {}).get("total_seconds")
+    expect = f"; it trained in {took:.0f} s, so expect about {took * (folds - 1):.0f} s" if took else ""
+    log(
+        {
+            "event": "lamp_cross_fit_plan",
+            "message": f"lamp.cross_fit={folds}: {folds} copies of the first stage ({first.manifest['model_kind']}), "
+            f"each trained on {(folds - 1) / folds:.0%} of the {len(texts):,} texts{expect} (lamp.cross_fit=0 skips "
+            "this: then train LaMP on texts the first stage did not see)",
+        }
+    )
     labels = np.full((len(texts), C), -1, dtype=np.int64)
     scores = np.zeros((len(texts), C), dtype=np.float32)
     folder.mkdir(parents=True, exist_ok=True)

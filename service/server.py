@@ -29,11 +29,11 @@ from pathlib import Path
 
 import uvicorn
 from uvicorn.config import STARTUP_FAILURE
-from uvicorn.supervisors import Multiprocess
 from xtag.models.errors import XtagError
 from xtag.service.logs import log_config
 from xtag.service.routes.admin import SUPERVISOR_ENV
 from xtag.service.settings import Settings
+from xtag.service.supervisor import Supervisor
 
 GUARD = "xtag.service.http_guard"
 
@@ -146,7 +146,7 @@ def _serve_workers(settings: Settings) -> None:
     config = uvicorn.Config(
         "xtag.service.app:app_from_env", factory=True, workers=settings.workers, **uvicorn_options(settings)
     )
-    supervisor = Multiprocess(config, sockets=[config.bind_socket()])
+    supervisor = Supervisor(config, sockets=[config.bind_socket()])
     try:
         supervisor.run()
     except KeyboardInterrupt:

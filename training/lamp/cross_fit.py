@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+from xtag.evaluation.evaluate import predict_corpus
 from xtag.models.bundle import Bundle, load_bundle
 from xtag.models.errors import XtagError
 
-PREDICT_BATCH = 512  # held-out texts per fold-model call
 AUTO_FOLDS = 5  # lamp.cross_fit=None over a first stage without a transformer: each copy sees 80 % of the texts
 
 
@@ -90,13 +90,8 @@ def _fold_candidates(
             f"({exc}); fix that, or set lamp.cross_fit=0 and train LaMP on texts the first stage did not see"
         ) from exc
     model = load_bundle(folder / "bundle")
-    labels, scores = [], []
-    held = [texts[i] for i in rows]
-    for lo in range(0, len(held), PREDICT_BATCH):
-        preds = model.predictor.predict(held[lo : lo + PREDICT_BATCH], k=C, calibrated=False)
-        labels.append(preds.labels)
-        scores.append(preds.scores)
-    return in_label_space(np.vstack(labels), np.vstack(scores), model.predictor.vocab.names, vocab.index)
+    preds = predict_corpus(model, [texts[i] for i in rows], C, progress=False, calibrated=False)
+    return in_label_space(preds.labels, preds.scores, model.predictor.vocab.names, vocab.index)
 
 
 def cross_fitted_topk(

@@ -25,6 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
+from xtag.evaluation.evaluate import predict_corpus
 from xtag.models.bundle import load_bundle
 from xtag.models.errors import XtagError
 from xtag.models.lamp.masks import cooccurrence_codes, label_mask
@@ -42,8 +43,6 @@ from xtag.training.lamp.cross_fit import cross_fit_folds, cross_fitted_topk
 from xtag.training.lamp.net import LampNet, first_layers
 from xtag.training.lamp.result import LAMP_NET, LampParts
 from xtag.training.lamp.states import StateCache, label_init, normalized, shared_basis
-
-CANDIDATE_BATCH = 512  # texts per first-stage call while building the training candidates
 
 
 def readout_losses(readouts: list[torch.Tensor], y: torch.Tensor, valid: torch.Tensor) -> list[torch.Tensor]:
@@ -108,18 +107,6 @@ class Trainer:
 LOW_RECALL = 0.8
 
 
-def first_stage_topk(bundle, texts: list[str], C: int, progress: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The first stage's top-C of every text: label ids and raw scores."""
-    from tqdm.auto import tqdm
-
-    labels, scores = [], []
-    for lo in tqdm(range(0, len(texts), CANDIDATE_BATCH), desc="first stage", disable=not progress):
-        preds = bundle.predictor.predict(texts[lo : lo + CANDIDATE_BATCH], k=C, calibrated=False)
-        labels.append(preds.labels)
-        scores.append(preds.scores)
-    return np.vstack(labels), np.vstack(scores)
-
-
 def training_candidates(
     first,
     texts: list[str],
@@ -136,7 +123,8 @@ def training_candidates(
     if folds:
         labels, scores = cross_fitted_topk(first, texts, Y_first, C, folds, lc.seed, folder / "folds", progress, log)
     else:
-        labels, scores = first_stage_topk(first, texts, C, progress)
+        own = predict_corpus(first, texts, C, progress=progress, calibrated=False)
+        labels, scores = own.labels, own.scores
     truth = [Y_first.indices[Y_first.indptr[i] : Y_first.indptr[i + 1]] for i in range(len(texts))]
     return teacher_forced(labels, scores, truth, lc.teacher_forcing)
 

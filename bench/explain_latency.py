@@ -121,9 +121,10 @@ def main() -> int:
     configs |= {"explain off": ("this", plain), "explain on": ("this", explained)}
     servers = {}
     try:
-        for name, code in (("before", args.before_code), ("this", None))[0 if args.before_code else 1 :]:
+        code = {"before": args.before_code, "this": None}
+        for name in dict.fromkeys(server for server, _ in configs.values()):  # each server the configs ask for
             port = free_port()
-            servers[name] = (port, start_server(args.bundle, port, "on", code))
+            servers[name] = (port, start_server(args.bundle, port, "on", code[name]))
         for port, _ in servers.values():  # warm-up: the first requests (and the explainer's term table) apart
             asyncio.run(sequential(port, explained[:20] if port == servers["this"][0] else plain[:20]))
         p50s = {name: [] for name in configs}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import json
 import os
 from collections import Counter
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+import orjson
 import scipy.sparse as sp
 from xtag.models.errors import XtagError
 from xtag.models.labels import LabelVocab
@@ -87,11 +89,16 @@ def build_vocab(corpus: Corpus) -> LabelVocab:
 
 def write_jsonl_gz(path: Path, rows: Iterable[dict], level: int = 9, ensure_ascii: bool = True) -> None:
     """Rows as gzipped JSON lines, reproducibly (no name or mtime in the gzip header), replaced atomically.
-    `level` 1 for files written on a user's clock (an update's corpus: level 9 took seconds of it)."""
+    `level` 1 for files written on a user's clock (an update's corpus: level 9 took seconds of it); there
+    `ensure_ascii=False` writes UTF-8 with orjson, several times faster than the json module."""
     tmp = path.with_name(path.name + ".tmp")
+    if ensure_ascii:
+        lines = ((json.dumps(row) + "\n").encode("utf-8") for row in rows)
+    else:
+        lines = (orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE) for row in rows)
     with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=level) as gz:
-        for row in rows:
-            gz.write((json.dumps(row, ensure_ascii=ensure_ascii) + "\n").encode("utf-8"))
+        while chunk := b"".join(itertools.islice(lines, 1024)):  # one compressor call per 1,024 rows, not per row
+            gz.write(chunk)
     os.replace(tmp, path)
 
 
@@ -140,9 +147,12 @@ class _Reader:
     def add(self, line: int, doc_id: object, text: object, labels: object, need_labels: bool) -> None:
         if not isinstance(text, str) or not text.strip():
             return self.bad(line, "no text")
-        if not isinstance(labels, list) or not all(isinstance(x, str) and x.strip() for x in labels):
+        try:  # one pass: only strings have .strip (JSON gives no other type that does)
+            labels = [x.strip() for x in labels] if isinstance(labels, list) else None
+        except AttributeError:
+            labels = None
+        if labels is None or not all(labels):
             return self.bad(line, "labels must be a list of non-empty strings")
-        labels = [x.strip() for x in labels]
         if need_labels and not labels:
             return self.bad(line, "no labels")
         self.corpus.ids.append(str(doc_id) if doc_id is not None else str(line))
@@ -154,11 +164,14 @@ def _read_jsonl(r: _Reader, need_labels: bool) -> None:
     for number, line in _lines(r.path):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            r.bad(number, f"bad JSON ({exc.msg})")
-            continue
+        try:  # orjson reads a row several times faster; the json module's reading stands where it refuses one
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            try:  # what orjson refuses but JSON readers accept (NaN, integers over 64 bits), or the message
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                r.bad(number, f"bad JSON ({exc.msg})")
+                continue
         if not isinstance(row, dict):
             r.bad(number, "a row must be a JSON object with 'text' and 'labels'")
             continue

@@ -11,9 +11,14 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 from importlib import import_module
-from typing import Any
+from typing import Any, Literal
 
 from xtag.models.errors import XtagError
+
+# Where `xtag update` puts new labels (its --clusters), which every family's `update` entry takes: a subtree of
+# their own (training/tree/graft.py), or the nearest old leaf cluster (training/tree/grow.py) with that cluster's
+# and its ancestors' rankers refit, or kept.
+UpdatePlacement = Literal["new", "refit", "keep"]
 
 
 @dataclass(frozen=True)
@@ -31,7 +36,7 @@ class Family:
     # featurising with the other's scoring (bench/RESULTS.md, batch throughput against PECOS); an encoder's
     # ONNX session already runs each call on every core, and its calls gain more from batching together.
     parallel_calls: int = 1
-    update: str | None = None  # (update_run.UpdateData, TrainConfig, progress, log, refit_clusters) -> (model, facts)
+    update: str | None = None  # (update_run.UpdateData, TrainConfig, progress, log, UpdatePlacement) -> (model, facts)
     train_needs: tuple[str, ...] = ()  # modules training needs beyond the base install (from the `train` extra)
     builds_on: tuple[
         str, ...

@@ -22,6 +22,7 @@ from xtag.training.data.corpus import build_vocab, load_corpus
 from xtag.training.data.fingerprint import FILE as FINGERPRINT_FILE
 from xtag.training.data.fingerprint import CorpusFingerprint
 from xtag.training.data.small_data import small_data_warnings
+from xtag.training.kept_tfidf import save_rows
 
 
 class RunLog:
@@ -107,6 +108,7 @@ def _train(
     train_seconds = time.perf_counter() - t
 
     save_model(out, vocab, featurizer, result)
+    save_rows(out / "checkpoints", X)  # what a later `xtag update` reuses instead of featurising the corpus again
     summary = {
         "model": config.model,
         "documents": len(corpus),

@@ -4,7 +4,8 @@ The new documents (a feedback export, or any corpus) join the run's training cor
 old corpus has replaces that row (a corrected document), the others are appended. Label names the run
 has never seen become new labels, numbered after the old ones, so every old label keeps its id. The
 run's TF-IDF is kept as fitted: words the old corpus never had are not features (refitting it would
-change every feature and so every ranker). The family's `update` entry grows the tree and retrains what
+change every feature and so every ranker); the run's own rows are not featurised again where the run kept
+them (kept_tfidf.py). The family's `update` entry grows the tree and retrains what
 changed. RUN2 is a normal run (config.json, model/, summary.json, its combined corpus), so `xtag export`
 takes it and a later `xtag update` can build on it; summary.json's `update` section says which labels
 are new, which `xtag evaluate` reports apart. It is written in a temporary folder beside RUN2 and
@@ -24,10 +25,11 @@ from xtag.models.atomic import fsync_dir, write_text_atomic
 from xtag.models.errors import XtagError, reading
 from xtag.models.features import TfidfFeaturizer
 from xtag.models.labels import LabelVocab
-from xtag.models.registry import family
+from xtag.models.registry import UpdatePlacement, family
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import Corpus, label_counts, load_corpus, write_jsonl_gz
 from xtag.training.data.fingerprint import CorpusFingerprint
+from xtag.training.kept_tfidf import combined_rows, load_rows, save_rows
 from xtag.training.run import RunLog, save_model
 
 CORPUS_FILE = "corpus.jsonl.gz"  # the combined corpus, inside the new run
@@ -44,6 +46,7 @@ class UpdateData:
     X: sp.csr_matrix  # the combined corpus's TF-IDF under the run's featuriser
     Y: sp.csr_matrix  # its labels: the old ones first, new ones from n_old
     n_old: int
+    old_rows_differ: str  # why `old` may not be the rows the run was trained on; "": what it kept of them is theirs
 
 
 def merge_corpora(old: Corpus, new: Corpus) -> Corpus:
@@ -93,7 +96,7 @@ def update_run(
     format: str = "auto",
     progress: bool = True,
     echo=None,
-    refit_clusters: bool = True,
+    clusters: UpdatePlacement = "new",
 ) -> dict:
     """Write RUN2 = `out` from the run `run` and the corpus file `corpus`; returns its summary."""
     run, out = Path(run), Path(out)
@@ -138,13 +141,16 @@ def update_run(
                 "added_labels": len(added),
             }
         )
-        X = featurizer.transform(merged.texts)
+        differ = CorpusFingerprint.of(old, len(vocab)).differs_from_run(run)
+        kept, source = (None, differ) if differ else load_rows(run, len(old), featurizer.dim)
+        X, featurised = combined_rows(featurizer, old, merged, kept)
+        reuse = {"source": source} if kept is not None else {"why": f"featurising every row: {source}"}
+        log({"event": "features", "featurised": featurised, "reused": len(merged) - featurised, **reuse})
+        save_rows(tmp / "checkpoints", X)  # for a later update of the new run
         Y, _ = merged.label_matrix(grown)
         t = time.perf_counter()
-        data = UpdateData(run, tmp / "checkpoints", old, merged, X, Y, len(vocab))
-        result, facts = chosen.resolve("update")(
-            data, config, progress=progress, log=log, refit_clusters=refit_clusters
-        )
+        data = UpdateData(run, tmp / "checkpoints", old, merged, X, Y, len(vocab), differ)
+        result, facts = chosen.resolve("update")(data, config, progress=progress, log=log, clusters=clusters)
         save_model(tmp, grown, _SavedFeatures(run / "model" / "features" / "tfidf"), result)
         summary = {
             "model": config.model,
@@ -153,7 +159,7 @@ def update_run(
             **result.summary(),
             "model_seconds": round(time.perf_counter() - t, 3),
             "total_seconds": round(time.perf_counter() - start, 3),
-            "update": {"from_run": run.name, "old_labels": len(vocab), "refit_clusters": refit_clusters, **facts},
+            "update": {"from_run": run.name, "old_labels": len(vocab), "clusters": clusters, **facts},
         }
         write_text_atomic(tmp / "summary.json", json.dumps(summary, indent=2))
         log({"event": "done", **summary})

@@ -61,16 +61,40 @@ def write(path: Path, data: list[dict]) -> Path:
     return path
 
 
-@pytest.fixture(scope="module", params=[4, 3], ids=["fits", "overflows"])
-def runs(request, tmp_path_factory):
-    """(old run, updated run, folder); leaves of 4 take a new label each, leaves of 3 overflow and split."""
-    folder = tmp_path_factory.mktemp(f"update-{request.param}")
-    corpus = write(folder / "train.jsonl", rows(300, 1))
-    tree = TreeConfig(max_leaf_size=request.param)
-    train_run(TrainConfig(corpus=corpus, xlinear=XLinearConfig(tree=tree, n_jobs=1)), folder / "run", progress=False)
-    write(folder / "new.jsonl", new_rows(40, 2))
-    update_run(folder / "run", folder / "new.jsonl", folder / "run2", progress=False)
-    return folder / "run", folder / "run2", folder
+# case -> (max_leaf_size, --clusters): leaves of 4 take a nearest new label each, leaves of 3 overflow and split;
+# "new" (the default) gives the new labels a subtree of their own
+CASES = {"fits": (4, "refit"), "overflows": (3, "refit"), "new": (4, "new")}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """case -> (old run, updated run, folder), each built once for the module."""
+    done: dict = {}
+
+    def build(case: str):
+        if case not in done:
+            leaf, placement = CASES[case]
+            folder = tmp_path_factory.mktemp(f"update-{case}")
+            corpus = write(folder / "train.jsonl", rows(300, 1))
+            config = TrainConfig(corpus=corpus, xlinear=XLinearConfig(tree=TreeConfig(max_leaf_size=leaf), n_jobs=1))
+            train_run(config, folder / "run", progress=False)
+            write(folder / "new.jsonl", new_rows(40, 2))
+            update_run(folder / "run", folder / "new.jsonl", folder / "run2", progress=False, clusters=placement)
+            done[case] = (folder / "run", folder / "run2", folder)
+        return done[case]
+
+    return build
+
+
+@pytest.fixture(params=list(CASES))
+def runs(request, built):
+    return built(request.param)
+
+
+@pytest.fixture(params=["fits", "overflows"])
+def nearest(request, built):
+    """Runs updated by the nearest-cluster rule (`--clusters refit`)."""
+    return built(request.param)
 
 
 def unchanged_labels(old: ClusterChain, new: ClusterChain, n_old: int) -> list[int]:
@@ -103,8 +127,21 @@ def same_rows(a, b, i: int, j: int) -> bool:
     return wa.nnz == wb.nnz and (wa != wb).nnz == 0 and a.bias[i] == b.bias[j]
 
 
-def test_old_labels_in_unchanged_clusters_keep_their_rankers_and_scores(runs):
-    run, run2, folder = runs
+def full_scores(bundle_dirs: list[Path], texts: list[str]) -> list[np.ndarray]:
+    """Every label's score for every text, per bundle: a beam as wide as the widest level."""
+    scores = []
+    for folder in bundle_dirs:
+        predictor = load_bundle(folder).predictor
+        preds = predictor.predict(texts, k=predictor.n_labels, beam_size=64)
+        full = np.zeros((len(texts), predictor.n_labels))
+        for i, (ids, s) in enumerate(zip(preds.labels, preds.scores)):
+            full[i, ids[ids >= 0]] = s[ids >= 0]
+        scores.append(full)
+    return scores
+
+
+def test_old_labels_in_unchanged_clusters_keep_their_rankers_and_scores(nearest):
+    run, run2, folder = nearest
     a, b = XLinearModel.load(run / "model"), XLinearModel.load(run2 / "model")
     keep = unchanged_labels(a.chain, b.chain, a.n_labels)
     assert keep and len(keep) < a.n_labels  # some clusters changed, some did not
@@ -121,19 +158,32 @@ def test_old_labels_in_unchanged_clusters_keep_their_rankers_and_scores(runs):
     # where the cluster's own ranker was left alone too (no split beside it), the label's scores are the same
     untouched = [j for j in keep if same_rows(a.levels[-2], b.levels[-2], cl_a[j], cl_b[j])]
     assert split or untouched == keep  # without a split only changed clusters are retrained
-    bundles = []
     for r in (run, run2):
         export_run(r, folder / f"bundle-{r.name}", r.name, overwrite=True)
-        bundles.append(load_bundle(folder / f"bundle-{r.name}"))
-    texts = [r["text"] for r in rows(60, 9)]
-    scores = []
-    for bundle in bundles:  # every label scored: a beam as wide as the widest level
-        preds = bundle.predictor.predict(texts, k=bundle.predictor.n_labels, beam_size=64)
-        full = np.zeros((len(texts), bundle.predictor.n_labels))
-        for i, (ids, s) in enumerate(zip(preds.labels, preds.scores)):
-            full[i, ids[ids >= 0]] = s[ids >= 0]
-        scores.append(full)
+    scores = full_scores([folder / "bundle-run", folder / "bundle-run2"], [r["text"] for r in rows(60, 9)])
     np.testing.assert_allclose(scores[1][:, untouched], scores[0][:, untouched], rtol=1e-6, atol=1e-7)
+
+
+def test_new_clusters_copy_every_old_ranker_and_keep_every_old_score(built):
+    """--clusters new: the new labels hang under new nodes only, so every old node keeps its ranker and every old
+    label its scores; only the new nodes are trained."""
+    run, run2, folder = built("new")
+    a, b = XLinearModel.load(run / "model"), XLinearModel.load(run2 / "model")
+    levels = json.loads((run2 / "summary.json").read_text())["update"]["levels"]
+    for t in range(1, a.chain.depth + 1):
+        n = a.chain.level_size(t)
+        assert b.chain.level_size(t) > n and levels[t - 1]["retrained"] == b.chain.level_size(t) - n
+        assert all(same_rows(a.levels[t - 1], b.levels[t - 1], i, i) for i in range(n))
+        parents = b.chain.parents(t)
+        assert (parents[:n] < (a.chain.level_size(t - 1) if t > 1 else 1)).all()  # old nodes under old parents
+        if t > 1:
+            assert (parents[n:] >= a.chain.level_size(t - 1)).all()  # new nodes under new parents only
+    new_ids = np.arange(a.n_labels, b.n_labels)
+    assert set(b.chain.ancestors(1)[new_ids]) == set(range(a.chain.level_size(1), b.chain.level_size(1)))
+    for r in (run, run2):
+        export_run(r, folder / f"bundle-{r.name}", r.name, overwrite=True)
+    scores = full_scores([folder / "bundle-run", folder / "bundle-run2"], [r["text"] for r in rows(60, 9)])
+    np.testing.assert_allclose(scores[1][:, : a.n_labels], scores[0], rtol=1e-6, atol=1e-7)
 
 
 def test_new_labels_are_predicted_for_their_documents(runs):
@@ -147,8 +197,8 @@ def test_new_labels_are_predicted_for_their_documents(runs):
     assert found >= 18
 
 
-def test_an_overflowing_leaf_is_split(runs):
-    run, run2, _ = runs
+def test_an_overflowing_leaf_is_split(nearest):
+    run, run2, _ = nearest
     a, b = (ClusterChain.load(r / "model" / "tree" / "chain.npz") for r in (run, run2))
     limit = TrainConfig.load(run / "config.json").xlinear.tree.max_leaf_size
     assert np.diff(b.ptrs[-1]).max() <= limit  # no leaf over the limit after the update
@@ -172,8 +222,8 @@ def test_evaluate_reports_old_and_new_labels_apart(runs, tmp_path):
     assert "labels the update added" in result.output
 
 
-def test_the_cli_updates_and_refuses_a_corpus_without_new_labels(runs, tmp_path):
-    run, _, folder = runs
+def test_the_cli_updates_and_refuses_a_corpus_without_new_labels(built, tmp_path):
+    run, _, folder = built("new")
     out = tmp_path / "run3"
     same = CliRunner().invoke(cli, ["update", str(run), "--corpus", str(folder / "train.jsonl"), "--out", str(out)])
     assert same.exit_code == 2 and "nothing to add" in same.output and not out.exists()
@@ -207,8 +257,8 @@ u.update_run(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), progress=F
 """
 
 
-def test_a_killed_update_leaves_the_old_run_intact(runs, tmp_path):
-    run, _, folder = runs
+def test_a_killed_update_leaves_the_old_run_intact(built, tmp_path):
+    run, _, folder = built("new")
     before = digest(run)
     out = tmp_path / "run-killed"
     proc = subprocess.run([sys.executable, "-c", KILL_BEFORE_RENAME, str(run), str(folder / "new.jsonl"), str(out)])
@@ -248,10 +298,10 @@ def test_new_rows_replace_old_rows_of_the_same_id_and_new_names_follow_the_old()
     assert vocab.names == ["y", "x", "z", "w"] and vocab.frequencies == [1, 1, 1, 1] and vocab.n_train_docs == 3
 
 
-def test_keep_clusters_trains_only_the_new_labels(runs, tmp_path):
-    run, _, folder = runs
+def test_keep_clusters_trains_only_the_new_labels(nearest, tmp_path):
+    run, _, folder = nearest
     out = tmp_path / "kept"
-    update_run(run, folder / "new.jsonl", out, progress=False, refit_clusters=False)
+    update_run(run, folder / "new.jsonl", out, progress=False, clusters="keep")
     a, b = XLinearModel.load(run / "model"), XLinearModel.load(out / "model")
     levels = json.loads((out / "summary.json").read_text())["update"]["levels"]
     if b.chain.level_size(b.chain.depth - 1) == a.chain.level_size(a.chain.depth - 1):  # no split

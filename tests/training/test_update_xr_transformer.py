@@ -90,11 +90,10 @@ def test_the_encoder_is_kept_and_untouched_clusters_keep_their_rankers(runs):
     assert encoder_digest(run2 / "model" / "encoder") == encoder_digest(run / "model" / "encoder")
     a, b = XLinearModel.load(run / "model"), XLinearModel.load(run2 / "model")
     assert b.config.n_features == a.config.n_features and b.config.dense_features == a.config.dense_features
-    keep = unchanged_labels(a.chain, b.chain, a.n_labels)
-    assert keep and len(keep) < a.n_labels
-    D = a.chain.depth
-    leaf_a, leaf_b = a.chain.ancestors(D), b.chain.ancestors(D)
-    assert all(same_rows(a.levels[-1], b.levels[-1], leaf_a[j], leaf_b[j]) for j in keep)
+    # the default placement (--clusters new) leaves every old cluster as it was, and copies every old ranker
+    assert unchanged_labels(a.chain, b.chain, a.n_labels) == list(range(a.n_labels))
+    for t in range(1, a.chain.depth + 1):
+        assert all(same_rows(a.levels[t - 1], b.levels[t - 1], i, i) for i in range(a.chain.level_size(t)))
     levels = json.loads((run2 / "summary.json").read_text())["update"]["levels"]
     assert 0 < sum(lv["retrained"] for lv in levels) < sum(lv["nodes"] for lv in levels)
 

@@ -34,7 +34,7 @@ class TreeConfig(BaseModel):
 
 
 def pifa_embeddings(
-    X: sp.csr_matrix, Y: sp.csr_matrix, weighting: PifaWeighting = "inverse-sqrt-labels"
+    X: sp.csr_matrix, Y: sp.csr_matrix, weighting: PifaWeighting = "inverse-sqrt-labels", first: int = 0
 ) -> sp.csr_matrix:
     """PIFA (XR-Transformer eq. 4): v_l = normalised sum of the normalised features of l's positives.
 
@@ -45,15 +45,22 @@ def pifa_embeddings(
     validation splits it gains P@1 on debtags and is level on debdeps, at a small cost in tail metrics there
     (bench/RESULTS.md, "Tree or rankers"). `weighting="uniform"` is eq. 4 as written.
 
+    `first` > 0: the embeddings of labels first.. only (an update's new labels), from their documents only (a
+    document's weight still counts all its labels).
+
     Computed as (Xᵀ Y)ᵀ: scipy's product leaves each row's columns unsorted, and the transpose back
     sorts them for free, where sorting Yᵀ X afterwards cost as much as the product (the tree needs
     canonical rows). The entries are the same floats either way: each is summed over documents in order.
     """
-    Xt = normalize(X, norm="l2").tocsc()  # its arrays are Xᵀ in CSR; the normalised copy is dropped at once
-    Xt = sp.csr_matrix((Xt.data, Xt.indices, Xt.indptr), shape=(X.shape[1], X.shape[0]))
     Y = Y.tocsr().astype(np.float32)
     if weighting == "inverse-sqrt-labels":
         Y = normalize(Y, norm="l2")
+    if first:
+        Y = Y[:, first:].tocsr()
+        rows = np.flatnonzero(np.diff(Y.indptr))
+        X, Y = X[rows], Y[rows]
+    Xt = normalize(X, norm="l2").tocsc()  # its arrays are Xᵀ in CSR; the normalised copy is dropped at once
+    Xt = sp.csr_matrix((Xt.data, Xt.indices, Xt.indptr), shape=(X.shape[1], X.shape[0]))
     V = (Xt @ Y).T.tocsr()
     return normalize(V, norm="l2").astype(np.float32)
 
@@ -83,14 +90,21 @@ class _Scratch(threading.local):
         self.marker = np.zeros(n_features, np.bool_)
 
 
-def build_tree(embeddings, config: TreeConfig | None = None, progress: bool = False, threads: int = 0) -> ClusterChain:
+def build_tree(
+    embeddings,
+    config: TreeConfig | None = None,
+    progress: bool = False,
+    threads: int = 0,
+    branching: list[int] | None = None,
+) -> ClusterChain:
     """Top-down: every node of a level is split into min(branching, size) balanced children.
 
     Labels are kept in one permutation in which every node is a contiguous range, so a level is
     just a list of range boundaries (see ClusterChain). A node is split by recursive balanced
     2-means (training/tree/balanced_kmeans.py); all bisections of a round run side by side in `threads`
     threads (0: all cores), each seeded from (seed, its own id), so the tree does not depend on
-    the thread count.
+    the thread count. `branching` (children per node, top level first; 1 = a single child) replaces
+    level_branching's, for a tree whose depth is given (training/tree/graft.py).
     """
     config = config or TreeConfig()
     E = sp.csr_matrix(embeddings, dtype=np.float32)
@@ -116,10 +130,11 @@ def build_tree(embeddings, config: TreeConfig | None = None, progress: bool = Fa
         bisect(indptr, indices, data, rows, mid - lo, config.kmeans_iters, state, scratch.S, scratch.D, scratch.marker)
 
     with ThreadPoolExecutor(max_workers=threads or cpu_count()) as pool:
-        for branching in tqdm(level_branching(L, config), desc="label tree", disable=not progress):
+        levels = level_branching(L, config) if branching is None else branching
+        for width in tqdm(levels, desc="label tree", disable=not progress):
             ranges = list(zip(bounds[:-1], bounds[1:]))
             # (lo, hi, parts) segments; a round bisects every segment that still has parts > 1
-            segments = [(lo, hi, min(branching, hi - lo)) for lo, hi in ranges]
+            segments = [(lo, hi, min(width, hi - lo)) for lo, hi in ranges]
             ptr = np.concatenate([[0], np.cumsum([p for _, _, p in segments])]).astype(np.int64)
             while any(p > 1 for _, _, p in segments):
                 jobs, next_segments = [], []

@@ -1,4 +1,5 @@
-"""New labels into an existing label tree, for `xtag update`: which nodes move, and which rankers must be retrained.
+"""New labels into an existing label tree, for `xtag update --clusters refit|keep`: which nodes move, and which
+rankers must be retrained (the default, `--clusters new`, grafts a subtree of their own instead: graft.py).
 
 The rule (issue 26): a new label joins the leaf cluster whose centroid is nearest (cosine) to its PIFA
 embedding; a centroid is the normalised sum of its old labels' PIFA embeddings, all computed on the

@@ -16,8 +16,10 @@ import numpy as np
 import scipy.sparse as sp
 from xtag.models.beam_search import RankerLevel
 from xtag.models.errors import XtagError
+from xtag.models.registry import UpdatePlacement
 from xtag.models.xlinear.model import XLinearModel
 from xtag.training.tree.build import pifa_embeddings
+from xtag.training.tree.graft import graft_subtree
 from xtag.training.tree.grow import grow_tree
 from xtag.training.update_run import UpdateData
 from xtag.training.xlinear.train import XLinearResult, _as_float_csr, _parent_mask, train_level
@@ -50,7 +52,7 @@ def update_rankers(
     config,
     progress: bool = True,
     log: Callable[[dict], None] = lambda event: None,
-    refit_clusters: bool = True,
+    clusters: UpdatePlacement = "new",
 ) -> tuple[XLinearModel, dict]:
     """The old run's rankers grown by labels n_old.. of Y: any feature matrix X the rankers were trained on (XR-Linear's
     TF-IDF, XR-Transformer's Φ_cat) of the combined corpus; returns the new model and what was done."""
@@ -60,15 +62,14 @@ def update_rankers(
         raise XtagError(f"xtag update: the run's rankers expect {old.config.n_features} features, got {X.shape[1]}")
     xl = config.xlinear
     start = time.perf_counter()
-    X = _as_float_csr(X.astype(np.float32))
-    growth = grow_tree(
-        old.chain,
-        pifa_embeddings(X, Y, xl.tree.pifa_weighting),
-        n_old,
-        xl.tree.max_leaf_size,
-        xl.tree.seed,
-        refit_clusters,
-    )
+    X = _as_float_csr(X.astype(np.float32, copy=False))
+    if clusters == "new":  # PIFA of the new labels alone: the old ones' are not needed
+        growth = graft_subtree(
+            old.chain, pifa_embeddings(X, Y, xl.tree.pifa_weighting, n_old), n_old, xl.tree, xl.n_jobs
+        )
+    else:
+        pifa = pifa_embeddings(X, Y, xl.tree.pifa_weighting)
+        growth = grow_tree(old.chain, pifa, n_old, xl.tree.max_leaf_size, xl.tree.seed, clusters == "refit")
     chain = growth.chain
     log({"event": "tree", "what": "grown", "seconds": round(time.perf_counter() - start, 3), **growth.facts})
     levels: list[RankerLevel] = []
@@ -93,7 +94,7 @@ def update(
     config,
     progress: bool = True,
     log: Callable[[dict], None] = lambda event: None,
-    refit_clusters: bool = True,
+    clusters: UpdatePlacement = "new",
 ) -> tuple[XLinearResult, dict]:
     """XR-Linear's `update` entry (models/registry.py): its rankers see the run's TF-IDF, so the combined corpus's
     TF-IDF goes to `update_rankers` as it is."""
@@ -102,6 +103,6 @@ def update(
             "xtag update: runs with a `dense` block are not supported yet (the static encoder is not refit)"
         )
     model, facts = update_rankers(
-        XLinearModel.load(data.run / "model"), data.X, data.Y, data.n_old, config, progress, log, refit_clusters
+        XLinearModel.load(data.run / "model"), data.X, data.Y, data.n_old, config, progress, log, clusters
     )
     return XLinearResult(model), facts

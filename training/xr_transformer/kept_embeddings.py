@@ -23,8 +23,6 @@ from pathlib import Path
 import numpy as np
 from xtag.models.atomic import write_atomic, write_text_atomic
 from xtag.training.data.corpus import Corpus
-from xtag.training.data.fingerprint import FILE as FINGERPRINT_FILE
-from xtag.training.data.fingerprint import CorpusFingerprint
 from xtag.training.xr_transformer.config import XRTransformerConfig
 from xtag.training.xr_transformer.train import final_embeddings_file
 
@@ -56,16 +54,14 @@ def _candidate(run: Path, xc: XRTransformerConfig, digest: str) -> tuple[Path | 
 
 
 def load_kept(
-    run: Path, old: Corpus, n_labels: int, xc: XRTransformerConfig, dim: int, digest: str
+    run: Path, old: Corpus, rows_differ: str, xc: XRTransformerConfig, dim: int, digest: str
 ) -> tuple[np.ndarray | None, str]:
     """The embeddings of the run's training rows (len(old) × dim) under the encoder whose `encoder_digest` is
-    `digest`, and the file they came from; or None and why not."""
-    saved = run / FINGERPRINT_FILE
-    if not saved.is_file():
-        return None, f"{saved} missing: nothing shows which rows the run's embeddings are"
+    `digest`, and the file they came from; or None and why not (`rows_differ`: the fingerprint check's answer,
+    CorpusFingerprint.differs_from_run)."""
+    if rows_differ:
+        return None, f"{old.source}: {rows_differ}"
     try:
-        if CorpusFingerprint.model_validate_json(saved.read_text()) != CorpusFingerprint.of(old, n_labels):
-            return None, f"{old.source}: not the rows the run was trained on (corpus fingerprint differs)"
         path, why = _candidate(run, xc, digest)
         if path is None:
             return None, why

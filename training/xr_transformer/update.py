@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from xtag.models.registry import UpdatePlacement
 from xtag.models.xlinear.model import XLinearModel
 from xtag.training.deep.distributed import pick_device
 from xtag.training.deep.encoder import encode_texts, load_tokenizer, load_trained, trained_config
@@ -58,7 +59,7 @@ def embed(
     texts = data.corpus.texts
     E = np.empty((len(texts), enc_config.dim), dtype=np.float32)
     todo = np.arange(len(texts))
-    kept, source = load_kept(data.run, data.old, data.n_old, xc, enc_config.dim, digest)
+    kept, source = load_kept(data.run, data.old, data.old_rows_differ, xc, enc_config.dim, digest)
     if kept is None:
         log({"event": "embeddings", "reused": 0, "why": f"encoding every row: {source}"})
     else:  # an embedding is a function of the text alone: a replaced row with the same text keeps it too
@@ -94,7 +95,7 @@ def update(
     config,
     progress: bool = True,
     log: Callable[[dict], None] = lambda event: None,
-    refit_clusters: bool = True,
+    clusters: UpdatePlacement = "new",
 ) -> tuple[XRUpdateResult, dict]:
     """XR-Transformer's `update` entry (models/registry.py)."""
     folder = data.run / "model" / "encoder"
@@ -103,6 +104,6 @@ def update(
     save_kept(data.checkpoints, E, digest)
     old = XLinearModel.load(data.run / "model")
     model, facts = update_rankers(
-        old, phi_cat(data.X, E, config.xr_transformer), data.Y, data.n_old, config, progress, log, refit_clusters
+        old, phi_cat(data.X, E, config.xr_transformer), data.Y, data.n_old, config, progress, log, clusters
     )
     return XRUpdateResult(model, folder), {**encoding, **facts}

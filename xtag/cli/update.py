@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from xtag.cli.options import CorpusFormat, Progress, echo_json, failing, finish
+from xtag.models.registry import UpdatePlacement
 
 Opt = typer.Option
 
@@ -17,24 +18,26 @@ def update(
     corpus: Annotated[Path, Opt(help="new labelled documents (e.g. `xtag feedback export`); same ids replace rows")],
     out: Annotated[Path, Opt(help="new run directory to write (RUN is left as it is)")],
     format: CorpusFormat = "auto",
-    refit_clusters: Annotated[
-        bool,
+    clusters: Annotated[
+        UpdatePlacement,
         Opt(
-            "--refit-clusters/--keep-clusters",
-            help="retrain the rankers of clusters that gained labels and their ancestors (--keep-clusters: cheaper)",
+            help="where new labels go: new = clusters of their own under the root (only new rankers trained); "
+            "refit = the nearest old cluster, its and its ancestors' rankers retrained; keep = the nearest old "
+            "cluster, its rankers kept"
         ),
-    ] = True,
+    ] = "new",
     progress: Progress = True,
 ) -> None:
-    """Add labels without a full retrain: new labels join the nearest leaf clusters (by PIFA), only changed rankers
-    are retrained, the rest copied. Writes a normal run for `xtag export`.
+    """Add labels without a full retrain: the new labels get a label tree of their own beside the old one (or join the
+    nearest old clusters, by PIFA: --clusters refit|keep); only new or changed rankers are trained, every other is
+    copied, so old labels keep their scores. Writes a normal run for `xtag export`.
 
     XR-Linear and XR-Transformer runs. An XR-Transformer run keeps its fine-tuned encoder as it is (re-tuning it
     would move every document's embedding and so retrain every ranker); only rows the run has no embedding for
     are encoded. For a re-tuned encoder, retrain: `xtag train --config RUN2/config.json --out RUN3`."""
-    from xtag.training.update_run import update_run
+    from xtag.training.update_run import update_run  # imported here: `xtag --help` stays fast
 
     with failing(OSError):
-        summary = update_run(run, corpus, out, format, progress, refit_clusters=refit_clusters)
+        summary = update_run(run, corpus, out, format, progress, clusters=clusters)
     echo_json(summary)
     finish(f"wrote run {out}", f"xtag export {out} --out BUNDLE, then reload the service")

@@ -6,8 +6,9 @@ Usage (from the repository root):
 1. A seeded 10 % of TRAIN's label names is removed from TRAIN only (a document left with no label is left out);
    the base run is trained on that (XR-Linear, default settings).
 2. `xtag update` (training/update_run.py) adds them back from the TRAIN documents that carry a removed label,
-   with all their labels (same ids: they replace their reduced rows); then again with --keep-clusters (only the
-   new labels' rankers trained, the clusters' kept).
+   with all their labels (same ids: they replace their reduced rows), once per `--clusters` placement: new (the
+   default: a subtree of their own), refit (the nearest old clusters, those and their ancestors retrained) and
+   keep (the nearest old clusters, only the new labels' rankers trained).
 3. A full retrain on all of TRAIN, same settings.
 Both are measured on TEST (XMC convention: every test mention counts): P@5 and PSP@5 over all labels; recall@5
 of the added labels (their test mentions found in the top 5); P@5 of old labels only (hits on old labels / 5);
@@ -37,8 +38,10 @@ from xtag.training.run import train_run
 from xtag.training.update_run import update_run
 
 K = 5
-RUNS = ("base", "updated", "kept", "full")  # kept: `xtag update --keep-clusters`
-GOALS = (("updated", "update"), ("kept", "update_kept"))
+# run name -> `xtag update --clusters` value; "updated" is the default placement
+VARIANTS = {"updated": "new", "refit": "refit", "kept": "keep"}
+RUNS = ("base", *VARIANTS, "full")
+SECONDS = {"updated": "update", "refit": "update_refit", "kept": "update_kept"}
 
 
 def split_labels(train: Path, out: Path, fraction: float, seed: int) -> tuple[Path, Path, list[str]]:
@@ -125,14 +128,12 @@ def main() -> None:
     t = time.perf_counter()
     train_run(TrainConfig(corpus=reduced), out / "base-run", progress=False)
     seconds["base_train"] = time.perf_counter() - t
-    load = {"before_update": os.getloadavg()[0]}
-    t = time.perf_counter()
-    summary = update_run(out / "base-run", added, out / "updated-run", progress=False)
-    seconds["update"] = time.perf_counter() - t
-    load["before_kept"] = os.getloadavg()[0]
-    t = time.perf_counter()
-    kept = update_run(out / "base-run", added, out / "kept-run", progress=False, refit_clusters=False)
-    seconds["update_kept"] = time.perf_counter() - t
+    load, summaries = {}, {}
+    for run, placement in VARIANTS.items():
+        load[f"before_{SECONDS[run]}"] = os.getloadavg()[0]
+        t = time.perf_counter()
+        summaries[run] = update_run(out / "base-run", added, out / f"{run}-run", progress=False, clusters=placement)
+        seconds[SECONDS[run]] = time.perf_counter() - t
     load["before_retrain"] = os.getloadavg()[0]
     t = time.perf_counter()
     train_run(TrainConfig(corpus=args.data / "train.jsonl.gz"), out / "full-run", progress=False)
@@ -146,15 +147,17 @@ def main() -> None:
     facts = {
         "data": name,
         "labels_removed": len(removed),
-        "update_documents": summary["update"] | {"documents_in_update_corpus": sum(1 for _ in gzip.open(added, "rt"))},
+        "variants": VARIANTS,
+        "update_documents": summaries["updated"]["update"]
+        | {"documents_in_update_corpus": sum(1 for _ in gzip.open(added, "rt"))},
         "seconds": {k: round(v, 2) for k, v in seconds.items()},
-        "update_kept": kept["update"],
-        "update_over_retrain": round(seconds["update"] / seconds["retrain"], 4),
-        "update_kept_over_retrain": round(seconds["update_kept"] / seconds["retrain"], 4),
+        "update_refit": summaries["refit"]["update"],
+        "update_kept": summaries["kept"]["update"],
+        **{f"{SECONDS[run]}_over_retrain": round(seconds[SECONDS[run]] / seconds["retrain"], 4) for run in VARIANTS},
         "load_1min": load,
         "quality": rows,
         "changed_vs_base": {run: changed_old(tops["base"][0], tops[run][0], gone) for run in RUNS[1:]},
-        "goals": {run: goals(seconds[key], seconds["retrain"], rows[run], rows["full"]) for run, key in GOALS},
+        "goals": {run: goals(seconds[SECONDS[run]], seconds["retrain"], rows[run], rows["full"]) for run in VARIANTS},
     }
     print(json.dumps(facts, indent=2))
     save_result(args.result_name or f"update_{name}", facts)

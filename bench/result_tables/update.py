@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from .common import f1, f2, one_result_each, table
 
-RUNS = (
-    ("base", "base run (without the removed labels)", "base_train", None),
-    ("updated", "base + `xtag update`", "update", "update"),
-    ("kept", "base + `xtag update --keep-clusters`", "update_kept", "update_kept"),
-    ("full", "full retrain", "retrain", None),
-)
+# run name in the result -> its row; the seconds key; `xtag update --clusters` value from the result's "variants"
+# (results from before --clusters had no such key: "updated" was the nearest-cluster rule with refits, `refit`)
+RUNS = (("base", "base_train"), ("updated", "update"), ("refit", "update_refit"), ("kept", "update_kept"))
+OLD_VARIANTS = {"updated": "refit", "kept": "keep"}
 GOALS = (
     ("update_time_le_20pct", "time ≤ 20 % of the retrain's"),
     ("added_recall_ge_90pct_of_retrain", "recall@5 of the added labels ≥ 90 % of the retrain's"),
@@ -21,13 +19,22 @@ def _retrained(facts: dict) -> str:
     return ", ".join(f"{lv['retrained']} of {lv['nodes']} at level {lv['level']}" for lv in facts["levels"])
 
 
+def _name(run: str, variants: dict) -> str:
+    if run == "base":
+        return "base run (without the removed labels)"
+    return f"base + `xtag update --clusters {variants[run]}`"
+
+
 @one_result_each
 def update_labels(r: dict) -> dict[str, str]:
     q, s, changed = r["quality"], r["seconds"], r["changed_vs_base"]
+    variants = r.get("variants", OLD_VARIANTS)
+    runs = [(key, _name(key, variants), seconds) for key, seconds in RUNS if key in q]
+    runs.append(("full", "full retrain", "retrain"))
     rows = []
-    for key, name, seconds, variant in RUNS:
+    for key, name, seconds in runs:
         row, moved = q[key], changed.get(key)
-        share = f" ({100 * s[seconds] / s['retrain']:.0f} %)" if variant else ""
+        share = f" ({100 * s[seconds] / s['retrain']:.0f} %)" if key in variants else ""
         rows.append(
             [
                 name,
@@ -42,16 +49,24 @@ def update_labels(r: dict) -> dict[str, str]:
     header = ["model", "seconds", "P@5", "PSP@5", "recall@5 added", "P@5 old labels", "base top-5 dropped"]
     out = table(header, "lrrrrrr", rows)
     u, load = r["update_documents"], r["load_1min"]
+    facts = {"updated": u, "refit": r.get("update_refit"), "kept": r["update_kept"]}
+    nearest = facts[next(k for k, v in variants.items() if v in ("refit", "keep"))]
+    retrained = "; ".join(f"`--clusters {variants[k]}` {_retrained(facts[k])}" for k in variants if facts.get(k))
     out += (
         f"\n\n{r['data']}: {r['labels_removed']} labels removed from TRAIN and added back from "
-        f"{u['documents_in_update_corpus']} documents; {u['clusters_changed']} leaf clusters gained labels "
-        f"({u['clusters_added_by_splits']} clusters added by splits). Rankers retrained: `xtag update` "
-        f"{_retrained(u)}; `--keep-clusters` {_retrained(r['update_kept'])}. 1-minute load before the update "
-        f"{load['before_update']:.1f}, before the retrain {load['before_retrain']:.1f} (2 cores). "
+        f"{u['documents_in_update_corpus']} documents. Nearest-cluster placement: {nearest['clusters_changed']} leaf "
+        f"clusters gained labels ({nearest['clusters_added_by_splits']} clusters added by splits)"
+        + (
+            f"; `--clusters new`: {u['clusters_added']} cluster{'s' * (u['clusters_added'] != 1)} added"
+            if "clusters_added" in u
+            else ""
+        )
+        + f". Rankers retrained: {retrained}. 1-minute load before the first update {load['before_update']:.1f}, "
+        f"before the retrain {load['before_retrain']:.1f} (2 cores). "
         "Base top-5 dropped: the base run's top-5 predictions (old labels) a model no longer makes."
     )
-    for key, name, _, variant in RUNS:
-        if variant:
+    for key, name, _ in runs:
+        if key in variants:
             goals = r["goals"][key]
             met = [f"{text}: {'met' if goals[g] else '**not met**'}" for g, text in GOALS]
             out += f"\n\nGoals, {name}: " + "; ".join(met) + "."

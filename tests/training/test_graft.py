@@ -2,9 +2,10 @@
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from sklearn.preprocessing import normalize
 from xtag.training.tree.build import TreeConfig, build_tree
-from xtag.training.tree.graft import graft_subtree, subtree_branching
+from xtag.training.tree.graft import gate_positive_weights, graft_subtree, subtree_branching
 
 CONFIG = TreeConfig(branching=4, max_leaf_size=5)
 
@@ -37,3 +38,11 @@ def test_subtree_branching_pads_with_single_children_on_top_and_merges_extra_lev
     assert subtree_branching(12, 2, CONFIG) == [1, 4]  # 12 labels: 4 leaves of at most 5
     assert subtree_branching(300, 1, CONFIG) == [64]  # 64 leaves of at most 5, all at the one cluster level
     assert subtree_branching(300, 2, CONFIG) == [16, 4]
+
+
+def test_a_gates_positives_weigh_the_square_root_of_the_class_ratio_and_never_less_than_one():
+    # 100 documents: a gate with 4 positives (96 negatives), one with 50, one with 90
+    rows = [*range(4), *range(50), *range(90)]
+    cols = [0] * 4 + [1] * 50 + [2] * 90
+    Y = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(100, 3))
+    np.testing.assert_allclose(gate_positive_weights(Y), [np.sqrt(96 / 4), 1.0, 1.0])

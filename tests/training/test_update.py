@@ -178,6 +178,8 @@ def test_new_clusters_copy_every_old_ranker_and_keep_every_old_score(built):
         assert (parents[:n] < (a.chain.level_size(t - 1) if t > 1 else 1)).all()  # old nodes under old parents
         if t > 1:
             assert (parents[n:] >= a.chain.level_size(t - 1)).all()  # new nodes under new parents only
+    gate = levels[0]["gate_positive_weights"]  # 40 of 340 documents carry a new label: sqrt(300 / 40)
+    assert gate == [pytest.approx(np.sqrt(300 / 40), abs=1e-3)]
     new_ids = np.arange(a.n_labels, b.n_labels)
     assert set(b.chain.ancestors(1)[new_ids]) == set(range(a.chain.level_size(1), b.chain.level_size(1)))
     for r in (run, run2):

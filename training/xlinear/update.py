@@ -19,20 +19,22 @@ from xtag.models.errors import XtagError
 from xtag.models.registry import UpdatePlacement
 from xtag.models.xlinear.model import XLinearModel
 from xtag.training.tree.build import pifa_embeddings
-from xtag.training.tree.graft import graft_subtree
+from xtag.training.tree.graft import gate_positive_weights, graft_subtree
 from xtag.training.tree.grow import grow_tree
 from xtag.training.update_run import UpdateData
 from xtag.training.xlinear.train import XLinearResult, _as_float_csr, _parent_mask, train_level
 
 
-def _retrain_level(X, Yt, mask, chain, t: int, nodes: np.ndarray, config, progress: bool) -> RankerLevel:
+def _retrain_level(
+    X, Yt, mask, chain, t: int, nodes: np.ndarray, config, progress: bool, pos_weight: np.ndarray | None = None
+) -> RankerLevel:
     """The rankers of `nodes` (sorted node ids of level t) trained as a level of their own under their parents."""
     parents = chain.parents(t)[nodes]
     sub_parents, counts = np.unique(parents, return_counts=True)  # nodes sorted: each parent's are contiguous
     ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    return train_level(
-        X, Yt[:, nodes].tocsr(), mask[:, sub_parents], ptr, config, desc=f"level {t} (update)", progress=progress
-    )
+    targets = Yt[:, nodes].tocsr()
+    desc = f"level {t} (update)"
+    return train_level(X, targets, mask[:, sub_parents], ptr, config, desc, progress, pos_weight=pos_weight)
 
 
 def _assemble(old: RankerLevel, fresh: RankerLevel | None, sources: np.ndarray, retrain: np.ndarray) -> RankerLevel:
@@ -78,13 +80,17 @@ def update_rankers(
         start = time.perf_counter()
         sources, retrain = growth.sources[t - 1], growth.retrain[t - 1]
         nodes = np.flatnonzero(retrain)
-        fresh = None
+        fresh, facts = None, {}
         if len(nodes):
             Yt = chain.level_targets(Y, t)
             mask = _parent_mask(X, chain.level_targets(Y, t - 1) if t > 1 else None, levels, chain, t, xl)
-            fresh = _retrain_level(X, Yt, mask, chain, t, nodes, xl, progress)
+            weights = None
+            if clusters == "new" and t == 1 and chain.depth > 1:  # the new subtree's top clusters: its gates
+                weights = gate_positive_weights(Yt[:, nodes])
+                facts = {"gate_positive_weights": np.round(weights, 3).tolist()}
+            fresh = _retrain_level(X, Yt, mask, chain, t, nodes, xl, progress, weights)
         levels.append(_assemble(old.levels[t - 1], fresh, sources, retrain))
-        counts.append({"level": t, "nodes": len(sources), "retrained": len(nodes)})
+        counts.append({"level": t, "nodes": len(sources), "retrained": len(nodes), **facts})
         log({"event": "level", **counts[-1], "seconds": round(time.perf_counter() - start, 3)})
     return XLinearModel(chain, levels, old.config), {**growth.facts, "levels": counts}
 

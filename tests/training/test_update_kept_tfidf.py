@@ -22,7 +22,7 @@ from xtag.training.run import train_run
 from xtag.training.update_run import merge_corpora, update_run
 from xtag.training.xlinear.config import XLinearConfig
 
-WORDS = {f"topic::{i}": [f"w{i}x{j}" for j in range(6)] for i in range(6)}
+WORDS = {f"topic::{i}": [f"w{i}x{j}" for j in range(6)] for i in range(7)}
 
 
 def corpus_rows(n: int, topics: list[str], prefix: str, seed: int) -> list[dict]:
@@ -112,3 +112,12 @@ def test_without_trustworthy_kept_rows_every_row_is_featurised_and_the_log_says_
     assert event["reused"] == 0 and event["featurised"] == n_old + 10  # every row of the combined corpus
     why = {"corpus changed": "fingerprint differs", "rows missing": "missing", "rows damaged": "unreadable"}[damage]
     assert why in event["why"] and event["why"].startswith("featurising every row")
+
+
+def test_an_updated_run_updates_again_from_its_own_kept_rows(run, tmp_path):
+    update_run(run, update_corpus(run.parent), tmp_path / "run2", progress=False)
+    third = write(tmp_path / "third.jsonl", corpus_rows(6, ["topic::6"], "m", 4))  # one more new label
+    summary = update_run(tmp_path / "run2", third, tmp_path / "run3", progress=False)
+    event = features_event(tmp_path / "run3")
+    assert event["featurised"] == 6 and event["source"].startswith(str(tmp_path / "run2"))
+    assert summary["labels"] == 7 and summary["update"]["levels"][0]["retrained"] == 1  # one more top cluster

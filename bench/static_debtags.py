@@ -4,6 +4,7 @@ Usage (from the repository root; tens of minutes on 2 shared cores, most of it t
     .venv/bin/python bench/static_debtags.py [--data ../shared/data/debtags] [--out bench/out/static_debtags]
         [--tunes none corpus task] [--alphas 0.5 1.0] [--tune-texts N] [--task-epochs E --task-lr LR]
         [--source RUN --label ft --skip-baseline]  (a fine-tuned teacher: an xr-transformer run's encoder)
+        [--in-text tfidf --label tfidf]  (Astec's TF-IDF weighting of the tokens inside a text)
 
 Per tune (none, corpus) the static encoder is built once from the training file with the teacher (MiniLM-L6,
 or --source). α is chosen on a seeded 10 % validation split of the training file (rankers trained on the other
@@ -172,6 +173,9 @@ def main() -> None:
     parser.add_argument(
         "--label", default="", help="appended to the static rows' names (e.g. ft for a fine-tuned teacher)"
     )
+    parser.add_argument(
+        "--in-text", choices=["count", "tfidf"], default="count", help="dense.in_text: a token's weight in a text"
+    )
     parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument("--result-name", default=None, help="also write bench/results/<name>.json")
     parser.add_argument(
@@ -212,6 +216,7 @@ def main() -> None:
             tune=tune,
             tune_texts=args.tune_texts,
             teacher_max_length=args.teacher_max_length,
+            in_text=args.in_text,
             **{k: v for k, v in task.items() if v is not None},
             **({"source": args.source.resolve()} if args.source else {}),
         )

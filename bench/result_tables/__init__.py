@@ -17,7 +17,7 @@ from .service import (
     service_latency,
     service_load,
 )
-from .static import static_debtags
+from .static import static_alpha_levels, static_debtags
 from .tail import losses_debtags, tail_debtags
 from .update import update_labels
 from .xlinear import beam_1m, shortlist_vs_exact, tree_swap, xlinear_seeds, xlinear_validation, xlinear_vs_pecos
@@ -51,6 +51,7 @@ BUILDERS = {
         cold_start,
         fresh_install,
         static_debtags,
+        static_alpha_levels,
         explain_latency,
         update_labels,
         lamp_debtags,

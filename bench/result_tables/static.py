@@ -51,3 +51,28 @@ def static_debtags(r: dict) -> dict[str, str]:
         + (", the bundles taking turns text by text (interleaved)" if speed else "")
         + f". Metric convention: {CONVENTION_TEXT['xmc']}."
     }
+
+
+@one_result_each
+def static_alpha_levels(r: dict) -> dict[str, str]:
+    """bench/static_alpha_levels.py: validation P@1 (PSP@5) per (α level 1, α level 2), one grid per tree."""
+    alphas = r["alphas"]
+    out = []
+    for tree_alpha, grid in r["grids"].items():
+        name = "TF-IDF alone" if float(tree_alpha) == 0 else f"Φ_cat at α {tree_alpha}"
+        best = max(grid.values(), key=lambda v: v["P@1"])["P@1"]
+        rows = []
+        for a1 in alphas:
+            cells = []
+            for a2 in alphas:
+                v = grid[f"{a1},{a2}"]
+                p1 = f"**{f2(v['P@1'])}**" if v["P@1"] == best else f2(v["P@1"])
+                cells.append(f"{p1} ({f2(v['PSP@5'])})")
+            rows.append([f"α₁ = {a1}", *cells])
+        header = [f"tree from {name}", *[f"α₂ = {a}" for a in alphas]]
+        out.append(table(header, "l" + "r" * len(alphas), rows))
+    note = (
+        f"\n\nValidation P@1 (PSP@5) on {r['validation_documents']:,} {r['data']} documents; α₁ level 1's rankers "
+        "(the clusters), α₂ level 2's (the labels); α = 0: TF-IDF alone at that level."
+    )
+    return {"table": "\n\n".join(out) + note}

@@ -20,7 +20,6 @@ import json
 import os
 import resource
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import ROOT, save_result  # noqa: E402
+from service_latency import free_port  # noqa: E402
 
 XTAG = [sys.executable, "-m", "xtag"]
 
@@ -70,12 +70,6 @@ def train(corpus: Path, out: Path, cache: Path) -> dict:
         "total_s": summary["total_seconds"],
         "cache_files_added": _files(cache) - before,  # > 0: numba compiled something and saved it
     }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def time_to_ready(command: list[str], port: int, env: dict | None = None, timeout: float = 300) -> tuple[float, dict]:

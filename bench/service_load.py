@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from results import save_result  # noqa: E402
+from service_latency import free_port  # noqa: E402
 
 FALLBACK_TEXTS = [
     "command line tool written in C to convert images between formats",
@@ -61,12 +62,6 @@ FALLBACK_TEXTS = [
     "fonts for the console and the terminal",
     "documentation for the GNU compiler collection",
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def raise_fd_limit() -> int:

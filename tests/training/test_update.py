@@ -319,3 +319,23 @@ def test_keep_clusters_trains_only_the_new_labels(nearest, tmp_path):
     preds = load_bundle(tmp_path / "bundle").predictor.predict([r["text"] for r in test], k=3)
     found = sum(r["labels"][0] in [names[j] for j in ids if j >= 0] for r, ids in zip(test, preds.labels))
     assert found >= 16  # the old cluster rankers still route the new labels' documents
+
+
+def test_a_run_without_cluster_levels_takes_new_labels_under_its_root(tmp_path):
+    """12 labels with leaves of 100: the tree is the root alone; the new labels become its children."""
+    corpus = write(tmp_path / "train.jsonl", rows(300, 1))
+    config = TrainConfig(corpus=corpus, xlinear=XLinearConfig(tree=TreeConfig(max_leaf_size=100), n_jobs=1))
+    train_run(config, tmp_path / "run", progress=False)
+    assert XLinearModel.load(tmp_path / "run" / "model").chain.depth == 1
+    update_run(tmp_path / "run", write(tmp_path / "new.jsonl", new_rows(40, 2)), tmp_path / "run2", progress=False)
+    a, b = XLinearModel.load(tmp_path / "run" / "model"), XLinearModel.load(tmp_path / "run2" / "model")
+    assert b.chain.depth == 1 and b.n_labels == 14
+    assert all(same_rows(a.levels[0], b.levels[0], i, i) for i in range(12))  # old label rankers copied
+    export_run(tmp_path / "run2", tmp_path / "bundle", "updated")
+    predictor = load_bundle(tmp_path / "bundle").predictor
+    test = new_rows(20, 7)
+    preds = predictor.predict([r["text"] for r in test], k=2)
+    found = sum(
+        r["labels"][0] in [predictor.vocab.names[j] for j in ids if j >= 0] for r, ids in zip(test, preds.labels)
+    )
+    assert found >= 18

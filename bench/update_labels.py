@@ -10,6 +10,9 @@ Usage (from the repository root):
    default: a subtree of their own), refit (the nearest old clusters, those and their ancestors retrained) and
    keep (the nearest old clusters, only the new labels' rankers trained).
 3. A full retrain on all of TRAIN, same settings.
+With --validation, TRAIN is first cut into a seeded 90 % (TRAIN for every run) and 10 % (measured on instead of
+TEST), and the default placement is compared with itself without the gate weights (an ablation: the weights'
+function patched to ones), the question the weights were chosen on TEST for.
 Both are measured on TEST (XMC convention: every test mention counts): P@5 and PSP@5 over all labels; recall@5
 of the added labels (their test mentions found in the top 5); P@5 of old labels only (hits on old labels / 5);
 and how many of the base run's old-label predictions (top 5) the update changed. Update and retrain run one
@@ -24,7 +27,9 @@ import json
 import os
 import shutil
 import time
+from contextlib import nullcontext
 from pathlib import Path
+from unittest.mock import patch
 
 import numpy as np
 from results import save_result  # bench/ is on sys.path when run as a script
@@ -40,8 +45,25 @@ from xtag.training.update_run import update_run
 K = 5
 # run name -> `xtag update --clusters` value; "updated" is the default placement
 VARIANTS = {"updated": "new", "refit": "refit", "kept": "keep"}
-RUNS = ("base", *VARIANTS, "full")
-SECONDS = {"updated": "update", "refit": "update_refit", "kept": "update_kept"}
+# --validation: the default against itself without the gate weights (training/tree/graft.py), an ablation
+VALIDATION_VARIANTS = {"updated": "new", "unweighted": "new"}
+SECONDS = {"updated": "update", "refit": "update_refit", "kept": "update_kept", "unweighted": "update_unweighted"}
+
+
+def without_gate_weights():
+    """The ablation: every new top cluster's positives weigh 1, as before the gate weights."""
+    return patch("xtag.training.xlinear.update.gate_positive_weights", lambda Y: np.ones(Y.shape[1], dtype=np.float64))
+
+
+def validation_split(train: Path, out: Path, seed: int) -> tuple[Path, Path]:
+    """TRAIN cut into a seeded 90 % (the new TRAIN) and 10 % (what is measured on, instead of TEST)."""
+    rows = gzip.open(train, "rt", encoding="utf-8").read().splitlines()
+    held = np.random.default_rng(seed + 1).random(len(rows)) < 0.1
+    fit, val = out / "fit.jsonl.gz", out / "val.jsonl.gz"
+    for path, keep in ((fit, ~held), (val, held)):
+        with gzip.open(path, "wt", encoding="utf-8") as fh:
+            fh.write("".join(line + "\n" for line, k in zip(rows, keep) if k))
+    return fit, val
 
 
 def split_labels(train: Path, out: Path, fraction: float, seed: int) -> tuple[Path, Path, list[str]]:
@@ -117,47 +139,59 @@ def main() -> None:
     ap.add_argument("--fraction", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--result-name", default=None)
+    ap.add_argument(
+        "--validation",
+        action="store_true",
+        help="measure on a seeded 10 %% of TRAIN (held out of every run) instead of TEST, the default placement "
+        "against itself without gate weights",
+    )
     args = ap.parse_args()
     name = args.data.resolve().name
     out = args.out or Path("bench/out") / f"update_{name}"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    reduced, added, removed = split_labels(args.data / "train.jsonl.gz", out, args.fraction, args.seed)
+    train_file, test_file = args.data / "train.jsonl.gz", args.data / "test.jsonl.gz"
+    if args.validation:
+        train_file, test_file = validation_split(train_file, out, args.seed)
+    variants = VALIDATION_VARIANTS if args.validation else VARIANTS
+    runs = ("base", *variants, "full")
+    reduced, added, removed = split_labels(train_file, out, args.fraction, args.seed)
     gone = set(removed)
     seconds = {}
     t = time.perf_counter()
     train_run(TrainConfig(corpus=reduced), out / "base-run", progress=False)
     seconds["base_train"] = time.perf_counter() - t
     load, summaries = {}, {}
-    for run, placement in VARIANTS.items():
+    for run, placement in variants.items():
         load[f"before_{SECONDS[run]}"] = os.getloadavg()[0]
         t = time.perf_counter()
-        summaries[run] = update_run(out / "base-run", added, out / f"{run}-run", progress=False, clusters=placement)
+        with without_gate_weights() if run == "unweighted" else nullcontext():
+            summaries[run] = update_run(out / "base-run", added, out / f"{run}-run", progress=False, clusters=placement)
         seconds[SECONDS[run]] = time.perf_counter() - t
     load["before_retrain"] = os.getloadavg()[0]
     t = time.perf_counter()
-    train_run(TrainConfig(corpus=args.data / "train.jsonl.gz"), out / "full-run", progress=False)
+    train_run(TrainConfig(corpus=train_file), out / "full-run", progress=False)
     seconds["retrain"] = time.perf_counter() - t
     load["after_retrain"] = os.getloadavg()[0]
-    for run in RUNS:
+    for run in runs:
         export_run(out / f"{run}-run", out / f"{run}-bundle", f"{name}-{run}", overwrite=True)
-    test = load_corpus(args.data / "test.jsonl.gz")
-    tops = {run: top_names(out / f"{run}-bundle", test.texts) for run in RUNS}
+    test = load_corpus(test_file)
+    tops = {run: top_names(out / f"{run}-bundle", test.texts) for run in runs}
     rows = {run: quality(tops[run][1], test, tops[run][0], gone) for run in tops}
     facts = {
         "data": name,
+        "measured_on": "a seeded 10 % of TRAIN, held out of every run" if args.validation else "TEST",
         "labels_removed": len(removed),
-        "variants": VARIANTS,
+        "variants": variants,
         "update_documents": summaries["updated"]["update"]
         | {"documents_in_update_corpus": sum(1 for _ in gzip.open(added, "rt"))},
         "seconds": {k: round(v, 2) for k, v in seconds.items()},
-        "update_refit": summaries["refit"]["update"],
-        "update_kept": summaries["kept"]["update"],
-        **{f"{SECONDS[run]}_over_retrain": round(seconds[SECONDS[run]] / seconds["retrain"], 4) for run in VARIANTS},
+        **{f"update_{run}": summaries[run]["update"] for run in variants if run != "updated"},
+        **{f"{SECONDS[run]}_over_retrain": round(seconds[SECONDS[run]] / seconds["retrain"], 4) for run in variants},
         "load_1min": load,
         "quality": rows,
-        "changed_vs_base": {run: changed_old(tops["base"][0], tops[run][0], gone) for run in RUNS[1:]},
-        "goals": {run: goals(seconds[SECONDS[run]], seconds["retrain"], rows[run], rows["full"]) for run in VARIANTS},
+        "changed_vs_base": {run: changed_old(tops["base"][0], tops[run][0], gone) for run in runs[1:]},
+        "goals": {run: goals(seconds[SECONDS[run]], seconds["retrain"], rows[run], rows["full"]) for run in variants},
     }
     print(json.dumps(facts, indent=2))
     save_result(args.result_name or f"update_{name}", facts)

@@ -6,7 +6,13 @@ from .common import f1, f2, one_result_each, table
 
 # run name in the result -> its row; the seconds key; `xtag update --clusters` value from the result's "variants"
 # (results from before --clusters had no such key: "updated" was the nearest-cluster rule with refits, `refit`)
-RUNS = (("base", "base_train"), ("updated", "update"), ("refit", "update_refit"), ("kept", "update_kept"))
+RUNS = (
+    ("base", "base_train"),
+    ("updated", "update"),
+    ("unweighted", "update_unweighted"),
+    ("refit", "update_refit"),
+    ("kept", "update_kept"),
+)
 OLD_VARIANTS = {"updated": "refit", "kept": "keep"}
 GOALS = (
     ("update_time_le_20pct", "time ≤ 20 % of the retrain's"),
@@ -22,6 +28,8 @@ def _retrained(facts: dict) -> str:
 def _name(run: str, variants: dict) -> str:
     if run == "base":
         return "base run (without the removed labels)"
+    if run == "unweighted":
+        return f"base + `xtag update --clusters {variants[run]}`, gates unweighted (ablation)"
     return f"base + `xtag update --clusters {variants[run]}`"
 
 
@@ -49,13 +57,18 @@ def update_labels(r: dict) -> dict[str, str]:
     header = ["model", "seconds", "P@5", "PSP@5", "recall@5 added", "P@5 old labels", "base top-5 dropped"]
     out = table(header, "lrrrrrr", rows)
     u, load = r["update_documents"], r["load_1min"]
-    facts = {"updated": u, "refit": r.get("update_refit"), "kept": r["update_kept"]}
-    nearest = facts[next(k for k, v in variants.items() if v in ("refit", "keep"))]
-    retrained = "; ".join(f"`--clusters {variants[k]}` {_retrained(facts[k])}" for k in variants if facts.get(k))
+    facts = {"updated": u, **{k: r.get(f"update_{k}") for k in ("refit", "kept", "unweighted")}}
+    near = next((facts[k] for k, v in variants.items() if v in ("refit", "keep")), None)
+    retrained = "; ".join(f"{_name(k, variants)[7:]}: {_retrained(facts[k])}" for k in variants if facts.get(k))
     out += (
         f"\n\n{r['data']}: {r['labels_removed']} labels removed from TRAIN and added back from "
-        f"{u['documents_in_update_corpus']} documents. Nearest-cluster placement: {nearest['clusters_changed']} leaf "
-        f"clusters gained labels ({nearest['clusters_added_by_splits']} clusters added by splits)"
+        f"{u['documents_in_update_corpus']} documents; measured on {r.get('measured_on', 'TEST')}"
+        + (
+            f". Nearest-cluster placement: {near['clusters_changed']} leaf clusters gained labels "
+            f"({near['clusters_added_by_splits']} clusters added by splits)"
+            if near
+            else ""
+        )
         + (
             f"; `--clusters new`: {u['clusters_added']} cluster{'s' * (u['clusters_added'] != 1)} added"
             if "clusters_added" in u

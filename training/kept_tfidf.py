@@ -43,16 +43,21 @@ def load_rows(run: Path, n_rows: int, dim: int) -> tuple[sp.csr_matrix | None, s
     return X, str(path)
 
 
+def same_texts(old: Corpus, merged: Corpus) -> np.ndarray:
+    """Per row of the run's corpus `old`: whether its row in `merged` (merge_corpora: same position) has the same
+    text, so that what the run kept of it (TF-IDF rows, XR-Transformer's embeddings) still holds."""
+    return np.array([a == b for a, b in zip(merged.texts, old.texts)], dtype=bool)
+
+
 def combined_rows(
-    featurizer: TfidfFeaturizer, old: Corpus, merged: Corpus, kept: sp.csr_matrix | None
+    featurizer: TfidfFeaturizer, merged: Corpus, same_text: np.ndarray, kept: sp.csr_matrix | None
 ) -> tuple[sp.csr_matrix, int]:
-    """TF-IDF of `merged` (old rows first, in order): kept rows where the text is the old one, the rest featurised;
-    returns it and how many rows were featurised."""
+    """TF-IDF of `merged` (the run's rows first, in order; `same_text`: same_texts): kept
+    rows where the text is the run's, the rest featurised; returns it and how many rows were featurised."""
     if kept is None:
         return featurizer.transform(merged.texts), len(merged)
-    n_old = len(old)
-    todo = [i for i in range(n_old) if merged.texts[i] is not old.texts[i] and merged.texts[i] != old.texts[i]]
-    todo += range(n_old, len(merged))
+    n_old = len(same_text)
+    todo = [*np.flatnonzero(~same_text).tolist(), *range(n_old, len(merged))]
     fresh = featurizer.transform([merged.texts[i] for i in todo]) if todo else sp.csr_matrix((0, kept.shape[1]))
     pick = np.arange(len(merged))
     pick[todo] = n_old + np.arange(len(todo))

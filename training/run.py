@@ -108,7 +108,8 @@ def _train(
     train_seconds = time.perf_counter() - t
 
     save_model(out, vocab, featurizer, result)
-    save_rows(out / "checkpoints", X)  # what a later `xtag update` reuses instead of featurising the corpus again
+    if family(config.model).supports("update"):  # what a later `xtag update` reuses instead of featurising again
+        save_rows(out / "checkpoints", X)
     summary = {
         "model": config.model,
         "documents": len(corpus),

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import scipy.sparse as sp
 from xtag.models.atomic import fsync_dir, write_text_atomic
 from xtag.models.errors import XtagError, reading
@@ -29,7 +30,7 @@ from xtag.models.registry import UpdatePlacement, family
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import Corpus, label_counts, load_corpus, write_jsonl_gz
 from xtag.training.data.fingerprint import CorpusFingerprint
-from xtag.training.kept_tfidf import combined_rows, load_rows, save_rows
+from xtag.training.kept_tfidf import combined_rows, load_rows, same_texts, save_rows
 from xtag.training.run import RunLog, save_model
 
 CORPUS_FILE = "corpus.jsonl.gz"  # the combined corpus, inside the new run
@@ -47,6 +48,7 @@ class UpdateData:
     Y: sp.csr_matrix  # its labels: the old ones first, new ones from n_old
     n_old: int
     old_rows_differ: str  # why `old` may not be the rows the run was trained on; "": what it kept of them is theirs
+    same_text: np.ndarray  # per row of `old`: its row in `corpus` has the same text (kept_tfidf.same_texts)
 
 
 def merge_corpora(old: Corpus, new: Corpus) -> Corpus:
@@ -143,13 +145,14 @@ def update_run(
         )
         differ = CorpusFingerprint.of(old, len(vocab)).differs_from_run(run)
         kept, source = (None, differ) if differ else load_rows(run, len(old), featurizer.dim)
-        X, featurised = combined_rows(featurizer, old, merged, kept)
+        same_text = same_texts(old, merged)
+        X, featurised = combined_rows(featurizer, merged, same_text, kept)
         reuse = {"source": source} if kept is not None else {"why": f"featurising every row: {source}"}
         log({"event": "features", "featurised": featurised, "reused": len(merged) - featurised, **reuse})
         save_rows(tmp / "checkpoints", X)  # for a later update of the new run
         Y, _ = merged.label_matrix(grown)
         t = time.perf_counter()
-        data = UpdateData(run, tmp / "checkpoints", old, merged, X, Y, len(vocab), differ)
+        data = UpdateData(run, tmp / "checkpoints", old, merged, X, Y, len(vocab), differ, same_text)
         result, facts = chosen.resolve("update")(data, config, progress=progress, log=log, clusters=clusters)
         save_model(tmp, grown, _SavedFeatures(run / "model" / "features" / "tfidf"), result)
         summary = {

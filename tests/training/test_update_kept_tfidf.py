@@ -17,7 +17,7 @@ import scipy.sparse as sp
 from xtag.models.features import TfidfFeaturizer
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import load_corpus
-from xtag.training.kept_tfidf import FILE, combined_rows
+from xtag.training.kept_tfidf import FILE, combined_rows, same_texts
 from xtag.training.run import train_run
 from xtag.training.update_run import merge_corpora, update_run
 from xtag.training.xlinear.config import XLinearConfig
@@ -81,7 +81,7 @@ def test_combined_rows_equal_featurising_every_row():
     old = load_corpus_like(texts)
     new = load_corpus_like(["bb cc xx", "ee ff aa"], ids=["1", "9"])  # row 1 rewritten, one row added
     merged = merge_corpora(old, new)
-    rows, featurised = combined_rows(featurizer, old, merged, X)
+    rows, featurised = combined_rows(featurizer, merged, same_texts(old, merged), X)
     assert featurised == 2
     np.testing.assert_allclose(rows.toarray(), featurizer.transform(merged.texts).toarray(), atol=1e-6)
 
@@ -121,3 +121,8 @@ def test_an_updated_run_updates_again_from_its_own_kept_rows(run, tmp_path):
     event = features_event(tmp_path / "run3")
     assert event["featurised"] == 6 and event["source"].startswith(str(tmp_path / "run2"))
     assert summary["labels"] == 7 and summary["update"]["levels"][0]["retrained"] == 1  # one more top cluster
+
+
+def test_a_run_of_a_family_without_update_keeps_no_rows(lamp_bundle):
+    run, _ = lamp_bundle  # LaMP cannot be updated: its corpus's TF-IDF rows would be written for nothing
+    assert (run / "checkpoints").is_dir() and not (run / "checkpoints" / FILE).exists()

@@ -63,7 +63,7 @@ def embed(
     if kept is None:
         log({"event": "embeddings", "reused": 0, "why": f"encoding every row: {source}"})
     else:  # an embedding is a function of the text alone: a replaced row with the same text keeps it too
-        same = np.array([t == o for t, o in zip(texts, data.old.texts)], dtype=bool)
+        same = data.same_text
         E[: len(same)][same] = kept[same]
         todo = np.concatenate([np.flatnonzero(~same), np.arange(len(same), len(texts))])
         log({"event": "embeddings", "reused": int(same.sum()), "source": source})

@@ -15,7 +15,6 @@ Each fold's candidates are saved (folds/K.npz) before its run is deleted, so a r
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from collections.abc import Callable
@@ -26,6 +25,7 @@ import scipy.sparse as sp
 from xtag.evaluation.evaluate import predict_corpus
 from xtag.models.bundle import Bundle, load_bundle
 from xtag.models.errors import XtagError
+from xtag.training.data.corpus import write_jsonl_gz
 
 AUTO_FOLDS = 5  # lamp.cross_fit=None over a first stage without a transformer: each copy sees 80 % of the texts
 
@@ -61,10 +61,10 @@ def in_label_space(labels: np.ndarray, scores: np.ndarray, names: list[str], ind
 
 
 def _write_corpus(path: Path, texts: list[str], Y: sp.csr_matrix, names: list[str], rows: np.ndarray) -> None:
-    with open(path, "w") as fh:
-        for i in rows:
-            labels = [names[j] for j in Y.indices[Y.indptr[i] : Y.indptr[i + 1]]]
-            fh.write(json.dumps({"text": texts[i], "labels": labels}) + "\n")
+    labelled = (
+        {"text": texts[i], "labels": [names[j] for j in Y.indices[Y.indptr[i] : Y.indptr[i + 1]]]} for i in rows
+    )
+    write_jsonl_gz(path, labelled, level=1, ensure_ascii=False)  # a scratch file on the user's clock
 
 
 def _fold_candidates(
@@ -78,10 +78,10 @@ def _fold_candidates(
     vocab = first.predictor.vocab
     shutil.rmtree(folder, ignore_errors=True)  # a fold killed mid-way restarts whole
     folder.mkdir(parents=True)
-    _write_corpus(folder / "corpus.jsonl", texts, Y, vocab.names, np.setdiff1d(np.arange(len(texts)), rows))
+    _write_corpus(folder / "corpus.jsonl.gz", texts, Y, vocab.names, np.setdiff1d(np.arange(len(texts)), rows))
     recorded = first.manifest["training"]["config"]  # the fold corpus is JSONL whatever the first stage read
     try:
-        config = TrainConfig.model_validate({**recorded, "corpus": folder / "corpus.jsonl", "format": "jsonl"})
+        config = TrainConfig.model_validate({**recorded, "corpus": folder / "corpus.jsonl.gz", "format": "jsonl"})
         train_run(config, folder / "run", progress=progress)
         export_run(folder / "run", folder / "bundle")
     except (XtagError, ValueError) as exc:  # e.g. a path in the recorded config that no longer resolves

@@ -11,6 +11,31 @@ MODE=full
 [ "${1:-}" = --base ] && MODE=base
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
+TORCH=2.13.0
+# Torch's CPU build: PyPI's Linux wheel of torch is the CUDA build (several GB). The CPU wheel is taken from
+# $XTAG_TORCH_WHEELS, the pip find-links folders ($PIP_FIND_LINKS) or /opt/wheels when one there fits this Python;
+# pip then needs no index for it. Where none is found, one line says so and what to do, and pip decides (root on
+# these machines has /opt/wheels in its pip configuration; another user does not: issue 38 saw a 5.9 GB .venv).
+install_cpu_torch() {
+  local tag dir wheel=""
+  if .venv/bin/python -c "import torch, sys; sys.exit(torch.__version__ != '$TORCH+cpu')" 2>/dev/null; then
+    return 0
+  fi
+  tag=$(.venv/bin/python -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+  for dir in ${XTAG_TORCH_WHEELS:-} ${PIP_FIND_LINKS:-} /opt/wheels; do
+    wheel=$(ls "$dir"/torch-"$TORCH"+cpu-"$tag"-"$tag"-*"$(uname -m)".whl 2>/dev/null | head -n 1 || true)
+    [ -n "$wheel" ] && break
+  done
+  if [ -n "$wheel" ]; then
+    .venv/bin/python -m pip install -q "$wheel"
+  else
+    echo "setup.sh: no CPU wheel of torch $TORCH for $tag found (XTAG_TORCH_WHEELS, PIP_FIND_LINKS, /opt/wheels):" \
+      "pip installs torch==$TORCH as its index offers it, on Linux x86_64 the CUDA build (several GB). To avoid it," \
+      "put torch-$TORCH+cpu-$tag-*.whl in a folder and set XTAG_TORCH_WHEELS to it, or set PIP_INDEX_URL to" \
+      "PyTorch's CPU wheel index." >&2
+    .venv/bin/python -m pip install -q "torch==$TORCH"
+  fi
+}
 # pip runs only when what it installs changed since the last setup (a full install serves --base too), so a
 # rerun (main.sh twice) needs no package index.
 STAMP=.venv/.xtag-setup
@@ -20,7 +45,7 @@ if { [ "$DONE" != "full $HASH" ] && [ "$DONE" != "$MODE $HASH" ]; } || ! .venv/b
 then
   .venv/bin/python -m pip install -q --upgrade pip "setuptools>=70" wheel
   if [ "$MODE" = full ]; then
-    .venv/bin/python -m pip install -q "torch==2.13.0"
+    install_cpu_torch
     .venv/bin/python -m pip install -q -e ".[train,dev,postgres]"
   else
     .venv/bin/python -m pip install -q -e .

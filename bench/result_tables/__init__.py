@@ -11,6 +11,7 @@ from .lightxml_cascadexml import cascadexml_debtags, equal_budget, lightxml_debt
 from .onnx_encoders import encoder_variants
 from .service import (
     explain_latency,
+    guard_cost,
     inference_threads,
     inline_vs_worker,
     service_batch,
@@ -36,6 +37,7 @@ BUILDERS = {
         service_latency,
         service_batch,
         service_load,
+        guard_cost,
         inline_vs_worker,
         inference_threads,
         tail_debtags,

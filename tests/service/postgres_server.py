@@ -1,4 +1,4 @@
-"""A throwaway PostgreSQL server on 127.0.0.1, for the feedback tests and bench/feedback_writes.py.
+"""A throwaway PostgreSQL server on 127.0.0.1, for the feedback tests (fixtures below) and bench/feedback_writes.py.
 
 Debian's postgresql package puts initdb and pg_ctl only under /usr/lib/postgresql/<version>/bin, and
 initdb refuses to run as root: as root the cluster is made and run as `nobody` (runuser), in a
@@ -13,6 +13,8 @@ import socket
 import subprocess
 import tempfile
 from pathlib import Path
+
+import pytest
 
 
 class PostgresUnavailable(Exception):
@@ -36,6 +38,8 @@ class PostgresServer:
 
     def __init__(self, port: int | None = None):
         self.port = port
+        self.url: str | None = None
+        self.databases = 0
         self.folder: Path | None = None
         self.as_user: list[str] = []
         self.pg_ctl: str | None = None
@@ -82,7 +86,18 @@ class PostgresServer:
             raise PostgresUnavailable(
                 f"could not start PostgreSQL: {exc.stderr.decode(errors='replace')[-300:]}"
             ) from exc
-        return f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        self.url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        return self.url
+
+    def new_database(self) -> str:
+        """A fresh, empty database on the started server, as a URL (each test its own)."""
+        import psycopg
+
+        self.databases += 1
+        name = f"xtag{self.databases}"
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        return self.url.rsplit("/", 1)[0] + "/" + name
 
     def stop(self) -> None:
         if self.folder is None:
@@ -92,3 +107,24 @@ class PostgresServer:
             subprocess.run([*self.as_user, self.pg_ctl, "-D", str(data), "-m", "fast", "stop"], capture_output=True)
         shutil.rmtree(self.folder, ignore_errors=True)
         self.folder = None
+
+
+@pytest.fixture(scope="module")
+def postgres_server():
+    """A throwaway PostgreSQL server on a free port, for a test module (as `nobody` under root)."""
+    pytest.importorskip("psycopg", reason="the postgres extra (psycopg) is not installed")
+    server = PostgresServer()
+    try:
+        server.start()
+    except PostgresUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server):
+    """An empty database of its own for each test."""
+    return postgres_server.new_database()

@@ -9,12 +9,11 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 from xtag.service import feedback_store
 from xtag.service.routes.annif import project_id
 
-from tests.service.postgres_server import PostgresServer, PostgresUnavailable
+from tests.service.postgres_server import postgres_server, postgres_url  # noqa: F401  (pytest fixtures)
 from tests.service.svc_support import ADMIN, ADMIN_KEY, bundles, make_client  # noqa: F401
 from xtag.cli import app as cli
 
@@ -133,21 +132,6 @@ def test_a_slow_store_answers_503_in_time_while_predictions_answer(make_client, 
 
 
 # --- PostgreSQL: a real server, started for the test, when Debian's postgresql package is installed ---
-
-
-@pytest.fixture(scope="module")
-def postgres_url():
-    """A throwaway PostgreSQL server on a free port (tests/service/postgres_server.py: as `nobody` under root)."""
-    pytest.importorskip("psycopg", reason="the postgres extra (psycopg) is not installed")
-    server = PostgresServer()
-    try:
-        url = server.start()
-    except PostgresUnavailable as exc:
-        pytest.skip(str(exc))
-    try:
-        yield url
-    finally:
-        server.stop()
 
 
 def test_feedback_round_trip_through_postgresql(make_client, postgres_url, tmp_path):

@@ -1,6 +1,6 @@
-"""Feedback writes under concurrency (issue 38, item 4), on SQLite and on PostgreSQL alike: concurrent writers
-committed together (group commit) and never refused, each answered with its own duplicates; a failing store
-still answers 503."""
+"""Feedback writes under concurrency and at the edges of what a store can keep (issue 38, items 4-6), on SQLite
+and on PostgreSQL alike: concurrent writers committed together (group commit) and never refused, each answered
+with its own duplicates; a failing store still answers 503; NUL refused as 422 by both stores; ids exact."""
 
 from __future__ import annotations
 
@@ -11,10 +11,13 @@ import time
 import pytest
 from xtag.service import feedback_store
 from xtag.service.feedback_store import Feedback, FeedbackStore, Written
+from xtag.service.routes.annif import project_id
 
 from tests.service.postgres_server import postgres_server, postgres_url  # noqa: F401  (pytest fixtures)
-from tests.service.svc_support import ADMIN, ADMIN_KEY, bundles, make_client  # noqa: F401
+from tests.service.svc_support import ADMIN, ADMIN_KEY, bundles, client, make_client  # noqa: F401
 from tests.service.test_svc_feedback import FEEDBACK, export
+
+BIG = 2**64
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -160,3 +163,78 @@ def test_a_failing_store_answers_every_write_503_and_frees_its_places(make_clien
     txns.fail = False
     for i in range(4):  # more than XTAG_FEEDBACK_MAX_PENDING writes, one after another: none refused
         assert c.post(FEEDBACK, json={"documents": [doc(f"ok{i}")]}, headers=ADMIN).status_code == 200
+
+
+# --- what both stores can keep: no NUL (item 5) ---
+
+
+@pytest.mark.parametrize(
+    "document, field",
+    [
+        (doc("n1", text="nul \x00 in text"), "documents[1].text"),
+        (doc("nul \x00 in id"), "documents[1].id"),
+        (doc("n3", labels=("ok", "nul\x00label")), "documents[1].labels[1]"),
+    ],
+)
+def test_a_nul_character_is_refused_as_422_naming_the_field_by_both_stores(
+    make_client, store_db, tmp_path, document, field
+):
+    c = make_client(admin_key=ADMIN_KEY, feedback_db=store_db)
+    r = c.post(FEEDBACK, json={"documents": [doc("fine"), document]}, headers=ADMIN)
+    assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json"
+    assert f"body.{field}: " in r.json()["detail"] and "NUL" in r.json()["detail"]
+    assert c.post(FEEDBACK, json={"documents": [doc("after")]}, headers=ADMIN).status_code == 200
+    assert [row["id"] for row in export(store_db, tmp_path / "out.jsonl")] == ["after"]  # nothing of the refused one
+
+
+def test_annif_learn_refuses_a_nul_character_as_422_on_both_stores(make_client, store_db, tmp_path):
+    c = make_client(admin_key=ADMIN_KEY, feedback_db=store_db)
+    learn = f"/v1/projects/{project_id(c.app.state.registry.current)}/learn"
+    for body, field in [
+        ([{"text": "a\x00b", "subjects": [{"label": "x"}]}], "body[0].text"),
+        ([{"text": "ab", "subjects": [{"label": "x\x00"}]}], "body[0].subjects[0].label"),
+        ([{"text": "ab", "subjects": [{"uri": "u\x00"}]}], "body[0].subjects[0].uri"),
+        ([{"text": "ab", "subjects": [{"label": "x"}], "document_id": "d\x00"}], "body[0].document_id"),
+    ]:
+        r = c.post(learn, json=body, headers=ADMIN)
+        assert r.status_code == 422 and f"{field}: " in r.json()["detail"], (field, r.text)
+    assert c.post(learn, json=[{"text": "ab", "subjects": [{"label": "x"}]}], headers=ADMIN).status_code == 204
+    assert len(export(store_db, tmp_path / "out.jsonl")) == 1
+
+
+# --- ids: strings or exact integers, never floats (item 6) ---
+
+
+def test_integer_ids_beyond_64_bits_stay_distinct_documents(make_client, store_db, tmp_path):
+    c = make_client(admin_key=ADMIN_KEY, feedback_db=store_db)
+    for i in (BIG + 1, BIG + 2, -(BIG + 1)):
+        raw = f'{{"documents": [{{"id": {i}, "text": "doc {i}", "labels": ["x"]}}]}}'  # as a client writes it
+        r = c.post(FEEDBACK, content=raw, headers={**ADMIN, "Content-Type": "application/json"})
+        assert r.json() == {"stored": 1, "duplicates": 0}, i
+    rows = export(store_db, tmp_path / "out.jsonl")
+    assert [r["id"] for r in rows] == [str(BIG + 1), str(BIG + 2), str(-(BIG + 1))]
+
+
+@pytest.mark.parametrize("raw_id", ["1e3", "1000.0", "18446744073709551617.0", "true"])
+def test_a_float_or_boolean_id_is_refused_naming_the_field(make_client, tmp_path, raw_id):
+    c = make_client(admin_key=ADMIN_KEY, feedback_db=str(tmp_path / "fb.sqlite3"))
+    raw = f'{{"documents": [{{"id": {raw_id}, "text": "python", "labels": ["x"]}}]}}'
+    r = c.post(FEEDBACK, content=raw, headers={**ADMIN, "Content-Type": "application/json"})
+    assert r.status_code == 422 and r.json()["detail"].startswith("body.documents[0].id: ")
+    batch = f'{{"documents": [{{"id": {raw_id}, "text": "python"}}]}}'
+    r = c.post("/v1/predict/batch", content=batch, headers={"Content-Type": "application/json"})
+    assert r.status_code == 422 and r.json()["detail"].startswith("body.documents[0].id: ")
+
+
+def test_plain_integer_and_string_ids_are_accepted(make_client, tmp_path):
+    db = str(tmp_path / "fb.sqlite3")
+    c = make_client(admin_key=ADMIN_KEY, feedback_db=db)
+    r = c.post(FEEDBACK, json={"documents": [doc(7), doc("a-7"), doc(-3)]}, headers=ADMIN)
+    assert r.json() == {"stored": 3, "duplicates": 0}
+    assert [row["id"] for row in export(db, tmp_path / "out.jsonl")] == ["7", "a-7", "-3"]
+
+
+def test_batch_echoes_integer_ids_beyond_64_bits_exactly(client):
+    raw = f'{{"documents": [{{"id": {BIG + 1}, "text": "python"}}, {{"id": {BIG + 2}, "text": "game"}}, {{"id": 5, "text": "c"}}]}}'
+    r = client.post("/v1/predict/batch", content=raw, headers={"Content-Type": "application/json"})
+    assert r.status_code == 200 and [x["id"] for x in r.json()["results"]] == [str(BIG + 1), str(BIG + 2), "5"]

@@ -160,7 +160,8 @@ class Settings(BaseSettings):
         description="feedback writes (requests) waiting for the store at once, queued or in its transaction; one "
         "more answers 503 with Retry-After at once. Writes that arrive together are committed together in one "
         "transaction (group commit), so a healthy store keeps this low: each client waits for its answer, and "
-        "20 concurrent clients hold at most 20. It bounds what a slow or stuck store can pile up",
+        "20 concurrent clients hold at most 20. The default, 64, leaves room for 64 concurrent writers; the "
+        "limit bounds what a slow or stuck store can pile up (each write up to XTAG_MAX_BATCH_DOCUMENTS documents)",
     )
     annif_language: str = Field("en", description="language reported for the Annif project")
     annif_uri_prefix: str = Field("", description="Annif 'uri' = this prefix + the label name")

@@ -120,7 +120,8 @@ RESPONSES = {
     413: "body or text too large",
     415: "not application/json",
     422: "invalid field",
-    503: "the feedback store is slow or failing (predictions are unaffected); retry later",
+    503: "the feedback store is slow or failing, or XTAG_FEEDBACK_MAX_PENDING writes already wait for it (with "
+    "Retry-After; predictions are unaffected)",
 }
 
 

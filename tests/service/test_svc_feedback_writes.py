@@ -55,16 +55,18 @@ class Transactions:
         monkeypatch.setattr(feedback_store.FeedbackStore, "add", add)
 
 
-def post_all(c, bodies: list[dict]) -> list:
-    """POST every body at once, one thread each; the answers in the bodies' order."""
+def post_all(c, bodies: list[dict], after_start=lambda started: None) -> list:
+    """POST every body at once, one thread each (`after_start(n)` is called once the n-th has started); the
+    answers in the bodies' order."""
     answers: list = [None] * len(bodies)
 
     def send(i: int) -> None:
         answers[i] = c.post(FEEDBACK, json=bodies[i], headers=ADMIN)
 
     threads = [threading.Thread(target=send, args=(i,)) for i in range(len(bodies))]
-    for t in threads:
+    for n, t in enumerate(threads, 1):
         t.start()
+        after_start(n)
     for t in threads:
         t.join(30)
     return answers
@@ -96,7 +98,6 @@ def test_group_commit_answers_each_write_with_its_own_duplicates(make_client, st
     txns = Transactions(monkeypatch)
     c = make_client(admin_key=ADMIN_KEY, feedback_db=store_db)
     txns.gate = threading.Event()
-    writer_of = lambda: c.app.state.feedback  # noqa: E731  (made on the first write)
     first = threading.Thread(
         target=c.post, args=(FEEDBACK,), kwargs={"json": {"documents": [doc("z")]}, "headers": ADMIN}
     )
@@ -107,19 +108,14 @@ def test_group_commit_answers_each_write_with_its_own_duplicates(make_client, st
         {"documents": [doc("same", labels=("second::loses",))]},
         {"documents": [doc("z"), doc(None), doc("b1"), doc("b1")]},
     ]
-    answers: list = [None] * len(bodies)
 
-    def send(i: int) -> None:
-        answers[i] = c.post(FEEDBACK, json=bodies[i], headers=ADMIN)
+    def queued(n: int) -> None:  # in order: each write queued before the next is sent; then the gate opens
+        wait_for(lambda: len(c.app.state.feedback.queue) == n)
+        if n == len(bodies):
+            txns.gate.set()
 
-    threads = []
-    for i in range(len(bodies)):  # in order: each queued before the next is sent
-        threads.append(threading.Thread(target=send, args=(i,)))
-        threads[-1].start()
-        wait_for(lambda n=i + 1: len(writer_of().queue) == n)
-    txns.gate.set()
-    for t in [first, *threads]:
-        t.join(30)
+    answers = post_all(c, bodies, queued)
+    first.join(30)
     assert txns.groups == [1, 3]  # the three writes went in one transaction
     assert [a.json() for a in answers] == [
         {"stored": 2, "duplicates": 0},
@@ -148,8 +144,8 @@ def test_a_failing_store_answers_every_write_503_and_frees_its_places(make_clien
     txns = Transactions(monkeypatch)
     c = make_client(admin_key=ADMIN_KEY, feedback_db=str(tmp_path / "fb.sqlite3"), feedback_max_pending=3)
     txns.gate, txns.fail = threading.Event(), True
-    held = threading.Thread(target=lambda: answers.extend(post_all(c, [{"documents": [doc(i)]} for i in range(3)])))
     answers: list = []
+    held = threading.Thread(target=lambda: answers.extend(post_all(c, [{"documents": [doc(i)]} for i in range(3)])))
     held.start()
     wait_for(lambda: c.app.state.feedback is not None and c.app.state.feedback.pending == 3)
     busy = c.post(FEEDBACK, json={"documents": [doc("late")]}, headers=ADMIN)  # refused at once, not queued

@@ -104,7 +104,9 @@ class PostgresServer:
             return
         data = self.folder / "data"
         if (data / "postmaster.pid").exists():
-            subprocess.run([*self.as_user, self.pg_ctl, "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
+            subprocess.run(
+                [*self.as_user, self.pg_ctl, "-D", str(data), "-m", "immediate", "stop"], capture_output=True
+            )
         shutil.rmtree(self.folder, ignore_errors=True)
         self.folder = None
 

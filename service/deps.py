@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
+import re
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -144,6 +146,21 @@ def check_text_lengths(request: Request, texts: list[str], what: str = "document
             )
 
 
+# orjson reads an integer outside [-2^63, 2^64) as a float, and every such integer is written with 19 digits or more
+WIDE_INTEGER = re.compile(rb"\d{19}")
+
+
+def _exact_reading(body: bytes) -> object | None:
+    """The body read again with the json module, whose integers are exact; None when that cannot help (no integer
+    wide enough for orjson to have made a float of it, or one too long for Python's int, over 4,300 digits)."""
+    if not WIDE_INTEGER.search(body):
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
 def _decode_and_validate(
     body: bytes, content_type: str, model: type[M], optional: bool, check: Callable[[object], None] | None
 ) -> M:
@@ -153,7 +170,17 @@ def _decode_and_validate(
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise validation_problem(exc.errors(include_url=False, include_input=False), ("body",)) from exc
+        errors = exc.errors(include_url=False, include_input=False)
+    # Ids must be exact integers, never floats (schemas.DocumentId): an id orjson read as a float fails validation,
+    # so only a failing body is read again, exactly; a valid body costs nothing more (issue 38: 2^64+1 and 2^64+2
+    # were one id).
+    exact = _exact_reading(body)
+    if exact is not None:
+        try:
+            return model.model_validate(exact)
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False, include_input=False)
+    raise validation_problem(errors, ("body",))
 
 
 async def parse_body(

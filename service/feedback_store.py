@@ -2,9 +2,10 @@
 
 One table, one row per document: an autoincrement `seq` orders the export, and a nullable unique
 `client_id` makes a retried write idempotent (the first write of an id wins; a repeat is counted as a
-duplicate, never stored twice). SQLite runs in WAL mode so `xtag feedback export` can read while the
-service writes; PostgreSQL (XTAG_FEEDBACK_DB=postgresql://...) lets replicas share one store. Nothing
-here knows about HTTP: the service calls `add` off the event loop, the CLI calls `rows`.
+duplicate, never stored twice, within one transaction too). SQLite runs in WAL mode so `xtag feedback
+export` can read while the service writes; PostgreSQL (XTAG_FEEDBACK_DB=postgresql://...) lets replicas
+share one store. Nothing here knows about HTTP: the service calls `add` off the event loop, the CLI
+calls `rows`.
 """
 
 from __future__ import annotations
@@ -104,28 +105,32 @@ class FeedbackStore:
             except Exception:  # a broken connection may fail to close too; it is dropped either way
                 pass
 
-    def add(self, items: list[Feedback]) -> Written:
-        """Write all items in one transaction (all or none); ids already stored count as duplicates."""
+    def add(self, groups: list[list[Feedback]]) -> list[Written]:
+        """Write every group's items in one transaction (all or none) and count each group's own: an id already
+        stored, by an earlier transaction or earlier in this one (another group's included), is a duplicate.
+
+        A group is one request's documents: the service commits the requests that queued together in one
+        transaction (group commit, routes/feedback.py), one sync to disk for all of them."""
         mark = "%s" if self.postgres else "?"
         sql = (
             f"INSERT INTO feedback (client_id, received, source, text, labels) VALUES ({mark}, {mark}, {mark}, "
             f"{mark}, {mark}) ON CONFLICT (client_id) DO NOTHING"
         )
         now = time.time()
-        rows = [(f.client_id, now, f.source, f.text, json.dumps(f.labels, ensure_ascii=False)) for f in items]
+        rows = [
+            [(f.client_id, now, f.source, f.text, json.dumps(f.labels, ensure_ascii=False)) for f in items]
+            for items in groups
+        ]
         with self._lock:
             try:
                 conn = self._connection()
-                stored = 0
                 if self.postgres:
                     with conn.transaction():
-                        for row in rows:
-                            stored += conn.execute(sql, row).rowcount
+                        stored = [sum(conn.execute(sql, row).rowcount for row in group) for group in rows]
                 else:
                     conn.execute("BEGIN IMMEDIATE")
                     try:
-                        for row in rows:
-                            stored += conn.execute(sql, row).rowcount
+                        stored = [sum(conn.execute(sql, row).rowcount for row in group) for group in rows]
                         conn.execute("COMMIT")
                     except BaseException:
                         conn.execute("ROLLBACK")
@@ -133,7 +138,7 @@ class FeedbackStore:
             except Exception:
                 self._drop()
                 raise
-        return Written(stored, len(rows) - stored)
+        return [Written(n, len(group) - n) for n, group in zip(stored, rows)]
 
     def rows(self) -> Iterator[dict]:
         """Every stored document in arrival order, as a corpus row (id, text, labels)."""

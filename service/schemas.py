@@ -40,6 +40,20 @@ def _integral(value: object) -> object:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
+def _string_or_integer(value: object) -> object:
+    """Ids are strings or exact integers. A float is refused even when integral: `1e3` is not the id "1000", and
+    an integer that went through a float collides with its neighbours (2^64+1 and 2^64+2 are one float)."""
+    if isinstance(value, float):
+        raise ValueError(f"must be a string or an integer, not the number {value!r} (send ids as strings or integers)")
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError(f"must be a string or an integer, not {type(value).__name__}")
+    return value
+
+
+# A document's id, echoed back (or stored) as a string. service/deps.py reads integers beyond 64 bits exactly.
+DocumentId = Annotated[StrictStr | StrictInt, BeforeValidator(_string_or_integer)]
+
+
 # JSON Schema's integer: 183.0 is the integer 183 (JSON has one number type); 183.5, "183" and true are not.
 # Constraints go before the conversion, or pydantic cannot state them as minimum/maximum in the schema.
 Integer = Annotated[StrictInt, BeforeValidator(_integral)]
@@ -100,7 +114,7 @@ class PredictRequest(PredictOptions):
 
 
 class BatchDocument(Strict):
-    id: StrictStr | Integer | None = Field(
+    id: DocumentId | None = Field(
         None, description='echoed back as a string (7 → "7"); default: the position, as a string ("0", "1", …)'
     )
     text: Text
@@ -266,23 +280,50 @@ class ReloadResponse(BaseModel):
 
 class AnnifBatchDocument(Strict):
     text: StrictStr
-    document_id: StrictStr | Integer | None = Field(None, description="echoed back as a string; null when absent")
+    document_id: DocumentId | None = Field(None, description="echoed back as a string; null when absent")
 
 
 class AnnifBatchRequest(Strict):
     documents: Annotated[list[AnnifBatchDocument], Field(min_length=1)]
 
 
-LabelName = Annotated[StrictStr, AfterValidator(_not_blank), Field(json_schema_extra=NOT_BLANK)]
+def _storable(value: object) -> object:
+    """Both feedback stores must take the same input: PostgreSQL's text cannot hold NUL (SQLite's can), so a NUL
+    is refused here, as a 422 naming the field, instead of one store keeping what the other answers 503 to."""
+    if isinstance(value, str) and "\x00" in value:
+        raise ValueError("holds a NUL character (\\u0000), which the feedback store cannot keep")
+    return value
+
+
+NO_NUL = {"pattern": r"^[^\u0000]*$"}
+NOT_BLANK_NO_NUL = {"minLength": 1, "pattern": r"^[^\u0000]*[^\s\u0000][^\u0000]*$"}
+StoredString = Annotated[StrictStr, AfterValidator(_storable), Field(json_schema_extra=NO_NUL)]
+StoredId = Annotated[
+    Annotated[StrictStr, Field(json_schema_extra=NO_NUL)] | StrictInt,
+    BeforeValidator(_string_or_integer),
+    AfterValidator(_storable),
+]
+StoredText = Annotated[
+    StrictStr,
+    AfterValidator(_not_blank),
+    AfterValidator(_storable),
+    Field(
+        description="the document (not blank, no NUL character); longer than XTAG_MAX_TEXT_CHARS gets 413",
+        json_schema_extra=NOT_BLANK_NO_NUL,
+    ),
+]
+LabelName = Annotated[
+    StrictStr, AfterValidator(_not_blank), AfterValidator(_storable), Field(json_schema_extra=NOT_BLANK_NO_NUL)
+]
 
 
 class FeedbackDocument(Strict):
-    id: StrictStr | Integer | None = Field(
+    id: StoredId | None = Field(
         None,
         description="client id: a document sent again with an id already stored is not stored twice "
-        "(retries are safe); stored as a string",
+        "(retries are safe); a string or an integer (kept exact, stored as a string), never a float",
     )
-    text: Text
+    text: StoredText
     labels: Annotated[
         list[LabelName],
         Field(min_length=1, description="the correct label names, including names the model has never seen"),
@@ -299,14 +340,14 @@ class FeedbackResponse(BaseModel):
 
 
 class AnnifSubject(Strict):
-    uri: StrictStr | None = None
-    label: StrictStr | None = None
+    uri: StoredString | None = None
+    label: StoredString | None = None
 
 
 class AnnifLearnDocument(Strict):
-    text: StrictStr
+    text: StoredString
     subjects: list[AnnifSubject]
-    document_id: StrictStr | Integer | None = Field(None, description="xtag extension: a client id, as in /v1/feedback")
+    document_id: StoredId | None = Field(None, description="xtag extension: a client id, as in /v1/feedback")
 
 
 class AnnifLearnRequest(RootModel[Annotated[list[AnnifLearnDocument], Field(min_length=1)]]):

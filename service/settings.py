@@ -154,6 +154,15 @@ class Settings(BaseSettings):
     feedback_timeout_s: float = Field(
         5.0, gt=0, description="a feedback write not done in this time answers 503; predictions never wait on it"
     )
+    feedback_max_pending: int = Field(
+        64,
+        ge=1,
+        description="feedback writes (requests) waiting for the store at once, queued or in its transaction; one "
+        "more answers 503 with Retry-After at once. Writes that arrive together are committed together in one "
+        "transaction (group commit), so a healthy store keeps this low: each client waits for its answer, and "
+        "20 concurrent clients hold at most 20. The default, 64, leaves room for 64 concurrent writers; the "
+        "limit bounds what a slow or stuck store can pile up (each write up to XTAG_MAX_BATCH_DOCUMENTS documents)",
+    )
     annif_language: str = Field("en", description="language reported for the Annif project")
     annif_uri_prefix: str = Field("", description="Annif 'uri' = this prefix + the label name")
 

@@ -4,21 +4,17 @@ client id, admin-only, never in the way of predictions, and exported as a corpus
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sqlite3
-import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 from xtag.service import feedback_store
 from xtag.service.routes.annif import project_id
 
-from tests.service.svc_support import ADMIN, ADMIN_KEY, bundles, free_port, make_client  # noqa: F401
+from tests.service.postgres_server import postgres_server, postgres_url  # noqa: F401  (pytest fixtures)
+from tests.service.svc_support import ADMIN, ADMIN_KEY, bundles, make_client  # noqa: F401
 from xtag.cli import app as cli
 
 FEEDBACK = "/v1/feedback"
@@ -136,47 +132,6 @@ def test_a_slow_store_answers_503_in_time_while_predictions_answer(make_client, 
 
 
 # --- PostgreSQL: a real server, started for the test, when Debian's postgresql package is installed ---
-
-
-def _pg_tool(name: str) -> str | None:
-    """On PATH, else in Debian's versioned folder (its postgresql package puts initdb only there)."""
-    versioned = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))
-    return shutil.which(name) or (str(versioned[-1]) if versioned else None)
-
-
-@pytest.fixture(scope="module")
-def postgres_url():
-    """A throwaway PostgreSQL server on a free port; initdb refuses root, so it runs as `nobody` then."""
-    initdb, pg_ctl = _pg_tool("initdb"), _pg_tool("pg_ctl")
-    if initdb is None or pg_ctl is None:
-        pytest.skip("PostgreSQL's initdb/pg_ctl are not installed (Debian: apt-get install postgresql)")
-    pytest.importorskip("psycopg", reason="the postgres extra (psycopg) is not installed")
-    as_user: list[str] = []
-    folder = Path(tempfile.mkdtemp(prefix="xtag-pg-"))
-    if os.geteuid() == 0:
-        if shutil.which("runuser") is None:
-            pytest.skip("running as root without runuser: initdb refuses root")
-        as_user = ["runuser", "-u", "nobody", "--"]
-        shutil.chown(folder, "nobody")
-    data, port = folder / "data", free_port()
-    try:
-        subprocess.run(
-            [*as_user, initdb, "-D", str(data), "-U", "postgres", "--auth=trust"], check=True, capture_output=True
-        )
-        opts = f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories={folder}"
-        subprocess.run(
-            [*as_user, pg_ctl, "-D", str(data), "-o", opts, "-l", str(folder / "log"), "-w", "start"],
-            check=True,
-            capture_output=True,
-        )
-    except subprocess.CalledProcessError as exc:
-        shutil.rmtree(folder, ignore_errors=True)
-        pytest.skip(f"could not start PostgreSQL: {exc.stderr.decode(errors='replace')[-300:]}")
-    try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run([*as_user, pg_ctl, "-D", str(data), "-m", "fast", "stop"], capture_output=True)
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_feedback_round_trip_through_postgresql(make_client, postgres_url, tmp_path):

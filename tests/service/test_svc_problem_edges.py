@@ -85,8 +85,11 @@ def test_head_probes_get_200(client):
 def test_an_integral_float_is_an_integer(client):
     r = client.post("/v1/predict", json={"text": "python script", "k": 3.0, "beam_size": 8.0})
     assert r.status_code == 200 and len(r.json()["labels"]) == 3
-    r = client.post("/v1/predict/batch", json={"documents": [{"id": 7.0, "text": "sql"}], "k": 2.0})
+    r = client.post("/v1/predict/batch", json={"documents": [{"id": 7, "text": "sql"}], "k": 2.0})
     assert r.status_code == 200 and r.json()["results"][0]["id"] == "7"
+    # but not an id: 7.0 and 1e3 are not ids "7" and "1000" (issue 38: floats made different ids collide)
+    r = client.post("/v1/predict/batch", json={"documents": [{"id": 7.0, "text": "sql"}]})
+    assert r.status_code == 422 and r.json()["errors"][0]["loc"] == "body.documents[0].id"
     for bad in (3.5, "3", True):
         r = client.post("/v1/predict", json={"text": "python", "k": bad})
         assert r.status_code == 422 and r.json()["errors"][0]["loc"] == "body.k"

@@ -35,6 +35,11 @@ TOP_TERMS = 5  # terms listed per level and per label
 DIGITS = 6  # decimals kept in the payload: sums hold within a few 1e-6
 
 
+def rounded(value: float) -> float:
+    """`value` to DIGITS decimals, a rounded-away tiny negative as 0.0, not -0.0 (JSON showed "other_terms": -0.0)."""
+    return round(value, DIGITS) + 0.0
+
+
 class ExplainUnavailable(XtagError):
     """The bundle's scores are not linear in TF-IDF features, so there are no words to credit."""
 
@@ -118,12 +123,12 @@ class Explainer:
                 {
                     "level": t + 1,
                     "node": node,
-                    "margin": round(margin, DIGITS),
+                    "margin": rounded(margin),
                     "score": round(score, DIGITS),
-                    "bias": round(share.bias, DIGITS),
+                    "bias": rounded(share.bias),
                     "terms": shown,
-                    "other_terms": round(float(products.sum()) - sum(s["contribution"] for s in shown), DIGITS),
-                    "dense": round(float(share.products[~is_term].sum()), DIGITS) if self.dense else None,
+                    "other_terms": rounded(float(products.sum()) - sum(s["contribution"] for s in shown)),
+                    "dense": rounded(float(share.products[~is_term].sum())) if self.dense else None,
                 }
             )
             credited.append((features, products))

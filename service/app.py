@@ -27,6 +27,7 @@ from xtag.service.deps import require_admin_key, require_api_key
 from xtag.service.limits import AdmissionMiddleware
 from xtag.service.model_slot import ModelRegistry
 from xtag.service.observability import LATENCY_BUCKETS, Metrics, ObservabilityMiddleware, RecentRequests
+from xtag.service.openapi_limits import apply_limits
 from xtag.service.routes import admin, annif, feedback, health, labels, monitoring, predict
 from xtag.service.schemas import REQUEST_MODELS, ProblemDetails
 from xtag.service.security import DASHBOARD_HEADERS, NoSniffMiddleware, ProblemCORSMiddleware
@@ -178,6 +179,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         was = f" (was {old.bundle.version})" if old is not None else ""
         timeline.mark(f"{new.bundle.name} {new.bundle.version}{was}", "reload" if old is not None else "load")
         app.state.batcher = make_batcher(settings, new.kind, app.state.executor, metrics.observe_batch, recent)
+        app.openapi_schema = None  # rebuilt on the next request: the label count bounds k (service/openapi_limits.py)
 
     app.state.registry.listeners.append(on_swap)
     problems.install(app)
@@ -232,6 +234,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 components.update(js.pop("$defs", {}))
                 components[model.__name__] = js
             components["Problem"] = components.pop(ProblemDetails.__name__)
+            current = app.state.registry.current
+            apply_limits(schema, settings, None if current is None else current.n_labels)
             app.openapi_schema = problems.document_problems(schema)
         return app.openapi_schema
 

@@ -36,14 +36,28 @@ def kept_mask(preds: Predictions, threshold: float | None) -> np.ndarray:
     return (preds.labels >= 0) & (preds.scores >= cut)
 
 
-def label_lists(prefixes: LabelPrefixes, preds: Predictions, threshold: float | None) -> list[orjson.Fragment]:
-    """Each document's labels as a JSON array, best first; padding (-1) and scores under `threshold` dropped."""
+def _number_rows(values: np.ndarray, n: int) -> list[list[bytes]]:
+    """Each row of a 2-d array as its numbers' JSON texts, formatted by orjson in one call (as float64)."""
+    text = orjson.dumps(np.asarray(values, dtype=np.float64), option=orjson.OPT_SERIALIZE_NUMPY)
+    return [row.split(b",") for row in text[2:-2].split(b"],[")] if values.size else [[] for _ in range(n)]
+
+
+def label_lists(
+    prefixes: LabelPrefixes, preds: Predictions, threshold: float | None, gains: np.ndarray | None = None
+) -> list[orjson.Fragment]:
+    """Each document's labels as a JSON array, best first; padding (-1) and scores under `threshold` dropped.
+    With `gains` (a reweighted request's, models/reweighting.gains_of) each label also carries its `gain`."""
     keep = kept_mask(preds, threshold).tolist()
-    text = orjson.dumps(np.asarray(preds.scores, dtype=np.float64), option=orjson.OPT_SERIALIZE_NUMPY)
-    rows = text[2:-2].split(b"],[") if preds.scores.size else [b""] * len(keep)
+    score_rows = _number_rows(preds.scores, len(keep))
     out = []
-    for ids, kept, scores in zip(preds.labels.tolist(), keep, rows):
-        items = [prefixes(j) + s for j, k, s in zip(ids, kept, scores.split(b",")) if k]
+    if gains is None:
+        for ids, kept, scores in zip(preds.labels.tolist(), keep, score_rows):
+            items = [prefixes(j) + s for j, k, s in zip(ids, kept, scores) if k]
+            out.append(orjson.Fragment(b"[" + b"},".join(items) + b"}]" if items else b"[]"))
+        return out
+    gain_rows = _number_rows(np.where(np.isfinite(gains), gains, 0.0), len(keep))  # padding's -inf is dropped
+    for ids, kept, scores, gs in zip(preds.labels.tolist(), keep, score_rows, gain_rows):
+        items = [prefixes(j) + s + b',"gain":' + g for j, k, s, g in zip(ids, kept, scores, gs) if k]
         out.append(orjson.Fragment(b"[" + b"},".join(items) + b"}]" if items else b"[]"))
     return out
 
@@ -53,6 +67,7 @@ def explained_lists(
     preds: Predictions,
     threshold: float | None,
     explain: Callable[[list[list[int]]], list[list[dict]]],
+    gains: np.ndarray | None = None,
 ) -> list[orjson.Fragment]:
     """`label_lists` with an `explanation` per label, from `explain(label ids per document)`: the same labels and
     the same score digits (float64 of the float32 score, as there). Plain dicts here: explaining costs far more
@@ -60,10 +75,12 @@ def explained_lists(
     keep = kept_mask(preds, threshold)
     labels = [row[k].tolist() for row, k in zip(preds.labels, keep)]
     scores = [row[k].tolist() for row, k in zip(np.asarray(preds.scores, dtype=np.float64), keep)]
+    gain_lists = [None] * len(labels) if gains is None else [row[k].tolist() for row, k in zip(gains, keep)]
     out = []
-    for ids, values, explanations in zip(labels, scores, explain(labels)):
+    for ids, values, gs, explanations in zip(labels, scores, gain_lists, explain(labels)):
         items = [
-            {"id": j, "name": names[j], "score": s, "explanation": e} for j, s, e in zip(ids, values, explanations)
+            {"id": j, "name": names[j], "score": s, **({} if gs is None else {"gain": gs[i]}), "explanation": e}
+            for i, (j, s, e) in enumerate(zip(ids, values, explanations))
         ]
         out.append(orjson.Fragment(orjson.dumps(items)))
     return out

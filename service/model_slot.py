@@ -22,6 +22,7 @@ from xtag.models.explain import Explainer
 from xtag.models.explainers import explainer_for
 from xtag.models.finite import nonfinite_arrays
 from xtag.models.reweighting import gains_for, label_weights, predict_reweighted
+from xtag.service.cost import label_bytes, tree_shape
 from xtag.service.drift import DEFAULT_WINDOW, LabelDrift
 from xtag.service.encode import LabelPrefixes, explained_lists
 
@@ -52,6 +53,8 @@ class ServedModel:
         self.ref = {"name": self.bundle.name, "version": self.bundle.version}
         self.kind = str(self.bundle.manifest.get("model_kind", "unknown"))
         self.predicted = np.zeros(self.n_labels, dtype=np.int64)  # label id → times returned
+        self.level_nodes = tree_shape(p)  # what admission's cost model needs of the bundle (service/cost.py)
+        self.label_bytes = label_bytes(self.names)
 
     def gains(self, scheme: str, alpha: float, beta: float | None) -> np.ndarray | None:
         """The a_j of the request's reweighting (None for plain scores); weights cached per (scheme, beta)."""
@@ -73,12 +76,19 @@ class ServedModel:
         return self._explainer
 
     def explained(
-        self, texts: list[str], preds: Predictions, threshold: float | None, rerank: bool = True
+        self,
+        texts: list[str],
+        preds: Predictions,
+        threshold: float | None,
+        rerank: bool = True,
+        gains: np.ndarray | None = None,
     ) -> list[orjson.Fragment]:
         """The response's label lists for `preds` of `texts`, each label with its explanation (`rerank`: whether
-        a re-ranking bundle's second stage made `preds`)."""
+        a re-ranking bundle's second stage made `preds`; `gains`: a reweighted request's, shown per label)."""
         explain = self.explainer.explain
-        return explained_lists(self.names, preds, threshold, lambda labels: explain(texts, labels, rerank=rerank))
+        return explained_lists(
+            self.names, preds, threshold, lambda labels: explain(texts, labels, rerank=rerank), gains
+        )
 
     def predict(
         self, texts: list[str], k: int, beam_size: int | None, a: np.ndarray | None, rerank: bool = True

@@ -124,8 +124,8 @@ class Optimize(Strict):
     """Batch-level optimal macro inference (thesis §4.3–4.4, models/macro_inference.py).
 
     The batch's top-k sets are chosen jointly to maximise (1 − alpha)·P@k + alpha·metric over the
-    batch's own documents (BCA in the ETU setting, or Frank-Wolfe in the PU setting). At most 1024
-    documents and 1 s of optimisation per request; best on a calibrated bundle (`xtag calibrate`).
+    batch's own documents (BCA in the ETU setting, or Frank-Wolfe in the PU setting); best on a
+    calibrated bundle (`xtag calibrate`). The served schema adds this server's limits (service/openapi_limits.py).
     """
 
     metric: Literal["macro-f1", "macro-recall"]
@@ -206,6 +206,11 @@ class LabelScore(BaseModel):
     score: float = Field(
         description="the model's score (calibrated when the bundle is); with `reweight` the labels are ordered by "
         "gain a_j·score, so this need not decrease down the list"
+    )
+    gain: float | None = Field(
+        None,
+        description="only with `reweight`: the gain a_j·score the labels are ordered by (it decreases down the "
+        "list); absent otherwise",
     )
     explanation: Explanation | None = Field(None, description="only with `explain: true`; absent otherwise")
 

@@ -71,6 +71,20 @@ class Settings(BaseSettings):
     max_batch_documents: int = Field(256, ge=1, description="most documents in one /v1/predict/batch")
     max_k: int = Field(1000, ge=1, description="largest k a request may ask for (also capped at the label count)")
     max_beam_size: int = Field(512, ge=1, description="largest beam_size a request may ask for")
+    max_request_cost: float = Field(
+        1000.0,
+        ge=0,
+        description="most work one prediction request may ask for, in estimated CPU milliseconds (service/cost.py: "
+        "documents, characters, k, beam, explain, reweight, optimize); a costlier one gets 413 before any work "
+        "starts; the default admits 256 documents at k=100, or 256 explained at k=10, and refuses what buys "
+        "seconds of CPU; 0 = no bound",
+    )
+    max_response_bytes: int = Field(
+        8 * 1024 * 1024,
+        ge=0,
+        description="largest answer a prediction request may ask for, estimated before any work starts from its "
+        "documents, k and explain (an explained label takes 0.5-2 KB); a larger one gets 413; 0 = no bound",
+    )
     batching: bool = Field(
         True,
         description="micro-batch concurrent requests into shared predictor calls "

@@ -8,6 +8,7 @@ from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Request
 from starlette.formparsers import MultiPartException, MultiPartParser
+from xtag.service.cost import Work, check_work
 from xtag.service.deps import check_text_lengths, document_limit, openapi_body, parse_body, served_model
 from xtag.service.model_slot import ServedModel
 from xtag.service.problems import Problem, problem_responses
@@ -84,6 +85,14 @@ async def _suggest(
     out: list[list[dict]] = [[] for _ in texts]
     if not todo:
         return out
+    work = Work(
+        documents=len(todo),
+        characters=sum(len(texts[i]) for i in todo),
+        k=limit,
+        beam=model.default_beam,
+        level_nodes=model.level_nodes,
+    )
+    check_work(work, model.label_bytes, s.max_request_cost, s.max_response_bytes)
     preds = await predict_arrays(request, model, [texts[i] for i in todo], limit, None, None)
     prefix, names = s.annif_uri_prefix, model.names
     for i, ids, scores in zip(todo, preds.labels.tolist(), preds.scores.tolist()):
@@ -146,7 +155,7 @@ async def get_project(request: Request, project_id: str) -> dict:
         {
             400: "invalid form, UTF-8, limit or threshold",
             **PROJECT,
-            413: "body or text too large",
+            413: "body or text too large, or over XTAG_MAX_REQUEST_COST / XTAG_MAX_RESPONSE_BYTES (too-costly)",
             415: "not a form",
         }
     ),
@@ -205,7 +214,7 @@ async def suggest(request: Request, project_id: str):
         {
             400: "invalid JSON, UTF-8, limit or threshold, or too many documents",
             **PROJECT,
-            413: "body or text too large",
+            413: "body or text too large, or over XTAG_MAX_REQUEST_COST / XTAG_MAX_RESPONSE_BYTES (too-costly)",
             415: "not application/json",
             422: "invalid field",
         }

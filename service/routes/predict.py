@@ -13,7 +13,9 @@ from xtag.models.beam_search import Predictions
 from xtag.models.errors import XtagError
 from xtag.models.explain import ExplainUnavailable
 from xtag.models.macro_inference import SERVING_MAX_DOCS, predict_optimized, serving_config
+from xtag.models.reweighting import gains_of
 from xtag.service.batching import run_off_loop
+from xtag.service.cost import Work, check_work
 from xtag.service.deps import (
     check_text_lengths,
     document_limit,
@@ -36,7 +38,8 @@ ERRORS = problem_responses(
     {
         400: "invalid JSON or UTF-8",
         401: "missing API key",
-        413: "body or text too large",
+        413: "body or text too large, or the request would cost more than XTAG_MAX_REQUEST_COST or answer more "
+        "than XTAG_MAX_RESPONSE_BYTES (too-costly)",
         415: "not application/json",
         422: "invalid field, or explain on a bundle with nothing to explain with (explain-unavailable)",
         503: "no model loaded yet",
@@ -54,7 +57,8 @@ class JSONBytes(Response):
 def check_options(
     request: Request, model: ServedModel, opts: PredictOptions, texts: list[str], what: str
 ) -> tuple[int, int | None, np.ndarray | None]:
-    """Limits that depend on the settings or the model: text length (413), k and beam (422), reweighting."""
+    """Limits that depend on the settings or the model: text length (413), k and beam (422), reweighting, and
+    what the whole request would cost (413 too-costly, service/cost.py), all before any prediction."""
     s = request.app.state.settings
     check_text_lengths(request, texts, what)
     k = opts.k if "k" in opts.model_fields_set else min(opts.k, model.n_labels)
@@ -80,6 +84,17 @@ def check_options(
             model.explainer  # noqa: B018  (made here, so that an unexplainable bundle is refused before predicting)
         except ExplainUnavailable as exc:
             raise Problem(422, "explain-unavailable", f"explain: {model.bundle.name} ({model.kind}): {exc}") from exc
+    work = Work(
+        documents=len(texts),
+        characters=sum(map(len, texts)),
+        k=k,
+        beam=opts.beam_size or model.default_beam,
+        level_nodes=model.level_nodes,
+        explain=opts.explain,
+        reweight=a is not None,
+        optimize=getattr(opts, "optimize", None) is not None,
+    )
+    check_work(work, model.label_bytes, s.max_request_cost, s.max_response_bytes)
     return k, opts.beam_size, a
 
 
@@ -101,11 +116,13 @@ async def predict_rows(
     explain: bool = False,
     rerank: bool = True,
 ) -> list[orjson.Fragment]:
-    """Each text's top-k labels as JSON ({id, name, score} list), through the micro-batcher when it is on."""
+    """Each text's top-k labels as JSON ({id, name, score} list, and each label's `gain` when reweighted),
+    through the micro-batcher when it is on."""
     preds = await predict_arrays(request, model, texts, k, beam, a, rw_key, rerank)
+    gains = None if a is None else gains_of(preds, a)  # what the labels were ranked by (models/reweighting.py)
     if not explain:
-        return label_lists(model.label_prefixes, preds, threshold)
-    return await explained_rows(request, model, texts, preds, threshold, rerank)
+        return label_lists(model.label_prefixes, preds, threshold, gains)
+    return await explained_rows(request, model, texts, preds, threshold, rerank, gains)
 
 
 async def explained_rows(
@@ -115,6 +132,7 @@ async def explained_rows(
     preds: Predictions,
     threshold: float | None,
     rerank: bool = True,
+    gains: np.ndarray | None = None,
 ) -> list[orjson.Fragment]:
     """The label lists with each label's explanation, computed after the prediction and outside the
     micro-batcher, so that a plain request never waits for one. A lone request of at most XTAG_INLINE_MAX_TEXTS
@@ -122,7 +140,7 @@ async def explained_rows(
     hand-off to a worker thread and back costs two thread wake-ups, slow on a loaded machine."""
     state = request.app.state
     lone = len(texts) <= state.settings.inline_max_texts and state.recent.in_flight <= 1
-    run = partial(model.explained, preds=preds, threshold=threshold, rerank=rerank)
+    run = partial(model.explained, preds=preds, threshold=threshold, rerank=rerank, gains=gains)
     return await run_off_loop(None if lone else state.executor, run, texts)
 
 

@@ -105,7 +105,7 @@ def test_openapi_documents_the_request_bodies(client):
     assert schemas["BatchResult"]["properties"]["id"]["type"] == "string"  # one id type in every response
     # the hot routes are served by plain Starlette routes, but documented with their security and errors
     op = spec["paths"]["/v1/predict"]["post"]
-    assert op["security"] == [{"APIKeyHeader": []}] and {"413", "415", "422"} <= set(op["responses"])
+    assert {"413", "415", "422"} <= set(op["responses"])  # security: only with a key (test_svc_openapi_limits)
 
 
 def test_health_is_always_open(make_client):

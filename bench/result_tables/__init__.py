@@ -6,12 +6,12 @@ One module per benchmark family; what they share (accuracy columns, cell formats
 from __future__ import annotations
 
 from .cold_start import cold_start, fresh_install
+from .hardening import amplification, guard_cost, request_cost
 from .lamp import lamp_debtags
 from .lightxml_cascadexml import cascadexml_debtags, equal_budget, lightxml_debtags, lightxml_subset
 from .onnx_encoders import encoder_variants
 from .service import (
     explain_latency,
-    guard_cost,
     inference_threads,
     inline_vs_worker,
     service_batch,
@@ -38,6 +38,8 @@ BUILDERS = {
         service_batch,
         service_load,
         guard_cost,
+        amplification,
+        request_cost,
         inline_vs_worker,
         inference_threads,
         tail_debtags,

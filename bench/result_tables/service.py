@@ -260,20 +260,3 @@ def inference_threads(r: dict) -> dict[str, str]:
         + "\n\n"
         + table(["round", "load (1 min)", f"req/s {a} / {b}"], "rrr", per_round)
     }
-
-
-@one_result_each
-def guard_cost(r: dict) -> dict[str, str]:
-    """bench/guard_cost.py: /v1/predict p50 and batch docs/s, this code against --before-code's, rounds interleaved."""
-    rows = [
-        [name, ms(m["p50_ms"]), ms(m["p99_ms"]), thousands(m["batch_docs_per_s"])] for name, m in r["median"].items()
-    ]
-    ratio = r["after_over_before"]
-    rows.append(
-        ["after / before", f"{ratio['p50_ms']:.3f}", f"{ratio['p99_ms']:.3f}", f"{ratio['batch_docs_per_s']:.3f}"]
-    )
-    head = (
-        f"k={r['k']}; medians over {r['rounds']} rounds; per round {r['requests_per_round']} single-text requests"
-        f" (one keep-alive client) and {r['batches_per_round']} batches of {r['batch']} texts (one client)"
-    )
-    return {"table": head + "\n\n" + table(["", "p50 ms", "p99 ms", "batch docs/s"], "lrrr", rows)}

@@ -68,6 +68,14 @@ class Settings(BaseSettings):
         description="on SIGTERM, how long in-flight requests may take to finish before they are cancelled; "
         "keep it under the grace period before SIGKILL (docker stop: 10 s, Kubernetes: 30 s)",
     )
+    drain_grace_s: float = Field(
+        2.0,
+        ge=0,
+        description="on shutdown (SIGTERM, or a worker retired by a SIGHUP roll), how long an idle keep-alive "
+        "connection stays open for a request a client may already be sending on it: such a request is served, "
+        "with Connection: close, as is every response from then on; a connection still idle then is closed. "
+        "At most XTAG_GRACEFUL_SHUTDOWN_S",
+    )
     max_batch_documents: int = Field(256, ge=1, description="most documents in one /v1/predict/batch")
     max_k: int = Field(1000, ge=1, description="largest k a request may ask for (also capped at the label count)")
     max_beam_size: int = Field(512, ge=1, description="largest beam_size a request may ask for")

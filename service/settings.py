@@ -29,7 +29,8 @@ class Settings(BaseSettings):
     )
     bundle_root: Path | None = Field(
         None,
-        description="an HTTP reload may switch only to bundles under this directory (symlinks resolved); "
+        description="an HTTP reload may switch only to bundles under this directory (symlinks resolved; a "
+        "relative bundle path is looked up under it, then under the working directory); "
         "default: the configured bundle's parent directory",
     )
     cors_origins: str = Field(

@@ -20,11 +20,12 @@ descriptors were held by partial heads). The subclasses here add:
   why and what it measured).
 - A drain on shutdown (SIGTERM, or a worker retired by a SIGHUP roll) that loses no request. uvicorn closes
   idle keep-alive connections at once, while a client may already be sending its next request on one:
-  the request is lost, the client gets a reset (issue 38: 3-8 failed requests per SIGHUP under 20
-  clients). Here every response from then on carries `Connection: close` (h11 too, where uvicorn closed
-  without saying so), and an idle connection stays open for XTAG_DRAIN_GRACE_S: a request arriving on
-  it meanwhile is served (with `Connection: close`), and one still idle then is closed. uvicorn stops
-  accepting first, and with several workers it retires a worker only once its replacement serves.
+  the request is lost and the client gets a reset (issue 38; bench/rolling_reload.py counts them). Here
+  every response from then on carries `Connection: close` (h11 too, where uvicorn closed without saying
+  so), and an idle connection stays open for XTAG_DRAIN_GRACE_S: a request arriving on it meanwhile is
+  served (with `Connection: close`), and one still idle then is closed. uvicorn stops accepting first,
+  and with several workers it retires a worker only once its replacement serves. Pipelined requests
+  queued behind the one in flight are still lost, as with uvicorn (clients that pipeline must retry).
 
 server.uvicorn_options names these classes by import string (worker processes import them); the limits
 come from the served app's settings (app.state.settings).

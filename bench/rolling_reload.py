@@ -5,8 +5,9 @@ keep-alive connections at once while a client was already sending its next reque
 `xtag serve BUNDLE --workers 2` (this checkout's code, or --server-code's) on 127.0.0.1, drives it with
 --clients closed-loop keep-alive clients (service_load.client: POST /v1/predict, one text, k=10; a
 `Connection: close` answer makes the client reconnect, as real clients do), and sends SIGHUP --reloads
-times, each once the previous roll is over (every worker replaced) plus --pause seconds. A failure is a
-connection error or a status other than 2xx; each is counted against the roll it happened in.
+times, each once the previous roll is over (every worker replaced) plus --pause seconds. With --think-ms
+each client pauses after each answer, so that connections are often idle when a worker drains. A failure
+is a connection error or a status other than 2xx; each is counted against the roll it happened in.
 
     .venv/bin/python bench/rolling_reload.py --bundle bundles/debtags-xl --reloads 10
 
@@ -89,7 +90,9 @@ async def drive(port: int, proc: subprocess.Popen, bodies: list[bytes], args) ->
     tally, windows = TimedTally(), []
     deadline = time.perf_counter() + args.timeout
     tasks = [
-        asyncio.ensure_future(service_load.client(port, bodies, c * 7919, deadline, tally, True, ""))
+        asyncio.ensure_future(
+            service_load.client(port, bodies, c * 7919, deadline, tally, True, "", args.think_ms / 1e3)
+        )
         for c in range(args.clients)
     ]
     await roll(proc, args.reloads, args.pause, deadline, windows)
@@ -106,6 +109,9 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=20)
     ap.add_argument("--reloads", type=int, default=10)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument(
+        "--think-ms", type=float, default=0.0, help="each client pauses up to this long (uniform) after each answer"
+    )
     ap.add_argument("--pause", type=float, default=2.0, help="seconds of steady load before and after each roll")
     ap.add_argument("--timeout", type=float, default=300.0, help="the whole run stops after this many seconds")
     ap.add_argument("--port", type=int, default=18300)
@@ -147,6 +153,7 @@ def main() -> int:
         "server_code": str(args.server_code),
         "server_env": args.env,
         "clients": args.clients,
+        "think_ms": args.think_ms,
         "workers": args.workers,
         "reloads": len(windows),
         "requests": len(tally.status) + tally.connection_errors,

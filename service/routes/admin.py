@@ -2,7 +2,9 @@
 
 Swapping the model is the most powerful thing the API does, so the route is fenced: its own credential
 (XTAG_ADMIN_KEY), targets only under XTAG_BUNDLE_ROOT, one reload at a time, a JSON Content-Type (a
-foreign web page cannot send one without a CORS preflight), and answers that name no server paths.
+foreign web page cannot send one without a CORS preflight), and answers that name no server paths, but
+for a refused bundle switch (only the admin key can ask for one): it names the bundle root, the working
+directory and the absolute paths looked at, so that the admin sees how a relative path was read.
 """
 
 from __future__ import annotations

@@ -127,8 +127,19 @@ class Tally:
             self.error_samples.append(what)
 
 
-async def client(port: int, bodies: list[bytes], offset: int, stop_at: float, tally: Tally, backoff: bool, auth: str):
-    conn, i = None, offset
+async def client(
+    port: int,
+    bodies: list[bytes],
+    offset: int,
+    stop_at: float,
+    tally: Tally,
+    backoff: bool,
+    auth: str,
+    think_s: float = 0.0,
+):
+    """Closed loop on one keep-alive connection; with `think_s`, a pause of up to that long (uniform) after each
+    answer, so that the connection is often idle when the server changes its state."""
+    conn, i, pause = None, offset, np.random.default_rng(offset)
     while time.perf_counter() < stop_at:
         try:
             if conn is None:
@@ -148,6 +159,8 @@ async def client(port: int, bodies: list[bytes], offset: int, stop_at: float, ta
                     tally.refusals_without_retry_after += 1
                 elif backoff:
                     await asyncio.sleep(min(float(retry), max(stop_at - time.perf_counter(), 0)))
+            if think_s:
+                await asyncio.sleep(pause.uniform(0, think_s))
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
             tally.error(f"{type(exc).__name__}: {exc}")
             if conn is not None:

@@ -18,6 +18,14 @@ descriptors were held by partial heads). The subclasses here add:
 - After a response whose scope bears limits.HOLD_READING (admission's 503), nothing more is read from
   the connection for that many seconds: the Retry-After the client was given, enforced (limits.py says
   why and what it measured).
+- A drain on shutdown (SIGTERM, or a worker retired by a SIGHUP roll) that loses no request. uvicorn closes
+  idle keep-alive connections at once, while a client may already be sending its next request on one:
+  the request is lost and the client gets a reset (issue 38; bench/rolling_reload.py counts them). Here
+  every response from then on carries `Connection: close` (h11 too, where uvicorn closed without saying
+  so), and an idle connection stays open for XTAG_DRAIN_GRACE_S: a request arriving on it meanwhile is
+  served (with `Connection: close`), and one still idle then is closed. uvicorn stops accepting first,
+  and with several workers it retires a worker only once its replacement serves. Pipelined requests
+  queued behind the one in flight are still lost, as with uvicorn (clients that pipeline must retry).
 
 server.uvicorn_options names these classes by import string (worker processes import them); the limits
 come from the served app's settings (app.state.settings).
@@ -34,36 +42,71 @@ from xtag.service.limits import HOLD_READING
 from xtag.service.problems import MEDIA_TYPE, problem_body
 from xtag.service.settings import Settings
 
+LIMITS = ("max_header_bytes", "header_timeout_s", "drain_grace_s", "graceful_shutdown_s")
 
-def _limits(config) -> tuple[int, float]:
-    """(max_header_bytes, header_timeout_s) of the app uvicorn serves (unwrapping uvicorn's own middleware)."""
+
+def _limits(config) -> tuple:
+    """LIMITS of the app uvicorn serves (unwrapping uvicorn's own middleware), or their defaults."""
     app = config.loaded_app
     while app is not None and not hasattr(app, "state"):
         app = getattr(app, "app", None)
     settings = getattr(getattr(app, "state", None), "settings", None)
     if not isinstance(settings, Settings):
-        fields = Settings.model_fields
-        return fields["max_header_bytes"].default, fields["header_timeout_s"].default
-    return settings.max_header_bytes, settings.header_timeout_s
+        return tuple(Settings.model_fields[name].default for name in LIMITS)
+    return tuple(getattr(settings, name) for name in LIMITS)
+
+
+DRAINING = "xtag_draining"  # attribute of uvicorn's ServerState, set once its shutdown has begun
 
 
 class HeadGuard:
-    """Deadline and size bound for request heads; precedes a uvicorn HTTP protocol class in the MRO."""
+    """Deadline and size bound for request heads, and the drain on shutdown; precedes a uvicorn HTTP protocol
+    class in the MRO."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)
-        self.max_head_bytes, self.head_timeout_s = _limits(self.config)
+        self.max_head_bytes, self.head_timeout_s, drain_grace_s, graceful_s = _limits(self.config)
+        self.drain_grace_s = min(drain_grace_s, graceful_s)  # uvicorn stops waiting for connections then
         self.head_bytes = 0  # received while the current head is open
         self.head_timer: asyncio.TimerHandle | None = None
         self.refused = False
         self.hold_timer: asyncio.TimerHandle | None = None
+        self.drain_timer: asyncio.TimerHandle | None = None
+        self.draining = False
         self.arm_head_timer()  # a new connection owes us a head: no keep-alive timer runs yet
+        if getattr(self.server_state, DRAINING, False):  # accepted as the listener closed: drain it too
+            self.shutdown()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.head_complete()
-        if self.hold_timer is not None:
-            self.hold_timer.cancel()
+        for timer in (self.hold_timer, self.drain_timer):
+            if timer is not None:
+                timer.cancel()
         super().connection_lost(exc)
+
+    def shutdown(self) -> None:
+        """uvicorn's graceful shutdown, which would close an idle connection at once: instead the response in
+        flight, or the next one within the grace, closes it, and only a connection idle throughout is closed."""
+        setattr(self.server_state, DRAINING, True)
+        self.draining = True
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.close_after_response()
+        elif self.drain_timer is None:
+            self.drain_timer = self.loop.call_later(self.drain_grace_s, self.close_if_idle)
+
+    def request_started(self) -> None:
+        """A new request cycle exists (its head is parsed); during a drain it is the connection's last."""
+        if self.draining:
+            self.close_after_response()
+
+    def close_after_response(self) -> None:
+        self.cycle.keep_alive = False  # httptools: `connection: close` in the head, then uvicorn closes
+
+    def close_if_idle(self) -> None:
+        self.drain_timer = None
+        idle = self.cycle is None or self.cycle.response_complete
+        if idle and not self.head_bytes and not self.transport.is_closing():
+            self.transport.close()
 
     def on_response_complete(self) -> None:
         cycle = self.cycle  # with pipelining it may be the next request's already: then no hold
@@ -163,6 +206,7 @@ else:
             if size > self.max_head_bytes:
                 return self.head_too_large(size)
             super().on_headers_complete()
+            self.request_started()
 
         def on_body(self, body: bytes) -> None:
             if not self.refused:
@@ -191,6 +235,13 @@ class H11Guard(HeadGuard, H11Protocol):
         super().data_received(data)
         if self.cycle is not cycle:
             self.head_complete()
+            self.request_started()
         elif awaiting and not self.transport.is_closing():
             self.head_bytes += len(data)
             self.arm_head_timer()
+
+    def close_after_response(self) -> None:
+        """uvicorn's h11 cycle closes without saying so; h11 says `connection: close` once it knows (its
+        keep-alive state has no public setter), if the response has not started yet."""
+        super().close_after_response()
+        self.conn._cstate.process_keep_alive_disabled()

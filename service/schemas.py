@@ -272,7 +272,8 @@ class ReloadRequest(Strict):
     bundle: StrictStr | None = Field(
         None,
         description="bundle directory to switch to, under XTAG_BUNDLE_ROOT (default: the configured one, "
-        "re-read); needs XTAG_ADMIN_KEY and a single worker",
+        "re-read); a relative path is looked up under the root, then under the server's working directory; "
+        "needs XTAG_ADMIN_KEY and a single worker",
     )
 
 

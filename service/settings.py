@@ -29,7 +29,8 @@ class Settings(BaseSettings):
     )
     bundle_root: Path | None = Field(
         None,
-        description="an HTTP reload may switch only to bundles under this directory (symlinks resolved); "
+        description="an HTTP reload may switch only to bundles under this directory (symlinks resolved; a "
+        "relative bundle path is looked up under it, then under the working directory); "
         "default: the configured bundle's parent directory",
     )
     cors_origins: str = Field(
@@ -67,6 +68,14 @@ class Settings(BaseSettings):
         gt=0,
         description="on SIGTERM, how long in-flight requests may take to finish before they are cancelled; "
         "keep it under the grace period before SIGKILL (docker stop: 10 s, Kubernetes: 30 s)",
+    )
+    drain_grace_s: float = Field(
+        2.0,
+        ge=0,
+        description="on shutdown (SIGTERM, or a worker retired by a SIGHUP roll), how long an idle keep-alive "
+        "connection stays open for a request a client may already be sending on it: such a request is served, "
+        "with Connection: close, as is every response from then on; a connection still idle then is closed. "
+        "At most XTAG_GRACEFUL_SHUTDOWN_S",
     )
     max_batch_documents: int = Field(256, ge=1, description="most documents in one /v1/predict/batch")
     max_k: int = Field(1000, ge=1, description="largest k a request may ask for (also capped at the label count)")

@@ -2,7 +2,9 @@
 
 Swapping the model is the most powerful thing the API does, so the route is fenced: its own credential
 (XTAG_ADMIN_KEY), targets only under XTAG_BUNDLE_ROOT, one reload at a time, a JSON Content-Type (a
-foreign web page cannot send one without a CORS preflight), and answers that name no server paths.
+foreign web page cannot send one without a CORS preflight), and answers that name no server paths, but
+for a refused bundle switch (only the admin key can ask for one): it names the bundle root, the working
+directory and the absolute paths looked at, so that the admin sees how a relative path was read.
 """
 
 from __future__ import annotations
@@ -49,35 +51,59 @@ def _still_serving(request: Request) -> str:
     return f"; still serving {current.ref['name']} {current.ref['version']}" if current else ""
 
 
+def candidates(bundle: str, root: Path) -> list[Path]:
+    """Where `bundle` may be, as written (normalised, symlinks not followed): an absolute path as it is; a relative
+    one under the bundle root first, then under the server's working directory (where `xtag serve bundles/x`
+    was typed, so `bundles/y` names its sibling there too)."""
+    bases = [root] + ([Path(cwd)] if (cwd := _working_directory()) else [])
+    return list(dict.fromkeys(Path(os.path.normpath(base / bundle)) for base in bases))
+
+
+def _working_directory() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # removed under the running server
+        return None
+
+
 def resolve_target(request: Request, bundle: str) -> Path:
     """The bundle directory asked for, symlinks resolved, if it lies under the bundle root and holds a manifest.
 
     403 only for a path that is outside the root as written (decided on the string, so it tells nothing about
     the filesystem); for anything under it one 422 alike for "missing", "not a bundle", a symlink that leads
     out of the root, and a name the filesystem refuses (a NUL byte, a component over 255 bytes, a symlink
-    loop, which raised 500s), so the endpoint cannot be used to probe what exists there."""
+    loop, which raised 500s), so the endpoint cannot be used to probe what exists there. Both answers name the
+    root and the absolute paths looked at (the caller holds the admin key: they are the caller's own string,
+    joined to the root or the working directory)."""
     settings = request.app.state.settings
     root, as_configured = settings.reload_root(), settings.reload_root(resolve=False)
-    given = Path(bundle)  # a relative path is relative to the bundle root
-    if root is None or not any(Path(os.path.normpath(r / given)).is_relative_to(r) for r in (root, as_configured)):
+    if root is None:
+        raise Problem(403, "outside-bundle-root", "no bundle root: set XTAG_BUNDLE_ROOT")
+    how = (
+        f"the bundle root is {as_configured} (XTAG_BUNDLE_ROOT, default: the configured bundle's parent "
+        "directory); a relative path is looked up under it, then under the server's working directory "
+        f"{_working_directory()}"
+    )
+    tried = [path for path in candidates(bundle, as_configured) if path.is_relative_to(as_configured)]
+    tried += [path for path in candidates(bundle, root) if path.is_relative_to(root) and path not in tried]
+    if not tried:
+        shown = " or ".join(map(str, candidates(bundle, as_configured)))
         raise Problem(
-            403,
-            "outside-bundle-root",
-            "the bundle must lie under the bundle root (XTAG_BUNDLE_ROOT, default: the configured bundle's "
-            "parent directory)",
+            403, "outside-bundle-root", f"the bundle must lie under the bundle root, and {shown} does not; {how}"
         )
-    try:
-        target = (root / given).resolve()
-        found = target.is_relative_to(root) and (target / "manifest.json").is_file()
-    except (OSError, ValueError, RuntimeError):  # ENAMETOOLONG, embedded NUL, symlink loop
-        found = False
-    if not found:
-        raise Problem(
-            422,
-            "not-a-bundle",
-            f"{bundle!r} is not a bundle directory under the bundle root{_still_serving(request)}",
-        )
-    return target
+    for path in tried:
+        try:
+            target = path.resolve()
+            if target.is_relative_to(root) and (target / "manifest.json").is_file():
+                return target
+        except (OSError, ValueError, RuntimeError):  # ENAMETOOLONG, embedded NUL, symlink loop
+            pass
+    raise Problem(
+        422,
+        "not-a-bundle",
+        f"{bundle!r} is not a bundle directory under the bundle root (tried {', '.join(map(str, tried))}); "
+        f"{how}{_still_serving(request)}",
+    )
 
 
 @router.post(

@@ -66,7 +66,8 @@ def test_reload_targets_must_lie_under_the_bundle_root(make_client, bundles, tmp
         for target in (outside, bundles["a"].parent / ".." / tmp_path.name / "elsewhere"):
             r = c.post(RELOAD, json={"bundle": str(target)}, headers=ADMIN)
             assert r.status_code == 403 and "XTAG_BUNDLE_ROOT" in r.json()["detail"], target
-            assert str(outside) not in r.text
+            # the answer says which root, and the path as it was understood (normalised, no symlink followed)
+            assert f"root is {bundles['a'].parent} " in r.json()["detail"] and f"{outside} does not" in r.text
         # a symlink out is refused as a missing name is (test_odd_targets_get_the_missing_name_answer)
         r = c.post(RELOAD, json={"bundle": str(escape)}, headers=ADMIN)
         assert r.status_code == 422 and r.json()["type"].endswith("not-a-bundle") and str(outside) not in r.text
@@ -91,7 +92,8 @@ def test_odd_targets_get_the_missing_name_answer(make_client, bundles, tmp_path)
             r = c.post(RELOAD, json={"bundle": given}, headers=ADMIN)
             assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json", (name, r.text)
             assert str(bundles["b"]) not in r.text
-            answers.add((r.json()["type"], r.json()["detail"].replace(repr(given), "X")))
+            detail = r.json()["detail"].replace(repr(given), "X").replace(str(root / name), "Y")
+            answers.add((r.json()["type"], detail))
     assert len(answers) == 1, answers
     assert c.post("/v1/predict", json={"text": "python"}).json()["model"]["name"] == "tiny-a"
 
@@ -106,6 +108,35 @@ def test_missing_and_non_bundle_targets_get_the_same_answer(make_client, bundles
         assert r.status_code == 422 and "still serving tiny-a" in r.json()["detail"]
         answers.add(r.json()["detail"].replace(str(tmp_path / name), "X"))
     assert len(answers) == 1, answers
+    assert c.post("/v1/predict", json={"text": "python"}).json()["model"]["name"] == "tiny-a"
+
+
+def test_a_relative_path_is_looked_up_under_the_root_then_the_working_directory(
+    make_client, bundles, tmp_path, monkeypatch
+):
+    """Issue 38: `{"bundle": "bundles/x"}`, relative to where the server was started (`xtag serve
+    bundles/debtags-xl`), was refused as "not a bundle directory under the bundle root"."""
+    root = tmp_path / "bundles"  # the default root: the served bundle's parent
+    shutil.copytree(bundles["a"], root / "tiny-a")
+    shutil.copytree(bundles["b"], root / "tiny-b")
+    monkeypatch.chdir(tmp_path)
+    c = make_client(admin_key=ADMIN_KEY, bundle=root / "tiny-a")
+    # as typed in the server's working directory
+    assert c.post(RELOAD, json={"bundle": "bundles/tiny-b"}, headers=ADMIN).json()["model"]["name"] == "tiny-b"
+    # as named under the root
+    assert c.post(RELOAD, json={"bundle": "tiny-a"}, headers=ADMIN).json()["model"]["name"] == "tiny-a"
+    # the root comes first: with a bundle at root/bundles/tiny-b too, that one is taken
+    shutil.copytree(bundles["a"], root / "bundles" / "tiny-b")
+    assert c.post(RELOAD, json={"bundle": "bundles/tiny-b"}, headers=ADMIN).json()["model"]["name"] == "tiny-a"
+    # a miss names the absolute paths tried, the root and the working directory
+    r = c.post(RELOAD, json={"bundle": "bundles/nope"}, headers=ADMIN)
+    assert r.status_code == 422 and r.json()["type"].endswith("not-a-bundle")
+    detail = r.json()["detail"]
+    assert f"(tried {root / 'bundles' / 'nope'}, {root / 'nope'})" in detail, detail
+    assert f"the bundle root is {root} (XTAG_BUNDLE_ROOT" in detail and f"working directory {tmp_path}" in detail
+    # outside the root either way: 403 with both readings
+    r = c.post(RELOAD, json={"bundle": "../elsewhere"}, headers=ADMIN)
+    assert r.status_code == 403 and f"{tmp_path / 'elsewhere'} or {tmp_path.parent / 'elsewhere'} does not" in r.text
     assert c.post("/v1/predict", json={"text": "python"}).json()["model"]["name"] == "tiny-a"
 
 

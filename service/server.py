@@ -19,7 +19,6 @@ keeps the old model.
 from __future__ import annotations
 
 import importlib.util
-import inspect
 import os
 import shutil
 import signal
@@ -59,9 +58,8 @@ def uvicorn_options(settings: Settings) -> dict:
         # SIGTERM: stop accepting, let in-flight requests finish (at most this long), then exit 0
         "timeout_graceful_shutdown": settings.graceful_shutdown_s,
     }
-    if "timeout_worker_healthcheck" in inspect.signature(uvicorn.Config).parameters:
-        # how long a restarted worker may take to load its bundle before the old one is kept
-        options["timeout_worker_healthcheck"] = settings.worker_start_timeout_s
+    # how long a restarted worker may take to load its bundle before the old one is kept (uvicorn >= 0.51)
+    options["timeout_worker_healthcheck"] = settings.worker_start_timeout_s
     return options
 
 

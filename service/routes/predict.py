@@ -23,6 +23,7 @@ from xtag.service.deps import (
     served_model,
 )
 from xtag.service.encode import label_lists
+from xtag.service.hangups import StopFlag
 from xtag.service.model_slot import ServedModel
 from xtag.service.problems import Problem, problem_responses
 from xtag.service.schemas import BatchRequest, BatchResponse, PredictOptions, PredictRequest, PredictResponse, Reweight
@@ -117,13 +118,13 @@ async def explained_rows(
     rerank: bool = True,
 ) -> list[orjson.Fragment]:
     """The label lists with each label's explanation, computed after the prediction and outside the
-    micro-batcher, so that a plain request never waits for one. A lone request of at most XTAG_INLINE_MAX_TEXTS
-    texts is explained on the loop itself, as the batcher inlines its prediction (service/batching.py): a
-    hand-off to a worker thread and back costs two thread wake-ups, slow on a loaded machine."""
-    state = request.app.state
-    lone = len(texts) <= state.settings.inline_max_texts and state.recent.in_flight <= 1
-    run = partial(model.explained, preds=preds, threshold=threshold, rerank=rerank)
-    return await run_off_loop(None if lone else state.executor, run, texts)
+    micro-batcher, so that a plain request never waits for one. Always in a worker thread (unless
+    XTAG_INFERENCE_THREADS=0 asks for the loop), never inlined like a short prediction: one 99,000-character text
+    at k = 595 takes 0.3-0.6 s to explain, and held /health for as long on the loop (issue 38). The worker
+    stops between chunks of documents when the client hangs up (service/hangups.py)."""
+    stop = StopFlag()
+    run = partial(model.explained, preds=preds, threshold=threshold, rerank=rerank, stop=stop)
+    return await run_off_loop(request.app.state.executor, run, texts, request.receive, stop)
 
 
 async def predict_arrays(
@@ -140,9 +141,9 @@ async def predict_arrays(
     run = partial(model.predict, k=k, beam_size=beam, a=a, rerank=rerank)
     batcher = request.app.state.batcher
     if batcher is not None:
-        return await batcher.submit((id(model), k, beam, rw_key, rerank), texts, run)
+        return await batcher.submit((id(model), k, beam, rw_key, rerank), texts, run, request.receive)
     request.app.state.metrics.observe_batch(len(texts))
-    return await run_off_loop(request.app.state.executor, run, texts)
+    return await run_off_loop(request.app.state.executor, run, texts, request.receive)
 
 
 def _rw_key(opts: PredictOptions) -> tuple:
@@ -218,7 +219,7 @@ async def optimized_rows(
         config=config,
     )
     request.app.state.metrics.observe_batch(len(texts))
-    preds = await run_off_loop(request.app.state.executor, run, texts)
+    preds = await run_off_loop(request.app.state.executor, run, texts, request.receive)  # one call: the batch's optimum
     if not body.explain:
         return label_lists(model.label_prefixes, preds, body.threshold)
     return await explained_rows(request, model, texts, preds, body.threshold)

@@ -30,7 +30,8 @@ a /health poll waited up to 36 ms behind one inlined 100,000-character text). So
 like a concurrent one, and the loop is never held for more than about a millisecond.
 
 Work handed to a thread is watched for the client's hang-up meanwhile (service/hangups.py): a queued request
-whose client left is dropped from its micro-batch, a running call stops between micro-batch-sized chunks.
+whose client left is dropped from its micro-batch; a running call whose clients all left stops at its next
+check (models/stopping.py: between encoder batches).
 """
 
 from __future__ import annotations
@@ -41,12 +42,12 @@ import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
 
 import numpy as np
 from starlette.types import Receive
 from xtag.models.beam_search import Predictions
-from xtag.service.hangups import StopFlag, in_chunks, unless_hung_up
+from xtag.models.stopping import StopFlag
+from xtag.service.hangups import stopping, unless_hung_up
 
 BatchFn = Callable[[list[str]], Predictions]
 MEMORY_S = 1.0  # how far back concurrency (or a lone request) counts when deciding to inline
@@ -103,10 +104,12 @@ async def run_off_loop(
     stop: StopFlag | None = None,
 ):
     """Run `fn(texts)` in the executor's thread, or inline on the event loop when there is none. With the
-    request's `receive`, a client hang-up meanwhile sets `stop` (for `fn` to check) and raises ClientGone."""
+    request's `receive`, a client hang-up meanwhile raises ClientGone; `fn` runs with `stop` as its thread's
+    stop flag (models/stopping.py), which is set by such a hang-up, or by the micro-batcher."""
     if executor is None:
         return fn(texts)
-    future = asyncio.get_running_loop().run_in_executor(executor, fn, texts)
+    call = (fn, texts) if stop is None else (stopping, fn, stop, texts)
+    future = asyncio.get_running_loop().run_in_executor(executor, *call)
     return await unless_hung_up(future, receive, stop)
 
 
@@ -202,17 +205,12 @@ class MicroBatcher:
                 self.on_batch(len(texts))
             if executor is None:
                 return run(texts)
-            stop = StopFlag()
-            return await run_off_loop(executor, self._chunked(run, stop), texts, receive, stop)
+            return await run_off_loop(executor, run, texts, receive, StopFlag())
         finally:
             self.running -= 1
             self._lone_at = time.monotonic()
             if self._queues:
                 self._schedule()
-
-    def _chunked(self, run: BatchFn, stop: StopFlag) -> BatchFn:
-        """`run` in calls of at most max_documents texts, stopping between them once `stop` is set."""
-        return partial(in_chunks, run, size=self.max_documents, stop=stop) if self.executor is not None else run
 
     @property
     def wait(self) -> float:
@@ -273,7 +271,7 @@ class MicroBatcher:
             for item in live:
                 item.future.add_done_callback(lambda _: live_cancelled(live) and stop.set())
             try:
-                preds = await run_off_loop(self.executor, self._chunked(live[0].run, stop), texts)
+                preds = await run_off_loop(self.executor, live[0].run, texts, stop=stop)
             except Exception as exc:  # every waiter gets the error, none hangs
                 for item in live:
                     if not item.future.done():

@@ -24,13 +24,11 @@ from xtag.models.finite import nonfinite_arrays
 from xtag.models.reweighting import gains_for, label_weights, predict_reweighted
 from xtag.service.drift import DEFAULT_WINDOW, LabelDrift
 from xtag.service.encode import LabelPrefixes, explained_lists
-from xtag.service.hangups import StopFlag
 
 if TYPE_CHECKING:
     from xtag.models.lamp.explain import LampExplainer
 
 log = logging.getLogger("xtag.service")
-EXPLAIN_CHUNK_LABELS = 256  # labels explained between two checks for a client's hang-up (ServedModel.explained)
 
 
 @dataclass
@@ -75,29 +73,12 @@ class ServedModel:
         return self._explainer
 
     def explained(
-        self,
-        texts: list[str],
-        preds: Predictions,
-        threshold: float | None,
-        rerank: bool = True,
-        stop: StopFlag | None = None,
+        self, texts: list[str], preds: Predictions, threshold: float | None, rerank: bool = True
     ) -> list[orjson.Fragment]:
         """The response's label lists for `preds` of `texts`, each label with its explanation (`rerank`: whether
-        a re-ranking bundle's second stage made `preds`). With `stop`, the texts are explained in chunks of about
-        EXPLAIN_CHUNK_LABELS labels, and a set `stop` ends the work between two chunks (raises Stopped): one
-        document at k = 595 takes up to a second, a 256-document batch minutes (issue 38)."""
+        a re-ranking bundle's second stage made `preds`)."""
         explain = self.explainer.explain
-        size = max(len(texts), 1) if stop is None else max(1, EXPLAIN_CHUNK_LABELS // max(preds.labels.shape[1], 1))
-        out: list[orjson.Fragment] = []
-        for lo in range(0, len(texts), size):
-            if stop is not None:
-                stop.check()
-            part, hi = texts[lo : lo + size], lo + size
-            chunk = Predictions(labels=preds.labels[lo:hi], scores=preds.scores[lo:hi])
-            out += explained_lists(
-                self.names, chunk, threshold, lambda labels, part=part: explain(part, labels, rerank=rerank)
-            )
-        return out
+        return explained_lists(self.names, preds, threshold, lambda labels: explain(texts, labels, rerank=rerank))
 
     def predict(
         self, texts: list[str], k: int, beam_size: int | None, a: np.ndarray | None, rerank: bool = True

@@ -13,6 +13,7 @@ from xtag.models.beam_search import Predictions
 from xtag.models.errors import XtagError
 from xtag.models.explain import ExplainUnavailable
 from xtag.models.macro_inference import SERVING_MAX_DOCS, predict_optimized, serving_config
+from xtag.models.stopping import StopFlag
 from xtag.service.batching import run_off_loop
 from xtag.service.deps import (
     check_text_lengths,
@@ -23,7 +24,6 @@ from xtag.service.deps import (
     served_model,
 )
 from xtag.service.encode import label_lists
-from xtag.service.hangups import StopFlag
 from xtag.service.model_slot import ServedModel
 from xtag.service.problems import Problem, problem_responses
 from xtag.service.schemas import BatchRequest, BatchResponse, PredictOptions, PredictRequest, PredictResponse, Reweight
@@ -121,10 +121,9 @@ async def explained_rows(
     micro-batcher, so that a plain request never waits for one. Always in a worker thread (unless
     XTAG_INFERENCE_THREADS=0 asks for the loop), never inlined like a short prediction: one 99,000-character text
     at k = 595 takes 0.3-0.6 s to explain, and held /health for as long on the loop (issue 38). The worker
-    stops between chunks of documents when the client hangs up (service/hangups.py)."""
-    stop = StopFlag()
-    run = partial(model.explained, preds=preds, threshold=threshold, rerank=rerank, stop=stop)
-    return await run_off_loop(request.app.state.executor, run, texts, request.receive, stop)
+    stops between two documents when the client hangs up (service/hangups.py)."""
+    run = partial(model.explained, preds=preds, threshold=threshold, rerank=rerank)
+    return await run_off_loop(request.app.state.executor, run, texts, request.receive, StopFlag())
 
 
 async def predict_arrays(

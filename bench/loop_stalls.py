@@ -5,6 +5,7 @@ from a thread on a keep-alive connection, and meanwhile sends, one at a time:
 
 - `explain`: one text of ~99K characters (test texts joined) with `explain: true` and k = the label count;
 - `form`: Annif's url-encoded suggest with a ~2 MB body of 250,000 fields;
+- `form_max_fields`: the same with 1,000 fields (the default XTAG_MAX_FORM_FIELDS) of ~2 KB each, a 60K-char text;
 - `plain_max`: a plain /v1/predict of a text at XTAG_MAX_TEXT_CHARS (the inline path's worst case), k=10,
   after a warm-up request, so that a sequential client's request would be inlined.
 
@@ -23,6 +24,7 @@ import json
 import threading
 import time
 from pathlib import Path
+from urllib.parse import quote_plus
 
 import numpy as np
 from service_latency import start_server
@@ -132,6 +134,20 @@ def main() -> None:
                 f"form ({len(form)} bytes, 250001 fields)",
             ),
         }
+        padded = (
+            b"text="
+            + quote_plus(long_text[:60_000]).encode()
+            + b"".join(b"&f%d=%s" % (i, b"x" * 1900) for i in range(999))
+        )
+        results["form_max_fields"] = phase(
+            poller,
+            args.port,
+            f"/v1/projects/{pid}/suggest",
+            padded,
+            "application/x-www-form-urlencoded",
+            args.rounds,
+            f"form ({len(padded)} bytes, 1000 fields)",
+        )
         plain = json.dumps({"text": max_text, "k": 10}).encode()
         post(args.port, "/v1/predict", plain, "application/json")  # a lone request: the next ones may be inlined
         results["plain_max"] = phase(

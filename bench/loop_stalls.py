@@ -9,11 +9,13 @@ from a thread on a keep-alive connection, and meanwhile sends, one at a time:
 - `plain_max`: a plain /v1/predict of a text at XTAG_MAX_TEXT_CHARS (the inline path's worst case), k=10,
   after a warm-up request, so that a sequential client's request would be inlined.
 
-Per phase: the max and p99 of /health (ms) and the heavy request's own latency and status. Last, a
-sequential client's /v1/predict p50 on ordinary test texts (k=5), /health not polled.
+Per phase: the max and p99 of /health (ms) and the heavy request's own latency and status. Last, /health not
+polled, a sequential client's /v1/predict p50 on ordinary test texts (k=5) and /v1/predict/batch documents per
+second (256 test texts, k=10). With --before-code (a folder holding an older `xtag` package, e.g. made from
+`git archive`), that code serves beside this checkout, and the p50 and batch blocks alternate between the two.
 
     .venv/bin/python bench/loop_stalls.py --bundle bundles/debtags-xl \\
-        --test /work/shared/data/debtags/test.jsonl.gz --port 18210
+        --test /work/shared/data/debtags/test.jsonl.gz --port 18210 --before-code /tmp/old/pkg
 """
 
 from __future__ import annotations
@@ -90,85 +92,104 @@ def phase(poller: Poller, port: int, path: str, body: bytes, content_type: str, 
     return out
 
 
+def stalls(port: int, long_text: str, max_text: str, rounds: int) -> dict:
+    """The /health phases against the server on `port`."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("GET", "/v1/projects")
+    pid = json.loads(conn.getresponse().read())["projects"][0]["project_id"]
+    conn.request("GET", "/v1/labels?limit=1")
+    n_labels = json.loads(conn.getresponse().read()).get("total", 595)
+    conn.close()
+    form = b"text=python+library&" + b"&".join(b"%x=" % i for i in range(250_000))
+    padded = (
+        b"text=" + quote_plus(long_text[:60_000]).encode() + b"".join(b"&f%d=%s" % (i, b"x" * 1900) for i in range(999))
+    )
+    suggest, encoded = f"/v1/projects/{pid}/suggest", "application/x-www-form-urlencoded"
+    explain = json.dumps({"text": long_text, "k": n_labels, "explain": True}).encode()
+    plain = json.dumps({"text": max_text, "k": 10}).encode()
+    poller = Poller(port)
+    poller.start()
+    time.sleep(0.5)
+    try:
+        results = {
+            "explain": phase(poller, port, "/v1/predict", explain, "application/json", rounds, f"explain k={n_labels}"),
+            "form": phase(poller, port, suggest, form, encoded, rounds, f"form ({len(form)} bytes, 250001 fields)"),
+            "form_max_fields": phase(
+                poller, port, suggest, padded, encoded, rounds, f"form ({len(padded)} bytes, 1000 fields)"
+            ),
+        }
+        post(port, "/v1/predict", plain, "application/json")  # a lone request: the next ones may be inlined
+        results["plain_max"] = phase(
+            poller, port, "/v1/predict", plain, "application/json", rounds, "plain 100,000 chars, k=10"
+        )
+    finally:
+        poller.stop.set()
+        poller.join()
+    return results
+
+
+def timed_block(port: int, path: str, bodies: list[bytes]) -> list[float]:
+    """Seconds per request, sent one after another on one keep-alive connection."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    times = []
+    for body in bodies:
+        t = time.perf_counter()
+        conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        r.read()
+        times.append(time.perf_counter() - t)
+        assert r.status == 200, r.status
+    conn.close()
+    return times
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bundle", type=Path, required=True)
     ap.add_argument("--test", type=Path, required=True)
     ap.add_argument("--port", type=int, default=18210)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--sequential", type=int, default=400, help="requests of the p50 phase")
+    ap.add_argument("--blocks", type=int, default=6, help="blocks per server of the p50 and batch phases")
+    ap.add_argument(
+        "--before-code",
+        type=Path,
+        help="a folder holding an older `xtag` package: served beside this checkout, the two taking turns",
+    )
+    ap.add_argument("--no-stalls", action="store_true", help="only the p50 and batch blocks")
     args = ap.parse_args()
     texts = load_corpus(args.test).texts
     joined = " ".join(texts)
-    long_text = joined[:99_000]
-    max_text = (joined * 2)[:100_000]
-    proc = start_server(args.bundle, args.port, "true")
+    long_text, max_text = joined[:99_000], (joined * 2)[:100_000]
+    ports = {"after": args.port}
+    if args.before_code is not None:
+        ports["before"] = args.port + 1
+    procs = {name: start_server(args.bundle, port, "true", args.before_code if name == "before" else None)
+             for name, port in ports.items()}  # fmt: skip
+    results: dict[str, dict] = {name: {} for name in ports}
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", args.port, timeout=60)
-        conn.request("GET", "/v1/projects")
-        pid = json.loads(conn.getresponse().read())["projects"][0]["project_id"]
-        conn.request("GET", "/v1/labels?limit=1")
-        n_labels = json.loads(conn.getresponse().read()).get("total", 595)
-        conn.close()
-        form = b"text=python+library&" + b"&".join(b"%x=" % i for i in range(250_000))
-        poller = Poller(args.port)
-        poller.start()
-        time.sleep(0.5)
-        results = {
-            "explain": phase(
-                poller,
-                args.port,
-                "/v1/predict",
-                json.dumps({"text": long_text, "k": n_labels, "explain": True}).encode(),
-                "application/json",
-                args.rounds,
-                f"explain ({len(long_text)} chars, k={n_labels})",
-            ),
-            "form": phase(
-                poller,
-                args.port,
-                f"/v1/projects/{pid}/suggest",
-                form,
-                "application/x-www-form-urlencoded",
-                args.rounds,
-                f"form ({len(form)} bytes, 250001 fields)",
-            ),
-        }
-        padded = (
-            b"text="
-            + quote_plus(long_text[:60_000]).encode()
-            + b"".join(b"&f%d=%s" % (i, b"x" * 1900) for i in range(999))
-        )
-        results["form_max_fields"] = phase(
-            poller,
-            args.port,
-            f"/v1/projects/{pid}/suggest",
-            padded,
-            "application/x-www-form-urlencoded",
-            args.rounds,
-            f"form ({len(padded)} bytes, 1000 fields)",
-        )
-        plain = json.dumps({"text": max_text, "k": 10}).encode()
-        post(args.port, "/v1/predict", plain, "application/json")  # a lone request: the next ones may be inlined
-        results["plain_max"] = phase(
-            poller, args.port, "/v1/predict", plain, "application/json", args.rounds, "plain 100,000 chars, k=10"
-        )
-        poller.stop.set()
-        poller.join()
-        conn = http.client.HTTPConnection("127.0.0.1", args.port, timeout=60)
-        times = []
-        for i in range(args.sequential):
-            body = json.dumps({"text": texts[i % len(texts)], "k": 5})
-            t = time.perf_counter()
-            conn.request("POST", "/v1/predict", body=body, headers={"Content-Type": "application/json"})
-            conn.getresponse().read()
-            times.append(time.perf_counter() - t)
-        conn.close()
-        results["predict_p50_ms"] = round(float(np.median(times[50:])) * 1e3, 3)
-        print("sequential /v1/predict p50 ms", results["predict_p50_ms"], flush=True)
+        for name, port in ports.items():
+            if not args.no_stalls:
+                print(f"--- {name}", flush=True)
+                results[name].update(stalls(port, long_text, max_text, args.rounds))
+        singles = [json.dumps({"text": texts[i % len(texts)], "k": 5}).encode() for i in range(100)]
+        batches = [
+            json.dumps({"documents": [{"text": t} for t in texts[i * 256 : (i + 1) * 256]], "k": 10}).encode()
+            for i in range(4)
+        ]
+        single_t = {name: [] for name in ports}
+        batch_t = {name: [] for name in ports}
+        for _ in range(args.blocks):  # the servers take turns, block by block
+            for name, port in ports.items():
+                single_t[name] += timed_block(port, "/v1/predict", singles)[10:]
+                batch_t[name] += timed_block(port, "/v1/predict/batch", batches)
+        for name in ports:
+            results[name]["predict_p50_ms"] = round(float(np.median(single_t[name])) * 1e3, 3)
+            results[name]["batch_docs_per_s"] = round(256 / float(np.median(batch_t[name])), 1)
+            print(name, "p50", results[name]["predict_p50_ms"], "batch docs/s", results[name]["batch_docs_per_s"])
     finally:
-        proc.terminate()
-        proc.wait(30)
+        for proc in procs.values():
+            proc.terminate()
+            proc.wait(30)
     print(json.dumps(results))
 
 

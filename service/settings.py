@@ -126,8 +126,7 @@ class Settings(BaseSettings):
         10_000,
         ge=0,
         description="... and of at most this many characters in all: a longer text goes to a worker thread, "
-        "so that the loop is never held for long (about 0.7 ms for 10,000 characters, 13-45 ms for 100,000 on "
-        "debtags; service/batching.py)",
+        "since prediction time grows with the text and the loop must not be held for long (service/batching.py)",
     )
     load_in_background: bool = Field(
         True,

@@ -14,8 +14,8 @@ its latency stays the predictor's own (such a request skips the queue altogether
 
 Such a lone request, if it has at most `inline_max_texts` texts of at most `inline_max_chars` characters
 in all, even runs on the event loop thread itself: handing it to a worker thread and its result back costs
-two thread wake-ups, a measurable share of a TF-IDF bundle's latency (bench/RESULTS.md, inline_vs_worker.py) and noise beside an
-encoder bundle's forward pass. "Lone" means that after
+two thread wake-ups, a measurable share of a TF-IDF bundle's latency (bench/RESULTS.md,
+inline_vs_worker.py) and noise beside an encoder bundle's forward pass. "Lone" means that after
 yielding once to the loop (so requests read in the same loop iteration have started) it is the only
 HTTP request in flight, that the last second saw no concurrency (no batch of several requests, no
 request queued or in flight beside another) and that it did see a lone request: a sequential client.

@@ -224,8 +224,9 @@ class ObservabilityMiddleware:
 
     A request whose client went away before its answer started counts as status 499 (nginx's "client
     closed request"), not as a server error nor as the status of an answer that reached nobody
-    (service/hangups.py notices the hang-up while the request is worked on). A request answered before routing (admission's
-    503) counts under the endpoint its path names, found in `routes`. With `access_log`, each request also
+    (service/hangups.py notices the hang-up while the request is worked on). A request answered before
+    routing (admission's 503) counts under the endpoint its path names, found in `routes`, and a mount's
+    files (/static) under the mount's path. With `access_log`, each request also
     gets one INFO line on xtag.access (here, not uvicorn's, which knows neither the latency nor the endpoint)."""
 
     def __init__(

@@ -28,6 +28,7 @@ import numpy as np
 from xtag.models.beam_search import POST_PROCESSORS
 from xtag.models.errors import XtagError
 from xtag.models.features import TfidfFeaturizer
+from xtag.models.stopping import check
 from xtag.models.xlinear.model import XLinearModel
 from xtag.models.xlinear.readable import as_csr, path_nodes, shared_features
 
@@ -93,6 +94,7 @@ class Explainer:
         nodes = path_nodes(self.model)
         out = []
         for d, row in enumerate(labels):
+            check()  # one document at k = 595 takes up to a second: the service may stop a call between two
             shares: dict[tuple[int, int], _Level] = {}  # labels of one document share their upper nodes
             explained = []
             for label in row:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tokenizers import Tokenizer
 from xtag.models.device import CPU, Device
 from xtag.models.errors import XtagError
+from xtag.models.stopping import check
 
 Pooling = Literal["mean", "cls"]
 Representation = Literal["tfidf+dense", "dense"]
@@ -179,5 +180,6 @@ class OnnxEncoder:
             return self._run(*self.tokenizer(texts))
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         for idx in length_sorted_batches(self.tokenizer.lengths(texts), self.batch_size):
+            check()  # between two batches, a call nobody waits for stops (models/stopping.py)
             out[idx] = self._run(*self.tokenizer([texts[i] for i in idx]))
         return out

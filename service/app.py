@@ -75,6 +75,7 @@ def make_batcher(
         on_batch,
         alone=alone,
         inline_max_texts=settings.inline_max_texts,
+        inline_max_chars=settings.inline_max_chars,
     )
 
 

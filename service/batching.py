@@ -12,10 +12,10 @@ share one forward pass. The wait only applies while traffic is concurrent (the l
 than one request): a lone client on an idle server never waits for company that is not coming, so
 its latency stays the predictor's own (such a request skips the queue altogether).
 
-Such a lone request, if it has at most `inline_max_texts` texts, even runs on the event loop thread
-itself: handing it to a worker thread and its result back costs two thread wake-ups, a measurable
-share of a TF-IDF bundle's latency (bench/RESULTS.md, inline_vs_worker.py) and noise beside an
-encoder bundle's forward pass. "Lone" means that after
+Such a lone request, if it has at most `inline_max_texts` texts of at most `inline_max_chars` characters
+in all, even runs on the event loop thread itself: handing it to a worker thread and its result back costs
+two thread wake-ups, a measurable share of a TF-IDF bundle's latency (bench/RESULTS.md,
+inline_vs_worker.py) and noise beside an encoder bundle's forward pass. "Lone" means that after
 yielding once to the loop (so requests read in the same loop iteration have started) it is the only
 HTTP request in flight, that the last second saw no concurrency (no batch of several requests, no
 request queued or in flight beside another) and that it did see a lone request: a sequential client.
@@ -23,7 +23,15 @@ The first request after a quiet spell therefore still goes to a worker, since it
 burst, and a burst that finds the loop blocked by it would be read late and batch differently. Under
 concurrent load nothing is inlined: the loop keeps reading and queueing requests while the worker
 predicts. While an inlined request runs the loop is blocked, which is also why its size is capped
-(default: one text).
+(default: one text of at most 10,000 characters). Prediction time grows with the text, hardly with k or the
+beam: on debtags, 0.17 ms for 1,000 characters, 0.7 ms for 10,000 and 12-13 ms for 100,000 (the
+XTAG_MAX_TEXT_CHARS default) in-process, 26-45 ms in a loaded server, whatever k (595) and beam (512) (issue 38:
+a /health poll waited up to 36 ms behind one inlined 100,000-character text). So a long text goes to a worker
+like a concurrent one, and the loop is never held for more than about a millisecond.
+
+Work handed to a thread is watched for the client's hang-up meanwhile (service/hangups.py): a queued request
+whose client left is dropped from its micro-batch; a running call whose clients all left stops at its next
+check (models/stopping.py: between encoder batches).
 """
 
 from __future__ import annotations
@@ -36,7 +44,10 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
+from starlette.types import Receive
 from xtag.models.beam_search import Predictions
+from xtag.models.stopping import StopFlag
+from xtag.service.hangups import stopping, unless_hung_up
 
 BatchFn = Callable[[list[str]], Predictions]
 MEMORY_S = 1.0  # how far back concurrency (or a lone request) counts when deciding to inline
@@ -85,11 +96,21 @@ class PredictorPool(Executor):
             lane.shutdown(wait, cancel_futures=cancel_futures)
 
 
-async def run_off_loop(executor: Executor | None, fn: BatchFn, texts: list[str]) -> Predictions:
-    """Run `fn(texts)` in the executor's thread, or inline on the event loop when there is none."""
+async def run_off_loop(
+    executor: Executor | None,
+    fn: Callable,
+    texts: list[str],
+    receive: Receive | None = None,
+    stop: StopFlag | None = None,
+):
+    """Run `fn(texts)` in the executor's thread, or inline on the event loop when there is none. With the
+    request's `receive`, a client hang-up meanwhile raises ClientGone; `fn` runs with `stop` as its thread's
+    stop flag (models/stopping.py), which is set by such a hang-up, or by the micro-batcher."""
     if executor is None:
         return fn(texts)
-    return await asyncio.get_running_loop().run_in_executor(executor, fn, texts)
+    call = (fn, texts) if stop is None else (stopping, fn, stop, texts)
+    future = asyncio.get_running_loop().run_in_executor(executor, *call)
+    return await unless_hung_up(future, receive, stop)
 
 
 @dataclass
@@ -112,9 +133,11 @@ class MicroBatcher:
         on_batch: Callable[[int], None] | None = None,
         alone: Callable[[], bool] | None = None,
         inline_max_texts: int = 0,
+        inline_max_chars: int | None = None,  # None: no bound on the characters
     ):
         self.executor = executor
         self.alone, self.inline_max_texts = alone, inline_max_texts  # no `alone` test: never inline
+        self.inline_max_chars = inline_max_chars
         self._concurrent_at = -float("inf")  # when concurrent traffic was last seen
         self._lone_at = -float("inf")  # when a request that ran alone last finished
         self.max_wait = max_wait_ms / 1000.0
@@ -124,13 +147,16 @@ class MicroBatcher:
         self._queues: dict[Hashable, list[_Pending]] = {}
         self._timer: asyncio.TimerHandle | None = None
 
-    async def submit(self, key: Hashable, texts: list[str], run: BatchFn) -> Predictions:
-        """Queue `texts`; `run` (any submission's, they are equivalent per key) predicts the whole batch."""
+    async def submit(
+        self, key: Hashable, texts: list[str], run: BatchFn, receive: Receive | None = None
+    ) -> Predictions:
+        """Queue `texts`; `run` (any submission's, they are equivalent per key) predicts the whole batch.
+        `receive`: the request's, to drop or stop its work when its client hangs up (service/hangups.py)."""
         if self._queues or not self._may_start(len(texts)):
             self._concurrent_at = time.monotonic()  # this request has to queue behind others
         elif self.wait == 0.0:
             if not self._may_inline(texts):
-                return await self._run_now(texts, run, self.executor)
+                return await self._run_now(texts, run, self.executor, receive)
             self.running += 1  # hold the slot while yielding: requests that arrive meanwhile queue
             try:
                 await asyncio.sleep(0)
@@ -140,12 +166,12 @@ class MicroBatcher:
                 return await self._run_now(texts, run, None)  # on the loop thread: no hand-off and back
             self._concurrent_at = time.monotonic()
             if not self._queues:  # another request is in flight but not queued: no company to wait for
-                return await self._run_now(texts, run, self.executor)
+                return await self._run_now(texts, run, self.executor, receive)
             # company arrived while this request yielded: it queues with them (the worker path)
         item = _Pending(texts, run, asyncio.get_running_loop().create_future())
         self._queues.setdefault(key, []).append(item)
         asyncio.get_running_loop().call_soon(self._schedule)  # after this iteration's other submissions
-        return await item.future
+        return await unless_hung_up(item.future, receive)  # a hang-up cancels the future: dropped or stopped
 
     def _may_start(self, texts: int) -> bool:
         """Whether a call of `texts` texts may start now: on a free slot, and beside a running call only with a
@@ -158,13 +184,17 @@ class MicroBatcher:
     def _may_inline(self, texts: list[str]) -> bool:
         if self.alone is None or len(texts) > self.inline_max_texts:
             return False
+        if self.inline_max_chars is not None and sum(map(len, texts)) > self.inline_max_chars:
+            return False
         now = time.monotonic()
         if not self.alone():
             self._concurrent_at = now
             return False
         return now - self._concurrent_at >= MEMORY_S and now - self._lone_at < MEMORY_S
 
-    async def _run_now(self, texts: list[str], run: BatchFn, executor: Executor | None) -> Predictions:
+    async def _run_now(
+        self, texts: list[str], run: BatchFn, executor: Executor | None, receive: Receive | None = None
+    ) -> Predictions:
         """A free slot, nobody queued and no reason to wait: run at once, without queue, future or task
         (see bench/RESULTS.md for what they cost per request over HTTP), in `executor`'s thread or,
         with None, on the loop itself."""
@@ -173,7 +203,9 @@ class MicroBatcher:
         try:
             if self.on_batch:
                 self.on_batch(len(texts))
-            return await run_off_loop(executor, run, texts)
+            if executor is None:
+                return run(texts)
+            return await run_off_loop(executor, run, texts, receive, StopFlag())
         finally:
             self.running -= 1
             self._lone_at = time.monotonic()
@@ -235,8 +267,11 @@ class MicroBatcher:
             texts = [t for item in live for t in item.texts]
             if self.on_batch:
                 self.on_batch(len(texts))
+            stop = StopFlag()  # set once every member's client has hung up (their futures cancelled)
+            for item in live:
+                item.future.add_done_callback(lambda _: live_cancelled(live) and stop.set())
             try:
-                preds = await run_off_loop(self.executor, live[0].run, texts)
+                preds = await run_off_loop(self.executor, live[0].run, texts, stop=stop)
             except Exception as exc:  # every waiter gets the error, none hangs
                 for item in live:
                     if not item.future.done():
@@ -256,3 +291,7 @@ class MicroBatcher:
         finally:
             self.running -= 1
             self._schedule()
+
+
+def live_cancelled(items: list[_Pending]) -> bool:
+    return all(item.future.cancelled() for item in items)

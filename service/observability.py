@@ -222,9 +222,11 @@ class RecentRequests:
 class ObservabilityMiddleware:
     """Pure ASGI: in-flight gauge, per-endpoint count/latency by status, and the dashboard's window.
 
-    A request that ends without an answer because its client went away counts as status 499 (nginx's
-    "client closed request"), not as a server error. A request answered before routing (admission's
-    503) counts under the endpoint its path names, found in `routes`. With `access_log`, each request also
+    A request whose client went away before its answer started counts as status 499 (nginx's "client
+    closed request"), not as a server error nor as the status of an answer that reached nobody
+    (service/hangups.py notices the hang-up while the request is worked on). A request answered before
+    routing (admission's 503) counts under the endpoint its path names, found in `routes`, and a mount's
+    files (/static) under the mount's path. With `access_log`, each request also
     gets one INFO line on xtag.access (here, not uvicorn's, which knows neither the latency nor the endpoint)."""
 
     def __init__(
@@ -240,7 +242,9 @@ class ObservabilityMiddleware:
         self.routes = routes if routes is not None else []
         self.endpoints: dict[tuple[str, str], str] = {}  # (method, path) → endpoint, for unrouted requests
 
-    def endpoint(self, scope: Scope) -> str:
+    def endpoint(self, scope: Scope, root_path: str = "") -> str:
+        """The route's path, or for a request the router did not name (a mount's static files: by the mount's
+        path, e.g. /static; one answered before routing) the path of the route it matches, else "unmatched"."""
         route = scope.get("route")
         if route is not None:
             return getattr(route, "path", None) or "unmatched"
@@ -248,8 +252,9 @@ class ObservabilityMiddleware:
         found = self.endpoints.get(key)
         if found is None:
             best, best_match = None, Match.NONE
+            as_received = {**scope, "root_path": root_path}  # a mount appended its path to root_path
             for route in self.routes:  # as Starlette's router: the first full match, else the first partial
-                match, _ = route.matches(scope)
+                match, _ = route.matches(as_received)
                 if match.value > best_match.value:
                     best, best_match = route, match
                     if match == Match.FULL:
@@ -266,6 +271,7 @@ class ObservabilityMiddleware:
         start = time.perf_counter()
         status = None
         disconnected = False
+        root_path = scope.get("root_path", "")  # a mount changes it: endpoint() matches the path as it came
 
         async def receive_wrapper() -> Message:
             nonlocal disconnected
@@ -275,8 +281,8 @@ class ObservabilityMiddleware:
 
         async def send_wrapper(message: Message) -> None:
             nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
+            if message["type"] == "http.response.start":  # an answer to a client already gone reaches nobody
+                status = CLIENT_CLOSED if disconnected else message["status"]
             await send(message)
 
         self.metrics.in_flight.inc()
@@ -289,7 +295,7 @@ class ObservabilityMiddleware:
             elapsed = time.perf_counter() - start
             if status is None:
                 status = CLIENT_CLOSED if disconnected else 500
-            endpoint = self.endpoint(scope)
+            endpoint = self.endpoint(scope, root_path)
             code = str(status)
             self.metrics.requests.labels(endpoint, scope["method"], code).inc()
             self.metrics.latency.labels(endpoint, scope["method"], code).observe(elapsed)

@@ -15,6 +15,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from xtag.models.errors import XtagError
+from xtag.service.hangups import ClientGone
+from xtag.service.observability import CLIENT_CLOSED
 
 MEDIA_TYPE = "application/problem+json"
 log = logging.getLogger("xtag.service")
@@ -98,6 +100,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(XtagError)
     async def _xtag(request: Request, exc: XtagError) -> Response:
         return problem_response(422, "invalid-request", str(exc), request.url.path)
+
+    @app.exception_handler(ClientGone)
+    async def _gone(request: Request, exc: ClientGone) -> Response:
+        return Response(status_code=CLIENT_CLOSED)  # uvicorn sends nothing on a closed connection; metrics count it
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:

@@ -57,6 +57,12 @@ class Settings(BaseSettings):
         32 * 1024, ge=1024, description="a request head larger than this gets 431 and the connection is closed"
     )
     max_text_chars: int = Field(100_000, ge=1, description="a longer text gets 413 (not truncated)")
+    max_form_fields: int = Field(
+        1000,
+        ge=1,
+        description="most fields (multipart: parts) in a form body (Annif's suggest, which needs at most four); "
+        "more get 413, counted before the form is parsed",
+    )
     max_queue: int = Field(
         256,
         ge=0,
@@ -138,6 +144,12 @@ class Settings(BaseSettings):
         "saving two thread hand-offs (bench/RESULTS.md); "
         "the loop is blocked meanwhile, hence the cap; "
         "0 = never",
+    )
+    inline_max_chars: int = Field(
+        10_000,
+        ge=0,
+        description="... and of at most this many characters in all: a longer text goes to a worker thread, "
+        "since prediction time grows with the text and the loop must not be held for long (service/batching.py)",
     )
     load_in_background: bool = Field(
         True,

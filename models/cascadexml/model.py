@@ -23,6 +23,7 @@ from xtag.models.device import Device
 from xtag.models.errors import XtagError
 from xtag.models.label_tree import ClusterChain
 from xtag.models.onnx_encoder import OnnxEncoder, length_sorted_batches
+from xtag.models.stopping import check
 
 HEADS_FILE = "heads.npz"
 
@@ -86,7 +87,10 @@ class CascadeXMLEncoder:
         if len(texts) <= self.batch_size:
             return CascadeOutputs(self._run(list(texts)))
         batches = length_sorted_batches(self.onnx.tokenizer.lengths(texts), self.batch_size)
-        parts = [self._run([texts[i] for i in idx]) for idx in batches]
+        parts = []
+        for idx in batches:
+            check()  # between two batches, a call nobody waits for stops (models/stopping.py)
+            parts.append(self._run([texts[i] for i in idx]))
         order = np.argsort(np.concatenate(batches))
         return CascadeOutputs([np.vstack([p[r] for p in parts])[order] for r in range(len(self.names))])
 

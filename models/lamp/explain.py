@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 from xtag.models.explain import DIGITS, TOP_TERMS, Explainer, ExplainUnavailable
 from xtag.models.lamp.model import LampModel
+from xtag.models.stopping import check
 
 NO_ATTENTION = (
     "this bundle's re-ranker was exported without its attention outputs (before LaMP explanations): re-export "
@@ -101,6 +102,7 @@ class LampExplainer:
         weights = self.model.reranker.attention(texts, cand.labels, cand.scores)
         encodings = self.model.reranker.onnx.tokenizer.tokenizer.encode_batch(list(texts))
         for d, row in enumerate(labels):
+            check()  # between two documents, a call nobody waits for stops (models/stopping.py)
             to_tokens, to_labels = weights[d]
             where = {int(j): c for c, j in enumerate(cand.labels[d].tolist()) if j >= 0}
             words = self._words(encodings[d], texts[d], to_tokens)

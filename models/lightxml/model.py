@@ -21,6 +21,7 @@ from xtag.models.errors import XtagError
 from xtag.models.label_tree import ClusterChain
 from xtag.models.lightxml.label_index import LabelIndex
 from xtag.models.onnx_encoder import OnnxEncoder, length_sorted_batches
+from xtag.models.stopping import check
 
 OUTPUTS = ("cluster_scores", "bottleneck")  # the ONNX graph's outputs, in this order
 
@@ -74,6 +75,7 @@ class LightXMLEncoder:
             return LightXMLOutputs(*self._run(list(texts)))
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for idx in length_sorted_batches(self.onnx.tokenizer.lengths(texts), self.batch_size):
+            check()  # between two batches, a call nobody waits for stops (models/stopping.py)
             parts.append((idx, *self._run([texts[i] for i in idx])))
         order = np.argsort(np.concatenate([p[0] for p in parts]))
         return LightXMLOutputs(np.vstack([p[1] for p in parts])[order], np.vstack([p[2] for p in parts])[order])

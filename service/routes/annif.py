@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from importlib import metadata
 from urllib.parse import parse_qsl
@@ -9,7 +10,14 @@ from urllib.parse import parse_qsl
 from fastapi import APIRouter, Request
 from starlette.formparsers import MultiPartException, MultiPartParser
 from xtag.service.cost import Work, check_work
-from xtag.service.deps import check_text_lengths, document_limit, openapi_body, parse_body, served_model
+from xtag.service.deps import (
+    OFF_LOOP_BYTES,
+    check_text_lengths,
+    document_limit,
+    openapi_body,
+    parse_body,
+    served_model,
+)
 from xtag.service.model_slot import ServedModel
 from xtag.service.problems import Problem, problem_responses
 from xtag.service.routes.predict import JSONBytes, predict_arrays
@@ -20,9 +28,24 @@ FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 PROJECT = {401: "missing API key", 404: "no such project", 503: "no model loaded yet"}
 
 
+def too_many_fields(count: int | str, limit: int) -> Problem:
+    return Problem(413, "too-many-fields", f"the form has {count} fields; the limit is {limit} (XTAG_MAX_FORM_FIELDS)")
+
+
 class StrictMultiPartParser(MultiPartParser):
-    """Starlette's multipart parser, but a text field that is not valid in its charset is a 400: the
-    stock parser silently decodes it as latin-1, and the text predicted would not be the one sent."""
+    """Starlette's multipart parser, but a text field that is not valid in its charset is a 400 (the
+    stock parser silently decodes it as latin-1, and the text predicted would not be the one sent), and
+    more than `max_fields` parts, files included, is a 413 that names XTAG_MAX_FORM_FIELDS."""
+
+    def __init__(self, headers, stream, max_fields: int):
+        super().__init__(headers, stream, max_files=max_fields, max_fields=max_fields)
+        self.parts = 0
+
+    def on_headers_finished(self) -> None:
+        self.parts += 1
+        if self.parts > self.max_fields:
+            raise too_many_fields(f"more than {self.max_fields}", self.max_fields)
+        super().on_headers_finished()
 
     def on_part_end(self) -> None:
         part = self._current_part
@@ -106,10 +129,16 @@ async def _suggest(
 
 async def _form(request: Request, content_type: str) -> dict[str, str]:
     """The form's fields; a body that is not UTF-8 is a 400, as for the JSON endpoints (Starlette's
-    parsers would silently replace the bytes, and the text predicted would not be the one sent)."""
+    parsers would silently replace the bytes, and the text predicted would not be the one sent).
+
+    At most XTAG_MAX_FORM_FIELDS fields (413), counted before they are parsed: a 2 MB url-encoded body holds
+    250,000 of them, whose parsing held the event loop for 0.2-1.6 s (issue 38). A url-encoded body over
+    64 KiB is decoded in the parse thread, as JSON bodies are (deps.parse_body); the multipart parser reads
+    the body as a stream on the loop, in bounded steps: a part at a time, at most the field limit of them."""
+    limit = request.app.state.settings.max_form_fields
     if content_type != FORM_TYPES[0]:
         try:
-            form = await StrictMultiPartParser(request.headers, request.stream()).parse()
+            form = await StrictMultiPartParser(request.headers, request.stream(), limit).parse()
         except MultiPartException as exc:
             raise Problem(400, "bad-request", f"invalid multipart form: {exc.message}") from None
         fields: dict[str, str] = {}
@@ -120,6 +149,15 @@ async def _form(request: Request, content_type: str) -> dict[str, str]:
                 await value.close()
         return fields
     raw = await request.body()
+    fields = raw.count(b"&") + 1 if raw else 0  # parse_qsl splits on "&" only
+    if fields > limit:
+        raise too_many_fields(fields, limit)
+    if len(raw) <= OFF_LOOP_BYTES:
+        return _url_encoded(raw)
+    return await asyncio.get_running_loop().run_in_executor(request.app.state.parse_executor, _url_encoded, raw)
+
+
+def _url_encoded(raw: bytes) -> dict[str, str]:
     try:
         return dict(parse_qsl(raw.decode("utf-8"), keep_blank_values=True, encoding="utf-8", errors="strict"))
     except UnicodeDecodeError as exc:
@@ -155,7 +193,7 @@ async def get_project(request: Request, project_id: str) -> dict:
         {
             400: "invalid form, UTF-8, limit or threshold",
             **PROJECT,
-            413: "body or text too large, or over XTAG_MAX_REQUEST_COST / XTAG_MAX_RESPONSE_BYTES (too-costly)",
+            413: "body or text too large, too many form fields, or over XTAG_MAX_REQUEST_COST / XTAG_MAX_RESPONSE_BYTES (too-costly)",
             415: "not a form",
         }
     ),

@@ -14,6 +14,7 @@ from xtag.models.errors import XtagError
 from xtag.models.explain import ExplainUnavailable
 from xtag.models.macro_inference import SERVING_MAX_DOCS, predict_optimized, serving_config
 from xtag.models.reweighting import gains_of
+from xtag.models.stopping import StopFlag
 from xtag.service.batching import run_off_loop
 from xtag.service.cost import Work, check_work
 from xtag.service.deps import (
@@ -135,13 +136,12 @@ async def explained_rows(
     gains: np.ndarray | None = None,
 ) -> list[orjson.Fragment]:
     """The label lists with each label's explanation, computed after the prediction and outside the
-    micro-batcher, so that a plain request never waits for one. A lone request of at most XTAG_INLINE_MAX_TEXTS
-    texts is explained on the loop itself, as the batcher inlines its prediction (service/batching.py): a
-    hand-off to a worker thread and back costs two thread wake-ups, slow on a loaded machine."""
-    state = request.app.state
-    lone = len(texts) <= state.settings.inline_max_texts and state.recent.in_flight <= 1
+    micro-batcher, so that a plain request never waits for one. Always in a worker thread (unless
+    XTAG_INFERENCE_THREADS=0 asks for the loop), never inlined like a short prediction: one 99,000-character text
+    at k = 595 takes 0.3-0.6 s to explain, and held /health for as long on the loop (issue 38). The worker
+    stops between two documents when the client hangs up (service/hangups.py)."""
     run = partial(model.explained, preds=preds, threshold=threshold, rerank=rerank, gains=gains)
-    return await run_off_loop(None if lone else state.executor, run, texts)
+    return await run_off_loop(request.app.state.executor, run, texts, request.receive, StopFlag())
 
 
 async def predict_arrays(
@@ -158,9 +158,9 @@ async def predict_arrays(
     run = partial(model.predict, k=k, beam_size=beam, a=a, rerank=rerank)
     batcher = request.app.state.batcher
     if batcher is not None:
-        return await batcher.submit((id(model), k, beam, rw_key, rerank), texts, run)
+        return await batcher.submit((id(model), k, beam, rw_key, rerank), texts, run, request.receive)
     request.app.state.metrics.observe_batch(len(texts))
-    return await run_off_loop(request.app.state.executor, run, texts)
+    return await run_off_loop(request.app.state.executor, run, texts, request.receive)
 
 
 def _rw_key(opts: PredictOptions) -> tuple:
@@ -236,7 +236,7 @@ async def optimized_rows(
         config=config,
     )
     request.app.state.metrics.observe_batch(len(texts))
-    preds = await run_off_loop(request.app.state.executor, run, texts)
+    preds = await run_off_loop(request.app.state.executor, run, texts, request.receive)  # one call: the batch's optimum
     if not body.explain:
         return label_lists(model.label_prefixes, preds, body.threshold)
     return await explained_rows(request, model, texts, preds, body.threshold)

@@ -3,6 +3,7 @@ that take pydantic about a second to validate (issue 30, defect 5)."""
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import threading
 import time
@@ -10,6 +11,7 @@ import time
 import httpx
 import orjson
 from pydantic import ValidationError
+from xtag.service.app import create_app
 from xtag.service.schemas import BatchRequest, PredictRequest
 from xtag.service.settings import Settings
 
@@ -76,3 +78,80 @@ def test_a_body_with_countless_invalid_fields_gets_a_short_answer(client):
     problem = r.json()
     assert len(problem["errors"]) == 20 and problem["detail"].endswith("and 99980 more errors")
     assert problem["errors"][0]["loc"] == "body.f0"
+
+
+def test_explanations_and_long_texts_are_worked_on_in_a_worker_thread_never_on_the_loop(bundles):
+    """A sequential client's short plain text is predicted on the loop (batching.py); a text over
+    XTAG_INLINE_MAX_CHARS and every explanation go to a worker (issue 38: a 99K-character text explained at
+    k = 595 held /health for 0.3 s and more)."""
+    app = create_app(Settings(_env_file=None, bundle=bundles["a"], load_in_background=False, inline_max_chars=100))
+    seen: dict[str, list[str]] = {"predict": [], "explained": []}
+
+    async def main():
+        await app.state.registry.load()
+        model = app.state.registry.current
+        for name in seen:
+            original = getattr(model, name)
+
+            def recording(*args, _name=name, _original=original, **kwargs):
+                seen[_name].append(threading.current_thread().name)
+                return _original(*args, **kwargs)
+
+            setattr(model, name, recording)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            for body in (
+                {"text": "python script game", "k": 3},
+                {"text": "python script game", "k": 3},  # the second of a sequential client: inlined
+                {"text": "python script game " * 6, "k": 3},  # 114 characters: not inlined
+                {"text": "python script game", "k": 3, "explain": True},
+                {"text": "python script game", "k": 3, "explain": True},
+            ):
+                r = await c.post("/v1/predict", json=body)
+                assert r.status_code == 200 and r.json()["labels"]
+
+    asyncio.run(main())
+    on_worker = {name: [t.startswith("xtag-predict") for t in threads] for name, threads in seen.items()}
+    assert on_worker["predict"] == [True, False, True, False, False]  # an explain request's short prediction too
+    assert on_worker["explained"] == [True, True]
+
+
+def form(fields: int) -> bytes:
+    return b"text=python+script&limit=3&" + b"&".join(b"f%d=" % i for i in range(fields - 2))
+
+
+def test_a_form_with_more_fields_than_the_limit_gets_413_before_it_is_parsed(make_client):
+    """Annif's suggest counts a url-encoded form's fields before parsing them (a 2 MB body of 250,000 fields
+    held the loop for up to 1.6 s), and a multipart form's parts as they come; the limit is a setting."""
+    client = make_client(max_form_fields=10)
+    url = "/v1/projects/tiny-a/suggest"
+    encoded = {"content-type": "application/x-www-form-urlencoded"}
+    assert client.post(url, content=form(10), headers=encoded).status_code == 200
+    r = client.post(url, content=form(200_000), headers=encoded)
+    assert r.status_code == 413 and r.headers["content-type"] == "application/problem+json"
+    assert r.json()["detail"] == "the form has 200000 fields; the limit is 10 (XTAG_MAX_FORM_FIELDS)"
+    parts = {"text": "python script", **{f"f{i}": "x" for i in range(10)}}
+    r = client.post(url, files={k: (None, v) for k, v in parts.items()})
+    assert r.status_code == 413
+    assert r.json()["detail"] == "the form has more than 10 fields; the limit is 10 (XTAG_MAX_FORM_FIELDS)"
+    assert client.post(url, files={"text": (None, "python script")}).status_code == 200
+
+
+def test_a_large_url_encoded_form_is_parsed_off_the_loop(make_client, monkeypatch):
+    """A url-encoded body over 64 KiB is decoded in the parse thread, as large JSON bodies are."""
+    import xtag.service.routes.annif as annif
+
+    threads = []
+    parse = annif._url_encoded
+
+    def recording(raw: bytes):
+        threads.append(threading.current_thread().name)
+        return parse(raw)
+
+    monkeypatch.setattr(annif, "_url_encoded", recording)
+    client = make_client()
+    headers = {"content-type": "application/x-www-form-urlencoded"}
+    for text in ("python script", "python+script+" * 6000):  # 14 bytes; 84,000 bytes
+        r = client.post("/v1/projects/tiny-a/suggest", content=b"text=" + text.encode(), headers=headers)
+        assert r.status_code == 200 and r.json()["results"]
+    assert [t.startswith("xtag-parse") for t in threads] == [False, True]

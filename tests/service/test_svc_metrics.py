@@ -73,3 +73,19 @@ def test_stats_window_forgets_old_requests_and_wraps_around():
     assert s["requests"] == 8 and s["errors_5xx"] == 2 and s["latency_ms"]["p50"] == 16.5
     r.times[:] -= 61  # everything is now older than the window
     assert r.summary()["requests"] == 0 and r.summary()["latency_ms"]["p50"] is None
+
+
+def test_static_files_are_counted_under_their_mount_not_as_unmatched(client):
+    """The dashboard's files (/static/*) and the reference pages' assets (/static/docs/*) are labelled by the
+    mount that serves them, a missing file included; a path no route serves stays "unmatched"."""
+    for path in ("/static/app.js", "/static/style.css", "/static/nope.js", "/static/docs/swagger-ui.css", "/nowhere"):
+        client.get(path)
+    s = samples(client.get("/metrics").text)
+    counts = {
+        (dict(k[1])["endpoint"], dict(k[1])["status"]): v
+        for k, v in s.items()
+        if k[0] == "xtag_http_requests_total"
+        and dict(k[1])["method"] == "GET"
+        and dict(k[1])["endpoint"] not in ("/metrics", "/ready")
+    }
+    assert counts == {("/static", "200"): 2, ("/static", "404"): 1, ("/static/docs", "200"): 1, ("unmatched", "404"): 1}

@@ -125,7 +125,13 @@ def test_sigterm_lets_the_request_in_flight_finish(bundles, tmp_path):
     comes: it is answered in full, and then the process exits 0."""
     log = tmp_path / "serve.log"
     server = ServerProcess(
-        bundles["a"], log, max_batch_documents="100000", max_body_bytes=str(64 * 2**20), graceful_shutdown_s="120"
+        bundles["a"],
+        log,
+        max_batch_documents="100000",
+        max_body_bytes=str(64 * 2**20),
+        graceful_shutdown_s="120",
+        max_request_cost="0",  # the work and its answer are the point here: neither is bounded
+        max_response_bytes="0",
     ).wait_ready()
     try:
         n = 30_000

@@ -151,7 +151,8 @@ def test_predict_refuses_the_issue_bundle_instead_of_crashing(copy):
 def test_fuzzed_index_arrays_are_refused_or_served_never_fatal(bundle):
     """30 mutations (random values, swaps, shifts, cut-and-padded, wrong lengths and dtypes) of random index arrays
     and layout numbers, each re-hashed: the load refuses it with an XtagError or predictions run, and the child
-    process that runs them never dies (bench/bundle_fuzz.py; it ran 2,000 for issue 30's report)."""
+    process that runs them never dies (bench/bundle_fuzz.py; it ran 2,000 for issue 30's report). Before them,
+    each of the fuzzer's named cases (issue 38: vocabulary columns, idf, label names, beam, NaN) is refused."""
     done = subprocess.run(
         [sys.executable, "bench/bundle_fuzz.py", "--bundle", str(bundle), "--mutations", "30", "--seed", "30"],
         cwd=ROOT,
@@ -163,3 +164,6 @@ def test_fuzzed_index_arrays_are_refused_or_served_never_fatal(bundle):
     counts = result["counts"]
     assert counts["error"] == counts["crash"] == counts["hang"] == 0, result["failures"]
     assert counts["refused"] + counts["served"] == 30 and counts["refused"] >= 10, counts
+    cases = result["cases"]
+    assert not cases["failures"] and cases["counts"]["refused"] == len(cases["refused_with"]) >= 12, cases
+    assert "case: vocabulary column 50,000,000" in cases["refused_with"], cases

@@ -221,7 +221,7 @@ def not_a_bundle(folder: Path) -> str:
     """Why `folder` holds no bundle, saying what to do: a training run (its config.json beside model/ or
     checkpoints/) is exported first, a folder that does not exist is said not to."""
     if not folder.exists():
-        return "no such directory"
+        return "no such bundle directory"
     if not folder.is_dir():
         return "not a directory (a bundle is a directory with a manifest.json)"
     if (folder / "config.json").is_file() and ((folder / "model").is_dir() or (folder / "checkpoints").is_dir()):

@@ -47,7 +47,9 @@ def load_bundle(path: str | Path, device=None) -> Bundle:
     if not folder.is_dir():
         raise XtagError(f"{folder}: {not_a_bundle(folder)}")
     manifest = read_manifest(folder)
-    refuse_nonfinite(folder, manifest["files"], "a corrupt bundle")
+    nested = tuple(f"{c['path']}/" for c in manifest["components"] if c["type"] == "first-stage")
+    own = [rel for rel in manifest["files"] if not rel.startswith(nested)]  # a first stage scans its own on load
+    refuse_nonfinite(folder, own, "a corrupt bundle")
     parts = assemble(folder, manifest["components"], device, open_bundle=load_bundle)
     if parts.featurizer is None or parts.model is None:
         raise XtagError(

@@ -247,6 +247,11 @@ CASES = {
     "NaN ranker weights (engine)": ("rankers/engine/ent_w.npy", None, _at(np.nan, every=7)),
     "inf ranker biases (engine)": ("rankers/engine/bias.npy", None, _at(np.inf, every=3)),
     "NaN ranker weights (level file)": ("rankers/level_1.npz", "data", _at(np.nan)),
+    "HNSW shortlist ef_search 10^9": (
+        "shortlist/config.json",
+        None,
+        lambda c: (c | {"config": c["config"] | {"ef_search": 10**9}}, []),
+    ),
     "LightXML beam_size 10^9": ("lightxml/config.json", None, _field("beam_size", 10**9)),
     "CascadeXML top_k 10^9": ("cascadexml/config.json", None, _field("top_k", [10**9])),
     "LaMP candidates 10^9": ("lamp/lamp.json", None, _field("candidates", 10**9)),

@@ -71,13 +71,15 @@ def permutation(name: str, values: np.ndarray, n: int) -> None:
         raise fail(name, f"not a permutation of 0..{n - 1} (an id repeats)")
 
 
-def beam(name: str, field: str, value: int, n_labels: int) -> None:
-    """A bundle's default beam (or candidate count) is at most its label count, or SMALL_BEAM where the labels
-    are fewer: a wider beam searches nothing more, yet every request that names no beam of its own would pay
-    for it (a beam_size of 10^9 in a bundle's config loaded, issue 38)."""
-    limit = max(n_labels, SMALL_BEAM)
+def beam(
+    name: str, field: str, value: int, n: int, floor: int = SMALL_BEAM, what: str = "the bundle's label count"
+) -> None:
+    """A bundle's default beam (or candidate count, or search breadth) is at most the `n` things it chooses
+    from, or `floor` (the trainers' default) where they are fewer: a wider one searches nothing more, yet every
+    request that names no beam of its own would pay for it (a beam_size of 10^9 in a bundle loaded, issue 38)."""
+    limit = max(n, floor)
     if value > limit:
-        raise XtagError(f"{name}: {field} {value} is above the bundle's label count ({n_labels}); at most {limit}")
+        raise XtagError(f"{name}: {field} {value} is above {what} ({n}); at most {limit}")
 
 
 def segment_blocks(ptr: np.ndarray, block: int = BLOCK) -> Iterator[tuple[int, int]]:

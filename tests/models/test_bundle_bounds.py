@@ -135,6 +135,17 @@ def test_an_hnsw_graph_whose_search_would_leave_its_links_is_refused(copy):
         load_bundle(copy)
 
 
+def test_an_hnsw_search_breadth_past_its_nodes_is_refused(copy):
+    """efSearch sizes every request's search like a beam (issue 38's beam_size of 10^9): at most the index's nodes,
+    or the default breadth where they are fewer."""
+    config = json.loads((copy / "shortlist" / "config.json").read_text())
+    config["config"]["ef_search"] = 10**9
+    (copy / "shortlist" / "config.json").write_text(json.dumps(config))
+    rehash(copy, "shortlist/config.json")
+    with pytest.raises(XtagError, match=r"shortlist/config\.json: ef_search 1000000000 is above its nodes"):
+        load_bundle(copy)
+
+
 def test_predict_refuses_the_issue_bundle_instead_of_crashing(copy):
     """`xtag predict` on the issue's bundle exited 139 (SIGSEGV); it now says which file is wrong."""
     rewrite(copy, "rankers/engine/fm_node.npy", None, lambda a: np.full_like(a, 50_000_000))

@@ -71,13 +71,18 @@ def permutation(name: str, values: np.ndarray, n: int) -> None:
         raise fail(name, f"not a permutation of 0..{n - 1} (an id repeats)")
 
 
+def beam_limit(n: int, floor: int = SMALL_BEAM) -> int:
+    """The widest default beam a bundle choosing among `n` things may hold (`beam`); trainers cap theirs at it."""
+    return max(n, floor)
+
+
 def beam(
     name: str, field: str, value: int, n: int, floor: int = SMALL_BEAM, what: str = "the bundle's label count"
 ) -> None:
     """A bundle's default beam (or candidate count, or search breadth) is at most the `n` things it chooses
     from, or `floor` (the trainers' default) where they are fewer: a wider one searches nothing more, yet every
     request that names no beam of its own would pay for it (a beam_size of 10^9 in a bundle loaded, issue 38)."""
-    limit = max(n, floor)
+    limit = beam_limit(n, floor)
     if value > limit:
         raise XtagError(f"{name}: {field} {value} is above {what} ({n}); at most {limit}")
 

@@ -85,3 +85,23 @@ def test_the_beam_bound_leaves_the_default_beam_to_a_bundle_of_few_labels():
         bounds.beam("rankers/config.json", "beam_size", 596, 595)
     with pytest.raises(XtagError, match=f"at most {bounds.SMALL_BEAM}"):
         bounds.beam("rankers/config.json", "beam_size", bounds.SMALL_BEAM + 1, 3)
+
+
+def test_a_run_asked_for_a_beam_wider_than_its_labels_exports_one_that_loads(corpus_files, tmp_path):
+    """The trainer keeps at most the label count (a wider beam searches nothing more), so the load's bound never
+    refuses a bundle it exported: 12 labels, beam 40 asked, 12 kept."""
+    from xtag.models.features import TfidfConfig
+    from xtag.training.bundle import export_run
+    from xtag.training.config import TrainConfig
+    from xtag.training.run import train_run
+    from xtag.training.tree.build import TreeConfig
+    from xtag.training.xlinear.config import XLinearConfig
+
+    tree = TreeConfig(branching=2, max_leaf_size=4)
+    config = TrainConfig(
+        corpus=corpus_files[0], tfidf=TfidfConfig(min_df=1), xlinear=XLinearConfig(n_jobs=1, tree=tree, beam_size=40)
+    )
+    train_run(config, tmp_path / "run", progress=False)
+    export_run(tmp_path / "run", tmp_path / "bundle")
+    predictor = load_bundle(tmp_path / "bundle").predictor
+    assert predictor.n_labels == 12 and predictor.model.config.beam_size == 12

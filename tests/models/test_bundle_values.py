@@ -105,3 +105,13 @@ def test_a_run_asked_for_a_beam_wider_than_its_labels_exports_one_that_loads(cor
     export_run(tmp_path / "run", tmp_path / "bundle")
     predictor = load_bundle(tmp_path / "bundle").predictor
     assert predictor.n_labels == 12 and predictor.model.config.beam_size == 12
+
+
+def test_nan_in_a_re_rankers_first_stage_is_refused_by_the_first_stages_own_load(lamp_bundle, tmp_path):
+    """The outer bundle leaves its first stage's files to that stage's load_bundle (each file scanned once)."""
+    outer = shutil.copytree(lamp_bundle[1], tmp_path / "b")
+    edit_bundle(outer, "first_stage/rankers/engine/bias.npy", lambda a: a * np.nan)
+    edit_bundle(outer / "first_stage", "rankers/engine/bias.npy", lambda a: a)  # the first stage's manifest too
+    edit_bundle(outer, "first_stage/manifest.json", lambda manifest: manifest)
+    with pytest.raises(XtagError, match=r"first_stage: a corrupt bundle: non-finite .* rankers/engine/bias\.npy"):
+        load_bundle(outer)

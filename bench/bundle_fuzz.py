@@ -13,7 +13,12 @@ vocabulary) and changes it in one of KINDS' ways, re-hashes the manifest and the
 anything else fails the run: another exception ("error"), a dead process ("crash": segfault, abort) or
 no progress within --timeout seconds ("hang"). Mutations run in a child process, one after the other on a
 work copy of the bundle; a child that dies is replaced and the run goes on with the next mutation.
-Mutation i depends only on --seed and i, so `--only I` replays one.
+Mutation i depends only on --seed and i, so `--only I` replays one. A mutation of a vocabulary term puts
+that term into the texts predicted: otherwise a broken column would go unread and count as served.
+
+Before the random mutations, the CASES (issue 38: a vocabulary column of 50,000,000 or -5, a negative idf,
+a label name given twice, a beam_size of 10^9, NaN weights, ...) are each applied alone; each must be
+refused at load, so one that is served counts as a failure too ("accepted").
 
     .venv/bin/python bench/bundle_fuzz.py --bundle BUNDLE --mutations 2000 --seed 1
 
@@ -37,7 +42,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("values", "fill", "swap", "shift", "truncate-pad", "shorter", "longer", "off-by-one", "dtype", "reverse")
 JSON_FILES = ("rankers/engine/layout.json", "rankers/config.json", "shortlist/config.json", "lightxml/config.json",
-              "cascadexml/config.json", "features/tfidf/vocabulary.json")  # fmt: skip
+              "cascadexml/config.json", "features/tfidf/vocabulary.json", "labels.json")  # fmt: skip
+FLOAT_TARGETS = ("features/tfidf/idf.npy",)  # float arrays whose values are bounded too (an idf is never negative)
+VOCABULARY = "features/tfidf/vocabulary.json"
 TEXTS_PER_BATCH = 6
 
 
@@ -48,7 +55,7 @@ def targets(bundle: Path) -> list[tuple[str, str | None]]:
     out: list[tuple[str, str | None]] = []
     for rel in sorted(files):
         if rel.endswith(".npy"):
-            if np.load(bundle / rel, mmap_mode="r", allow_pickle=False).dtype.kind in "iu":
+            if np.load(bundle / rel, mmap_mode="r", allow_pickle=False).dtype.kind in "iu" or rel in FLOAT_TARGETS:
                 out.append((rel, None))
         elif rel.endswith(".npz"):
             with np.load(bundle / rel, allow_pickle=False) as z:
@@ -102,8 +109,10 @@ def mutate_array(rng: np.random.Generator, a: np.ndarray, kind: str) -> np.ndarr
     return a
 
 
-def mutate_json(rng: np.random.Generator, value, kind: str):
-    """One number (or the whole vocabulary's ids, for `fill`/`shift`/`swap`) of a JSON document changed."""
+def mutate_json(rng: np.random.Generator, value, kind: str, touched: list | None = None):
+    """One number (or two, for `swap`) of a JSON document changed; the top-level keys changed go to `touched`
+    (a vocabulary's terms)."""
+    touched = [] if touched is None else touched
     paths = []
 
     def walk(v, path):
@@ -122,12 +131,14 @@ def mutate_json(rng: np.random.Generator, value, kind: str):
     if not paths:
         return value
     path = paths[int(rng.integers(len(paths)))]
+    touched.append(path[0])
     holder = value
     for key in path[:-1]:
         holder = holder[key]
     old = holder[path[-1]]
     if kind == "swap" and len(paths) > 1:
         other = paths[int(rng.integers(len(paths)))]
+        touched.append(other[0])
         h2 = value
         for key in other[:-1]:
             h2 = h2[key]
@@ -147,15 +158,14 @@ def mutation(seed: int, i: int, found: list[tuple[str, str | None]]) -> tuple[st
     return rel, member, KINDS[int(rng.integers(len(KINDS)))]
 
 
-def apply(work: Path, seed: int, i: int, found) -> str:
-    """Mutate the work copy (the manifest re-hashed); returns what was done."""
-    from xtag.models.manifest import sha256
-
+def apply(work: Path, seed: int, i: int, found) -> tuple[str, list[str]]:
+    """Mutate the work copy (the manifest re-hashed); returns what was done and the vocabulary terms changed."""
     rel, member, kind = mutation(seed, i, found)
     rng = np.random.default_rng([seed, i, 1])
     path = work / rel
+    touched: list = []
     if rel.endswith(".json"):
-        path.write_text(json.dumps(mutate_json(rng, json.loads(path.read_text()), kind)))
+        path.write_text(json.dumps(mutate_json(rng, json.loads(path.read_text()), kind, touched)))
     elif member is None:
         np.save(path, mutate_array(rng, np.load(path, allow_pickle=False), kind))
     else:
@@ -164,15 +174,119 @@ def apply(work: Path, seed: int, i: int, found) -> str:
         arrays[member] = mutate_array(rng, arrays[member], kind)
         with open(path, "wb") as fh:
             np.savez(fh, **arrays)
+    rehash(work, rel)
+    return f"{rel}{f'[{member}]' if member else ''} {kind}", [str(t) for t in touched] if rel == VOCABULARY else []
+
+
+def rehash(work: Path, rel: str) -> None:
+    from xtag.models.manifest import sha256
+
     manifest = json.loads((work / "manifest.json").read_text())
-    manifest["files"][rel] = sha256(path)
+    manifest["files"][rel] = sha256(work / rel)
     (work / "manifest.json").write_text(json.dumps(manifest))
-    return f"{rel}{f'[{member}]' if member else ''} {kind}"
+
+
+# ---------------------------------------------------------------- the named cases, each to be refused at load
+def _column(value):
+    """Give the first word of the vocabulary column `value`; the word goes into the predicted texts."""
+
+    def change(vocab: dict):
+        word = next(t for t in vocab if " " not in t)
+        vocab[word] = value
+        return vocab, [word]
+
+    return change
+
+
+def _column_twice(vocab: dict):
+    a, b = [t for t in vocab if " " not in t][:2]
+    vocab[a] = vocab[b]
+    return vocab, [a, b]
+
+
+def _label_twice(labels: dict):
+    labels["names"][1] = labels["names"][0]
+    return labels, []
+
+
+def _negative_frequency(labels: dict):
+    labels["frequencies"][0] = -7
+    return labels, []
+
+
+def _field(name: str, value):
+    def change(config: dict):
+        config[name] = value
+        return config, []
+
+    return change
+
+
+def _at(value, every: int = 1):
+    def change(a: np.ndarray):
+        a = np.array(a)
+        a.reshape(-1)[::every] = value
+        return a, []
+
+    return change
+
+
+# name → (file, .npz member or None, change: the parsed JSON or the array → (changed, vocabulary words to predict))
+CASES = {
+    "vocabulary column 50,000,000": (VOCABULARY, None, _column(50_000_000)),
+    "vocabulary column -5": (VOCABULARY, None, _column(-5)),
+    "vocabulary column 1.5": (VOCABULARY, None, _column(1.5)),
+    "vocabulary column 2^64": (VOCABULARY, None, _column(2**64)),
+    "vocabulary column given to two terms": (VOCABULARY, None, _column_twice),
+    "negative idf": ("features/tfidf/idf.npy", None, _at(-3.0, every=97)),
+    "NaN idf": ("features/tfidf/idf.npy", None, _at(np.nan, every=97)),
+    "label name given twice": ("labels.json", None, _label_twice),
+    "negative label frequency": ("labels.json", None, _negative_frequency),
+    "rankers beam_size 10^9": ("rankers/config.json", None, _field("beam_size", 10**9)),
+    "rankers n_features + 1": ("rankers/config.json", None, lambda c: _field("n_features", c["n_features"] + 1)(c)),
+    "NaN ranker weights (engine)": ("rankers/engine/ent_w.npy", None, _at(np.nan, every=7)),
+    "inf ranker biases (engine)": ("rankers/engine/bias.npy", None, _at(np.inf, every=3)),
+    "NaN ranker weights (level file)": ("rankers/level_1.npz", "data", _at(np.nan)),
+    "HNSW shortlist ef_search 10^9": (
+        "shortlist/config.json",
+        None,
+        lambda c: (c | {"config": c["config"] | {"ef_search": 10**9}}, []),
+    ),
+    "LightXML beam_size 10^9": ("lightxml/config.json", None, _field("beam_size", 10**9)),
+    "CascadeXML top_k 10^9": ("cascadexml/config.json", None, _field("top_k", [10**9])),
+    "LaMP candidates 10^9": ("lamp/lamp.json", None, _field("candidates", 10**9)),
+}
+
+
+def cases_for(bundle: Path) -> list[str]:
+    """The CASES whose file the bundle holds."""
+    files = json.loads((bundle / "manifest.json").read_text())["files"]
+    return [name for name, (rel, _, _) in CASES.items() if rel in files]
+
+
+def apply_case(work: Path, name: str) -> tuple[str, list[str]]:
+    rel, member, change = CASES[name]
+    path = work / rel
+    if rel.endswith(".json"):
+        value, words = change(json.loads(path.read_text()))
+        path.write_text(json.dumps(value))
+    elif member is None:
+        value, words = change(np.load(path, allow_pickle=False))
+        np.save(path, value)
+    else:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        arrays[member], words = change(arrays[member])
+        with open(path, "wb") as fh:
+            np.savez(fh, **arrays)
+    rehash(work, rel)
+    return f"case: {name}", words
 
 
 # ---------------------------------------------------------------- the child: mutate, load, predict
-def child(bundle: Path, seed: int, start: int, stop: int) -> None:
-    """Mutations start..stop-1, one line per event on stdout: `start I WHAT`, then `done I OUTCOME DETAIL`."""
+def child(bundle: Path, seed: int, start: int, stop: int, cases: bool = False) -> None:
+    """Mutations start..stop-1 (with `cases`: cases_for(bundle)[start:stop]), one line per event on stdout:
+    `start I WHAT`, then `done I OUTCOME DETAIL`."""
     from xtag.models.bundle import load_bundle
     from xtag.models.errors import XtagError
 
@@ -183,10 +297,13 @@ def child(bundle: Path, seed: int, start: int, stop: int) -> None:
         "manifest.json": (work / "manifest.json").read_bytes()
     }
     words = _vocabulary(bundle)
+    names = cases_for(bundle)
+    originals |= {CASES[n][0]: (work / CASES[n][0]).read_bytes() for n in names}
     try:
         for i in range(start, stop):
-            print(f"start {i} {' '.join(map(str, mutation(seed, i, found)))}", flush=True)
-            what = apply(work, seed, i, found)
+            label = f"case: {names[i]}" if cases else " ".join(map(str, mutation(seed, i, found)))
+            print(f"start {i} {label}", flush=True)
+            what, touched = apply_case(work, names[i]) if cases else apply(work, seed, i, found)
             try:
                 outcome, detail = "served", ""
                 try:
@@ -194,7 +311,7 @@ def child(bundle: Path, seed: int, start: int, stop: int) -> None:
                 except XtagError as exc:
                     outcome, detail = "refused", str(exc).replace(str(work), "B")[:300]
                 else:
-                    _predict(loaded.predictor, words, np.random.default_rng([seed, i, 2]))
+                    _predict(loaded.predictor, words, np.random.default_rng([seed, i, 2]), touched)
                     del loaded
             except Exception as exc:  # anything but XtagError at load, or any failure to predict
                 outcome = "error"
@@ -216,23 +333,28 @@ def _vocabulary(bundle: Path) -> list[str]:
     return words or ["python", "audio", "game", "editor", "network", "library", "tool"]
 
 
-def _predict(predictor, words: list[str], rng: np.random.Generator) -> None:
-    """Short documents (hash lookups), long ones (scatter walk), one alone (serial kernel), a batch (pool)."""
+def _predict(predictor, words: list[str], rng: np.random.Generator, touched: list[str] = ()) -> None:
+    """Short documents (hash lookups), long ones (scatter walk), one alone (serial kernel), a batch (pool); each
+    holds the vocabulary terms the mutation `touched`."""
     docs = [" ".join(rng.choice(words, size=int(rng.integers(1, 4)))) for _ in range(TEXTS_PER_BATCH // 2)]
     docs += [" ".join(rng.choice(words, size=min(len(words), 400))) for _ in range(TEXTS_PER_BATCH // 2)]
+    docs = [" ".join([*touched, doc]) for doc in docs]
     for batch, k, beam in ((docs[:1], 5, None), (docs, 10, None), (docs, 3, 50), (docs[-1:], 1, 1)):
         preds = predictor.predict(batch, k=k, beam_size=beam)
         predictor.named(preds)
 
 
 # ---------------------------------------------------------------- the parent: run children, survive their deaths
-def run(bundle: Path, mutations: int, seed: int, timeout: float) -> dict:
+def run(bundle: Path, mutations: int, seed: int, timeout: float, cases: bool = False) -> dict:
+    """`mutations` random mutations, or (`cases`) the first `mutations` of cases_for(bundle), where a case
+    that is served fails too; counts, failures, and the refusals by what was mutated (or each case's message)."""
     counts = {"refused": 0, "served": 0, "error": 0, "crash": 0, "hang": 0}
-    failures, refusals = [], {}
+    failures, refusals, served = [], {}, {}
     i = 0
     started = time.perf_counter()
     while i < mutations:
         cmd = [sys.executable, __file__, "--bundle", str(bundle), "--seed", str(seed), "--child", f"{i}:{mutations}"]
+        cmd += ["--cases"] if cases else []
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
         current, what = None, ""
         deadline = time.monotonic() + timeout + 60  # the first mutation pays for imports and kernel compilation
@@ -245,11 +367,17 @@ def run(bundle: Path, mutations: int, seed: int, timeout: float) -> dict:
             elif kind == "done":
                 outcome, _, detail = rest.partition(" ")
                 counts[outcome] += 1
-                if outcome == "error":
+                if outcome == "error" or (cases and outcome == "served"):
                     failures.append({"mutation": int(n), "outcome": outcome, "detail": detail})
+                elif outcome == "refused" and cases:
+                    key, _, message = detail.partition(" :: ")
+                    refusals[key] = message
                 elif outcome == "refused":
                     key = detail.split(" :: ")[0]
                     refusals[key] = refusals.get(key, 0) + 1
+                elif outcome == "served":
+                    key = detail.split(" :: ")[0].rsplit(" ", 1)[0]  # the file (and member), not the kind
+                    served[key] = served.get(key, 0) + 1
                 current, i = None, int(n) + 1
         if proc.poll() is None:  # no progress in time
             proc.kill()
@@ -272,7 +400,8 @@ def run(bundle: Path, mutations: int, seed: int, timeout: float) -> dict:
         "seconds": round(time.perf_counter() - started, 1),
         "counts": counts,
         "failures": failures,
-        "refused_by_kind": dict(sorted(refusals.items(), key=lambda kv: -kv[1])[:40]),
+        "refused_by_kind": refusals if cases else dict(sorted(refusals.items(), key=lambda kv: -kv[1])[:40]),
+        "served_by_file": dict(sorted(served.items(), key=lambda kv: -kv[1])),
     }
 
 
@@ -308,18 +437,24 @@ def main() -> int:
         "--timeout", type=float, default=60.0, help="seconds one mutation may take before it counts as a hang"
     )
     ap.add_argument("--only", type=int, help="replay mutation ONLY in this process and print its outcome")
+    ap.add_argument("--no-cases", action="store_true", help="leave out the named CASES (random mutations only)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--cases", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         start, stop = map(int, args.child.split(":"))
-        child(args.bundle, args.seed, start, stop)
+        child(args.bundle, args.seed, start, stop, args.cases)
         return 0
     if args.only is not None:
         child(args.bundle, args.seed, args.only, args.only + 1)
         return 0
+    named = [] if args.no_cases else cases_for(args.bundle)
+    cases = run(args.bundle, len(named), args.seed, args.timeout, cases=True) if named else None
     result = run(args.bundle, args.mutations, args.seed, args.timeout)
+    if cases is not None:
+        result["cases"] = {k: cases[k] for k in ("counts", "failures")} | {"refused_with": cases["refused_by_kind"]}
     print(json.dumps(result, indent=1))
-    return 1 if result["failures"] else 0
+    return 1 if result["failures"] or (cases and cases["failures"]) else 0
 
 
 if __name__ == "__main__":

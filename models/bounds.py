@@ -4,7 +4,8 @@ The compiled kernels (models/engine/), scipy's sparse routines and FAISS read th
 checking them, so a bundle whose checksums match but whose indices are wrong (an edited file, re-hashed)
 would read out of bounds at the first prediction: issue 30 set every value of rankers/engine/fm_node.npy to
 50,000,000 and the server segfaulted. Every loader of an index array calls these first; a bad array is
-refused with an XtagError that names it, as the NaN scan names a non-finite one.
+refused with an XtagError that names it, as the NaN scan names a non-finite one. So is a number that sizes
+every request's work, a bundle's default beam (`beam`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 from xtag.models.errors import XtagError
 
 BLOCK = 1 << 24  # elements per block in the checks that walk big arrays segment by segment (bounded memory)
+SMALL_BEAM = 10  # the trainers' default beam: a bundle may keep it over fewer labels (`beam` below)
 
 
 def fail(name: str, problem: str) -> XtagError:
@@ -67,6 +69,22 @@ def permutation(name: str, values: np.ndarray, n: int) -> None:
     in_range(name, values, 0, n)
     if n and bool((np.bincount(values, minlength=n) != 1).any()):
         raise fail(name, f"not a permutation of 0..{n - 1} (an id repeats)")
+
+
+def beam_limit(n: int, floor: int = SMALL_BEAM) -> int:
+    """The widest default beam a bundle choosing among `n` things may hold (`beam`); trainers cap theirs at it."""
+    return max(n, floor)
+
+
+def beam(
+    name: str, field: str, value: int, n: int, floor: int = SMALL_BEAM, what: str = "the bundle's label count"
+) -> None:
+    """A bundle's default beam (or candidate count, or search breadth) is at most the `n` things it chooses
+    from, or `floor` (the trainers' default) where they are fewer: a wider one searches nothing more, yet every
+    request that names no beam of its own would pay for it (a beam_size of 10^9 in a bundle loaded, issue 38)."""
+    limit = beam_limit(n, floor)
+    if value > limit:
+        raise XtagError(f"{name}: {field} {value} is above {what} ({n}); at most {limit}")
 
 
 def segment_blocks(ptr: np.ndarray, block: int = BLOCK) -> Iterator[tuple[int, int]]:

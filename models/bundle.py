@@ -10,8 +10,9 @@ from pathlib import Path
 
 from xtag.models.components import assemble
 from xtag.models.errors import XtagError
+from xtag.models.finite import refuse_nonfinite
 from xtag.models.labels import LabelVocab
-from xtag.models.manifest import read_manifest
+from xtag.models.manifest import not_a_bundle, read_manifest
 from xtag.models.predictor import Predictor
 
 
@@ -36,13 +37,19 @@ class Bundle:
 
 def load_bundle(path: str | Path, device=None) -> Bundle:
     """Verify and load a bundle; raises XtagError with a clear message on any mismatch, unlisted file (an
-    unlisted calibration.json included) or unreadable file (models/manifest.py). `device`: where its ONNX
-    graphs and FAISS indexes run (models/device.py; default cpu); CUDA that cannot start raises."""
+    unlisted calibration.json included) or unreadable file (models/manifest.py), on NaN or inf in any of its
+    arrays (models/finite.py), and on any index or number out of its bounds (each component's loader:
+    models/bounds.py). The one load path: the server, `xtag predict`, `evaluate`, `calibrate` and export's
+    check all come here, so a bundle one of them refuses, all refuse. `device`: where its ONNX graphs and
+    FAISS indexes run (models/device.py; default cpu); CUDA that cannot start raises."""
     start = time.perf_counter()
     folder = Path(path)
     if not folder.is_dir():
-        raise XtagError(f"{folder}: bundle directory not found")
+        raise XtagError(f"{folder}: {not_a_bundle(folder)}")
     manifest = read_manifest(folder)
+    nested = tuple(f"{c['path']}/" for c in manifest["components"] if c["type"] == "first-stage")
+    own = [rel for rel in manifest["files"] if not rel.startswith(nested)]  # a first stage scans its own on load
+    refuse_nonfinite(folder, own, "a corrupt bundle")
     parts = assemble(folder, manifest["components"], device, open_bundle=load_bundle)
     if parts.featurizer is None or parts.model is None:
         raise XtagError(

@@ -21,6 +21,13 @@ class LabelVocab:
         if len(self.names) != len(self.frequencies):
             raise XtagError("label vocabulary: names and frequencies differ in length")
         self.index = {n: i for i, n in enumerate(self.names)}
+        if len(self.index) != len(self.names):  # a name given twice: its first id would never be found by name
+            twice = next(n for i, n in enumerate(self.names) if self.index[n] != i)
+            raise XtagError(f"names: {twice!r} is given to labels {self.names.index(twice)} and {self.index[twice]}")
+        if not all(isinstance(n, str) for n in self.names):
+            raise XtagError(f"names: {next(n for n in self.names if not isinstance(n, str))!r} is not a string")
+        if self.n_train_docs < 0 or (self.frequencies and min(self.frequencies) < 0):
+            raise XtagError("frequencies and n_train_docs are counts of training documents: none is negative")
 
     def __len__(self) -> int:
         return len(self.names)

@@ -217,13 +217,30 @@ def _unlisted(folder: Path, listed: dict[str, str]) -> None:
     raise XtagError(f"{folder}: {', '.join(extra[:5])} not listed in the manifest (no checksum); {hint}")
 
 
+def not_a_bundle(folder: Path) -> str:
+    """Why `folder` holds no bundle, saying what to do: a training run (its config.json beside model/ or
+    checkpoints/) is exported first, a folder that does not exist is said not to."""
+    if not folder.exists():
+        return "no such bundle directory"
+    if not folder.is_dir():
+        return "not a directory (a bundle is a directory with a manifest.json)"
+    if (folder / "config.json").is_file() and ((folder / "model").is_dir() or (folder / "checkpoints").is_dir()):
+        if not (folder / "model").is_dir():
+            return (
+                "a training run that has not finished (no model/), not a bundle: resume its training "
+                f"(`xtag train ... --out {folder} --resume`), then export it"
+            )
+        return f"a training run, not a bundle: export it first with `xtag export {folder} --out bundles/{folder.name}`"
+    return f"not an xtag bundle (no {MANIFEST})"
+
+
 def read_manifest(folder: Path) -> dict:
     """Parse and verify a bundle's manifest (format, version, kind, field types, paths, every file listed and
     its checksum, array files whole); returns it with its components resolved (format 1 bundles get the list
     their writer implied)."""
     path = folder / MANIFEST
     if not path.is_file():
-        raise XtagError(f"{folder}: not an xtag bundle (no {MANIFEST})")
+        raise XtagError(f"{folder}: {not_a_bundle(folder)}")
     try:
         manifest = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -137,4 +137,13 @@ class StaticEncoder:
             raise XtagError(
                 f"{folder / TOKENIZER}: vocabulary of {tokenizer.get_vocab_size()} tokens, table has {config.vocab_size}"
             )
+        ids = tokenizer.get_vocab(with_added_tokens=True)  # a token id past the table would wrap to another row
+        if ids and max(ids.values()) >= config.vocab_size:
+            token = max(ids, key=ids.get)
+            raise XtagError(
+                f"{folder / TOKENIZER}: token {token!r} has id {ids[token]}, the table has {config.vocab_size} rows"
+            )
+        for name, array in zip((WEIGHTS, IDF), arrays[1:]):
+            if array.size and float(array.min()) < 0:  # NaN passes here: the bundle's NaN scan refuses it
+                raise XtagError(f"{folder / name}: a token's weight is {float(array.min())}; none is negative")
         return cls(tokenizer, *arrays, config)

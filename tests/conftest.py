@@ -363,3 +363,25 @@ def assert_serves_without_torch(bundle: Path, texts: list[str]) -> None:
     expected = load_bundle(bundle).predictor.predict(texts, k=3)
     assert out["torch"] == [] and out["labels"] == expected.labels.tolist()
     assert np.allclose(out["scores"], expected.scores, atol=1e-6)
+
+
+def edit_bundle(bundle: Path, rel: str, change, member: str | None = None) -> Path:
+    """Apply `change` to one file of a bundle (a JSON file's parsed value, a .npy array, or member `member` of a
+    .npz) and re-hash it in the manifest: a bundle edited after export, whose checksums still match."""
+    import numpy as np
+    from xtag.models.manifest import sha256
+
+    path = bundle / rel
+    if rel.endswith(".json"):
+        path.write_text(json.dumps(change(json.loads(path.read_text()))))
+    elif member is None:
+        np.save(path, change(np.load(path)))
+    else:
+        with np.load(path) as z:
+            arrays = {k: z[k] for k in z.files}
+        arrays[member] = change(arrays[member])
+        np.savez(path, **arrays)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["files"][rel] = sha256(path)
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    return bundle

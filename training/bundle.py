@@ -37,6 +37,10 @@ def export_run(
     fusions) override the run's export settings of the transformer families (training/onnx/optimize.py).
     """
     model = run / "model"
+    if not run.is_dir():
+        raise XtagError(f"{run}: no such run directory" if not run.exists() else f"{run}: not a run directory")
+    if (run / "manifest.json").is_file():
+        raise XtagError(f"{run}: already a bundle, not a training run (serve it: xtag serve {run})")
     if not model.is_dir():
         raise XtagError(f"{run}: no finished model (train it first, or resume it)")
     if out.exists():
@@ -75,7 +79,6 @@ def export_run(
         },
     )
     with step("loading the bundle back as a check"):
-        refuse_nonfinite(tmp, manifest["files"], "not published")
-        load_bundle(tmp)  # refuse to publish a bundle that does not load
+        load_bundle(tmp)  # refuse to publish a bundle that does not load, or holds NaN (load_bundle scans it)
     tmp.rename(out)
     return manifest

@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.special import expit
+from xtag.models import bounds
 from xtag.models.atomic import write_atomic, write_text_atomic
 from xtag.models.beam_search import Predictions, top_k
 from xtag.models.cascadexml.cascade import child_tables, expand, top_nodes
@@ -170,4 +171,6 @@ class CascadeXMLModel:
                 biases = [z[f"bias_{r}"] for r in range(levels)]
         except (OSError, ValueError, KeyError) as exc:
             raise XtagError(f"{folder}: cannot read the CascadeXML heads ({exc})") from exc
+        for r, top in enumerate(config.top_k):
+            bounds.beam(str(folder / "config.json"), f"top_k[{r}]", top, chain.n_labels)
         return cls(chain, weights, biases, config)

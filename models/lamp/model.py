@@ -16,6 +16,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.special import expit
+from xtag.models import bounds
 from xtag.models.beam_search import Predictions, top_k
 from xtag.models.device import Device
 from xtag.models.errors import XtagError
@@ -49,6 +50,17 @@ def score_features(scores: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(scores), scores, 0.0).astype(np.float32)
 
 
+def check_pair_codes(name: str, codes: np.ndarray, n_labels: int) -> None:
+    """LaMP_pr's label graph (models/lamp/masks.py) is found by binary search: its codes i·L + j must be
+    integers below L², increasing (each pair once), or pairs that co-occur are silently not found."""
+    codes = bounds.integers(name, codes)
+    bounds.in_range(name, codes, 0, n_labels * n_labels, f"pair codes of {n_labels} labels")
+    if len(codes) > 1 and bool((np.diff(codes) <= 0).any()):
+        raise bounds.fail(
+            name, f"codes must increase (each pair once), not at position {int(np.argmax(np.diff(codes) <= 0)) + 1}"
+        )
+
+
 class LampReranker:
     """The lamp/ component: the ONNX graph (with its tokenizer) and the label graph it masks attention with."""
 
@@ -62,6 +74,9 @@ class LampReranker:
             codes = np.load(folder / CODES_FILE, allow_pickle=False) if config.graph == "pr" else None
         except (OSError, ValueError) as exc:
             raise XtagError(f"{folder}: cannot read the LaMP re-ranker ({exc})") from exc
+        bounds.beam(str(folder / HEAD_FILE), "candidates", config.candidates, config.n_labels)
+        if codes is not None:
+            check_pair_codes(str(folder / CODES_FILE), codes, config.n_labels)
         onnx = OnnxEncoder.load(folder, device=device, spin=spin)
         if [i.name for i in onnx.session.get_inputs()][2:] != list(INPUTS):
             raise XtagError(

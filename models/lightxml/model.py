@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.special import expit
+from xtag.models import bounds
 from xtag.models.atomic import write_text_atomic
 from xtag.models.beam_search import Predictions, top_k
 from xtag.models.device import Device
@@ -158,4 +159,5 @@ class LightXMLModel:
             embeddings = LabelIndex.load_embeddings(folder)
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             raise XtagError(f"{folder}: cannot read the LightXML heads ({exc})") from exc
+        bounds.beam(str(folder / "config.json"), "beam_size", config.beam_size, config.n_labels)
         return cls(chain, embeddings, config)

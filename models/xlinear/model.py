@@ -118,6 +118,7 @@ class XLinearModel:
         array is checked against its bounds first (models/bounds.py, models/engine/checks.py)."""
         with reading(folder / "config.json", "the rankers' configuration"):
             config = RankerConfig.model_validate_json((folder / "config.json").read_text())
+        bounds.beam(str(folder / "config.json"), "beam_size", config.beam_size, chain.n_labels)
         levels = [load_level(folder / f"level_{t}.npz") for t in range(1, chain.depth + 1)]
         model = cls(chain, levels, config)
         if (folder / ENGINE_DIR).is_dir():

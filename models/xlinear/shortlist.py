@@ -151,6 +151,8 @@ class FaissShortlist:
             raise XtagError(f"{folder}/faiss.index: a {type(index).__name__}, config.json says {info.index}")
         if info.index == "hnsw":
             check_hnsw(folder / "faiss.index", index)
+            default = ShortlistConfig.model_fields["ef_search"].default
+            bounds.beam(f"{folder}/config.json", "ef_search", info.config.ef_search, info.nodes, default, "its nodes")
         return cls(index, columns.astype(np.int64), info)
 
 

@@ -135,6 +135,17 @@ def test_an_hnsw_graph_whose_search_would_leave_its_links_is_refused(copy):
         load_bundle(copy)
 
 
+def test_an_hnsw_search_breadth_past_its_nodes_is_refused(copy):
+    """efSearch sizes every request's search like a beam (issue 38's beam_size of 10^9): at most the index's nodes,
+    or the default breadth where they are fewer."""
+    config = json.loads((copy / "shortlist" / "config.json").read_text())
+    config["config"]["ef_search"] = 10**9
+    (copy / "shortlist" / "config.json").write_text(json.dumps(config))
+    rehash(copy, "shortlist/config.json")
+    with pytest.raises(XtagError, match=r"shortlist/config\.json: ef_search 1000000000 is above its nodes"):
+        load_bundle(copy)
+
+
 def test_predict_refuses_the_issue_bundle_instead_of_crashing(copy):
     """`xtag predict` on the issue's bundle exited 139 (SIGSEGV); it now says which file is wrong."""
     rewrite(copy, "rankers/engine/fm_node.npy", None, lambda a: np.full_like(a, 50_000_000))
@@ -151,7 +162,8 @@ def test_predict_refuses_the_issue_bundle_instead_of_crashing(copy):
 def test_fuzzed_index_arrays_are_refused_or_served_never_fatal(bundle):
     """30 mutations (random values, swaps, shifts, cut-and-padded, wrong lengths and dtypes) of random index arrays
     and layout numbers, each re-hashed: the load refuses it with an XtagError or predictions run, and the child
-    process that runs them never dies (bench/bundle_fuzz.py; it ran 2,000 for issue 30's report)."""
+    process that runs them never dies (bench/bundle_fuzz.py; it ran 2,000 for issue 30's report). Before them,
+    each of the fuzzer's named cases (issue 38: vocabulary columns, idf, label names, beam, NaN) is refused."""
     done = subprocess.run(
         [sys.executable, "bench/bundle_fuzz.py", "--bundle", str(bundle), "--mutations", "30", "--seed", "30"],
         cwd=ROOT,
@@ -163,3 +175,6 @@ def test_fuzzed_index_arrays_are_refused_or_served_never_fatal(bundle):
     counts = result["counts"]
     assert counts["error"] == counts["crash"] == counts["hang"] == 0, result["failures"]
     assert counts["refused"] + counts["served"] == 30 and counts["refused"] >= 10, counts
+    cases = result["cases"]
+    assert not cases["failures"] and cases["counts"]["refused"] == len(cases["refused_with"]) >= 12, cases
+    assert "case: vocabulary column 50,000,000" in cases["refused_with"], cases

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 import torch
+from xtag.models import bounds
 from xtag.models.atomic import write_atomic
 from xtag.models.errors import XtagError, reading
 from xtag.models.label_tree import ClusterChain
@@ -96,7 +97,7 @@ class Trainer(Callback):
         # multiplied in, ranked the generator's top-10 worse than chance after a 3,000-text epoch (issue 29).
         self.discriminate = lc.flat_discriminator or chain.level_size(1) != chain.n_labels
         self.head = LightXMLHeadConfig(
-            beam_size=lc.top_clusters,
+            beam_size=min(lc.top_clusters, bounds.beam_limit(chain.n_labels)),  # wider: refused at load
             n_clusters=chain.level_size(1),
             n_labels=chain.n_labels,
             dim=lc.hidden_dim,

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
+from xtag.models import bounds
 from xtag.models.beam_search import RankerLevel
 from xtag.models.components import COMPONENTS
 from xtag.models.label_tree import ClusterChain
@@ -331,9 +332,8 @@ def train_xlinear(
         )
         if ckpt:
             save_level(level, ckpt)
-    ranker_config = RankerConfig(
-        post_processor=config.post_processor, beam_size=config.beam_size, n_features=X.shape[1]
-    )
+    beam = min(config.beam_size, bounds.beam_limit(chain.n_labels))  # wider searches nothing more; load refuses it
+    ranker_config = RankerConfig(post_processor=config.post_processor, beam_size=beam, n_features=X.shape[1])
     return XLinearModel(chain, levels, ranker_config)
 
 

@@ -134,8 +134,21 @@ class Optimize(Strict):
 
 
 class BatchRequest(PredictOptions):
+    # `reweight` and `optimize` are alternatives (routes/predict.py answers 422 to both): the schema says so too, so
+    # that a client generated from it, or a fuzzer, does not take both together for a valid request (issue 38).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "not": {
+                "required": ["optimize", "reweight"],
+                "properties": {"optimize": {"type": "object"}, "reweight": {"type": "object"}},
+            }
+        }
+    )
+
     documents: Annotated[list[BatchDocument], Field(min_length=1, description="at most XTAG_MAX_BATCH_DOCUMENTS")]
-    optimize: Optimize | None = None
+    optimize: Optimize | None = Field(
+        None, description="choose the batch's top-k sets for a macro metric; not with reweight"
+    )
 
 
 class TermShare(BaseModel):

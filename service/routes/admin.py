@@ -109,9 +109,10 @@ def resolve_target(request: Request, bundle: str) -> Path:
 @router.post(
     "/v1/admin/reload",
     response_model=ReloadResponse,
-    openapi_extra=openapi_body(ReloadRequest, False),
+    openapi_extra=openapi_body(ReloadRequest),
     summary="Reload the bundle (or switch to another); the old one keeps serving if the new one fails",
-    description="Send a JSON Content-Type even with no body. Switching to another `bundle` needs XTAG_ADMIN_KEY "
+    description="`{}` re-reads the configured bundle (an empty body is accepted too, with a JSON Content-Type: "
+    "a POST without one is what a foreign web page can send, and gets 415). Switching to another `bundle` needs XTAG_ADMIN_KEY "
     "(X-Admin-Key or Authorization: Bearer) and a directory under XTAG_BUNDLE_ROOT; without an admin key the "
     "route only re-reads the configured bundle (the API key, if any, guards it).",
     responses=problem_responses(

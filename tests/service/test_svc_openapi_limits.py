@@ -71,3 +71,22 @@ def test_explanations_never_show_negative_zero(client):
         "/v1/predict/batch", json={"documents": [{"text": "python sql image"}] * 4, "k": 9, "explain": True}
     )
     assert r.status_code == 200 and "-0.0," not in r.text and "-0.0}" not in r.text
+
+
+def test_the_schema_states_what_the_server_refuses_and_accepts_of_alternatives_and_empty_bodies(client):
+    """schemathesis's ST202 (a schema-valid request refused): both `reweight` and `optimize` are refused, and the
+    schema says so; the reload's body is declared, and `{}` re-reads the configured bundle."""
+    spec = client.get("/openapi.json").json()
+    batch = spec["components"]["schemas"]["BatchRequest"]
+    assert set(batch["not"]["required"]) == {"optimize", "reweight"}
+    both = {
+        "documents": [{"text": "python"}],
+        "optimize": {"metric": "macro-f1"},
+        "reweight": {"scheme": "psp", "alpha": 0.5},
+    }
+    assert client.post("/v1/predict/batch", json=both).status_code == 422
+    one = {k: v for k, v in both.items() if k != "reweight"}
+    assert client.post("/v1/predict/batch", json=one).status_code == 200
+    assert spec["paths"]["/v1/admin/reload"]["post"]["requestBody"]["required"] is True
+    assert client.post("/v1/admin/reload", json={}).status_code == 200
+    assert client.post("/v1/admin/reload").status_code == 415  # no JSON Content-Type: what a foreign page can send

@@ -91,9 +91,22 @@ def _sighup(app: FastAPI) -> None:
     task.add_done_callback(app.state.tasks.discard)
 
 
+def worker_pools(settings: Settings) -> tuple[PredictorPool | None, ThreadPoolExecutor]:
+    """The predictor calls' threads (off the event loop, cheaper per call than anyio's shared pool; None: calls run
+    on the loop) and the thread that decodes and validates large bodies (deps.parse_body)."""
+    threads = predictor_calls(settings)
+    return (PredictorPool(threads) if threads > 0 else None), ThreadPoolExecutor(1, thread_name_prefix="xtag-parse")
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI):
     state, settings = app.state, app.state.settings
+    if state.lifespans:  # the same app started again (a TestClient reused): the last shutdown closed its pools
+        state.executor, state.parse_executor = worker_pools(settings)
+        if state.registry.current is not None:
+            kind = state.registry.current.kind
+            state.batcher = make_batcher(settings, kind, state.executor, state.metrics.observe_batch, state.recent)
+    state.lifespans += 1
     loop = asyncio.get_running_loop()
     hup = False
     if settings.sighup_reload:
@@ -166,14 +179,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.recent = recent = RecentRequests(settings.stats_window_s)
     app.state.batcher = None
     app.state.tasks = set()
+    app.state.lifespans = 0  # how many times it started: a restarted app needs new worker pools (lifespan)
     app.state.feedback = None  # routes/feedback.py opens the store on the first write
     app.state.on_startup_failure = []  # called with the reason when the bundle given at startup does not load
-    # Predictor calls run here, off the event loop (cheaper per call than anyio's shared pool).
-    threads = predictor_calls(settings)
-    app.state.executor = PredictorPool(threads) if threads > 0 else None
-
-    # Large request bodies are decoded and validated here, off the event loop (deps.parse_body).
-    app.state.parse_executor = ThreadPoolExecutor(1, thread_name_prefix="xtag-parse")
+    app.state.executor, app.state.parse_executor = worker_pools(settings)
 
     def on_swap(old, new) -> None:
         metrics.set_model(old, new)

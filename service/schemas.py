@@ -24,8 +24,11 @@ def _not_blank(text: str) -> str:
 
 
 # The blank check stays a validator (its message is clearer than a failed pattern); the schema states
-# the same rule as minLength + pattern so that clients and schema-driven tools know it.
-NOT_BLANK = {"minLength": 1, "pattern": r"\S"}
+# the same rule as minLength + pattern so that clients and schema-driven tools know it. The pattern spells out
+# the characters str.strip() removes (str.isspace): a regex's \s differs (it lacks U+001C-U+001F and U+0085 and
+# has U+FEFF), and schemathesis found a text of U+001D that the schema admitted and the server refused (issue 38).
+SPACE = "\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
+NOT_BLANK = {"minLength": 1, "pattern": f"[^{SPACE}]"}
 Text = Annotated[
     StrictStr,
     AfterValidator(_not_blank),
@@ -315,7 +318,7 @@ def _storable(value: object) -> object:
 
 
 NO_NUL = {"pattern": r"^[^\u0000]*$"}
-NOT_BLANK_NO_NUL = {"minLength": 1, "pattern": r"^[^\u0000]*[^\s\u0000][^\u0000]*$"}
+NOT_BLANK_NO_NUL = {"minLength": 1, "pattern": f"^[^\\u0000]*[^{SPACE}\\u0000][^\\u0000]*$"}
 StoredString = Annotated[StrictStr, AfterValidator(_storable), Field(json_schema_extra=NO_NUL)]
 StoredId = Annotated[
     Annotated[StrictStr, Field(json_schema_extra=NO_NUL)] | StrictInt,

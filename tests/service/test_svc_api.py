@@ -192,3 +192,18 @@ def test_openapi_documents_every_error_as_problem_json(client):
     }
     for (path, method), codes in expect.items():
         assert codes <= set(spec["paths"][path][method]["responses"]), (path, codes)
+
+
+def test_an_app_started_a_second_time_still_predicts_in_its_worker_threads(bundles):
+    """Each lifespan's shutdown closes the worker pools; a second start (a TestClient reused, schemathesis's ASGI
+    calls) gets new ones instead of answering 500 'cannot schedule new futures after shutdown'."""
+    from fastapi.testclient import TestClient
+    from xtag.service.app import create_app
+    from xtag.service.settings import Settings
+
+    app = create_app(Settings(_env_file=None, bundle=bundles["a"], load_in_background=False))
+    long_text = "python image network " * 1000  # over XTAG_INLINE_MAX_CHARS: predicted in a worker thread
+    for _ in range(2):
+        with TestClient(app) as c:
+            assert c.post("/v1/predict", json={"text": long_text, "k": 3}).status_code == 200
+            assert c.post("/v1/predict", json={"text": "python", "k": 3, "explain": True}).status_code == 200

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 from xtag.models.explain import rounded
 
@@ -90,3 +92,15 @@ def test_the_schema_states_what_the_server_refuses_and_accepts_of_alternatives_a
     assert spec["paths"]["/v1/admin/reload"]["post"]["requestBody"]["required"] is True
     assert client.post("/v1/admin/reload", json={}).status_code == 200
     assert client.post("/v1/admin/reload").status_code == 415  # no JSON Content-Type: what a foreign page can send
+
+
+def test_the_blank_text_pattern_is_the_servers_own_rule(client):
+    """A text of only U+001D passed the schema's old pattern (\\S) and was refused: schema and server now agree on
+    every character str.strip() removes, and on one that it keeps."""
+    pattern = re.compile(
+        client.get("/openapi.json").json()["components"]["schemas"]["PredictRequest"]["properties"]["text"]["pattern"]
+    )
+    for text in ("\u001d", "\u0085 \u3000", "\t\n"):
+        assert pattern.search(text) is None
+        assert client.post("/v1/predict", json={"text": text}).status_code == 422
+    assert pattern.search("\ufeff") and client.post("/v1/predict", json={"text": "\ufeff"}).status_code == 200

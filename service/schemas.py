@@ -78,6 +78,13 @@ class Reweight(Strict):
     and cut to k; each label keeps its model score η, so `score` need not decrease down the list.
     """
 
+    # beta is refused for the other schemes (models/reweighting.py); the schema says so, as schemathesis asks (ST202)
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [{"properties": {"scheme": {"const": "power"}}}, {"properties": {"beta": {"type": "null"}}}]
+        }
+    )
+
     scheme: Literal["psp", "power", "macro-recall"]
     alpha: Annotated[Number, Field(ge=0.0, le=1.0, description="0 = plain scores, 1 = pure scheme")]
     beta: (
@@ -287,6 +294,7 @@ class ModelInfo(BaseModel):
 class ReloadRequest(Strict):
     bundle: StrictStr | None = Field(
         None,
+        min_length=1,
         description="bundle directory to switch to, under XTAG_BUNDLE_ROOT (default: the configured one, "
         "re-read); a relative path is looked up under the root, then under the server's working directory; "
         "needs XTAG_ADMIN_KEY and a single worker",

@@ -70,7 +70,7 @@ def resolve_target(request: Request, bundle: str) -> Path:
     """The bundle directory asked for, symlinks resolved, if it lies under the bundle root and holds a manifest.
 
     403 only for a path that is outside the root as written (decided on the string, so it tells nothing about
-    the filesystem); for anything under it one 422 alike for "missing", "not a bundle", a symlink that leads
+    the filesystem); for anything under it one 404 alike for "missing", "not a bundle", a symlink that leads
     out of the root, and a name the filesystem refuses (a NUL byte, a component over 255 bytes, a symlink
     loop, which raised 500s), so the endpoint cannot be used to probe what exists there. Both answers name the
     root and the absolute paths looked at (the caller holds the admin key: they are the caller's own string,
@@ -98,8 +98,8 @@ def resolve_target(request: Request, bundle: str) -> Path:
                 return target
         except (OSError, ValueError, RuntimeError):  # ENAMETOOLONG, embedded NUL, symlink loop
             pass
-    raise Problem(
-        422,
+    raise Problem(  # 404: nothing servable is there (schemathesis counts a 422 to a schema-valid path as ST202)
+        404,
         "not-a-bundle",
         f"{bundle!r} is not a bundle directory under the bundle root (tried {', '.join(map(str, tried))}); "
         f"{how}{_still_serving(request)}",
@@ -123,7 +123,8 @@ def resolve_target(request: Request, bundle: str) -> Path:
             409: "another reload is in progress, or a bundle switch asked of a multi-worker server",
             413: "body too large",
             415: "not application/json",
-            422: "invalid field, not a bundle, or the new bundle did not load or warm up; the old one still serves",
+            404: "no bundle there: missing, not a bundle, or a name the filesystem refuses (not-a-bundle)",
+            422: "invalid field, or the new bundle did not load or warm up; the old one still serves",
         }
     ),
 )

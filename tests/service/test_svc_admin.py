@@ -70,7 +70,7 @@ def test_reload_targets_must_lie_under_the_bundle_root(make_client, bundles, tmp
             assert f"root is {bundles['a'].parent} " in r.json()["detail"] and f"{outside} does not" in r.text
         # a symlink out is refused as a missing name is (test_odd_targets_get_the_missing_name_answer)
         r = c.post(RELOAD, json={"bundle": str(escape)}, headers=ADMIN)
-        assert r.status_code == 422 and r.json()["type"].endswith("not-a-bundle") and str(outside) not in r.text
+        assert r.status_code == 404 and r.json()["type"].endswith("not-a-bundle") and str(outside) not in r.text
         # with the root set to where it is, the same bundle loads
         c2 = make_client(admin_key=ADMIN_KEY, bundle_root=tmp_path)
         assert c2.post(RELOAD, json={"bundle": str(outside)}, headers=ADMIN).json()["model"]["name"] == "tiny-b"
@@ -80,7 +80,7 @@ def test_reload_targets_must_lie_under_the_bundle_root(make_client, bundles, tmp
 
 def test_odd_targets_get_the_missing_name_answer(make_client, bundles, tmp_path):
     """Issue 30: a NUL in the name, a component over 255 bytes and a symlink loop answered 500; a symlink that
-    leads out of the root answered 403 where a missing name answers 422, which told symlinks from missing names."""
+    leads out of the root answered 403 where a missing name answers 422 (now 404), which told symlinks from missing names."""
     root = tmp_path / "root"
     root.mkdir()
     (root / "loop").symlink_to(root / "loop")
@@ -90,7 +90,7 @@ def test_odd_targets_get_the_missing_name_answer(make_client, bundles, tmp_path)
     for name in ("missing", "a\x00b", "x" * 300, "loop", "loop/deeper", "out", f"{'y' * 256}/z"):
         for given in (name, str(root / name)):
             r = c.post(RELOAD, json={"bundle": given}, headers=ADMIN)
-            assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json", (name, r.text)
+            assert r.status_code == 404 and r.headers["content-type"] == "application/problem+json", (name, r.text)
             assert str(bundles["b"]) not in r.text
             detail = r.json()["detail"].replace(repr(given), "X").replace(str(root / name), "Y")
             answers.add((r.json()["type"], detail))
@@ -105,7 +105,7 @@ def test_missing_and_non_bundle_targets_get_the_same_answer(make_client, bundles
     answers = set()
     for name in ("empty", "missing", "file"):
         r = c.post(RELOAD, json={"bundle": str(tmp_path / name)}, headers=ADMIN)
-        assert r.status_code == 422 and "still serving tiny-a" in r.json()["detail"]
+        assert r.status_code == 404 and "still serving tiny-a" in r.json()["detail"]
         answers.add(r.json()["detail"].replace(str(tmp_path / name), "X"))
     assert len(answers) == 1, answers
     assert c.post("/v1/predict", json={"text": "python"}).json()["model"]["name"] == "tiny-a"
@@ -130,7 +130,7 @@ def test_a_relative_path_is_looked_up_under_the_root_then_the_working_directory(
     assert c.post(RELOAD, json={"bundle": "bundles/tiny-b"}, headers=ADMIN).json()["model"]["name"] == "tiny-a"
     # a miss names the absolute paths tried, the root and the working directory
     r = c.post(RELOAD, json={"bundle": "bundles/nope"}, headers=ADMIN)
-    assert r.status_code == 422 and r.json()["type"].endswith("not-a-bundle")
+    assert r.status_code == 404 and r.json()["type"].endswith("not-a-bundle")
     detail = r.json()["detail"]
     assert f"(tried {root / 'bundles' / 'nope'}, {root / 'nope'})" in detail, detail
     assert f"the bundle root is {root} (XTAG_BUNDLE_ROOT" in detail and f"working directory {tmp_path}" in detail

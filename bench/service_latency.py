@@ -233,6 +233,86 @@ def throughput(port: int, predictor, texts: list[str], k: int, batch: int) -> di
     }
 
 
+def batch_contenders(args: argparse.Namespace) -> dict[str, tuple[Path | None, dict]]:
+    """The servers batch_vs_pecos runs, by name: (code folder, None for this checkout; server environment)."""
+    threads = {"XTAG_INFERENCE_THREADS": str(args.inference_threads)} if args.inference_threads is not None else {}
+    ours = "this checkout" + (f", XTAG_INFERENCE_THREADS={args.inference_threads}" if threads else "")
+    contenders = {ours: (None, threads)}
+    if args.before_code:
+        contenders["before"] = (args.before_code, threads)
+    if args.also_inference_threads is not None:
+        contenders[f"this checkout, XTAG_INFERENCE_THREADS={args.also_inference_threads}"] = (
+            None,
+            {"XTAG_INFERENCE_THREADS": str(args.also_inference_threads)},
+        )
+    return contenders
+
+
+def http_batch_round(args: argparse.Namespace, servers: dict, bodies: list[bytes], n: int) -> tuple[dict, dict]:
+    """Every server's docs/s over the test split, with one client and with --batch-clients; and its CPU ms per
+    1,000 documents (the server's process tree)."""
+    row, cpu = {}, {}
+    for name, (port, proc) in servers.items():
+        for clients in sorted({1, args.batch_clients}):
+            key = f"http {name}" if clients == 1 else f"http {name}, {clients} clients"
+            before = tree_cpu_seconds(proc.pid)
+            _, wall = asyncio.run(_clients(port, bodies, clients, "/v1/predict/batch"))
+            row[key] = n / wall
+            cpu[f"{key} (server)"] = (tree_cpu_seconds(proc.pid) - before) / n * 1e6
+    return row, cpu
+
+
+def pecos_batch_round(args: argparse.Namespace, featurizer, texts: list[str], x_path: Path) -> tuple[dict, dict]:
+    """PECOS's docs/s and CPU ms per 1,000 documents: predict alone (its own venv, one call over x_path), and
+    with scikit-learn's and xtag's TF-IDF of the same texts, both timed here."""
+    n = len(texts)
+    start, c0 = time.perf_counter(), time.process_time()
+    featurizer.vectorizer.transform(texts)
+    sklearn_s, sklearn_cpu = time.perf_counter() - start, time.process_time() - c0
+    start, c0 = time.perf_counter(), time.process_time()
+    featurizer.transform(texts)
+    xtag_s, xtag_cpu = time.perf_counter() - start, time.process_time() - c0
+    done = subprocess.run(
+        [str(PECOS_PY), str(ROOT / "bench" / "peers" / "pecos_predict.py")]
+        + ["--model", str(args.pecos / "pecos_model"), "--X", str(x_path), "--topk"]
+        + [str(args.k), "--threads", str(args.threads)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    peer = json.loads(done.stdout.strip().splitlines()[-1])
+    predict_s, predict_cpu = peer["predict_s"][0], peer["predict_cpu_s"][0]
+    row = {
+        "pecos predict only": n / predict_s,
+        "pecos + scikit-learn tf-idf": n / (predict_s + sklearn_s),
+        "pecos + xtag tf-idf": n / (predict_s + xtag_s),
+    }
+    if args.batch_clients > 1:  # what a PECOS user overlapping TF-IDF with prediction could reach at best:
+        # never faster than either part alone, nor than their summed CPU time spread over every core
+        bound = max(predict_s, sklearn_s, (predict_cpu + sklearn_cpu) / (os.cpu_count() or 1))
+        row["pecos + scikit-learn tf-idf, overlapped (bound)"] = n / bound
+    cpu = {
+        "pecos predict only": predict_cpu / n * 1e6,
+        "pecos + scikit-learn tf-idf": (predict_cpu + sklearn_cpu) / n * 1e6,
+        "pecos + xtag tf-idf": (predict_cpu + xtag_cpu) / n * 1e6,
+    }
+    return row, cpu
+
+
+def batch_medians(rounds: list[dict]) -> tuple[dict, dict, dict]:
+    """Median docs/s and CPU per contender over the rounds, and the median ratio of each server to each PECOS
+    variant (ratios taken within a round, then their median)."""
+    median = {k: float(np.median([row[k] for row in rounds])) for k in rounds[0] if isinstance(rounds[0][k], float)}
+    median_cpu = {
+        k: float(np.median([row["cpu_ms_per_1000_docs"][k] for row in rounds]))
+        for k in rounds[0]["cpu_ms_per_1000_docs"]
+    }
+    contenders = [k for k in rounds[0] if k.startswith("http ")]
+    peers = [k for k in rounds[0] if k.startswith("pecos +")]
+    ratios = {f"{a} / {b}": float(np.median([row[a] / row[b] for row in rounds])) for a in contenders for b in peers}
+    return median, median_cpu, ratios
+
+
 def batch_vs_pecos(args: argparse.Namespace) -> dict:
     """`/v1/predict/batch` docs/s over HTTP (this checkout's server, and --before-code's) against PECOS in-process
     with TF-IDF, in rounds that run every contender once, so that all of them see the same machine load.
@@ -259,20 +339,10 @@ def batch_vs_pecos(args: argparse.Namespace) -> dict:
     X = featurizer.transform(texts)
     x_path = args.pecos / "X_service_batch.npz"
     sp.save_npz(x_path, X.astype(np.float32))
-    threads = {"XTAG_INFERENCE_THREADS": str(args.inference_threads)} if args.inference_threads is not None else {}
-    ours = "this checkout" + (f", XTAG_INFERENCE_THREADS={args.inference_threads}" if threads else "")
-    contenders = {ours: (None, threads)}  # name: (code folder, server environment)
-    if args.before_code:
-        contenders["before"] = (args.before_code, threads)
-    if args.also_inference_threads is not None:
-        contenders[f"this checkout, XTAG_INFERENCE_THREADS={args.also_inference_threads}"] = (
-            None,
-            {"XTAG_INFERENCE_THREADS": str(args.also_inference_threads)},
-        )
     suffix = f", {args.workers} workers" if args.workers > 1 else ""
     servers = {}
     try:
-        for name, (code, env) in contenders.items():
+        for name, (code, env) in batch_contenders(args).items():
             port = free_port()
             servers[name + suffix] = (port, start_server(args.bundle, port, "on", code, args.workers, **env))
         for port, _ in servers.values():  # warm-up, over as many connections as the run uses (every worker)
@@ -281,46 +351,18 @@ def batch_vs_pecos(args: argparse.Namespace) -> dict:
         predictor.predict(chunks[0], k=args.k)
         rounds = []
         for r in range(args.rounds):
-            row: dict = {"load_average": os.getloadavg()}
-            cpu: dict = {}  # CPU ms per 1,000 documents: what each costs, whatever the other sessions' load
-            for name, (port, proc) in servers.items():
-                for clients in sorted({1, args.batch_clients}):
-                    key = f"http {name}" if clients == 1 else f"http {name}, {clients} clients"
-                    before = tree_cpu_seconds(proc.pid)
-                    _, wall = asyncio.run(_clients(port, bodies, clients, "/v1/predict/batch"))
-                    row[key] = len(texts) / wall
-                    cpu[f"{key} (server)"] = (tree_cpu_seconds(proc.pid) - before) / len(texts) * 1e6
+            load = os.getloadavg()
+            # CPU ms per 1,000 documents: what each costs, whatever the other sessions' load
+            http_row, cpu = http_batch_round(args, servers, bodies, len(texts))
+            row: dict = {"load_average": load, **http_row}
             start, c0 = time.perf_counter(), time.process_time()
             for c in chunks:
                 predictor.predict(c, k=args.k)
             row["xtag in-process"] = len(texts) / (time.perf_counter() - start)
             cpu["xtag in-process"] = (time.process_time() - c0) / len(texts) * 1e6
-            start, c0 = time.perf_counter(), time.process_time()
-            featurizer.vectorizer.transform(texts)
-            sklearn_s, sklearn_cpu = time.perf_counter() - start, time.process_time() - c0
-            start, c0 = time.perf_counter(), time.process_time()
-            featurizer.transform(texts)
-            xtag_s, xtag_cpu = time.perf_counter() - start, time.process_time() - c0
-            done = subprocess.run(
-                [str(PECOS_PY), str(ROOT / "bench" / "peers" / "pecos_predict.py")]
-                + ["--model", str(args.pecos / "pecos_model"), "--X", str(x_path), "--topk"]
-                + [str(args.k), "--threads", str(args.threads)],
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-            peer = json.loads(done.stdout.strip().splitlines()[-1])
-            predict_s, predict_cpu = peer["predict_s"][0], peer["predict_cpu_s"][0]
-            row["pecos predict only"] = len(texts) / predict_s
-            row["pecos + scikit-learn tf-idf"] = len(texts) / (predict_s + sklearn_s)
-            row["pecos + xtag tf-idf"] = len(texts) / (predict_s + xtag_s)
-            if args.batch_clients > 1:  # what a PECOS user overlapping TF-IDF with prediction could reach at best:
-                # never faster than either part alone, nor than their summed CPU time spread over every core
-                bound = max(predict_s, sklearn_s, (predict_cpu + sklearn_cpu) / (os.cpu_count() or 1))
-                row["pecos + scikit-learn tf-idf, overlapped (bound)"] = len(texts) / bound
-            cpu["pecos predict only"] = predict_cpu / len(texts) * 1e6
-            cpu["pecos + scikit-learn tf-idf"] = (predict_cpu + sklearn_cpu) / len(texts) * 1e6
-            cpu["pecos + xtag tf-idf"] = (predict_cpu + xtag_cpu) / len(texts) * 1e6
+            peer_row, peer_cpu = pecos_batch_round(args, featurizer, texts, x_path)
+            row.update(peer_row)
+            cpu.update(peer_cpu)
             rounds.append({**row, "cpu_ms_per_1000_docs": cpu})
             print(f"round {r + 1}: " + ", ".join(f"{k} {v:,.0f}" for k, v in row.items() if k != "load_average"))
     finally:
@@ -328,14 +370,7 @@ def batch_vs_pecos(args: argparse.Namespace) -> dict:
             proc.terminate()
             proc.wait(10)
         x_path.unlink(missing_ok=True)
-    median = {k: float(np.median([row[k] for row in rounds])) for k in rounds[0] if isinstance(rounds[0][k], float)}
-    median_cpu = {
-        k: float(np.median([row["cpu_ms_per_1000_docs"][k] for row in rounds]))
-        for k in rounds[0]["cpu_ms_per_1000_docs"]
-    }
-    contenders = [k for k in rounds[0] if k.startswith("http ")]
-    peers = [k for k in rounds[0] if k.startswith("pecos +")]
-    ratios = {f"{a} / {b}": float(np.median([row[a] / row[b] for row in rounds])) for a in contenders for b in peers}
+    median, median_cpu, ratios = batch_medians(rounds)
     return {
         "bundle": str(args.bundle),
         "version": bundle.version,
@@ -385,7 +420,7 @@ def reweighting_table(bundle, corpus, k: int = 5) -> dict:
     }
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bundle", type=Path, default=ROOT / "bundles" / "svc-dev")
     ap.add_argument("--test", type=Path, default=ROOT.parent / "shared" / "data" / "debtags" / "test.jsonl.gz")
@@ -410,19 +445,21 @@ def main() -> None:
     ap.add_argument("--before-code", type=Path, help="with --pecos: also serve this folder's `xtag` package")
     ap.add_argument("--rounds", type=int, default=5, help="with --pecos: rounds of every contender, interleaved")
     ap.add_argument("--threads", type=int, default=2, help="with --pecos: PECOS's prediction threads")
-    args = ap.parse_args()
-    if args.pecos:
-        out = batch_vs_pecos(args)
-        for key, value in {**out["median_docs_per_s"], **out["median_ratios"]}.items():
-            print(f"{key:<48}{value:>10,.2f}")
-        for key, value in out["median_cpu_ms_per_1000_docs"].items():
-            print(f"CPU ms per 1,000 docs, {key:<48}{value:>10,.0f}")
-        save_result(args.result_name, out, benchmark="service_batch")
-        return
+    return ap.parse_args()
 
-    bundle = load_bundle(args.bundle)
-    corpus = load_corpus(args.test)
-    texts = corpus.texts[: args.requests]
+
+def report_batch_vs_pecos(args: argparse.Namespace) -> None:
+    out = batch_vs_pecos(args)
+    for key, value in {**out["median_docs_per_s"], **out["median_ratios"]}.items():
+        print(f"{key:<48}{value:>10,.2f}")
+    for key, value in out["median_cpu_ms_per_1000_docs"].items():
+        print(f"CPU ms per 1,000 docs, {key:<48}{value:>10,.0f}")
+    save_result(args.result_name, out, benchmark="service_batch")
+
+
+def measure_latency(args: argparse.Namespace, bundle, texts: list[str], all_texts: list[str]) -> dict:
+    """latency() with the server's micro-batching off, then on (the default, where batch throughput is measured
+    too), a fresh server each."""
     out = {
         "bundle": str(args.bundle),
         "version": bundle.version,
@@ -436,15 +473,17 @@ def main() -> None:
         try:
             out["latency"][batching] = latency(port, server.pid, bundle.predictor, texts, args.k, args.concurrency)
             if batching == "on":  # the default configuration
-                out["batch_throughput"] = throughput(port, bundle.predictor, corpus.texts, args.k, args.batch)
+                out["batch_throughput"] = throughput(port, bundle.predictor, all_texts, args.k, args.batch)
         finally:
             server.terminate()
             server.wait(10)
-    out["reweighting"] = rw = reweighting_table(bundle, corpus)
+    return out
 
+
+def print_latency(args: argparse.Namespace, bundle, out: dict, requests: int) -> None:
     c = args.concurrency
     print(
-        f"bundle {args.bundle} ({bundle.version}), {len(texts)} single-text requests, k={args.k}, "
+        f"bundle {args.bundle} ({bundle.version}), {requests} single-text requests, k={args.k}, "
         f"{os.cpu_count()} CPUs, load average before {out['load_average'][0]:.2f}"
     )
     print(f"{'':34}{'p50 ms':>10}{'p99 ms':>10}")
@@ -475,6 +514,9 @@ def main() -> None:
         f"/v1/predict/batch ({thr['batch']} docs/request): {thr['http_docs_per_s']:.0f} docs/s over HTTP vs "
         f"{thr['in_process_docs_per_s']:.0f} docs/s in-process ({thr['documents']} docs)"
     )
+
+
+def print_reweighting(args: argparse.Namespace, corpus, rw: dict) -> None:
     print(
         f"\nreweighting on {args.test.name}: {len(corpus)} docs, candidates k'={rw['candidates']}, "
         f"beam {rw['default_beam']}→{rw['beam']}  (P@5 / macro-R@5, %, {rw['convention']} convention)"
@@ -483,6 +525,21 @@ def main() -> None:
     for scheme in SCHEMES:
         cells = [rw["table"][f"{scheme}@{a}"] for a in ALPHAS]
         print(f"{scheme:<14}" + "".join(f"{c['P@5']:>8.2f}/{c['macro-R@5']:<7.2f}" for c in cells))
+
+
+def main() -> None:
+    args = parse_args()
+    if args.pecos:
+        report_batch_vs_pecos(args)
+        return
+
+    bundle = load_bundle(args.bundle)
+    corpus = load_corpus(args.test)
+    texts = corpus.texts[: args.requests]
+    out = measure_latency(args, bundle, texts, corpus.texts)
+    out["reweighting"] = rw = reweighting_table(bundle, corpus)
+    print_latency(args, bundle, out, len(texts))
+    print_reweighting(args, corpus, rw)
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     save_result(

@@ -67,7 +67,7 @@ def bundle_load(bundle: Path) -> dict:
     return {**json.loads(done.stdout.strip().splitlines()[-1]), "process_s": time.perf_counter() - start}
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "debtags")
     ap.add_argument("--workdir", type=Path, default=ROOT / "bench" / "out" / "xlinear_vs_pecos")
@@ -81,10 +81,12 @@ def main() -> None:
     ap.add_argument(
         "--result-name", default=None, help="bench/results/<name>.json (default: xlinear_vs_pecos_<data folder name>)"
     )
-    args = ap.parse_args()
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["bash", str(PEERS / "setup_pecos.sh")], check=True)
+    return ap.parse_args()
 
+
+def featurize(args: argparse.Namespace):
+    """TF-IDF of both splits, written to the workdir as the matrices both libraries train on (untimed); the label
+    vocabulary, the test matrix and the corpus's shape."""
     train, test = load_corpus(args.data / "train.jsonl.gz"), load_corpus(args.data / "test.jsonl.gz")
     vocab = build_vocab(train)
     start = time.perf_counter()
@@ -109,11 +111,12 @@ def main() -> None:
         "labels_per_doc": [Y.nnz / Y.shape[0], Yt.nnz / Yt.shape[0]],
         "tfidf": tfidf.model_dump(),
     }
-    Xt = Xt.tocsr().astype(np.float32)
-    del train, test, featurizer, X, Y  # the training processes load the matrices themselves
+    return vocab, Xt.tocsr().astype(np.float32), shape  # the training processes load the matrices themselves
 
-    # Interleave the two libraries' trainings so both see the same machine load.
-    run = args.workdir / "xtag_run"
+
+def train_interleaved(args: argparse.Namespace, run: Path) -> tuple[list[dict], list[dict]]:
+    """--repeats trainings of each library in its own process, interleaved so both see the same machine load;
+    the last xtag round also saves its run. Each round's result file, per library."""
     ours_rounds, peer_rounds = [], []
     for r in range(args.repeats):
         last = r == args.repeats - 1
@@ -138,12 +141,21 @@ def main() -> None:
             check=True,
         )
         peer_rounds.append(json.loads((args.workdir / "pecos_result.json").read_text()))
-    times, peer_times = [o["train_s"] for o in ours_rounds], [p["train_s"] for p in peer_rounds]
+    return ours_rounds, peer_rounds
+
+
+def peer_summary(peer_rounds: list[dict]) -> dict:
+    """PECOS's last round, with the median training time and the largest memory figures over the rounds."""
     peer = peer_rounds[-1]
-    peer["train_s"] = float(np.median(peer_times))
+    peer["train_s"] = float(np.median([p["train_s"] for p in peer_rounds]))
     peer["train_peak_rss_mb"] = max(p["train_peak_rss_mb"] for p in peer_rounds)
     peer["rss_before_train_mb"] = max(p["rss_before_train_mb"] for p in peer_rounds)
+    return peer
 
+
+def serve_side(args: argparse.Namespace, run: Path, Xt, ours_rounds: list[dict]):
+    """xtag's figures beside its training rounds': export and bundle loads, then batch and single-document
+    predictions in this process. The figures, the batch's top 10 and each bundle load's."""
     bundle = args.workdir / "xtag_bundle"
     start = time.perf_counter()
     export_run(run, bundle, name=f"xlinear-{args.data.resolve().name}", overwrite=True)
@@ -159,7 +171,7 @@ def main() -> None:
     ours_batch = time.perf_counter() - start
     p50, p99 = single_latency(model, Xt, 1000)
     ours = {
-        "train_s": float(np.median(times)),
+        "train_s": float(np.median([o["train_s"] for o in ours_rounds])),
         "docs_per_s": Xt.shape[0] / ours_batch,
         "single_p50_ms": p50,
         "single_p99_ms": p99,
@@ -171,16 +183,10 @@ def main() -> None:
         "bundle_mb": bundle_mb,
         "export_s": export_s,
     }
-    print("training seconds per round (xtag, PECOS):", [(round(a, 2), round(b, 2)) for a, b in zip(times, peer_times)])
-    with np.load(args.workdir / "pecos_pred.npz") as z:
-        pecos_pred = z["indices"].astype(np.int64)
+    return ours, ours_pred, loads
 
-    # The XMC convention (models/metrics.py): test labels unseen in training stay in as misses for both.
-    truth = ground_truth(load_corpus(args.data / "test.jsonl.gz"), vocab)
-    acc = {
-        "xtag": evaluate(ours_pred, truth.Y, (1, 3, 5), truth.propensity, truth.convention),
-        "pecos": evaluate(pecos_pred, truth.Y, (1, 3, 5), truth.propensity, truth.convention),
-    }
+
+def print_comparison(acc: dict, ours: dict, peer: dict, loads: list[dict]) -> None:
     print(f"\n{'metric':<12}{'xtag':>10}{'PECOS':>10}")
     for m in METRICS:
         print(f"{m:<12}{acc['xtag'][m]:10.2f}{acc['pecos'][m]:10.2f}")
@@ -196,10 +202,34 @@ def main() -> None:
     for name, a, b in rows:
         print(f"{name:<24}{a:10.2f}{b:10.2f}{a / b:8.2f}")
     print(
-        f"xtag bundle: {bundle_mb:.0f} MB, load_bundle {ours['bundle_load_s']:.2f} s in a fresh process "
+        f"xtag bundle: {ours['bundle_mb']:.0f} MB, load_bundle {ours['bundle_load_s']:.2f} s in a fresh process "
         f"({ours['bundle_load_process_s']:.2f} s with interpreter start and imports; median of {len(loads)}), "
         f"RSS {ours['bundle_peak_rss_mb']:.0f} MB"
     )
+
+
+def main() -> None:
+    args = parse_args()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["bash", str(PEERS / "setup_pecos.sh")], check=True)
+    vocab, Xt, shape = featurize(args)
+
+    run = args.workdir / "xtag_run"
+    ours_rounds, peer_rounds = train_interleaved(args, run)
+    times, peer_times = [o["train_s"] for o in ours_rounds], [p["train_s"] for p in peer_rounds]
+    peer = peer_summary(peer_rounds)
+    ours, ours_pred, loads = serve_side(args, run, Xt, ours_rounds)
+    print("training seconds per round (xtag, PECOS):", [(round(a, 2), round(b, 2)) for a, b in zip(times, peer_times)])
+    with np.load(args.workdir / "pecos_pred.npz") as z:
+        pecos_pred = z["indices"].astype(np.int64)
+
+    # The XMC convention (models/metrics.py): test labels unseen in training stay in as misses for both.
+    truth = ground_truth(load_corpus(args.data / "test.jsonl.gz"), vocab)
+    acc = {
+        "xtag": evaluate(ours_pred, truth.Y, (1, 3, 5), truth.propensity, truth.convention),
+        "pecos": evaluate(pecos_pred, truth.Y, (1, 3, 5), truth.propensity, truth.convention),
+    }
+    print_comparison(acc, ours, peer, loads)
     keys = ("train_s", "single_p50_ms", "single_p99_ms", "docs_per_s", "train_peak_rss_mb", "rss_before_train_mb")
     result = {
         "xtag": {**ours, **{m: acc["xtag"][m] for m in METRICS}},

@@ -304,7 +304,7 @@ def latencies(run: Path, bundle: Path, texts: list[str], n: int) -> dict:
     }
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "debtags")
     ap.add_argument("--workdir", type=Path, default=ROOT / "bench" / "out" / "xr_transformer")
@@ -349,6 +349,91 @@ def main() -> None:
         ap.error(
             f"--max-length {args.max_length} < {LATENCY_TOKENS}: the latency figures need {LATENCY_TOKENS} tokens; add --no-latency"
         )
+    return args
+
+
+def variant_config(name: str, args: argparse.Namespace, train_path: Path) -> TrainConfig:
+    """xlinear, frozen, finetuned (--finetune-steps per level) or finetuned-N (N steps per level)."""
+    xlinear = XLinearConfig(n_jobs=args.threads)
+    xr = XRTransformerConfig(
+        max_length=args.max_length,
+        batch_size=args.batch_size,
+        device=args.device,
+        tree=TreeConfig(branching=32, max_leaf_size=32),
+        export=XRExportConfig(),
+        **({"encoder": args.encoder} if args.encoder else {}),
+    )
+    if name == "xlinear":
+        return TrainConfig(corpus=train_path, model="xlinear", xlinear=xlinear)
+    if name == "frozen":
+        return TrainConfig(
+            corpus=train_path,
+            model="xr-transformer",
+            xlinear=xlinear,
+            xr_transformer=xr.model_copy(update={"epochs": 0}),
+        )
+    steps = int(name.split("-")[1]) if "-" in name else args.finetune_steps
+    return TrainConfig(
+        corpus=train_path,
+        model="xr-transformer",
+        xlinear=xlinear,
+        xr_transformer=xr.model_copy(update={"epochs": args.epochs, "max_steps": steps}),
+    )
+
+
+def remeasure_latencies(args: argparse.Namespace, work: Path, test, results: dict, machine: dict) -> None:
+    """--latency-only: the latencies of the variants' existing bundles, into results.json and a result file."""
+    measured = {}
+    for name in args.variants.split(","):
+        if name != "xlinear" and name in results:
+            results[name]["latency"] = measured[name] = latencies(
+                work / f"{name}-run", work / f"{name}-bundle", test.texts, args.latency_texts
+            )
+            print(json.dumps({name: results[name]["latency"]}), flush=True)
+    (work / "results.json").write_text(json.dumps(results, indent=2))
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    save_result(
+        args.result_name or f"xr_transformer_latency_{stamp}",
+        {"latency": measured, "args": results["args"]},
+        machine=machine,
+        benchmark="xr_transformer_latency",
+    )
+
+
+def train_and_evaluate(name: str, args: argparse.Namespace, work: Path, test, train_path: Path) -> dict:
+    """One variant trained and exported (run_variant), then its bundle's metrics (and its int8 twin's), stage
+    seconds and latencies, and its TF-IDF vocabulary's hash."""
+    seed = work / "frozen-run" / "checkpoints" / "xr" / "emb_0.npy" if name.startswith("finetuned") else None
+    entry = run_variant(
+        name,
+        variant_config(name, args, train_path),
+        work,
+        seed if seed and seed.exists() else None,
+        quantize=name != "xlinear" and not args.no_int8,
+    )
+    bundle = load_bundle(work / f"{name}-bundle")
+    start = time.perf_counter()
+    metrics, info = evaluate_bundle(bundle, test, progress=True)  # the XMC convention (models/metrics.py)
+    entry["eval_seconds"] = round(time.perf_counter() - start, 1)
+    entry["metrics"] = {m: round(metrics[m], 2) for m in METRICS}
+    entry["convention"] = info["convention"]  # per variant: results.json accumulates over invocations
+    entry["unseen_test_label_mentions"] = info["unknown_label_mentions"]
+    if name != "xlinear":
+        entry["stages"] = log_seconds(work / f"{name}-run")
+        if not args.no_int8:
+            metrics8, _ = evaluate_bundle(
+                load_bundle(work / f"{name}-int8-bundle"), test, progress=True, convention=info["convention"]
+            )
+            entry["int8_metrics"] = {m: round(metrics8[m], 2) for m in METRICS}
+        if not args.no_latency:
+            entry["latency"] = latencies(work / f"{name}-run", work / f"{name}-bundle", test.texts, args.latency_texts)
+    vocab = work / f"{name}-bundle" / "features" / "tfidf" / "vocabulary.json"
+    entry["tfidf_sha256"] = hashlib.sha256(vocab.read_bytes()).hexdigest()[:16]
+    return entry
+
+
+def main() -> None:
+    args = parse_args()
     if args.encoder_threads:
         import torch
 
@@ -359,34 +444,6 @@ def main() -> None:
     train_path = subset(args.data / "train.jsonl.gz", work / "train.jsonl", args.limit)
     test_path = subset(args.data / "test.jsonl.gz", work / "test.jsonl", args.limit)
     test = load_corpus(test_path)
-    xlinear = XLinearConfig(n_jobs=args.threads)
-    xr = XRTransformerConfig(
-        max_length=args.max_length,
-        batch_size=args.batch_size,
-        device=args.device,
-        tree=TreeConfig(branching=32, max_leaf_size=32),
-        export=XRExportConfig(),
-        **({"encoder": args.encoder} if args.encoder else {}),
-    )
-
-    def config_of(name: str) -> TrainConfig:
-        """xlinear, frozen, finetuned (--finetune-steps per level) or finetuned-N (N steps per level)."""
-        if name == "xlinear":
-            return TrainConfig(corpus=train_path, model="xlinear", xlinear=xlinear)
-        if name == "frozen":
-            return TrainConfig(
-                corpus=train_path,
-                model="xr-transformer",
-                xlinear=xlinear,
-                xr_transformer=xr.model_copy(update={"epochs": 0}),
-            )
-        steps = int(name.split("-")[1]) if "-" in name else args.finetune_steps
-        return TrainConfig(
-            corpus=train_path,
-            model="xr-transformer",
-            xlinear=xlinear,
-            xr_transformer=xr.model_copy(update={"epochs": args.epochs, "max_steps": steps}),
-        )
 
     results: dict = {"args": {k: str(v) for k, v in vars(args).items()}}
     results_path = work / "results.json"
@@ -398,53 +455,11 @@ def main() -> None:
 
         machine["gpu"] = torch.cuda.get_device_name(0)
     if args.latency_only:
-        measured = {}
-        for name in args.variants.split(","):
-            if name != "xlinear" and name in results:
-                results[name]["latency"] = measured[name] = latencies(
-                    work / f"{name}-run", work / f"{name}-bundle", test.texts, args.latency_texts
-                )
-                print(json.dumps({name: results[name]["latency"]}), flush=True)
-        results_path.write_text(json.dumps(results, indent=2))
-        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-        save_result(
-            args.result_name or f"xr_transformer_latency_{stamp}",
-            {"latency": measured, "args": results["args"]},
-            machine=machine,
-            benchmark="xr_transformer_latency",
-        )
+        remeasure_latencies(args, work, test, results, machine)
         return
     commands = logged_commands(work / "commands.json")  # results.json accumulates variants over invocations
     for name in args.variants.split(","):
-        seed = work / "frozen-run" / "checkpoints" / "xr" / "emb_0.npy" if name.startswith("finetuned") else None
-        entry = run_variant(
-            name,
-            config_of(name),
-            work,
-            seed if seed and seed.exists() else None,
-            quantize=name != "xlinear" and not args.no_int8,
-        )
-        bundle = load_bundle(work / f"{name}-bundle")
-        start = time.perf_counter()
-        metrics, info = evaluate_bundle(bundle, test, progress=True)  # the XMC convention (models/metrics.py)
-        entry["eval_seconds"] = round(time.perf_counter() - start, 1)
-        entry["metrics"] = {m: round(metrics[m], 2) for m in METRICS}
-        entry["convention"] = info["convention"]  # per variant: results.json accumulates over invocations
-        entry["unseen_test_label_mentions"] = info["unknown_label_mentions"]
-        if name != "xlinear":
-            entry["stages"] = log_seconds(work / f"{name}-run")
-            if not args.no_int8:
-                metrics8, _ = evaluate_bundle(
-                    load_bundle(work / f"{name}-int8-bundle"), test, progress=True, convention=info["convention"]
-                )
-                entry["int8_metrics"] = {m: round(metrics8[m], 2) for m in METRICS}
-            if not args.no_latency:
-                entry["latency"] = latencies(
-                    work / f"{name}-run", work / f"{name}-bundle", test.texts, args.latency_texts
-                )
-        vocab = work / f"{name}-bundle" / "features" / "tfidf" / "vocabulary.json"
-        entry["tfidf_sha256"] = hashlib.sha256(vocab.read_bytes()).hexdigest()[:16]
-        results[name] = entry
+        results[name] = entry = train_and_evaluate(name, args, work, test, train_path)
         results_path.write_text(json.dumps(results, indent=2))
         print(json.dumps({name: entry["metrics"]}), flush=True)
     shas = {v["tfidf_sha256"] for n, v in results.items() if n != "args"}

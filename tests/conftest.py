@@ -11,6 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.install_mode import use_installed_xtag
+
+INSTALL = use_installed_xtag()  # first, before any test imports xtag: a plain `pip install .` works too
+
+
+def pytest_report_header() -> str:
+    return INSTALL
+
+
 TOPICS = {
     "game::fps": "shooter weapons arena multiplayer frag",
     "game::puzzle": "puzzle tiles blocks solve logic",

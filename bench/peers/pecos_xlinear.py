@@ -88,7 +88,7 @@ def pct(values, q):
     return float(np.percentile(np.asarray(values), q))
 
 
-def main(argv=None):
+def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--threads", type=int, default=2)
@@ -100,12 +100,11 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=1, help="full trainings to run; timings are the median")
     ap.add_argument("--single-n", type=int, default=1000, help="test rows for single-document latency")
     ap.add_argument("--warmup", type=int, default=20, help="untimed single queries before measuring")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
-    from pecos.xmc import Indexer, LabelEmbeddingFactory
-    from pecos.xmc.xlinear.model import XLinearModel
 
-    wd = args.workdir
+def load_matrices(wd):
+    """X_train, Y_train (binary), X_test and Y_test (None when the workdir has none), checked against each other."""
     X_tr = load_csr(os.path.join(wd, "X_train.npz"))
     Y_tr = load_csr(os.path.join(wd, "Y_train.npz"))
     X_te = load_csr(os.path.join(wd, "X_test.npz"))
@@ -116,14 +115,14 @@ def main(argv=None):
     if X_te.shape[1] != X_tr.shape[1]:
         sys.exit(f"X_test has {X_te.shape[1]} features, X_train {X_tr.shape[1]}")
     Y_tr.data[:] = 1.0  # binary relevance
-    Y_tr_csc = Y_tr.tocsc()
-    print(
-        f"[pecos] train {X_tr.shape[0]} x {X_tr.shape[1]} (nnz {X_tr.nnz}), labels {Y_tr.shape[1]} "
-        f"(nnz {Y_tr.nnz}); test {X_te.shape[0]}; threads={args.threads}",
-        flush=True,
-    )
+    return X_tr, Y_tr, X_te, Y_te
 
-    rss_before_train = peak_rss_mb()
+
+def train_repeats(args, X_tr, Y_tr_csc):
+    """--repeats full trainings (tree, then rankers); the last model and tree, and each run's two timings."""
+    from pecos.xmc import Indexer, LabelEmbeddingFactory
+    from pecos.xmc.xlinear.model import XLinearModel
+
     pred_kwargs = dict(beam_size=args.beam_size, only_topk=args.topk, post_processor="l3-hinge")
     tree_times, ranker_times = [], []
     model = cluster_chain = None
@@ -157,10 +156,75 @@ def main(argv=None):
         tree_times.append(t1 - t0)
         ranker_times.append(t2 - t1)
         print(f"[pecos] run {r + 1}: tree {t1 - t0:.3f}s  rankers {t2 - t1:.3f}s", flush=True)
+    return model, cluster_chain, tree_times, ranker_times
+
+
+def batch_predict(args, fast, model, X_te):
+    """The whole test matrix at --threads on the predict-only model (top-k kept in the workdir), its seconds, and
+    how often the Python-held model's top 1 agrees on the first 200 rows."""
+    pk = dict(beam_size=args.beam_size, only_topk=args.topk, threads=args.threads)
+    fast.predict(X_te[: min(64, X_te.shape[0])], **pk)  # warm-up
+    t0 = time.perf_counter()
+    pred = fast.predict(X_te, **pk)
+    predict_batch_s = time.perf_counter() - t0
+    idx, sc = topk_arrays(pred, args.topk)
+    np.savez(os.path.join(args.workdir, "pecos_pred.npz"), indices=idx, scores=sc)
+
+    # sanity: predict-only C++ model agrees with the Python-held model
+    pred_py = model.predict(X_te[: min(200, X_te.shape[0])], **pk)
+    idx_py, _ = topk_arrays(pred_py, args.topk)
+    agree = float(np.mean(idx_py[:, 0] == idx[: idx_py.shape[0], 0]))
+    return idx, predict_batch_s, agree
+
+
+def single_latencies(args, m, rows):
+    """Milliseconds per single-document predict (threads=1) over pre-sliced rows, after --warmup untimed ones."""
+    pk1 = dict(beam_size=args.beam_size, only_topk=args.topk, threads=1)
+    for i in range(min(args.warmup, len(rows))):
+        m.predict(rows[i], **pk1)
+    lat = []
+    for x in rows:
+        t = time.perf_counter()
+        m.predict(x, **pk1)
+        lat.append((time.perf_counter() - t) * 1e3)
+    return lat
+
+
+def run_params(args):
+    return {
+        "beam_size": args.beam_size,
+        "topk": args.topk,
+        "nr_splits": args.nr_splits,
+        "max_leaf_size": args.max_leaf_size,
+        "seed": args.seed,
+        "label_embedding": "pifa",
+        "indexer": "hierarchicalkmeans",
+        "solver_type": "L2R_L2LOSS_SVC_DUAL",
+        "Cp": 1.0,
+        "Cn": 1.0,
+        "threshold": 0.1,
+        "negative_sampling": "tfn",
+        "post_processor": "l3-hinge",
+        "repeats": max(1, args.repeats),
+    }
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from pecos.xmc.xlinear.model import XLinearModel
+
+    wd = args.workdir
+    X_tr, Y_tr, X_te, Y_te = load_matrices(wd)
+    Y_tr_csc = Y_tr.tocsc()
+    print(
+        f"[pecos] train {X_tr.shape[0]} x {X_tr.shape[1]} (nnz {X_tr.nnz}), labels {Y_tr.shape[1]} "
+        f"(nnz {Y_tr.nnz}); test {X_te.shape[0]}; threads={args.threads}",
+        flush=True,
+    )
+
+    rss_before_train = peak_rss_mb()
+    model, cluster_chain, tree_times, ranker_times = train_repeats(args, X_tr, Y_tr_csc)
     rss_train = peak_rss_mb()
-    tree_s = statistics.median(tree_times)
-    rankers_s = statistics.median(ranker_times)
-    train_s = statistics.median([a + b for a, b in zip(tree_times, ranker_times)])
     layer_sizes = [int(c.shape[1]) for c in cluster_chain]
 
     # Kept in the workdir so that bench/service_latency.py --pecos can time this model's predictions
@@ -168,44 +232,19 @@ def main(argv=None):
     saved = os.path.join(wd, "pecos_model")
     model.save(saved)
     fast = XLinearModel.load(saved, is_predict_only=True)
+    idx, predict_batch_s, agree = batch_predict(args, fast, model, X_te)
 
-    # --- batch prediction (whole test matrix, threads=args.threads) ---
-    pk = dict(beam_size=args.beam_size, only_topk=args.topk, threads=args.threads)
-    fast.predict(X_te[: min(64, X_te.shape[0])], **pk)  # warm-up
-    t0 = time.perf_counter()
-    pred = fast.predict(X_te, **pk)
-    predict_batch_s = time.perf_counter() - t0
-    idx, sc = topk_arrays(pred, args.topk)
-    np.savez(os.path.join(wd, "pecos_pred.npz"), indices=idx, scores=sc)
-
-    # sanity: predict-only C++ model agrees with the Python-held model
-    pred_py = model.predict(X_te[: min(200, X_te.shape[0])], **pk)
-    idx_py, _ = topk_arrays(pred_py, args.topk)
-    agree = float(np.mean(idx_py[:, 0] == idx[: idx_py.shape[0], 0]))
-
-    # --- single-document latency (threads=1); rows pre-sliced so only predict() is timed ---
+    # single-document latency (threads=1); rows pre-sliced so only predict() is timed
     n_single = min(args.single_n, X_te.shape[0])
     rows = [X_te[i : i + 1] for i in range(n_single)]
-    pk1 = dict(beam_size=args.beam_size, only_topk=args.topk, threads=1)
-
-    def time_single(m):
-        for i in range(min(args.warmup, n_single)):
-            m.predict(rows[i], **pk1)
-        lat = []
-        for x in rows:
-            t = time.perf_counter()
-            m.predict(x, **pk1)
-            lat.append((time.perf_counter() - t) * 1e3)
-        return lat
-
-    lat_fast = time_single(fast)
-    lat_py = time_single(model)
+    lat_fast = single_latencies(args, fast, rows)
+    lat_py = single_latencies(args, model, rows)
 
     result = {
         "pecos_version": pkg_version("libpecos"),
-        "tree_s": tree_s,
-        "rankers_s": rankers_s,
-        "train_s": train_s,
+        "tree_s": statistics.median(tree_times),
+        "rankers_s": statistics.median(ranker_times),
+        "train_s": statistics.median([a + b for a, b in zip(tree_times, ranker_times)]),
         "predict_batch_s": predict_batch_s,
         "docs_per_s": X_te.shape[0] / predict_batch_s,
         "single_p50_ms": pct(lat_fast, 50),
@@ -214,22 +253,7 @@ def main(argv=None):
         "train_peak_rss_mb": rss_train,
         "peak_rss_mb": peak_rss_mb(),
         "threads": args.threads,
-        "params": {
-            "beam_size": args.beam_size,
-            "topk": args.topk,
-            "nr_splits": args.nr_splits,
-            "max_leaf_size": args.max_leaf_size,
-            "seed": args.seed,
-            "label_embedding": "pifa",
-            "indexer": "hierarchicalkmeans",
-            "solver_type": "L2R_L2LOSS_SVC_DUAL",
-            "Cp": 1.0,
-            "Cn": 1.0,
-            "threshold": 0.1,
-            "negative_sampling": "tfn",
-            "post_processor": "l3-hinge",
-            "repeats": max(1, args.repeats),
-        },
+        "params": run_params(args),
         "details": {
             "inference_model": "predict-only C++ (XLinearModel.load(is_predict_only=True), BINARY_SEARCH_CHUNKED)",
             "single_n": n_single,

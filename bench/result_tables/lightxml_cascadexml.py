@@ -129,7 +129,7 @@ def cascadexml_debtags(docs: list[dict]) -> dict[str, str]:
 
 
 def lightxml_subset(docs: list[dict]) -> dict[str, str]:
-    """Issue 29's one-change-at-a-time rows on a debtags subset (bench/lightxml_subset.py), CascadeXML beside them."""
+    """Issue 29's one-change-at-a-time rows on a debtags subset (bench/experiments/lightxml_subset.py), CascadeXML beside them."""
     rows, conventions = [], []
     for r in payloads(docs):
         # LightXML first, each row after the rows with fewer changed settings (the table builds up), CascadeXML last.

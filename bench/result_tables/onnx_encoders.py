@@ -13,7 +13,7 @@ ENCODER_VARIANTS = {
 
 @one_result_each
 def encoder_variants(r: dict) -> dict[str, str]:
-    """bench/encoder_variants.py: exported vs fused vs int8 encoder graphs, bare forward, /v1/predict and accuracy."""
+    """bench/experiments/encoder_variants.py: exported vs fused vs int8 encoder graphs, bare forward, /v1/predict and accuracy."""
     rows, acc_rows = [], []
     for family, e in r["families"].items():
         fwd, http = e["bare_forward"]["p50_ms"], e["predict_http"]["p50_ms"]

@@ -55,7 +55,7 @@ def static_debtags(r: dict) -> dict[str, str]:
 
 @one_result_each
 def static_alpha_levels(r: dict) -> dict[str, str]:
-    """bench/static_alpha_levels.py: validation P@1 (PSP@5) per (α level 1, α level 2), one grid per tree."""
+    """bench/experiments/static_alpha_levels.py: validation P@1 (PSP@5) per (α level 1, α level 2), one grid per tree."""
     alphas = r["alphas"]
     out = []
     for tree_alpha, grid in r["grids"].items():

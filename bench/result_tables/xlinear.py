@@ -31,7 +31,7 @@ def xlinear_seeds(r: dict) -> dict[str, str]:
 
 @one_result_each
 def tree_swap(r: dict) -> dict[str, str]:
-    """Both libraries' rankers on both libraries' trees (seed means), then what each tree is (bench/tree_swap.py)."""
+    """Both libraries' rankers on both libraries' trees (seed means), then what each tree is (bench/experiments/tree_swap.py)."""
     acc = [
         [tree, rankers] + [f2(r["means"][f"{tree} tree, {rankers} rankers"][m]) for m in METRICS]
         for tree in ("xtag", "PECOS")

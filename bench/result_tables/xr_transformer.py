@@ -144,7 +144,7 @@ def xr_transformer_latency(docs: list[dict]) -> dict[str, str]:
 
 @one_result_each
 def xr_transformer_engine(r: dict) -> dict[str, str]:
-    """bench/xr_transformer_engine.py: predict minus encoder, compiled engine vs numpy beam search, one bundle."""
+    """bench/experiments/xr_transformer_engine.py: predict minus encoder, compiled engine vs numpy beam search, one bundle."""
     b, agree = r["bundle"], r["agreement"]
     lat = lambda key: [ms(r[key]["p50_ms"]), ms(r[key]["p99_ms"]), ms(r[key]["mean_ms"])]  # noqa: E731
     times = table(

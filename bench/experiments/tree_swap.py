@@ -1,11 +1,11 @@
 """Which half makes an XR-Linear accuracy gap against PECOS: the label tree or the rankers?
 
-    .venv/bin/python bench/tree_swap.py --workdir bench/out/xlinear_vs_pecos_debdeps --data ../shared/data/debdeps \
+    .venv/bin/python bench/experiments/tree_swap.py --workdir bench/out/xlinear_vs_pecos_debdeps --data ../shared/data/debdeps \
         [--pifa-weighting uniform]
 
 Per seed, both libraries train their rankers on both trees (xtag's and PECOS's, each built by its library
 from the same matrices: PECOS's from its own PIFA, xtag's from the one --pifa-weighting names;
-bench/peers/pecos_tree_swap.py converts between the two layouts), and both trees are described by what a
+bench/experiments/pecos_tree_swap.py converts between the two layouts), and both trees are described by what a
 tree is for, in xtag's PIFA space:
 - `leaf_cosine`: mean cosine of a label's PIFA embedding to its leaf cluster's centroid (the k-means objective);
 - `pairs_same_leaf`: the share of co-occurring label pairs of the training documents that share a leaf
@@ -19,19 +19,22 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from results import save_result  # bench/ is on sys.path when run as a script
-from xlinear_seeds import load_workdir, workdir_arguments
-from xlinear_vs_pecos import METRICS, PECOS_PY, PEERS
-from xtag.models.label_tree import ClusterChain
-from xtag.models.metrics import evaluate
-from xtag.training.tree.build import PifaWeighting, TreeConfig, build_tree, pifa_embeddings
-from xtag.training.xlinear.config import XLinearConfig
-from xtag.training.xlinear.train import train_xlinear
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: results.py and the benchmarks reused here
+from results import save_result  # noqa: E402
+from xlinear_seeds import load_workdir, workdir_arguments  # noqa: E402
+from xlinear_vs_pecos import METRICS, PECOS_PY  # noqa: E402
+from xtag.models.label_tree import ClusterChain  # noqa: E402
+from xtag.models.metrics import evaluate  # noqa: E402
+from xtag.training.tree.build import PifaWeighting, TreeConfig, build_tree, pifa_embeddings  # noqa: E402
+from xtag.training.xlinear.config import XLinearConfig  # noqa: E402
+from xtag.training.xlinear.train import train_xlinear  # noqa: E402
 
 
 def tree_stats(chain: ClusterChain, E: sp.csr_matrix, Y: sp.csr_matrix) -> dict:
@@ -78,7 +81,14 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             ours_path = Path(tmp) / "ours.npz"
             ours.save(ours_path)
-            cmd = [str(PECOS_PY), str(PEERS / "pecos_tree_swap.py"), "--workdir", str(w), "--seed", str(seed)]
+            cmd = [
+                str(PECOS_PY),
+                str(Path(__file__).resolve().parent / "pecos_tree_swap.py"),
+                "--workdir",
+                str(w),
+                "--seed",
+                str(seed),
+            ]
             subprocess.run(cmd + ["--threads", str(args.threads), "--chain-in", str(ours_path)], check=True)
         theirs = ClusterChain.load(w / f"pecos_chain_{seed}.npz")
         for tree_name, chain in (("xtag", ours), ("PECOS", theirs)):
@@ -127,9 +137,7 @@ def main() -> None:
         "tree_means": tree_means,
     }
     name = args.result_name or f"tree_swap_{args.data.resolve().name}_{args.pifa_weighting}"
-    command = (
-        f".venv/bin/python bench/tree_swap.py --workdir {w} --data {args.data} --pifa-weighting {args.pifa_weighting}"
-    )
+    command = f".venv/bin/python bench/experiments/tree_swap.py --workdir {w} --data {args.data} --pifa-weighting {args.pifa_weighting}"
     save_result(name, result, command=[command])
 
 

@@ -1,7 +1,7 @@
 """XR-Transformer bundle on debtags: predict-minus-encoder time with the compiled XR-Linear engine vs the numpy beam search.
 
-    .venv/bin/python bench/xr_transformer_engine.py                         # trains the bundle first if missing
-    .venv/bin/python bench/xr_transformer_engine.py --bundle bench/out/xr_transformer_engine/bundle
+    .venv/bin/python bench/experiments/xr_transformer_engine.py                         # trains the bundle first if missing
+    .venv/bin/python bench/experiments/xr_transformer_engine.py --bundle bench/out/xr_transformer_engine/bundle
 
 Without --bundle, trains a frozen-encoder XR-Transformer (epochs=0, --max-length tokens, defaults otherwise:
 tfidf+dense Φ_cat) on debtags' training split through the product path (`train_run` → `export_run`) into
@@ -28,20 +28,23 @@ import argparse
 import gzip
 import json
 import os
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from engine_vs_numpy import percentiles  # bench/ is on sys.path when run as a script
-from results import save_result  # records the load average at import
-from xr_transformer_debtags import CachedEncoder, alternating  # bench/ is on sys.path when run as a script
-from xtag.models.beam_search import Predictions, beam_search
-from xtag.models.bundle import load_bundle
-from xtag.models.errors import XtagError
-from xtag.models.xr_transformer.concat_features import ConcatFeaturizer
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: results.py and the benchmarks reused here
+from engine_vs_numpy import percentiles  # noqa: E402
+from results import save_result  # noqa: E402 (records the load average at import)
+from xr_transformer_debtags import CachedEncoder, alternating  # noqa: E402
+from xtag.models.beam_search import Predictions, beam_search  # noqa: E402
+from xtag.models.bundle import load_bundle  # noqa: E402
+from xtag.models.errors import XtagError  # noqa: E402
+from xtag.models.xr_transformer.concat_features import ConcatFeaturizer  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
 RESULT_NAME = "xr_transformer_engine_debtags"
 
 
@@ -138,7 +141,7 @@ def agreement(before: list[Predictions], after: list[Predictions], tolerance: fl
     }
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bundle", type=Path, default=None, help="an XR-Transformer bundle (default: train one)")
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "debtags")
@@ -153,7 +156,55 @@ def main() -> None:
     ap.add_argument("--tolerance", type=float, default=1e-4, help="max |score difference| counted as agreement")
     ap.add_argument("--result-name", default=RESULT_NAME)
     ap.add_argument("--no-save", action="store_true", help="print the figures only (smoke runs)")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def time_methods(after, before, features, onnx, texts: list[str], args: argparse.Namespace):
+    """Per-text milliseconds of the served predictor, the numpy-search one and the shared features, interleaved
+    (alternating), then the bare ONNX forward; and the load average before, between and after."""
+    loads = [os.getloadavg()]
+    times = alternating(
+        {
+            "after": lambda i: after.predict([texts[i]], k=args.k),
+            "before": lambda i: before.predict([texts[i]], k=args.k),
+            "features": lambda i: features.transform([texts[i]]),
+        },
+        len(texts),
+        rounds=args.rounds,
+        block=args.block,
+    )
+    loads.append(os.getloadavg())
+    times.update(alternating({"onnx": lambda i: onnx.encode([texts[i]])}, len(texts), rounds=1, block=args.block))
+    loads.append(os.getloadavg())
+    return times, loads
+
+
+def bundle_facts(bundle, bundle_path: Path, features, texts: list[str]) -> dict:
+    """What the timed bundle is: encoder, tree, labels, features, search settings."""
+    predictor = bundle.predictor
+    model = predictor.model
+    encoder_config = json.loads((bundle_path / "encoder" / "config.json").read_text())
+    X = features.transform(texts[:1])
+    epochs = get(bundle.manifest, "training", "config", "xr_transformer", "epochs")
+    return {
+        "path": str(bundle_path),
+        "version": bundle.version,
+        "encoder": {k: encoder_config.get(k) for k in ("source", "max_length", "pooling", "features", "dim")},
+        "frozen_encoder": None if epochs is None else epochs == 0,  # from the manifest's training configuration
+        "tree_levels_config": get(bundle.manifest, "training", "config", "xlinear", "tree"),
+        "labels": model.n_labels,
+        "levels": [level.n_nodes for level in model.levels],
+        "features": X.shape[1],
+        "dense_features": model.config.dense_features,
+        "beam_size": model.config.beam_size,
+        "post_processor": model.config.post_processor,
+        "first_level_index": model.first_level is not None,
+        "calibrated": predictor.calibration is not None,
+    }
+
+
+def main() -> None:
+    args = parse_args()
 
     load_start = os.getloadavg()
     bundle_path = args.bundle or ensure_bundle(args)
@@ -162,7 +213,6 @@ def main() -> None:
     featurizer, model = predictor.featurizer, predictor.model
     if not isinstance(featurizer, ConcatFeaturizer) or not hasattr(model, "compiled"):
         raise XtagError(f"{bundle_path}: not an XR-Transformer bundle (Φ_cat featuriser and XR-Linear rankers)")
-    encoder_config = json.loads((bundle_path / "encoder" / "config.json").read_text())
     texts = first_texts(args.data / "test.jsonl.gz", args.texts)
 
     onnx = featurizer.encoder
@@ -183,41 +233,12 @@ def main() -> None:
         [after.predict([t], k=args.k, calibrated=False) for t in texts],
         args.tolerance,
     )
-
-    loads = [os.getloadavg()]
-    times = alternating(
-        {
-            "after": lambda i: after.predict([texts[i]], k=args.k),
-            "before": lambda i: before.predict([texts[i]], k=args.k),
-            "features": lambda i: features.transform([texts[i]]),
-        },
-        len(texts),
-        rounds=args.rounds,
-        block=args.block,
-    )
-    loads.append(os.getloadavg())
-    times.update(alternating({"onnx": lambda i: onnx.encode([texts[i]])}, len(texts), rounds=1, block=args.block))
-    loads.append(os.getloadavg())
+    times, loads = time_methods(after, before, features, onnx, texts, args)
 
     stats = {name: percentiles(t) for name, t in times.items()}
-    X = features.transform(texts[:1])
     nnz = [len(featurizer.tfidf.transform_arrays([t])[0]) for t in texts] if featurizer.tfidf else [0]
     payload = {
-        "bundle": {
-            "path": str(bundle_path),
-            "version": bundle.version,
-            "encoder": {k: encoder_config.get(k) for k in ("source", "max_length", "pooling", "features", "dim")},
-            "frozen_encoder": None,  # from the manifest's training configuration, below
-            "tree_levels_config": get(bundle.manifest, "training", "config", "xlinear", "tree"),
-            "labels": model.n_labels,
-            "levels": [level.n_nodes for level in model.levels],
-            "features": X.shape[1],
-            "dense_features": model.config.dense_features,
-            "beam_size": model.config.beam_size,
-            "post_processor": model.config.post_processor,
-            "first_level_index": model.first_level is not None,
-            "calibrated": predictor.calibration is not None,
-        },
+        "bundle": bundle_facts(bundle, bundle_path, features, texts),
         "texts": len(texts),
         "tfidf_nnz_per_text_mean": round(float(np.mean(nnz)), 1),
         "k": args.k,
@@ -246,8 +267,6 @@ def main() -> None:
         "agreement": agreed,
         "agreement_uncalibrated": agreed_raw,
     }
-    epochs = get(bundle.manifest, "training", "config", "xr_transformer", "epochs")
-    payload["bundle"]["frozen_encoder"] = None if epochs is None else epochs == 0
     print(json.dumps(payload, indent=2), flush=True)
     if not args.no_save:
         save_result(args.result_name, payload, benchmark="xr_transformer_engine")

@@ -1,6 +1,6 @@
 """Level-1 search: a flat FAISS index over the rankers' columns vs exact scoring in the sparse core.
 
-    .venv/bin/python bench/shortlist_vs_exact.py [--features 100000] [--nodes 8,64,256,1024,4096]
+    .venv/bin/python bench/experiments/shortlist_vs_exact.py [--features 100000] [--nodes 8,64,256,1024,4096]
 
 Synthetic level-1 rankers (a fixed budget of nonzero weights spread over the nodes, as PIFA/k-means
 trees spread a vocabulary) and TF-IDF-like documents (60 nonzeros); for each level size, p50 per
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: results.py
 
 from results import save_result  # noqa: E402
 from xtag.models.beam_search import RankerLevel, score_candidates, top_k  # noqa: E402

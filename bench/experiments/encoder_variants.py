@@ -9,7 +9,7 @@ weighed on its median):
   - `/v1/predict` p50 over loopback HTTP, one `xtag serve` server per variant, same texts, k=5;
   - P@1..5 / PSP@1..5 of each bundle on the test split (XMC convention, evaluation/evaluate.py).
 
-    .venv/bin/python bench/encoder_variants.py --xr-run bench/out/xr_transformer_engine/run \
+    .venv/bin/python bench/experiments/encoder_variants.py --xr-run bench/out/xr_transformer_engine/run \
         --lightxml-run bench/out/lightxml_issue17/dynamic-run
 """
 
@@ -19,19 +19,22 @@ import argparse
 import asyncio
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from results import save_result
-from service_latency import Conn, free_port, start_server
-from xtag.evaluation.evaluate import evaluate_bundle
-from xtag.models.bundle import load_bundle
-from xtag.models.onnx_encoder import OnnxEncoder, TextTokenizer
-from xtag.training.bundle import export_run
-from xtag.training.data.corpus import load_corpus
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: results.py and the benchmarks reused here
+from results import save_result  # noqa: E402
+from service_latency import Conn, free_port, start_server  # noqa: E402
+from xtag.evaluation.evaluate import evaluate_bundle  # noqa: E402
+from xtag.models.bundle import load_bundle  # noqa: E402
+from xtag.models.onnx_encoder import OnnxEncoder, TextTokenizer  # noqa: E402
+from xtag.training.bundle import export_run  # noqa: E402
+from xtag.training.data.corpus import load_corpus  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = {
     "exported": {"optimize": False},
     "fused": {"optimize": True},

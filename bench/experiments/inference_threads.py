@@ -1,6 +1,6 @@
 """Single-text `/v1/predict` under concurrent load: the default predictor calls at once against XTAG_INFERENCE_THREADS=1.
 
-    .venv/bin/python bench/inference_threads.py --bundle bench/out/xlinear_vs_pecos_debdeps/xtag_bundle \\
+    .venv/bin/python bench/experiments/inference_threads.py --bundle bench/out/xlinear_vs_pecos_debdeps/xtag_bundle \\
         --test ../shared/data/debdeps/test.jsonl.gz --result-name inference_threads_debdeps
 
 XR-Linear bundles run two predictor calls at once by default (models/registry.py parallel_calls), which
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: results.py and service_latency.py
 from results import save_result  # noqa: E402
 from service_latency import _clients, free_port, start_server  # noqa: E402
 from xtag.training.data.corpus import load_corpus  # noqa: E402

@@ -1,8 +1,8 @@
 """LightXML's learning speed on a debtags subset (issue 29): one change at a time, CascadeXML beside it, CPU only.
 
-    .venv/bin/python bench/lightxml_subset.py --variant baseline
-    .venv/bin/python bench/lightxml_subset.py --variant heads-10x --set lr_head=1e-3
-    .venv/bin/python bench/lightxml_subset.py --variant cascadexml --family cascadexml
+    .venv/bin/python bench/experiments/lightxml_subset.py --variant baseline
+    .venv/bin/python bench/experiments/lightxml_subset.py --variant heads-10x --set lr_head=1e-3
+    .venv/bin/python bench/experiments/lightxml_subset.py --variant cascadexml --family cascadexml
 
 Each invocation trains one variant on the first --train-docs training documents (the same budget for all:
 --epochs epochs, --max-length tokens, batch --batch-size, seed 0) through the product path: `train_run` →
@@ -18,17 +18,19 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
-from results import logged_commands, save_result
-from xr_transformer_debtags import ROOT, subset
-from xtag.evaluation.evaluate import evaluate_bundle
-from xtag.models.bundle import load_bundle
-from xtag.training.bundle import export_run
-from xtag.training.config import TrainConfig
-from xtag.training.data.corpus import load_corpus
-from xtag.training.run import train_run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: results.py and the benchmarks reused here
+from results import logged_commands, save_result  # noqa: E402
+from xr_transformer_debtags import ROOT, subset  # noqa: E402
+from xtag.evaluation.evaluate import evaluate_bundle  # noqa: E402
+from xtag.models.bundle import load_bundle  # noqa: E402
+from xtag.training.bundle import export_run  # noqa: E402
+from xtag.training.config import TrainConfig  # noqa: E402
+from xtag.training.data.corpus import load_corpus  # noqa: E402
+from xtag.training.run import train_run  # noqa: E402
 
 METRICS = ("P@1", "P@3", "P@5", "PSP@5", "macro-R@5")
 

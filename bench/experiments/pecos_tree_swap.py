@@ -1,9 +1,9 @@
 #!/usr/bin/env python
-"""Peer runner for bench/tree_swap.py: PECOS's label tree, and PECOS's rankers on a given tree.
+"""Peer runner for bench/experiments/tree_swap.py: PECOS's label tree, and PECOS's rankers on a given tree.
 
 Run with the PECOS venv (bench/peers/setup_pecos.sh):
 
-    bench/.venv-pecos/bin/python bench/peers/pecos_tree_swap.py --workdir DIR --seed S --chain-in OURS.npz
+    bench/.venv-pecos/bin/python bench/experiments/pecos_tree_swap.py --workdir DIR --seed S --chain-in OURS.npz
 
 Reads DIR/X_train.npz, Y_train.npz and X_test.npz (as pecos_xlinear.py). Writes into DIR:
 
@@ -20,10 +20,13 @@ leaf clusters.
 import argparse
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import scipy.sparse as smat
-from pecos_xlinear import load_csr, topk_arrays  # bench/peers/ is on sys.path when a runner runs as a script
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "peers"))  # bench/peers/: the PECOS runner it reuses
+from pecos_xlinear import load_csr, topk_arrays  # noqa: E402
 
 
 def chain_to_ptrs(chain) -> dict:

@@ -1,6 +1,6 @@
 """CascadeXML's int8 weights and missing-label loss on a debtags subset, CPU: what each costs or buys.
 
-    .venv/bin/python bench/cascadexml_variants_debtags.py --train-docs 2000 --max-length 32 --epochs 1
+    .venv/bin/python bench/experiments/cascadexml_variants_debtags.py --train-docs 2000 --max-length 32 --epochs 1
 
 Two runs on the first --train-docs training documents, through the product path (`train_run` →
 `export_run` → `load_bundle` → `evaluate_bundle`): plain BCE, and the `unbiased-balanced` missing-label
@@ -16,17 +16,19 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 
-from lightxml_debtags import p50_ms  # bench/ is on sys.path when run as a script
-from xr_transformer_debtags import ROOT, subset
-from xtag.evaluation.evaluate import evaluate_bundle
-from xtag.models.bundle import load_bundle
-from xtag.training.bundle import export_run
-from xtag.training.config import TrainConfig
-from xtag.training.data.corpus import load_corpus
-from xtag.training.run import train_run
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: results.py and the benchmarks reused here
+from lightxml_debtags import p50_ms  # noqa: E402
+from xr_transformer_debtags import ROOT, subset  # noqa: E402
+from xtag.evaluation.evaluate import evaluate_bundle  # noqa: E402
+from xtag.models.bundle import load_bundle  # noqa: E402
+from xtag.training.bundle import export_run  # noqa: E402
+from xtag.training.config import TrainConfig  # noqa: E402
+from xtag.training.data.corpus import load_corpus  # noqa: E402
+from xtag.training.run import train_run  # noqa: E402
 
 METRICS = ("P@1", "P@5", "PSP@5", "macro-R@5")
 CASCADE = {"branching": 16, "max_leaf_size": 8, "top_k": [4, 16]}  # as bench/cascadexml_debtags.py

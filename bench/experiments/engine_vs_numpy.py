@@ -1,8 +1,8 @@
 """XR-Linear inference: xtag.models.beam_search (numpy) vs xtag.models.engine (Numba), same bundle, same features, one run.
 
-    .venv/bin/python bench/engine_vs_numpy.py                      # debtags and debdeps, bundles cached in /tmp
-    .venv/bin/python bench/engine_vs_numpy.py --corpus debtags --bundle debtags=bundles/debtags-xl
-    .venv/bin/python bench/engine_vs_numpy.py --dense-dims 384         # + a synthetic Φ_cat embedding block
+    .venv/bin/python bench/experiments/engine_vs_numpy.py                      # debtags and debdeps, bundles cached in /tmp
+    .venv/bin/python bench/experiments/engine_vs_numpy.py --corpus debtags --bundle debtags=bundles/debtags-xl
+    .venv/bin/python bench/experiments/engine_vs_numpy.py --dense-dims 384         # + a synthetic Φ_cat embedding block
 
 Trains the default XR-Linear with the public API where no bundle is given or cached, featurises the test
 split once (vectorisation is excluded from every timing), then reports single-document p50/p99 latency,
@@ -26,7 +26,7 @@ import xtag.models.beam_search as numpy_search
 from xtag.models.bundle import load_bundle
 from xtag.models.engine import CompiledLevels, engine_beam_search, warm_up
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 K = 10
 
 

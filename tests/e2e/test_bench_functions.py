@@ -1,0 +1,36 @@
+"""bench/ reads as named steps: no function over 100 lines in any benchmark script (issue 39)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+LIMIT = 100
+
+
+def long_functions(folder: Path, limit: int = LIMIT) -> list[str]:
+    """'path:line name (N lines)' for each function over `limit` lines in folder's .py files, its git-ignored
+    outputs and venvs (out/, .venv-pecos/) left out."""
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        if any(part == "out" or part.startswith(".") for part in path.relative_to(folder).parts):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > limit:
+                    found.append(f"{path.relative_to(folder)}:{node.lineno} {node.name} ({lines} lines)")
+    return found
+
+
+def test_no_bench_function_is_over_100_lines():
+    assert long_functions(BENCH) == [], "split these into named steps"
+
+
+def test_the_check_finds_a_long_function_in_a_subfolder(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(LIMIT))
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "long.py").write_text(f"async def main():\n{body}\n")
+    (tmp_path / "short.py").write_text(f"def main():\n{body[: body.rindex(chr(10))]}\n")
+    assert long_functions(tmp_path) == ["experiments/long.py:1 main (101 lines)"]

@@ -155,7 +155,11 @@ CAPABILITIES: dict[str, str] = {
     "torchrun": "training under torchrun with several processes (DDP)",
     "static-dense": "a static token-embedding block in Φ_cat (--dense static, the `dense` section)",
     "update": "adding labels to a trained run (xtag update)",
+    "xlinear-rankers": "the XR-Linear rankers and their label tree (the `xlinear` settings)",
 }
+RANKERS = frozenset(
+    {"xlinear-rankers"}
+)  # the families whose model ends in XR-Linear rankers read the `xlinear` section
 TRANSFORMER = frozenset({"transformer", "int8", "fp16", "onnx-optimize", "weighted-losses", "torchrun"})
 TRAIN_EXTRA = ("torch", "transformers")  # what the transformer families' training imports from the train extra
 
@@ -171,7 +175,7 @@ FAMILIES: dict[str, Family] = {
             ("tfidf", "static-encoder", "label-tree", "rankers"),
             batch_wait_ms=0.0,
             parallel_calls=2,
-            capabilities=frozenset({"weighted-losses", "static-dense", "update"}),
+            capabilities=RANKERS | {"weighted-losses", "static-dense", "update"},
             update="xtag.training.xlinear.update:update",
         ),
         Family(
@@ -182,7 +186,7 @@ FAMILIES: dict[str, Family] = {
             "xtag.training.xr_transformer.export:export",
             ("tfidf", "text-encoder", "label-tree", "rankers", "shortlist"),
             batch_wait_ms=2.0,
-            capabilities=TRANSFORMER | {"shortlist", "update"},
+            capabilities=TRANSFORMER | RANKERS | {"shortlist", "update"},
             update="xtag.training.xr_transformer.update:update",
             train_needs=TRAIN_EXTRA,
             builds_on=("xlinear",),

@@ -23,9 +23,9 @@ from lightxml_debtags import p50_ms  # bench/ is on sys.path when run as a scrip
 from xr_transformer_debtags import ROOT, subset
 from xtag.evaluation.evaluate import evaluate_bundle
 from xtag.models.bundle import load_bundle
-from xtag.training.bundle import export_run
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import load_corpus
+from xtag.training.export.export_run import export_run
 from xtag.training.run import train_run
 
 METRICS = ("P@1", "P@5", "PSP@5", "macro-R@5")

@@ -28,8 +28,8 @@ from service_latency import Conn, free_port, start_server
 from xtag.evaluation.evaluate import evaluate_bundle
 from xtag.models.bundle import load_bundle
 from xtag.models.onnx_encoder import OnnxEncoder, TextTokenizer
-from xtag.training.bundle import export_run
 from xtag.training.data.corpus import load_corpus
+from xtag.training.export.export_run import export_run
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = {

@@ -25,9 +25,9 @@ from results import logged_commands, save_result
 from xr_transformer_debtags import ROOT, subset
 from xtag.evaluation.evaluate import evaluate_bundle
 from xtag.models.bundle import load_bundle
-from xtag.training.bundle import export_run
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import load_corpus
+from xtag.training.export.export_run import export_run
 from xtag.training.run import train_run
 
 METRICS = ("P@1", "P@3", "P@5", "PSP@5", "macro-R@5")

@@ -179,7 +179,7 @@ def train_and_export(config: TrainConfig, folder: Path, progress: bool) -> Path:
     """Train `config` into folder/run and export it to folder/bundle, which it returns: the callback a family that
     trains on another model's output gets in TrainInputs (LaMP's cross-fitting retrains its first stage per fold),
     so that family imports neither this module nor the exporter."""
-    from xtag.training.bundle import export_run
+    from xtag.training.export.export_run import export_run
 
     train_run(config, folder / "run", progress=progress)
     export_run(folder / "run", folder / "bundle")

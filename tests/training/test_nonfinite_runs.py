@@ -45,7 +45,7 @@ def test_resume_refuses_a_checkpoint_with_nan_weights(xlinear_run):
 
 
 def test_export_refuses_a_run_with_nan_weights(xlinear_run, tmp_path):
-    from xtag.training.bundle import export_run
+    from xtag.training.export.export_run import export_run
 
     _, run = xlinear_run
     poison_npz(run / "model" / "rankers" / "level_2.npz", "bias")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from xtag.models.errors import XtagError
 
-from tests.training.test_cascadexml import killed_cascadexml_run
+from tests.training.cascadexml.test_cascadexml import killed_cascadexml_run
 
 
 def poison_npz(path, key: str) -> None:

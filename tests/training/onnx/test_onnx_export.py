@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import NO_TORCH, add_drift
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_bundle_layout_and_dynamic_axes(xr_bundle):

@@ -34,9 +34,9 @@ from xr_transformer_debtags import LATENCY_TOKENS, METRICS, ROOT, HttpPredict, T
 from xtag.evaluation.evaluate import evaluate_bundle
 from xtag.models.bundle import load_bundle
 from xtag.models.onnx_encoder import TextTokenizer
-from xtag.training.bundle import export_run
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import load_corpus
+from xtag.training.export.export_run import export_run
 from xtag.training.run import train_run
 
 BASELINES = (  # (result file, variant, label, budget)

@@ -35,7 +35,7 @@ EOF
   $PY -c "import torch, transformers, onnxruntime, sklearn, numpy; print(torch.__version__, torch.cuda.get_device_name(0),
 transformers.__version__, onnxruntime.__version__, sklearn.__version__, numpy.__version__)"; } 2>&1 | tee "$OUT/machine.txt"
 SECONDS=0
-timeout 150 $PY -m pytest -q -p no:cacheprovider tests/training/test_cuda.py 2>&1 | tee "$OUT/tests.log"
+timeout 150 $PY -m pytest -q -p no:cacheprovider tests/training/deep/test_cuda.py 2>&1 | tee "$OUT/tests.log"
 echo "cuda tests: ${SECONDS}s" | tee -a "$OUT/tests.log"
 SECONDS=0
 timeout "${XRT_TIMEOUT:-330}" $PY bench/xr_transformer_debtags.py --data .gpu/debtags --workdir /tmp/xrt \

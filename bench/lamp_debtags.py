@@ -34,9 +34,9 @@ from xr_transformer_debtags import ROOT, HttpPredict, ThreadServer, subset
 from xtag.evaluation.evaluate import ground_truth, predict_corpus
 from xtag.models.bundle import load_bundle
 from xtag.models.metrics import evaluate, set_metrics
-from xtag.training.bundle import export_run
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import load_corpus
+from xtag.training.export.export_run import export_run
 from xtag.training.lamp.config import LampConfig
 from xtag.training.run import train_run
 from xtag.training.xr_transformer.config import XRTransformerConfig

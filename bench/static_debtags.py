@@ -39,9 +39,9 @@ from xtag.models.features import TfidfFeaturizer
 from xtag.models.metrics import evaluate
 from xtag.models.static_encoder import StaticEncoder
 from xtag.models.xr_transformer.concat_features import concat_features
-from xtag.training.bundle import export_run
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import Corpus, build_vocab, load_corpus
+from xtag.training.export.export_run import export_run
 from xtag.training.run import train_run
 from xtag.training.static.config import StaticDenseConfig
 from xtag.training.static.fit import build_static_encoder

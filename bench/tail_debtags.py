@@ -42,9 +42,9 @@ from xtag.models.errors import XtagError
 from xtag.models.macro_inference import OptimizeConfig, optimize
 from xtag.models.metrics import CONVENTIONS, bucket_metrics, evaluate, frequency_buckets, relevance
 from xtag.models.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank
-from xtag.training.bundle import export_run
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import load_corpus
+from xtag.training.export.export_run import export_run
 from xtag.training.run import save_model, train_run
 
 K = 5

@@ -36,9 +36,9 @@ from results import save_result  # bench/ is on sys.path when run as a script
 from xtag.evaluation.evaluate import ground_truth, predict_corpus
 from xtag.models.bundle import load_bundle
 from xtag.models.metrics import evaluate
-from xtag.training.bundle import export_run
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import load_corpus
+from xtag.training.export.export_run import export_run
 from xtag.training.run import train_run
 from xtag.training.update_run import update_run
 

@@ -12,7 +12,7 @@ xtag then PECOS, `--repeats` times; both read the same X_train/Y_train .npz file
 alone and report their process's peak RSS right after training (VmHWM: imports, input matrices and
 training; the figure before training is kept too. Not ru_maxrss: a child started from this process
 would report at least this process's RSS, see bench/peers/xtag_xlinear.py). The last xtag training is
-written as a run (xtag.training.run.save_model), exported (xtag.training.bundle.export_run), and the bundle loaded
+written as a run (xtag.training.run.save_model), exported (xtag.training.export.export_run.export_run), and the bundle loaded
 by xtag.models.bundle.load_bundle in fresh processes (median of --bundle-loads; the files are in the page
 cache, just written). Prediction timings come from that run's model in this process, after a warm-up,
 as PECOS's come from its predict-only model after one.
@@ -34,8 +34,8 @@ from xtag.evaluation.evaluate import ground_truth
 from xtag.models.features import TfidfConfig, TfidfFeaturizer
 from xtag.models.metrics import evaluate
 from xtag.models.xlinear.model import XLinearModel
-from xtag.training.bundle import export_run
 from xtag.training.data.corpus import build_vocab, load_corpus
+from xtag.training.export.export_run import export_run
 
 ROOT = Path(__file__).resolve().parent.parent
 PECOS_PY = ROOT / "bench" / ".venv-pecos" / "bin" / "python"

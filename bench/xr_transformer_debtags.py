@@ -32,9 +32,9 @@ from results import logged_commands, save_result  # bench/ is on sys.path when r
 from xtag.evaluation.evaluate import evaluate_bundle
 from xtag.models.bundle import load_bundle
 from xtag.models.errors import XtagError
-from xtag.training.bundle import export_run
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import load_corpus
+from xtag.training.export.export_run import export_run
 from xtag.training.run import train_run
 from xtag.training.tree.build import TreeConfig
 from xtag.training.xlinear.config import XLinearConfig

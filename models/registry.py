@@ -9,9 +9,11 @@ of Annif's backend registry). A new family is two packages plus one line here.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, Literal, Protocol
 
 from xtag.models.errors import XtagError
 
@@ -19,6 +21,76 @@ from xtag.models.errors import XtagError
 # their own (training/tree/graft.py), or the nearest old leaf cluster (training/tree/grow.py) with that cluster's
 # and its ancestors' rankers refit, or kept.
 UpdatePlacement = Literal["new", "refit", "keep"]
+Log = Callable[[dict], None]  # a run's event log (training/run.py RunLog)
+
+
+def _no_log(event: dict) -> None:
+    pass
+
+
+# The family contracts: what every family's entries take and give back. Typed here, beside the table that
+# names the entries, so a family states them and nothing guesses; training types appear as Any (this module
+# imports no training code), named in the comments.
+
+
+class RunResult(Protocol):
+    """What a family's train or update entry returns: the run's model, which training/run.py saves into the run's
+    model/ folder (beside its labels and TF-IDF) and summarises in summary.json."""
+
+    def save(self, folder: Path) -> None: ...
+
+    def summary(self) -> dict: ...
+
+
+@dataclass(frozen=True)
+class TrainInputs:
+    """What training/run.py hands every family's `train` entry: one signature for all of them."""
+
+    texts: list[str]
+    X: Any  # the run's TF-IDF rows (scipy.sparse csr)
+    Y: Any  # their labels (csr, documents x labels)
+    config: Any  # the run's TrainConfig (training/config.py)
+    checkpoint_dir: Path  # the run's checkpoints/ folder: the family's own subfolder goes inside
+    # Train `config` (a TrainConfig) into `folder`/run, export it to `folder`/bundle and return that bundle: for a
+    # family that trains on another model's output (LaMP's cross-fitting retrains its first stage per fold);
+    # training/run.py provides it, so no family imports the run or the exporter that call it.
+    train_and_export: Callable[[Any, Path, bool], Path]
+    progress: bool = True
+    log: Log = _no_log
+
+
+class TrainEntry(Protocol):
+    """A family's `train` entry: the finished model, or None on a torchrun rank other than 0 (it only helped)."""
+
+    def __call__(self, run: TrainInputs) -> RunResult | None: ...
+
+
+@dataclass(frozen=True)
+class UpdateInputs:
+    """What training/update_run.py (`xtag update`) hands a family's `update` entry besides the run's TrainConfig."""
+
+    run: Path  # the run being updated: read, never written
+    checkpoints: Path  # the new run's checkpoints/ folder, for what a later update of it may reuse
+    old: Any  # the run's training corpus as read now (training/data/corpus.py Corpus; row i of `corpus` is its row i)
+    corpus: Any  # the combined corpus (update_run.merge_corpora)
+    X: Any  # the combined corpus's TF-IDF under the run's featuriser (csr)
+    Y: Any  # its labels: the old ones first, new ones from n_old (csr)
+    n_old: int
+    old_rows_differ: str  # why `old` may not be the rows the run was trained on; "": what it kept of them is theirs
+    same_text: Any  # per row of `old` (numpy bool): its row in `corpus` has the same text (kept_tfidf.same_texts)
+
+
+class UpdateEntry(Protocol):
+    """A family's `update` entry: the updated model and the facts summary.json's `update` section reports."""
+
+    def __call__(
+        self,
+        data: UpdateInputs,
+        config: Any,
+        progress: bool = True,
+        log: Log = _no_log,
+        clusters: UpdatePlacement = "new",
+    ) -> tuple[RunResult, dict]: ...
 
 
 @dataclass(frozen=True)
@@ -26,7 +98,7 @@ class Family:
     kind: str
     section: str | None  # TrainConfig field with the family's settings (None: the shared `xlinear` rankers only)
     config: str  # pydantic config of that section
-    train: str  # (texts, X, Y, TrainConfig, checkpoint_dir, progress, log) -> TrainedModel, None on helper ranks
+    train: str  # a TrainEntry: TrainInputs -> RunResult (None on torchrun helper ranks)
     export: str  # (run model dir, bundle dir being written, TrainConfig) -> export report
     components: tuple[str, ...]  # bundle components in load order (models/components.py); optional ones may be absent
     batch_wait_ms: float  # the service's micro-batch wait under concurrent traffic (encoders gain from batches)
@@ -36,7 +108,7 @@ class Family:
     # featurising with the other's scoring (bench/RESULTS.md, batch throughput against PECOS); an encoder's
     # ONNX session already runs each call on every core, and its calls gain more from batching together.
     parallel_calls: int = 1
-    update: str | None = None  # (update_run.UpdateData, TrainConfig, progress, log, UpdatePlacement) -> (model, facts)
+    update: str | None = None  # an UpdateEntry: (UpdateInputs, TrainConfig, progress, log, clusters) -> (result, facts)
     train_needs: tuple[str, ...] = ()  # modules training needs beyond the base install (from the `train` extra)
     builds_on: tuple[
         str, ...
@@ -83,7 +155,11 @@ CAPABILITIES: dict[str, str] = {
     "torchrun": "training under torchrun with several processes (DDP)",
     "static-dense": "a static token-embedding block in Φ_cat (--dense static, the `dense` section)",
     "update": "adding labels to a trained run (xtag update)",
+    "xlinear-rankers": "the XR-Linear rankers and their label tree (the `xlinear` settings)",
 }
+RANKERS = frozenset(
+    {"xlinear-rankers"}
+)  # the families whose model ends in XR-Linear rankers read the `xlinear` section
 TRANSFORMER = frozenset({"transformer", "int8", "fp16", "onnx-optimize", "weighted-losses", "torchrun"})
 TRAIN_EXTRA = ("torch", "transformers")  # what the transformer families' training imports from the train extra
 
@@ -99,7 +175,7 @@ FAMILIES: dict[str, Family] = {
             ("tfidf", "static-encoder", "label-tree", "rankers"),
             batch_wait_ms=0.0,
             parallel_calls=2,
-            capabilities=frozenset({"weighted-losses", "static-dense", "update"}),
+            capabilities=RANKERS | {"weighted-losses", "static-dense", "update"},
             update="xtag.training.xlinear.update:update",
         ),
         Family(
@@ -110,7 +186,7 @@ FAMILIES: dict[str, Family] = {
             "xtag.training.xr_transformer.export:export",
             ("tfidf", "text-encoder", "label-tree", "rankers", "shortlist"),
             batch_wait_ms=2.0,
-            capabilities=TRANSFORMER | {"shortlist", "update"},
+            capabilities=TRANSFORMER | RANKERS | {"shortlist", "update"},
             update="xtag.training.xr_transformer.update:update",
             train_needs=TRAIN_EXTRA,
             builds_on=("xlinear",),

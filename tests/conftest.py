@@ -116,8 +116,8 @@ def corpus_files(tmp_path_factory) -> tuple[Path, Path]:
 def tiny_bundle(corpus_files, tmp_path_factory) -> Path:
     """A small XR-Linear bundle trained and exported through the public training API."""
     from xtag.models.features import TfidfConfig
-    from xtag.training.bundle import export_run
     from xtag.training.config import TrainConfig
+    from xtag.training.export.export_run import export_run
     from xtag.training.run import train_run
     from xtag.training.tree.build import TreeConfig
     from xtag.training.xlinear.config import XLinearConfig
@@ -212,7 +212,7 @@ def xr_bundle(corpus_files, tiny_bert, tmp_path_factory) -> tuple[Path, Path]:
 
 def train_and_export(config, folder: Path) -> tuple[Path, Path]:
     """folder/run trained with `config` through the public API, then exported to folder/bundle."""
-    from xtag.training.bundle import export_run
+    from xtag.training.export.export_run import export_run
     from xtag.training.run import train_run
 
     train_run(config, folder / "run", progress=False)

@@ -16,7 +16,7 @@ from xtag.models.errors import XtagError, reading
 from xtag.models.features import TfidfFeaturizer
 from xtag.models.finite import array_files, refuse_nonfinite
 from xtag.models.labels import LabelVocab
-from xtag.models.registry import family
+from xtag.models.registry import TrainEntry, TrainInputs, family
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import build_vocab, load_corpus
 from xtag.training.data.fingerprint import FILE as FINGERPRINT_FILE
@@ -102,9 +102,8 @@ def _train(
         log({"event": "warning", "message": message})
 
     t = time.perf_counter()
-    result = family(config.model).resolve("train")(
-        corpus.texts, X, Y, config, out / "checkpoints", progress=progress, log=log
-    )
+    train: TrainEntry = family(config.model).resolve("train")
+    result = train(TrainInputs(corpus.texts, X, Y, config, out / "checkpoints", train_and_export, progress, log))
     train_seconds = time.perf_counter() - t
 
     save_model(out, vocab, featurizer, result)
@@ -171,5 +170,17 @@ def _helper_rank(config: TrainConfig, out: Path, progress: bool) -> None:
     _, X = TfidfFeaturizer.fit(corpus.texts, config.tfidf)
     Y, _ = corpus.label_matrix(vocab)
     config = _with_label_names(config, vocab.names)
-    fam.resolve("train")(corpus.texts, X, Y, config, out / "checkpoints", progress=False)
+    train: TrainEntry = fam.resolve("train")
+    train(TrainInputs(corpus.texts, X, Y, config, out / "checkpoints", train_and_export, progress=False))
     return None
+
+
+def train_and_export(config: TrainConfig, folder: Path, progress: bool) -> Path:
+    """Train `config` into folder/run and export it to folder/bundle, which it returns: the callback a family that
+    trains on another model's output gets in TrainInputs (LaMP's cross-fitting retrains its first stage per fold),
+    so that family imports neither this module nor the exporter."""
+    from xtag.training.export.export_run import export_run
+
+    train_run(config, folder / "run", progress=progress)
+    export_run(folder / "run", folder / "bundle")
+    return folder / "bundle"

@@ -17,16 +17,13 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import scipy.sparse as sp
 from xtag.models.atomic import fsync_dir, write_text_atomic
 from xtag.models.errors import XtagError, reading
 from xtag.models.features import TfidfFeaturizer
 from xtag.models.labels import LabelVocab
-from xtag.models.registry import UpdatePlacement, family
+from xtag.models.registry import UpdateInputs, UpdatePlacement, family
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import Corpus, label_counts, load_corpus, write_jsonl_gz
 from xtag.training.data.fingerprint import CorpusFingerprint
@@ -34,21 +31,6 @@ from xtag.training.kept_tfidf import combined_rows, load_rows, same_texts, save_
 from xtag.training.run import RunLog, save_model
 
 CORPUS_FILE = "corpus.jsonl.gz"  # the combined corpus, inside the new run
-
-
-@dataclass(frozen=True)
-class UpdateData:
-    """What a family's `update` entry (models/registry.py) gets besides the run's TrainConfig."""
-
-    run: Path  # the run being updated: read, never written
-    checkpoints: Path  # the new run's checkpoints/ folder, for what a later update of it may reuse
-    old: Corpus  # the run's training corpus as read now (row i of `corpus` is its row i, for i < len(old))
-    corpus: Corpus  # the combined corpus (merge_corpora)
-    X: sp.csr_matrix  # the combined corpus's TF-IDF under the run's featuriser
-    Y: sp.csr_matrix  # its labels: the old ones first, new ones from n_old
-    n_old: int
-    old_rows_differ: str  # why `old` may not be the rows the run was trained on; "": what it kept of them is theirs
-    same_text: np.ndarray  # per row of `old`: its row in `corpus` has the same text (kept_tfidf.same_texts)
 
 
 def merge_corpora(old: Corpus, new: Corpus) -> Corpus:
@@ -152,7 +134,7 @@ def update_run(
         save_rows(tmp / "checkpoints", X)  # for a later update of the new run
         Y, _ = merged.label_matrix(grown)
         t = time.perf_counter()
-        data = UpdateData(run, tmp / "checkpoints", old, merged, X, Y, len(vocab), differ, same_text)
+        data = UpdateInputs(run, tmp / "checkpoints", old, merged, X, Y, len(vocab), differ, same_text)
         result, facts = chosen.resolve("update")(data, config, progress=progress, log=log, clusters=clusters)
         save_model(tmp, grown, _SavedFeatures(run / "model" / "features" / "tfidf"), result)
         summary = {

@@ -25,9 +25,9 @@ from lightxml_debtags import p50_ms  # noqa: E402
 from xr_transformer_debtags import ROOT, subset  # noqa: E402
 from xtag.evaluation.evaluate import evaluate_bundle  # noqa: E402
 from xtag.models.bundle import load_bundle  # noqa: E402
-from xtag.training.bundle import export_run  # noqa: E402
 from xtag.training.config import TrainConfig  # noqa: E402
 from xtag.training.data.corpus import load_corpus  # noqa: E402
+from xtag.training.export.export_run import export_run  # noqa: E402
 from xtag.training.run import train_run  # noqa: E402
 
 METRICS = ("P@1", "P@5", "PSP@5", "macro-R@5")

@@ -31,8 +31,8 @@ from service_latency import Conn, free_port, start_server  # noqa: E402
 from xtag.evaluation.evaluate import evaluate_bundle  # noqa: E402
 from xtag.models.bundle import load_bundle  # noqa: E402
 from xtag.models.onnx_encoder import OnnxEncoder, TextTokenizer  # noqa: E402
-from xtag.training.bundle import export_run  # noqa: E402
 from xtag.training.data.corpus import load_corpus  # noqa: E402
+from xtag.training.export.export_run import export_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = {

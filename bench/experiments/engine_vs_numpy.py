@@ -32,8 +32,8 @@ K = 10
 
 def ensure_bundle(corpus: str, data: Path, cache: Path) -> Path:
     """The cached bundle of `corpus`, trained (default XR-Linear) and exported first if missing."""
-    from xtag.training.bundle import export_run
     from xtag.training.config import TrainConfig
+    from xtag.training.export.export_run import export_run
     from xtag.training.run import train_run
 
     bundle = cache / corpus / "bundle"

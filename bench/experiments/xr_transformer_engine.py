@@ -50,8 +50,8 @@ RESULT_NAME = "xr_transformer_engine_debtags"
 
 def ensure_bundle(args) -> Path:
     """--workdir/bundle, trained (frozen encoder) and exported first where missing; an unfinished run resumes."""
-    from xtag.training.bundle import export_run
     from xtag.training.config import TrainConfig
+    from xtag.training.export.export_run import export_run
     from xtag.training.run import train_run
     from xtag.training.xr_transformer.config import XRTransformerConfig
 

@@ -13,7 +13,7 @@ train: reads DIR/X_train.npz and DIR/Y_train.npz (the matrices pecos_xlinear.py 
                          matrices included (pecos_xlinear.py reads its own at the same point)
 
 With --save-run it then writes RUN as `xtag train` would (xtag.training.run.save_model: labels, TF-IDF and
-model, from DIR/labels.json and DIR/tfidf; config.json; summary.json), for xtag.training.bundle.export_run.
+model, from DIR/labels.json and DIR/tfidf; config.json; summary.json), for xtag.training.export.export_run.export_run.
 
 load-bundle: in a fresh interpreter that imports nothing else first, times xtag.models.bundle.load_bundle
 (manifest and checksums, TF-IDF, tree, rankers and the engine layout, kernel warm-up) and prints one JSON

@@ -113,3 +113,32 @@ def test_the_dense_flags_reach_the_config_and_families_without_it_refuse_them(co
     assert _error(*corpus, "--dense", "none", "--dense-tune", "task") == (
         "error: --dense-tune: sets the static block, which --dense none removes"
     )
+
+
+XLINEAR_FLAGS = [f for f, path in FLAG_PATHS.items() if path.startswith("xlinear.") and f != "--seed"]
+
+
+@pytest.mark.parametrize("kind", ["lightxml", "cascadexml", "lamp"])
+def test_the_rankers_flags_are_refused_by_families_that_do_not_read_them(corpus_files, kind):
+    """`--model cascadexml --C 3` used to exit 0 and store xlinear.C=3, which nothing reads."""
+    corpus = ("train", "--corpus", str(corpus_files[0]), "--print-config", "--model", kind)
+    values = {"--negatives": "man", "--loss": "logistic"}
+    rankers = "does not support the XR-Linear rankers and their label tree (the `xlinear` settings)"
+    for flag in XLINEAR_FLAGS:
+        line = _error(*corpus, flag, values.get(flag, "3"))
+        assert line == f"error: {flag}: model {kind} {rankers} (supported by xlinear, xr-transformer)"
+    assert _error(*corpus, "--set", "xlinear.tol=0.1").startswith("error: --set xlinear.tol: model ")
+    assert _config(*corpus[1:], "--seed", "5")[kind]["seed"] == 5  # --seed: the family's own seed too
+    if kind != "lamp":  # --loss's weighted losses are the missing_labels section, which these two read
+        assert _config(*corpus[1:], "--loss", "propensity")["missing_labels"]["weighting"] == "propensity"
+
+
+def test_the_rankers_flags_reach_the_families_that_read_them(corpus_files):
+    corpus = ("--corpus", str(corpus_files[0]))
+    for kind in ("xlinear", "xr-transformer"):
+        config = _config(*corpus, "--model", kind, "--C", "3", "--loss", "logistic", "--branching", "4")
+        assert (config["xlinear"]["C"], config["xlinear"]["loss"], config["xlinear"]["tree"]["branching"]) == (
+            3.0,
+            "logistic",
+            4,
+        )

@@ -7,6 +7,7 @@ torch import on the serving path or a family's internals leaking into shared cod
 from __future__ import annotations
 
 import ast
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -14,12 +15,15 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from xtag.models.registry import FAMILIES
+from xtag.models.registry import FAMILIES, Family
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"xtag": "xtag", "models": "xtag.models", "training": "xtag.training", "evaluation": "xtag.evaluation"}
 PACKAGES["service"] = "xtag.service"
 FAMILY_PACKAGES = {f.train.partition(":")[0].rsplit(".", 1)[0]: f for f in FAMILIES.values()}
+# Issue 39: training/lamp still imports predict_corpus from evaluation/evaluate.py, the one upward edge left; the
+# models/ slice moves predict_corpus into models/inference/corpus.py, and the lead removes this exception on merging.
+KNOWN_UPWARD = {("xtag.training.lamp", "xtag.evaluation.evaluate")}
 NUMPY_ONLY = ("xtag.training.data", "xtag.training.tree", "xtag.training.weighting")
 HEAVY = ("torch", "transformers", "onnx")  # the train extra; onnxruntime is a serving dependency
 
@@ -53,17 +57,54 @@ def imports_of(path: Path, name: str, known: set[str]) -> set[str]:
     return out
 
 
+def registry_entries(path: Path) -> dict[str, set[str]]:
+    """The modules the registry names, by Family field ("train", "export", ...): its `Family(...)` calls'
+    "module:attr" strings, read from the source so that a planted or new entry counts."""
+    names = [f.name for f in dataclasses.fields(Family)]
+    found: dict[str, set[str]] = {}
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == Family.__name__:
+            given = [*zip(names, node.args), *((k.arg, k.value) for k in node.keywords)]
+            for field, value in given:
+                if isinstance(value, ast.Constant) and isinstance(value.value, str) and ":" in value.value:
+                    found.setdefault(field, set()).add(value.value.partition(":")[0])
+    return found
+
+
+def resolved_fields(path: Path) -> set[str]:
+    """The registry fields a module imports through `Family.resolve("field")`."""
+    return {
+        node.args[0].value
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "resolve"
+        and len(node.args) == 1
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    }
+
+
 def import_graph(root: Path) -> dict[str, set[str]]:
     files = module_files(root)
     return {name: imports_of(path, name, set(files)) for name, path in files.items()}
+
+
+def registry_edges(root: Path) -> dict[str, set[str]]:
+    """The imports the registry makes for its users: a module that calls `resolve("train")` imports every
+    family's train module when it runs. Shared code reaching a family this way is the design; a loop is not."""
+    files = module_files(root)
+    entries = registry_entries(files[Family.__module__])
+    return {name: set().union(*(entries.get(f, set()) for f in resolved_fields(path))) for name, path in files.items()}
 
 
 def within(name: str, package: str) -> bool:
     return name == package or name.startswith(package + ".")
 
 
-def violations(graph: dict[str, set[str]]) -> list[str]:
-    """Every broken rule, one line each (empty: the layout holds)."""
+def violations(graph: dict[str, set[str]], via_registry: dict[str, set[str]] | None = None) -> list[str]:
+    """Every broken rule, one line each (empty: the layout holds); `via_registry` (registry_edges) counts
+    for cycles only."""
     found = []
     internal = set(graph)
     for module, imported in sorted(graph.items()):
@@ -82,6 +123,11 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
                 within(target, "xtag.training") or within(target, "xtag.evaluation") or within(target, "xtag.service")
             ):
                 found.append(f"{module} (torch-free inference) imports {target}")
+            if within(module, "xtag.service") and within(target, "xtag.training"):
+                found.append(f"{module} (service) imports {target}: serving never imports training")
+            if within(module, "xtag.training") and within(target, "xtag.evaluation"):
+                if not any(within(module, m) and within(target, t) for m, t in KNOWN_UPWARD):
+                    found.append(f"{module} (training) imports {target}: training never imports evaluation")
             if within(module, "xtag.evaluation") and within(target, "xtag.training"):
                 if not within(target, "xtag.training.data"):
                     found.append(f"{module} (evaluation) imports {target}: only training.data is torch-free")
@@ -94,7 +140,9 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
                 owner = ".".join(target.split(".")[: private[0]])
                 if not within(module, owner):
                     found.append(f"{module} imports the private module {target}")
-    found += [f"import cycle: {' -> '.join(c)}" for c in cycles(graph)]
+    via_registry = via_registry or {}
+    both = {m: ts | via_registry.get(m, set()) for m, ts in graph.items()}
+    found += [f"import cycle: {' -> '.join(c)}" for c in cycles(both)]
     return found
 
 
@@ -135,7 +183,10 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_imports_run_one_way():
-    assert violations(import_graph(ROOT)) == []
+    assert violations(import_graph(ROOT), registry_edges(ROOT)) == []
+
+
+PLANTED_FAMILY = 'Family("loop", None, "m:C", "xtag.training.update_run:update_run", "m:e", (), 0.0, frozenset())'
 
 
 @pytest.mark.parametrize(
@@ -149,6 +200,11 @@ def test_imports_run_one_way():
         ("training/deep/optim.py", "from xtag.models.engine import _scratch", "private module"),
         ("training/onnx/parity.py", "from xtag.training.onnx import graph", "import cycle"),
         ("service/app.py", "import service.problems", "import it as xtag.service"),
+        ("service/app.py", "from xtag.training import config", "(service) imports xtag.training.config"),
+        ("training/onnx/parity.py", "from xtag.evaluation import report", "(training) imports xtag.evaluation"),
+        # loops closed only through the registry's "module:attr" strings (run.py resolves every family's train)
+        ("training/xlinear/train.py", "from xtag.training.run import save_model", "import cycle"),
+        ("models/registry.py", PLANTED_FAMILY, "import cycle: xtag.training.run -> xtag.training.update_run"),
     ],
 )
 def test_a_planted_back_edge_fails(tmp_path, file, line, expected):
@@ -157,7 +213,7 @@ def test_a_planted_back_edge_fails(tmp_path, file, line, expected):
     (tmp_path / "models/engine/_scratch.py").write_text("")  # a private module, for the private-import rule
     planted = tmp_path / file
     planted.write_text(planted.read_text() + f"\n{line}\n")
-    assert any(expected in v for v in violations(import_graph(tmp_path)))
+    assert any(expected in v for v in violations(import_graph(tmp_path), registry_edges(tmp_path)))
 
 
 def test_the_wheel_installs_one_top_level_package(tmp_path):

@@ -91,8 +91,8 @@ def test_a_run_asked_for_a_beam_wider_than_its_labels_exports_one_that_loads(cor
     """The trainer keeps at most the label count (a wider beam searches nothing more), so the load's bound never
     refuses a bundle it exported: 12 labels, beam 40 asked, 12 kept."""
     from xtag.models.features import TfidfConfig
-    from xtag.training.bundle import export_run
     from xtag.training.config import TrainConfig
+    from xtag.training.export.export_run import export_run
     from xtag.training.run import train_run
     from xtag.training.tree.build import TreeConfig
     from xtag.training.xlinear.config import XLinearConfig

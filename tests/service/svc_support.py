@@ -19,8 +19,8 @@ import uvicorn
 from fastapi.testclient import TestClient
 from xtag.service.app import create_app
 from xtag.service.settings import Settings
-from xtag.training.bundle import export_run
 from xtag.training.config import TrainConfig
+from xtag.training.export.export_run import export_run
 from xtag.training.run import train_run
 from xtag.training.tree.build import TreeConfig
 from xtag.training.xlinear.config import XLinearConfig
@@ -83,7 +83,7 @@ def poisoned_bundle(bundles: dict[str, Path], out: Path, array: str) -> Path:
 
 def synthetic_bundle(folder: Path, name: str, labels: int = 2000, features: int = 20000, density: float = 0.01) -> Path:
     """An XR-Linear bundle of random rankers (no training: seconds), as large as a real one's engine arrays
-    (the defaults: about 20 MB), exported through the normal path (training/bundle.py)."""
+    (the defaults: about 20 MB), exported through the normal path (training/export/export_run.py)."""
     import numpy as np
     import scipy.sparse as sp
     from xtag.models.beam_search import RankerLevel

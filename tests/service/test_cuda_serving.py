@@ -43,7 +43,7 @@ def test_bundle_on_cuda_tags_like_the_cpu_with_its_shortlist_on_the_gpu(xr_bundl
 
 def test_fp16_bundle_on_cuda_keeps_parity_with_fp32(xr_bundle, tmp_path):
     from xtag.models.bundle import load_bundle
-    from xtag.training.bundle import export_run
+    from xtag.training.export.export_run import export_run
 
     run, fp32 = xr_bundle
     export_run(run, tmp_path / "fp16", precision="fp16")

@@ -146,7 +146,7 @@ def test_feedback_round_trip_through_postgresql(make_client, postgres_url, tmp_p
 
 def test_feedback_to_update_to_reload_serves_the_new_label(make_client, bundles, tmp_path):
     """The loop the issue asks for: corrections stored, exported, a run updated, exported and reloaded live."""
-    from xtag.training.bundle import export_run
+    from xtag.training.export.export_run import export_run
     from xtag.training.update_run import update_run
 
     db = str(tmp_path / "fb.sqlite3")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from xtag.models.errors import XtagError
 
-from tests.training.test_cascadexml import killed_cascadexml_run
+from tests.training.cascadexml.test_cascadexml import killed_cascadexml_run
 
 
 def poison_npz(path, key: str) -> None:
@@ -45,7 +45,7 @@ def test_resume_refuses_a_checkpoint_with_nan_weights(xlinear_run):
 
 
 def test_export_refuses_a_run_with_nan_weights(xlinear_run, tmp_path):
-    from xtag.training.bundle import export_run
+    from xtag.training.export.export_run import export_run
 
     _, run = xlinear_run
     poison_npz(run / "model" / "rankers" / "level_2.npz", "bias")

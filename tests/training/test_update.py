@@ -22,8 +22,8 @@ from xtag.models.bundle import load_bundle
 from xtag.models.errors import XtagError
 from xtag.models.label_tree import ClusterChain
 from xtag.models.xlinear.model import XLinearModel
-from xtag.training.bundle import export_run
 from xtag.training.config import TrainConfig
+from xtag.training.export.export_run import export_run
 from xtag.training.run import train_run
 from xtag.training.tree.build import TreeConfig
 from xtag.training.update_run import update_run

@@ -18,7 +18,7 @@ from xtag.training.cascadexml.config import CascadeXMLExportConfig
 from xtag.training.cascadexml.net import LogitsGraph
 from xtag.training.cascadexml.result import CASCADEXML_NET
 from xtag.training.config import TrainConfig
-from xtag.training.exporting import copy_run_model, step
+from xtag.training.export.steps import copy_run_model, step
 from xtag.training.onnx.graph import write_graph
 from xtag.training.onnx.optimize import set_precision
 from xtag.training.onnx.parity import parity_gate

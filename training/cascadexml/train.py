@@ -29,6 +29,7 @@ from xtag.models.cascadexml.cascade import child_tables, expand, top_nodes, with
 from xtag.models.cascadexml.model import CascadeHeadConfig
 from xtag.models.label_tree import ClusterChain
 from xtag.models.onnx_encoder import TextTokenizer
+from xtag.models.registry import TrainInputs
 from xtag.training.cascadexml.config import CascadeXMLConfig
 from xtag.training.cascadexml.net import CascadeXMLNet
 from xtag.training.cascadexml.recipe import default_dropouts, default_layers, level_top_k, per_level, resolutions
@@ -191,24 +192,16 @@ def build_net(cc: CascadeXMLConfig, chain: ClusterChain) -> tuple[CascadeXMLNet,
     return net, level_top_k(cc, sizes), weights
 
 
-def train_cascadexml(
-    texts: list[str],
-    X: sp.csr_matrix,
-    Y: sp.csr_matrix,
-    config: TrainConfig,
-    checkpoint_dir: Path,
-    progress: bool = True,
-    log: Callable[[dict], None] = lambda e: None,
-) -> NetRunResult | None:
+def train_cascadexml(run: TrainInputs) -> NetRunResult | None:
     """Train CascadeXML; returns None on DDP ranks other than 0."""
-    cc = config.cascadexml
-    folder = checkpoint_dir / "cascadexml"
+    cc = run.config.cascadexml
+    folder = run.checkpoint_dir / "cascadexml"
     ctx = start_run(cc, folder)
-    chain = run_tree(folder / "resolutions.npz", ctx, lambda: resolutions(X, Y, cc))
+    chain = run_tree(folder / "resolutions.npz", ctx, lambda: resolutions(run.X, run.Y, cc))
     tokenizer = load_tokenizer(cc.encoder, cc.max_length)
     net, top_k, weights = build_net(cc, chain)
     net = net.to(ctx.device)
-    log(
+    run.log(
         {
             "event": "cascadexml",
             "encoder": str(cc.encoder),
@@ -219,12 +212,14 @@ def train_cascadexml(
             "world_size": ctx.world,
         }
     )
-    levels = level_weights(chain, Y, config, log)
-    trainer = Trainer(net, chain, texts, Y, tokenizer, cc, top_k, weights, ctx, folder, progress, log, levels)
-    stats = fit_or_reload(net, folder, trainer.fit, ctx, log, "cascadexml")
+    levels = level_weights(chain, run.Y, run.config, run.log)
+    trainer = Trainer(
+        net, chain, run.texts, run.Y, tokenizer, cc, top_k, weights, ctx, folder, run.progress, run.log, levels
+    )
+    stats = fit_or_reload(net, folder, trainer.fit, ctx, run.log, "cascadexml")
     if not ctx.is_main:
         ctx.close()
         return None
-    enc_config, sample = finish_run(ctx, cc, texts, net.hidden)
+    enc_config, sample = finish_run(ctx, cc, run.texts, net.hidden)
     head = CascadeHeadConfig(sizes=net.sizes, top_k=top_k, dim=net.hidden, outputs=cc.export.outputs)
     return NetRunResult(CASCADEXML_NET, net.cpu().eval(), chain, tokenizer, enc_config, head, sample, stats)

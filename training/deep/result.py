@@ -21,6 +21,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from xtag.models.label_tree import ClusterChain
 from xtag.models.onnx_encoder import EncoderConfig, Pooling, TextTokenizer
+from xtag.models.registry import RunResult
 from xtag.training.deep.config import TransformerConfig
 from xtag.training.deep.distributed import DistContext
 
@@ -90,7 +91,7 @@ class NetKind:
 
 
 @dataclass
-class NetRunResult:
+class NetRunResult(RunResult):
     """A finished run of a net trained end to end: the numpy model it serves with (`model`), and the torch net,
     tokenizer and sample texts the export reads from its encoder folder."""
 

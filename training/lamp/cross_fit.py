@@ -19,6 +19,7 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -68,12 +69,18 @@ def _write_corpus(path: Path, texts: list[str], Y: sp.csr_matrix, names: list[st
 
 
 def _fold_candidates(
-    first: Bundle, texts: list[str], Y: sp.csr_matrix, rows: np.ndarray, C: int, folder: Path, progress: bool
+    first: Bundle,
+    texts: list[str],
+    Y: sp.csr_matrix,
+    rows: np.ndarray,
+    C: int,
+    folder: Path,
+    train_and_export: Callable[[Any, Path, bool], Path],
+    progress: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Train the first stage's config on all rows but `rows` (in folder), and its top-C for `rows`."""
-    from xtag.training.bundle import export_run
+    """Train the first stage's config on all rows but `rows` (in folder, through the run's `train_and_export`,
+    TrainInputs), and its top-C for `rows`."""
     from xtag.training.config import TrainConfig
-    from xtag.training.run import train_run
 
     vocab = first.predictor.vocab
     shutil.rmtree(folder, ignore_errors=True)  # a fold killed mid-way restarts whole
@@ -82,14 +89,13 @@ def _fold_candidates(
     recorded = first.manifest["training"]["config"]  # the fold corpus is JSONL whatever the first stage read
     try:
         config = TrainConfig.model_validate({**recorded, "corpus": folder / "corpus.jsonl.gz", "format": "jsonl"})
-        train_run(config, folder / "run", progress=progress)
-        export_run(folder / "run", folder / "bundle")
+        bundle = train_and_export(config, folder, progress)
     except (XtagError, ValueError) as exc:  # e.g. a path in the recorded config that no longer resolves
         raise XtagError(
             f"lamp.cross_fit: retraining the first stage {first.path} from the config its manifest records failed "
             f"({exc}); fix that, or set lamp.cross_fit=0 and train LaMP on texts the first stage did not see"
         ) from exc
-    model = load_bundle(folder / "bundle")
+    model = load_bundle(bundle)
     preds = predict_corpus(model, [texts[i] for i in rows], C, progress=False, calibrated=False)
     return in_label_space(preds.labels, preds.scores, model.predictor.vocab.names, vocab.index)
 
@@ -102,6 +108,7 @@ def cross_fitted_topk(
     folds: int,
     seed: int,
     folder: Path,
+    train_and_export: Callable[[Any, Path, bool], Path],
     progress: bool,
     log: Callable[[dict], None],
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -144,7 +151,9 @@ def cross_fitted_topk(
                     f"the {len(rows):,} it does not see",
                 }
             )
-            got_labels, got_scores = _fold_candidates(first, texts, Y_first, rows, C, folder / f"fold{k}", progress)
+            got_labels, got_scores = _fold_candidates(
+                first, texts, Y_first, rows, C, folder / f"fold{k}", train_and_export, progress
+            )
             tmp = folder / f"{k}.tmp.npz"
             np.savez(tmp, labels=got_labels, scores=got_scores)
             tmp.rename(saved)

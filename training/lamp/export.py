@@ -13,7 +13,7 @@ from xtag.models.bundle import load_bundle
 from xtag.models.errors import XtagError
 from xtag.models.lamp.model import ATTENTION, INPUTS, OUTPUTS, LampReranker
 from xtag.training.config import TrainConfig
-from xtag.training.exporting import copy_run_model, step
+from xtag.training.export.steps import copy_run_model, step
 from xtag.training.lamp.result import LAMP_NET
 from xtag.training.onnx.graph import write_graph
 from xtag.training.onnx.parity import parity_gate

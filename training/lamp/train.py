@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -30,7 +31,7 @@ from xtag.models.bundle import load_bundle
 from xtag.models.errors import XtagError
 from xtag.models.lamp.masks import cooccurrence_codes, label_mask
 from xtag.models.lamp.model import LampHeadConfig
-from xtag.training.config import TrainConfig
+from xtag.models.registry import TrainInputs
 from xtag.training.deep.checkpoint import Checkpoint, fit_or_reload
 from xtag.training.deep.distributed import DistContext
 from xtag.training.deep.encoder import TextEncoder, load_tokenizer
@@ -115,13 +116,16 @@ def training_candidates(
     lc: LampConfig,
     folds: int,
     folder: Path,
+    train_and_export: Callable[[Any, Path, bool], Path],
     progress: bool,
     log: Callable[[dict], None],
 ) -> Candidates:
     """The top-C LaMP trains on: out of `folds` folds (lamp.cross_fit, training/lamp/cross_fit.py), else the
     first stage's own; teacher-forced with the true labels they miss unless lamp.teacher_forcing is off."""
     if folds:
-        labels, scores = cross_fitted_topk(first, texts, Y_first, C, folds, lc.seed, folder / "folds", progress, log)
+        labels, scores = cross_fitted_topk(
+            first, texts, Y_first, C, folds, lc.seed, folder / "folds", train_and_export, progress, log
+        )
     else:
         own = predict_corpus(first, texts, C, progress=progress, calibrated=False)
         labels, scores = own.labels, own.scores
@@ -129,30 +133,24 @@ def training_candidates(
     return teacher_forced(labels, scores, truth, lc.teacher_forcing)
 
 
-def train_lamp(
-    texts: list[str],
-    X: sp.csr_matrix,
-    Y: sp.csr_matrix,
-    config: TrainConfig,
-    checkpoint_dir: Path,
-    progress: bool = True,
-    log: Callable[[dict], None] = lambda e: None,
-) -> NetRunResult:
-    """Train the LaMP re-ranker over `config.lamp.first_stage`'s candidates."""
-    lc = config.lamp
+def train_lamp(run: TrainInputs) -> NetRunResult:
+    """Train the LaMP re-ranker over `run.config.lamp.first_stage`'s candidates."""
+    lc = run.config.lamp
     if lc.first_stage is None:
         raise XtagError("lamp needs a first-stage bundle: --set lamp.first_stage=BUNDLE_DIR")
     first = load_bundle(lc.first_stage)
     vocab = first.predictor.vocab
-    folder = checkpoint_dir / "lamp"
+    folder = run.checkpoint_dir / "lamp"
     ctx = start_run(lc, folder)
-    names = config.missing_labels.label_names or []
-    Y_first, unknown = first_stage_labels(Y.tocsr(), names, vocab.index, len(vocab))
+    names = run.config.missing_labels.label_names or []
+    Y_first, unknown = first_stage_labels(run.Y.tocsr(), names, vocab.index, len(vocab))
     C = min(lc.candidates, len(vocab))
     folds = cross_fit_folds(lc, first.manifest["model_kind"])
-    cand = training_candidates(first, texts, Y_first, C, lc, folds, folder, progress, log)
+    cand = training_candidates(
+        first, run.texts, Y_first, C, lc, folds, folder, run.train_and_export, run.progress, run.log
+    )
     recall = 1 - cand.missed / max(cand.positives, 1)
-    log(
+    run.log(
         {
             "event": "lamp_candidates",
             "first_stage": str(lc.first_stage),
@@ -165,7 +163,7 @@ def train_lamp(
         }
     )
     if lc.teacher_forcing and recall < LOW_RECALL:
-        log(
+        run.log(
             {
                 "event": "warning",
                 "message": f"the first stage's top {C} hold only {recall:.0%} of these texts' true labels, so teacher "
@@ -176,7 +174,7 @@ def train_lamp(
     tokenizer = load_tokenizer(lc.encoder, lc.max_length)
     transformer = first_layers(TextEncoder.from_pretrained(lc.encoder, "mean").transformer, lc.encoder_layers)
     net = LampNet(transformer, len(vocab), lc.dim, lc.steps, lc.heads, lc.ffn_factor, lc.dropout)
-    cache = StateCache.build(net, tokenizer, texts, lc.batch_size, progress)
+    cache = StateCache.build(net, tokenizer, run.texts, lc.batch_size, run.progress)
     init, from_name = label_init(net, tokenizer, cache, Y_first, vocab.names, lc.init, lc.batch_size)
     basis = shared_basis(init, lc.dim, lc.seed)
     with torch.no_grad():
@@ -184,7 +182,7 @@ def train_lamp(
         net.head.token_in.weight.copy_(torch.from_numpy(basis))
         net.head.token_in.bias.zero_()
     codes = cooccurrence_codes(Y_first) if lc.graph == "pr" else None
-    log(
+    run.log(
         {
             "event": "lamp",
             "encoder": str(lc.encoder),
@@ -200,7 +198,7 @@ def train_lamp(
     )
     net = net.to(ctx.device)
     trainer = Trainer(net, cache, cand, codes, lc, ctx)
-    stats = fit_or_reload(net, folder, lambda: trainer.fit(folder, progress, log), ctx, log, "lamp")
-    enc_config, sample = finish_run(ctx, lc, texts, net.hidden, pooling="mean")
+    stats = fit_or_reload(net, folder, lambda: trainer.fit(folder, run.progress, run.log), ctx, run.log, "lamp")
+    enc_config, sample = finish_run(ctx, lc, run.texts, net.hidden, pooling="mean")
     head = LampHeadConfig(candidates=C, graph=lc.graph, steps=lc.steps, heads=lc.heads, dim=lc.dim, n_labels=len(vocab))
     return NetRunResult(LAMP_NET, net.cpu().eval(), None, tokenizer, enc_config, LampParts(head, codes), sample, stats)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from xtag.models.lightxml.model import OUTPUTS, LightXMLEncoder, LightXMLModel, LightXMLOutputs
 from xtag.training.config import TrainConfig
-from xtag.training.exporting import copy_run_model, step
+from xtag.training.export.steps import copy_run_model, step
 from xtag.training.lightxml.config import LightXMLExportConfig
 from xtag.training.lightxml.result import LIGHTXML_NET
 from xtag.training.onnx.graph import write_graph

@@ -34,7 +34,7 @@ from xtag.models.errors import XtagError, reading
 from xtag.models.label_tree import ClusterChain
 from xtag.models.lightxml.model import LightXMLHeadConfig, LightXMLModel, cluster_members
 from xtag.models.onnx_encoder import TextTokenizer
-from xtag.training.config import TrainConfig
+from xtag.models.registry import TrainInputs
 from xtag.training.deep.candidates import csr_row
 from xtag.training.deep.checkpoint import Checkpoint, fit_or_reload, run_tree
 from xtag.training.deep.distributed import DistContext
@@ -267,26 +267,18 @@ class Trainer(Callback):
         }
 
 
-def train_lightxml(
-    texts: list[str],
-    X: sp.csr_matrix,
-    Y: sp.csr_matrix,
-    config: TrainConfig,
-    checkpoint_dir: Path,
-    progress: bool = True,
-    log: Callable[[dict], None] = lambda e: None,
-) -> NetRunResult | None:
+def train_lightxml(run: TrainInputs) -> NetRunResult | None:
     """Train LightXML; returns None on DDP ranks other than 0."""
-    lc = config.lightxml
-    folder = checkpoint_dir / "lightxml"
+    lc = run.config.lightxml
+    folder = run.checkpoint_dir / "lightxml"
     ctx = start_run(lc, folder)
-    chain = run_tree(folder / "clusters.npz", ctx, lambda: label_clusters(X, Y, lc))
+    chain = run_tree(folder / "clusters.npz", ctx, lambda: label_clusters(run.X, run.Y, lc))
     tokenizer = load_tokenizer(lc.encoder, lc.max_length)
     transformer = TextEncoder.from_pretrained(lc.encoder, "cls").transformer
     net = LightXMLNet(transformer, chain.level_size(1), chain.n_labels, lc.last_layers, lc.dropout, lc.hidden_dim).to(
         ctx.device
     )
-    log(
+    run.log(
         {
             "event": "lightxml",
             "encoder": str(lc.encoder),
@@ -298,14 +290,14 @@ def train_lightxml(
             "negatives": lc.negatives,
         }
     )
-    weighted = head_label_weights(Y, config.missing_labels)  # the run's missing-label loss, if any
+    weighted = head_label_weights(run.Y, run.config.missing_labels)  # the run's missing-label loss, if any
     if weighted is not None:
-        log({"event": "head_weights", **weighted.facts})
+        run.log({"event": "head_weights", **weighted.facts})
     head_w = None if weighted is None else weighted.weights
-    trainer = Trainer(net, chain, texts, Y, tokenizer, lc, ctx, folder, progress, log, head_w)
-    stats = fit_or_reload(net, folder, trainer.fit, ctx, log, "lightxml")
+    trainer = Trainer(net, chain, run.texts, run.Y, tokenizer, lc, ctx, folder, run.progress, run.log, head_w)
+    stats = fit_or_reload(net, folder, trainer.fit, ctx, run.log, "lightxml")
     if not ctx.is_main:
         ctx.close()
         return None
-    enc_config, sample = finish_run(ctx, lc, texts, net.width)
+    enc_config, sample = finish_run(ctx, lc, run.texts, net.width)
     return NetRunResult(LIGHTXML_NET, net.cpu().eval(), chain, tokenizer, enc_config, trainer.head, sample, stats)

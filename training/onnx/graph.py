@@ -23,7 +23,7 @@ from torch import nn
 from xtag.models.errors import XtagError
 from xtag.models.onnx_encoder import EncoderConfig, TextTokenizer
 from xtag.training.deep.config import TransformerExportConfig
-from xtag.training.exporting import log, step
+from xtag.training.export.steps import log, step
 from xtag.training.onnx.optimize import attention_shape, fuse
 
 # Extra graph inputs after input_ids and attention_mask: name → (example array of batch 2, each axis's name);

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from torch import nn
 from xtag.models.errors import XtagError
-from xtag.training.exporting import step
+from xtag.training.export.steps import step
 from xtag.training.onnx.parity import Outputs, compare, per_output, top_agreement
 
 FP16_MIN_COSINE = 0.999

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from xtag.models.xlinear.model import XLinearModel
 from xtag.training.config import TrainConfig
-from xtag.training.exporting import copy_run_model
+from xtag.training.export.steps import copy_run_model
 
 
 def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:

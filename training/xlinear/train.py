@@ -23,6 +23,7 @@ from xtag.models import bounds
 from xtag.models.beam_search import RankerLevel
 from xtag.models.components import COMPONENTS
 from xtag.models.label_tree import ClusterChain
+from xtag.models.registry import RunResult, TrainInputs
 from xtag.models.static_encoder import StaticEncoder
 from xtag.models.xlinear.model import RankerConfig, XLinearModel, load_level, save_level
 from xtag.models.xr_transformer.concat_features import concat_features
@@ -338,7 +339,7 @@ def train_xlinear(
 
 
 @dataclass
-class XLinearResult:
+class XLinearResult(RunResult):
     """A finished XR-Linear run: the model as the bundle stores it, with its static block when it has one."""
 
     model: XLinearModel
@@ -354,30 +355,24 @@ class XLinearResult:
         return {"features": self.model.config.n_features, **dense}
 
 
-def train(
-    texts: list[str],
-    X: sp.csr_matrix,
-    Y: sp.csr_matrix,
-    config,
-    checkpoint_dir: Path,
-    progress: bool = True,
-    log: Callable[[dict], None] = lambda event: None,
-) -> XLinearResult:
+def train(run: TrainInputs) -> XLinearResult:
     """The family's entry in the registry: rankers on the run's TF-IDF or, with a `dense` section, on Φ_cat =
     [TF-IDF, α · static] (the tree too: PIFA over Φ_cat, as XR-Transformer's final stage builds it)."""
-    static = None
-    if config.dense is not None:
+    X, static = run.X, None
+    if run.config.dense is not None:
         from xtag.training.static.fit import static_encoder_for_run
 
         task = None
-        if "task" in config.dense.tune:  # the labels and TF-IDF the matcher is trained on
+        if "task" in run.config.dense.tune:  # the labels and TF-IDF the matcher is trained on
             from xtag.training.static.task import TaskInputs
 
-            task = TaskInputs(X, Y, config.xlinear.tree, config.xlinear.n_jobs)
-        static = static_encoder_for_run(texts, config.dense, checkpoint_dir / "static", log, task, progress)
+            task = TaskInputs(X, run.Y, run.config.xlinear.tree, run.config.xlinear.n_jobs)
+        static = static_encoder_for_run(
+            run.texts, run.config.dense, run.checkpoint_dir / "static", run.log, task, run.progress
+        )
         start = time.perf_counter()
-        X = concat_features(X, static.encode(texts), static.config.alpha)
-        log(
+        X = concat_features(X, static.encode(run.texts), static.config.alpha)
+        run.log(
             {
                 "event": "features",
                 "what": "phi_cat",
@@ -388,12 +383,12 @@ def train(
         )
     model = train_xlinear(
         X,
-        Y,
-        config.xlinear,
-        checkpoint_dir=checkpoint_dir,
-        progress=progress,
-        log=log,
-        missing_labels=config.missing_labels,
+        run.Y,
+        run.config.xlinear,
+        checkpoint_dir=run.checkpoint_dir,
+        progress=run.progress,
+        log=run.log,
+        missing_labels=run.config.missing_labels,
     )
     if static is not None:
         model = XLinearModel(model.chain, model.levels, model.config.model_copy(update={"dense_features": static.dim}))

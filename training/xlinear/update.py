@@ -16,12 +16,11 @@ import numpy as np
 import scipy.sparse as sp
 from xtag.models.beam_search import RankerLevel
 from xtag.models.errors import XtagError
-from xtag.models.registry import UpdatePlacement
+from xtag.models.registry import UpdateInputs, UpdatePlacement
 from xtag.models.xlinear.model import XLinearModel
 from xtag.training.tree.build import pifa_embeddings
 from xtag.training.tree.graft import gate_positive_weights, graft_subtree
 from xtag.training.tree.grow import grow_tree
-from xtag.training.update_run import UpdateData
 from xtag.training.xlinear.train import XLinearResult, _as_float_csr, _parent_mask, train_level
 
 
@@ -96,7 +95,7 @@ def update_rankers(
 
 
 def update(
-    data: UpdateData,
+    data: UpdateInputs,
     config,
     progress: bool = True,
     log: Callable[[dict], None] = lambda event: None,

@@ -19,7 +19,7 @@ from xtag.models.xlinear.model import XLinearModel
 from xtag.models.xlinear.shortlist import FaissShortlist, level1_recall
 from xtag.training.config import TrainConfig
 from xtag.training.deep.encoder import encode_texts, load_trained
-from xtag.training.exporting import copy_run_model, step
+from xtag.training.export.steps import copy_run_model, step
 from xtag.training.onnx.graph import write_graph
 from xtag.training.onnx.optimize import set_precision
 from xtag.training.onnx.parity import parity_gate, top_agreement

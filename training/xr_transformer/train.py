@@ -26,6 +26,7 @@ from xtag.models.atomic import replacing, write_atomic, write_text_atomic
 from xtag.models.errors import reading
 from xtag.models.label_tree import ClusterChain
 from xtag.models.onnx_encoder import EncoderConfig, TextTokenizer
+from xtag.models.registry import RunResult, TrainInputs
 from xtag.models.xlinear.model import XLinearModel
 from xtag.models.xr_transformer.concat_features import concat_features
 from xtag.training.config import TrainConfig
@@ -44,7 +45,7 @@ from xtag.training.xr_transformer.finetune import LevelProblem, XRNet, finetune_
 
 
 @dataclass
-class XRTransformerResult:
+class XRTransformerResult(RunResult):
     """What a finished XR-Transformer run saves: rankers on Φ_cat plus the (fine-tuned) torch encoder."""
 
     model: XLinearModel
@@ -293,22 +294,14 @@ def multi_resolution_finetune(
     return embed.get(encoder, chain.depth)
 
 
-def train_xr_transformer(
-    texts: list[str],
-    X: sp.csr_matrix,
-    Y: sp.csr_matrix,
-    config: TrainConfig,
-    checkpoint_dir: Path,
-    progress: bool = True,
-    log: Callable[[dict], None] = lambda e: None,
-) -> XRTransformerResult | None:
+def train_xr_transformer(run: TrainInputs) -> XRTransformerResult | None:
     """Train an XR-Transformer; returns None on DDP ranks other than 0 (they only help fine-tune)."""
-    xc = config.xr_transformer
-    folder = checkpoint_dir / "xr"
+    xc = run.config.xr_transformer
+    folder = run.checkpoint_dir / "xr"
     ctx = start_run(xc, folder)
     tokenizer = load_tokenizer(xc.encoder, xc.max_length)
     encoder = TextEncoder.from_pretrained(xc.encoder, xc.pooling).to(ctx.device)
-    log(
+    run.log(
         {
             "event": "encoder",
             "source": str(xc.encoder),
@@ -320,15 +313,17 @@ def train_xr_transformer(
     )
     start = time.perf_counter()
     if xc.epochs > 0:
-        E = multi_resolution_finetune(encoder, texts, X, Y, tokenizer, config, ctx, folder, progress, log)
+        E = multi_resolution_finetune(
+            encoder, run.texts, run.X, run.Y, tokenizer, run.config, ctx, folder, run.progress, run.log
+        )
     else:
-        E = Embeddings(folder, texts, tokenizer, xc, ctx, progress, log).get(encoder, 0)
+        E = Embeddings(folder, run.texts, tokenizer, xc, ctx, run.progress, run.log).get(encoder, 0)
     finetune_seconds = time.perf_counter() - start
     ctx.close()  # all ranks together: the rankers below are rank 0's alone and need no process group
     if not ctx.is_main:
         return None
-    Phi = phi_cat(X, E, xc)
-    log(
+    Phi = phi_cat(run.X, E, xc)
+    run.log(
         {
             "event": "features",
             "what": "phi_cat",
@@ -338,8 +333,14 @@ def train_xr_transformer(
         }
     )
     model = train_xlinear(
-        Phi, Y, config.xlinear, checkpoint_dir / "rankers", progress, log, missing_labels=config.missing_labels
+        Phi,
+        run.Y,
+        run.config.xlinear,
+        run.checkpoint_dir / "rankers",
+        run.progress,
+        run.log,
+        missing_labels=run.config.missing_labels,
     )
     model = XLinearModel(model.chain, model.levels, model.config.model_copy(update={"dense_features": E.shape[1]}))
-    enc_config, sample = finish_run(ctx, xc, texts, encoder.dim, xc.pooling, xc.features)
+    enc_config, sample = finish_run(ctx, xc, run.texts, encoder.dim, xc.pooling, xc.features)
     return XRTransformerResult(model, encoder.cpu(), tokenizer, enc_config, sample)

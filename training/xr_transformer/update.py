@@ -23,18 +23,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from xtag.models.registry import UpdatePlacement
+from xtag.models.registry import RunResult, UpdateInputs, UpdatePlacement
 from xtag.models.xlinear.model import XLinearModel
 from xtag.training.deep.distributed import pick_device
 from xtag.training.deep.encoder import encode_texts, load_tokenizer, load_trained, trained_config
-from xtag.training.update_run import UpdateData
 from xtag.training.xlinear.update import update_rankers
 from xtag.training.xr_transformer.kept_embeddings import encoder_digest, load_kept, save_kept
 from xtag.training.xr_transformer.train import phi_cat
 
 
 @dataclass
-class XRUpdateResult:
+class XRUpdateResult(RunResult):
     """The updated rankers plus the run's encoder folder, copied rather than serialised again (it is unchanged)."""
 
     model: XLinearModel
@@ -49,7 +48,7 @@ class XRUpdateResult:
 
 
 def embed(
-    data: UpdateData, config, digest: str, progress: bool, log: Callable[[dict], None]
+    data: UpdateInputs, config, digest: str, progress: bool, log: Callable[[dict], None]
 ) -> tuple[np.ndarray, dict]:
     """The combined corpus's embeddings under the run's encoder (whose `encoder_digest` is `digest`): kept rows from
     the run's files, the rest encoded; and how many of each."""
@@ -91,7 +90,7 @@ def embed(
 
 
 def update(
-    data: UpdateData,
+    data: UpdateInputs,
     config,
     progress: bool = True,
     log: Callable[[dict], None] = lambda event: None,

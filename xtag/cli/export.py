@@ -34,7 +34,7 @@ def export(
     ] = None,
 ) -> None:
     """Turn a run into a self-describing serving bundle (manifest with versions and checksums)."""
-    from xtag.training.bundle import export_run
+    from xtag.training.export.export_run import export_run
 
     if quantize not in (None, "int8"):
         fail(XtagError(f"--quantize {quantize}: the one quantisation offered is int8"))

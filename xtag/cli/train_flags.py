@@ -35,6 +35,7 @@ FLAG_PATHS: dict[str, str] = {  # flag -> the TrainConfig setting it writes
     "--dense-tune": "dense.tune",
     "--dense-alpha": "dense.alpha",
 }
+RANKERS_SECTION = "xlinear."  # settings only families with "xlinear-rankers" read (--seed's tree seed aside)
 DENSE_FLAGS = ("--dense", "--dense-source", "--dense-tune", "--dense-alpha")  # families with "static-dense" only
 WEIGHTING = "missing_labels.weighting"  # where --loss puts the weighted (missing-label) losses
 TRANSFORMER_FLAGS: dict[str, str] = {  # flag -> setting of the chosen transformer family's own section
@@ -77,13 +78,18 @@ def config_dict(base: dict, given: dict[str, Any], overrides: Iterable[str]) -> 
             _check_no_dense_settings(given)
         elif flag in FLAG_PATHS:
             weighted = flag == "--loss" and value in WEIGHTED_LOSSES
-            set_path(base, WEIGHTING if weighted else FLAG_PATHS[flag], value, flag)
+            path = WEIGHTING if weighted else FLAG_PATHS[flag]
+            if path.startswith(RANKERS_SECTION) and flag != "--seed":
+                chosen.require("xlinear-rankers", flag)
+            set_path(base, path, value, flag)
         if flag in TRANSFORMER_FLAGS and chosen.supports("transformer"):
             set_path(base, f"{chosen.section}.{TRANSFORMER_FLAGS[flag]}", value, flag)
         elif flag in TRANSFORMER_FLAGS and flag not in FLAG_PATHS:  # --seed also seeds every family's tree
             chosen.require("transformer", flag)
     for option in overrides:
         path, value = parse_override(option)
+        if path.startswith(RANKERS_SECTION) and path != FLAG_PATHS["--seed"]:
+            chosen.require("xlinear-rankers", f"--set {path}")
         set_path(base, path, value, f"--set {option}")
     return base
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from xtag.models.bundle import load_bundle
 from xtag.models.xlinear.model import XLinearModel
-from xtag.training.bundle import export_run
+from xtag.training.export.export_run import export_run
 from xtag.training.run import train_run
 from xtag.training.update_run import update_run
 from xtag.training.xr_transformer.kept_embeddings import encoder_digest

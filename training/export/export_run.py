@@ -18,7 +18,7 @@ from xtag.models.finite import array_files, refuse_nonfinite
 from xtag.models.manifest import write_manifest
 from xtag.models.registry import family
 from xtag.training.config import TrainConfig
-from xtag.training.exporting import quiet_transformers, step
+from xtag.training.export.steps import quiet_transformers, step
 
 
 def export_run(

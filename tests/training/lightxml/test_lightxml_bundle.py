@@ -58,7 +58,7 @@ def test_bundle_layout_graph_and_parity(lightxml_bundle, corpus_files):
 def test_export_refuses_a_graph_that_drifts_from_torch(lightxml_bundle, tmp_path, monkeypatch):
     import xtag.training.onnx.graph as lightxml_export
     from xtag.models.errors import XtagError
-    from xtag.training.bundle import export_run
+    from xtag.training.export.export_run import export_run
 
     run, bundle = lightxml_bundle
 

@@ -149,8 +149,8 @@ def test_trains_above_chance_and_exports_a_parity_checked_graph(cascade_run, cor
 
 def test_logits_graph_exports_and_predicts_as_the_features_graph(cascade_run, tmp_path):
     from xtag.models.bundle import load_bundle
-    from xtag.training.bundle import export_run
     from xtag.training.config import TrainConfig
+    from xtag.training.export.export_run import export_run
 
     run, bundle = cascade_run
     copy = tmp_path / "run"
@@ -167,8 +167,8 @@ def test_logits_graph_exports_and_predicts_as_the_features_graph(cascade_run, tm
 
 def test_export_refuses_a_graph_that_drifts_from_torch(cascade_run, tmp_path, monkeypatch):
     from xtag.models.errors import XtagError
-    from xtag.training.bundle import export_run
     from xtag.training.cascadexml import export as cascade_export
+    from xtag.training.export.export_run import export_run
 
     from tests.conftest import add_drift
 

@@ -13,7 +13,7 @@ from safetensors.numpy import load_file
 
 from tests.conftest import kill_after_first_checkpoint, torchrun_launcher, train_command
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def encoder_weights(run: Path) -> dict:

@@ -1,7 +1,7 @@
 """The GPU training paths (AMP autocast, NCCL under torchrun) on the fixture corpus and the tiny BERT.
 
 CI has no GPU, so these skip there; they run wherever torch sees a CUDA device (the lent GPU machine:
-`python -m pytest tests/test_cuda.py`). The CPU versions of the same behaviours are in the other tests.
+`python -m pytest tests/training/deep/test_cuda.py`). The CPU versions of the same behaviours are in the other tests.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from tests.conftest import torchrun_launcher, train_command
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def no_faiss_export():

@@ -229,9 +229,9 @@ def test_cross_fit_candidates_come_from_a_first_stage_that_never_saw_the_text(
     other fold (so equal to such a model trained independently), the fold runs are deleted once their
     candidates are saved, and a resumed run reuses the saved candidates."""
     from xtag.models.bundle import load_bundle
-    from xtag.training.bundle import export_run
     from xtag.training.config import TrainConfig
     from xtag.training.data.corpus import load_corpus
+    from xtag.training.export.export_run import export_run
     from xtag.training.lamp.cross_fit import fold_of
     from xtag.training.run import train_run
 
@@ -288,6 +288,7 @@ def test_cross_fit_retrains_a_first_stage_read_from_an_annif_tsv_corpus(tmp_path
     from xtag.models.features import TfidfConfig
     from xtag.training.config import TrainConfig
     from xtag.training.lamp.cross_fit import cross_fitted_topk
+    from xtag.training.run import train_and_export as train_and_export_fold
     from xtag.training.tree.build import TreeConfig
     from xtag.training.xlinear.config import XLinearConfig
 
@@ -307,8 +308,9 @@ def test_cross_fit_retrains_a_first_stage_read_from_an_annif_tsv_corpus(tmp_path
     vocab = first.predictor.vocab
     Y = sp.csr_matrix([[1.0 if name in r["labels"] else 0.0 for name in vocab.names] for r in rows], dtype=np.float32)
     events = []
+    texts = [r["text"] for r in rows]
     labels, scores = cross_fitted_topk(
-        first, [r["text"] for r in rows], Y, 4, 2, 0, tmp_path / "folds", False, events.append
+        first, texts, Y, 4, 2, 0, tmp_path / "folds", train_and_export_fold, False, events.append
     )
     assert labels.shape == (120, 4) and (labels[:, 0] >= 0).all()
     assert [e["held_out"] for e in events if e["event"] == "lamp_cross_fit"] == [60, 60]
@@ -340,9 +342,12 @@ def test_reranker_threads_do_not_spin_behind_a_first_stage_encoder_session(lamp_
 def test_cross_fit_names_the_fix_when_the_recorded_config_cannot_train(tiny_bundle, tmp_path):
     from xtag.models.bundle import load_bundle
     from xtag.training.lamp.cross_fit import cross_fitted_topk
+    from xtag.training.run import train_and_export as train_and_export_fold
 
     first = load_bundle(tiny_bundle)
     first.manifest["training"]["config"]["xlinear"]["C"] = -1.0  # as if written by another version
     Y = sp.csr_matrix((6, len(first.predictor.vocab)), dtype=np.float32)
     with pytest.raises(XtagError, match=r"(?s)lamp.cross_fit: retraining the first stage .* set lamp.cross_fit=0"):
-        cross_fitted_topk(first, TEXTS * 2, Y, 3, 2, 0, tmp_path / "folds", False, lambda e: None)
+        cross_fitted_topk(
+            first, TEXTS * 2, Y, 3, 2, 0, tmp_path / "folds", train_and_export_fold, False, lambda e: None
+        )

@@ -1,6 +1,6 @@
 """What every family's exporter shares: logged slow steps, quiet transformers, the run's model folder as a start.
 
-Kept apart from training/bundle.py (the run → bundle orchestrator) so the ONNX passes and the families'
+Kept apart from training/export/export_run.py (the run → bundle orchestrator) so the ONNX passes and the families'
 exporters can use the step logger without importing the orchestrator that calls them.
 """
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import NO_TORCH, add_drift
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_bundle_layout_and_dynamic_axes(xr_bundle):
@@ -58,7 +58,7 @@ def test_onnx_matches_torch_on_real_texts(xr_bundle, corpus_files):
 def test_export_refuses_an_encoder_that_drifts_from_torch(xr_bundle, tmp_path, monkeypatch):
     import xtag.training.onnx.graph as onnx_export
     from xtag.models.errors import XtagError
-    from xtag.training.bundle import export_run
+    from xtag.training.export.export_run import export_run
 
     run, bundle = xr_bundle
 

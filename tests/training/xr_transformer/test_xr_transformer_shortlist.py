@@ -90,8 +90,8 @@ def test_export_skips_the_index_when_level_1_is_small(xr_bundle, tmp_path):
 
     from xtag.models.bundle import load_bundle
     from xtag.models.xlinear.shortlist import ShortlistConfig
-    from xtag.training.bundle import export_run
     from xtag.training.config import TrainConfig
+    from xtag.training.export.export_run import export_run
 
     run, _ = xr_bundle
     copy = tmp_path / "run"

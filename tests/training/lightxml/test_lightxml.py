@@ -345,7 +345,7 @@ def test_torchrun_two_processes_train_lightxml_and_both_exit_cleanly(
     (tmp_path / "config.json").write_text(config.model_dump_json())
     result = subprocess.run(
         train_command(tmp_path / "config.json", tmp_path / "run", torchrun_launcher(2)),
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=Path(__file__).resolve().parents[3],
         env={**os.environ, "OMP_NUM_THREADS": "1"},
         capture_output=True,
         text=True,

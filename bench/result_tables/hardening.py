@@ -49,7 +49,7 @@ def guard_cost(r: dict) -> dict[str, str]:
         ["after / before", f"{ratio['p50_ms']:.3f}", f"{ratio['p99_ms']:.3f}", f"{ratio['batch_docs_per_s']:.3f}"]
     )
     head = (
-        f"k={r['k']}; medians over {r['rounds']} rounds; per round {r['requests_per_round']} single-text requests"
+        f"{r['bundle']}, k={r['k']}; medians over {r['rounds']} rounds; per round {r['requests_per_round']} single-text requests"
         f" (one keep-alive client) and {r['batches_per_round']} batches of {r['batch']} texts (one client)"
     )
     return {"table": head + "\n\n" + table(["", "p50 ms", "p99 ms", "batch docs/s"], "lrrr", rows)}

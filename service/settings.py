@@ -89,7 +89,7 @@ class Settings(BaseSettings):
     max_request_cost: float = Field(
         1000.0,
         ge=0,
-        description="most work one prediction request may ask for, in estimated CPU milliseconds (service/cost.py: "
+        description="most work one prediction request may ask for, in estimated CPU milliseconds (service/http/cost.py: "
         "documents, characters, k, beam, explain, reweight, optimize); a costlier one gets 413 before any work "
         "starts; the default admits 256 documents at k=100, or 256 explained at k=10, and refuses what buys "
         "seconds of CPU; 0 = no bound",
@@ -178,7 +178,8 @@ class Settings(BaseSettings):
     )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     log_format: Literal["text", "json"] = Field(
-        "text", description="server log lines as text, or as one JSON object each with their fields (service/logs.py)"
+        "text",
+        description="server log lines as text, or as one JSON object each with their fields (service/observability/logs.py)",
     )
     feedback_db: str = Field(
         "xtag-feedback.sqlite3",

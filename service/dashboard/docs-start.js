@@ -1,4 +1,4 @@
-// Starts whichever API viewer its page loaded (service/docs.py): a file, not an inline script, so the pages keep a
+// Starts whichever API viewer its page loaded (service/http/api_docs.py): a file, not an inline script, so the pages keep a
 // CSP without 'unsafe-inline' for scripts. URLs are relative, so a proxy's path prefix carries over.
 "use strict";
 (function () {

@@ -26,8 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from xtag.service.body import RETRY_AFTER, RETRY_AFTER_S
-from xtag.service.problems import send_problem
+from xtag.service.http.problems import send_problem
+from xtag.service.http.request_body import RETRY_AFTER, RETRY_AFTER_S
 
 HOLD_READING = "xtag.hold_reading_s"  # scope key: seconds to read nothing more from this connection
 

@@ -13,7 +13,7 @@ from importlib.resources import files
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import FileResponse
-from xtag.service.security import DOCS_HEADERS
+from xtag.service.http.security import DOCS_HEADERS
 
 ASSETS = str(files("fastapi_offline") / "static")  # swagger-ui-bundle.js, swagger-ui.css, redoc.standalone.js
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from xtag.models.macro_inference import SERVING_MAX_SECONDS
 from xtag.models.reweighting import candidate_budget
-from xtag.service.problems import Problem
+from xtag.service.http.problems import Problem
 
 # The work counts the cost is linear in, in the order of COEFFICIENTS.
 FEATURES = (

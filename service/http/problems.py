@@ -15,8 +15,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from xtag.models.errors import XtagError
-from xtag.service.hangups import ClientGone
-from xtag.service.observability import CLIENT_CLOSED
+from xtag.service.http.hangups import ClientGone
+from xtag.service.observability.metrics import CLIENT_CLOSED
 
 MEDIA_TYPE = "application/problem+json"
 log = logging.getLogger("xtag.service")

@@ -29,7 +29,7 @@ import asyncio
 import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from xtag.service.problems import send_problem
+from xtag.service.http.problems import send_problem
 
 DRAIN_SECONDS = 5.0  # longest a rejected body is read and dropped before the connection is closed
 DRAIN_MIN_BYTES = 64 * 2**20  # most bytes of it read: this, or 16 × the limit when that is more

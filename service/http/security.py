@@ -1,7 +1,7 @@
 """Browser-facing hardening: nosniff on every response, and locked-down HTML pages.
 
 The dashboard's CSP allows only its own script, style and fetches, and it may not be framed (clickjacking).
-The API reference pages (/docs, /redoc: service/docs.py) get the same, loosened only where their viewers
+The API reference pages (/docs, /redoc: service/http/api_docs.py) get the same, loosened only where their viewers
 need it: inline styles (both set style elements at run time) and ReDoc's search worker (a blob: URL). Every response says nosniff, so a JSON or problem
 body is never sniffed into something a browser would execute. CORS stays off unless XTAG_CORS_ORIGINS
 names the origins allowed (app.py adds ProblemCORSMiddleware for them).
@@ -13,7 +13,7 @@ from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from xtag.service.problems import problem_response
+from xtag.service.http.problems import problem_response
 
 DASHBOARD_CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "

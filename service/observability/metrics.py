@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from xtag.service.logs import ACCESS
+from xtag.service.observability.logs import ACCESS
 
 # 0.5–100 ms in steps of at most 2× (most answers take 0.3–30 ms), then coarse up to 10 s
 LATENCY_BUCKETS = (
@@ -71,7 +71,9 @@ class Metrics:
     """The service's Prometheus metrics, on a registry of its own."""
 
     def __init__(self, timeline=None) -> None:
-        self.timeline = timeline  # the built-in page's series (service/timeline.py), fed from the same calls
+        self.timeline = (
+            timeline  # the built-in page's series (service/observability/timeline.py), fed from the same calls
+        )
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -111,7 +113,7 @@ class Metrics:
             registry=r,
             multiprocess_mode="liveall",
         )
-        # drift of the served labels (service/drift.py): one number and three bands, never a series per label
+        # drift of the served labels (service/observability/drift.py): one number and three bands, never a series per label
         self.drift_js = Gauge(
             "xtag_label_drift_js_divergence",
             "Jensen-Shannon divergence (base 2) of the labels returned in the drift window from the training labels",
@@ -224,7 +226,7 @@ class ObservabilityMiddleware:
 
     A request whose client went away before its answer started counts as status 499 (nginx's "client
     closed request"), not as a server error nor as the status of an answer that reached nobody
-    (service/hangups.py notices the hang-up while the request is worked on). A request answered before
+    (service/http/hangups.py notices the hang-up while the request is worked on). A request answered before
     routing (admission's 503) counts under the endpoint its path names, found in `routes`, and a mount's
     files (/static) under the mount's path. With `access_log`, each request also
     gets one INFO line on xtag.access (here, not uvicorn's, which knows neither the latency nor the endpoint)."""

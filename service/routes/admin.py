@@ -17,9 +17,9 @@ from pathlib import Path
 from fastapi import APIRouter, Depends, Request
 from xtag.models.errors import XtagError
 from xtag.service.deps import json_body, openapi_body
-from xtag.service.model_slot import ReloadInProgress
-from xtag.service.problems import Problem, problem_responses
+from xtag.service.http.problems import Problem, problem_responses
 from xtag.service.schemas import ReloadRequest, ReloadResponse
+from xtag.service.state.model_slot import ReloadInProgress
 
 router = APIRouter(tags=["admin"])
 SUPERVISOR_ENV = "XTAG_UVICORN_SUPERVISOR_PID"  # set by xtag.service.server.serve for multi-worker runs

@@ -21,9 +21,9 @@ from xtag.models.errors import XtagError
 from xtag.models.explain import Explainer
 from xtag.models.explainers import explainer_for
 from xtag.models.reweighting import gains_for, label_weights, predict_reweighted
-from xtag.service.cost import label_bytes, tree_shape
-from xtag.service.drift import DEFAULT_WINDOW, LabelDrift
-from xtag.service.encode import LabelPrefixes, explained_lists
+from xtag.service.http.cost import label_bytes, tree_shape
+from xtag.service.http.response_json import LabelPrefixes, explained_lists
+from xtag.service.observability.drift import DEFAULT_WINDOW, LabelDrift
 
 if TYPE_CHECKING:
     from xtag.models.lamp.explain import LampExplainer
@@ -47,12 +47,12 @@ class ServedModel:
         self.n_labels = p.n_labels
         self.names = p.vocab.names
         self.lower_names = [n.lower() for n in self.names]
-        self.label_prefixes = LabelPrefixes(self.names)  # responses' JSON per label (service/encode.py)
+        self.label_prefixes = LabelPrefixes(self.names)  # responses' JSON per label (service/http/response_json.py)
         self.default_beam = int(p.model.config.beam_size)
         self.ref = {"name": self.bundle.name, "version": self.bundle.version}
         self.kind = str(self.bundle.manifest.get("model_kind", "unknown"))
         self.predicted = np.zeros(self.n_labels, dtype=np.int64)  # label id → times returned
-        self.level_nodes = tree_shape(p)  # what admission's cost model needs of the bundle (service/cost.py)
+        self.level_nodes = tree_shape(p)  # what admission's cost model needs of the bundle (service/http/cost.py)
         self.label_bytes = label_bytes(self.names)
 
     def gains(self, scheme: str, alpha: float, beta: float | None) -> np.ndarray | None:

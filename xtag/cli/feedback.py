@@ -22,8 +22,8 @@ def export(
 ) -> None:
     """Write every stored feedback document, in arrival order, as a JSONL corpus."""
     from xtag.models.errors import XtagError
-    from xtag.service.feedback_store import FeedbackStore, export_jsonl
     from xtag.service.settings import Settings
+    from xtag.service.state.feedback_store import FeedbackStore, export_jsonl
 
     target = db or os.environ.get("XTAG_FEEDBACK_DB") or Settings.model_fields["feedback_db"].default
     if not target.startswith(("postgres://", "postgresql://")) and not Path(target).is_file():

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from xtag.service.settings import Settings
 
+from tests.service.dashboard.test_svc_dashboard import CHROMIUM, dump_dom
 from tests.service.svc_support import ADMIN, ADMIN_KEY, LiveServer, bundles, tiny_corpus  # noqa: F401  (pytest fixtures)
-from tests.service.test_svc_dashboard import CHROMIUM, dump_dom
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
 

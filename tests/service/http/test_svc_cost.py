@@ -1,13 +1,13 @@
-"""Admission by cost (service/cost.py): a request that would buy seconds of CPU or a huge answer is refused
+"""Admission by cost (service/http/cost.py): a request that would buy seconds of CPU or a huge answer is refused
 with 413 before any prediction; ordinary requests pass; XTAG_MAX_REQUEST_COST and XTAG_MAX_RESPONSE_BYTES move
 the bound; the Annif routes are bounded too."""
 
 from __future__ import annotations
 
 import pytest
-from xtag.service.cost import Work, check_work
-from xtag.service.model_slot import ServedModel
-from xtag.service.problems import Problem
+from xtag.service.http.cost import Work, check_work
+from xtag.service.http.problems import Problem
+from xtag.service.state.model_slot import ServedModel
 
 from tests.service.svc_support import bundles, make_client, synthetic_bundle  # noqa: F401  (pytest fixtures)
 

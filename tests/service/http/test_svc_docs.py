@@ -7,8 +7,8 @@ import re
 
 import pytest
 
+from tests.service.dashboard.test_svc_dashboard import CHROMIUM, dump_dom
 from tests.service.svc_support import bundles, live_server, make_client  # noqa: F401  (pytest fixtures)
-from tests.service.test_svc_dashboard import CHROMIUM, dump_dom
 
 PAGES = ("/docs", "/redoc")
 

@@ -1,4 +1,4 @@
-"""The label lists built from arrays (service/encode.py) are the JSON the documented dicts give."""
+"""The label lists built from arrays (service/http/response_json.py) are the JSON the documented dicts give."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import numpy as np
 import orjson
 from xtag.models.beam_search import Predictions
-from xtag.service.encode import LabelPrefixes, label_lists
+from xtag.service.http.response_json import LabelPrefixes, label_lists
 
 NAMES = ["lang::python", 'a "quoted" name', "ünïcode\\slash", "x"]
 

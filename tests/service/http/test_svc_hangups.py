@@ -12,12 +12,12 @@ import time
 import pytest
 from xtag.models.stopping import check
 from xtag.service.batching import MicroBatcher
-from xtag.service.hangups import ClientGone
+from xtag.service.http.hangups import ClientGone
 from xtag.service.settings import Settings
 
+from tests.service.http.test_svc_disconnects import requests_by_status
 from tests.service.svc_support import LiveServer, bundles, post_head  # noqa: F401  (pytest fixtures)
 from tests.service.test_svc_batching import Echo, executor, occupy  # noqa: F401  (a pytest fixture)
-from tests.service.test_svc_disconnects import requests_by_status
 
 
 def client_leaves_when(event: asyncio.Event):

@@ -19,7 +19,7 @@ import requests
 
 from tests.service.svc_support import bundles, free_port, wait_ready  # noqa: F401  (pytest fixtures)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 STARTUP_S = 180.0  # a loaded CI machine can take long to import, load and warm up: poll, never a fixed sleep
 
 

@@ -1,5 +1,5 @@
 """The served OpenAPI document states the limits the server enforces and only the credentials it asks for
-(service/openapi_limits.py); reweighted labels carry their gain; explanations never show -0.0."""
+(service/http/openapi_limits.py); reweighted labels carry their gain; explanations never show -0.0."""
 
 from __future__ import annotations
 

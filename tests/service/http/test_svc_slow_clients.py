@@ -108,7 +108,7 @@ def test_the_h11_fallback_bounds_heads_too(bundles, monkeypatch):
 
     monkeypatch.setattr(server_module, "_fastest", lambda module, fallback, name: fallback)
     with serve(bundles, max_header_bytes=8192) as server, ExitStack() as stack:
-        assert server.server.config.http == "xtag.service.http_guard:H11Guard"
+        assert server.server.config.http == "xtag.service.http.protocol:H11Guard"
         partial = connect(server, stack)
         started = time.monotonic()
         partial.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
-from xtag.service.drift import LabelDrift, jensen_shannon
-from xtag.service.observability import LATENCY_BUCKETS
+from xtag.service.observability.drift import LabelDrift, jensen_shannon
+from xtag.service.observability.metrics import LATENCY_BUCKETS
 
 from tests.service.svc_support import bundles, make_client, tiny_corpus  # noqa: F401  (pytest fixtures)
 

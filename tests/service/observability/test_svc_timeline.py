@@ -1,10 +1,10 @@
-"""The page's time series (service/timeline.py): per-endpoint buckets in a ring that forgets what is older than
+"""The page's time series (service/observability/timeline.py): per-endpoint buckets in a ring that forgets what is older than
 its span, percentiles from the buckets' histograms, and load/reload events."""
 
 from __future__ import annotations
 
-from xtag.service.observability import LATENCY_BUCKETS
-from xtag.service.timeline import Timeline
+from xtag.service.observability.metrics import LATENCY_BUCKETS
+from xtag.service.observability.timeline import Timeline
 
 
 class Clock:

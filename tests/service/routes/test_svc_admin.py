@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from xtag.models.beam_search import Predictions
 from xtag.models.bundle import load_bundle
-from xtag.service import model_slot as registry
-from xtag.service.model_slot import ServedModel
+from xtag.service.state import model_slot as registry
+from xtag.service.state.model_slot import ServedModel
 
 from tests.service.svc_support import (  # noqa: F401  (pytest fixtures)
     ADMIN,

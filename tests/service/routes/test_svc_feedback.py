@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 from typer.testing import CliRunner
-from xtag.service import feedback_store
 from xtag.service.routes.annif import project_id
+from xtag.service.state import feedback_store
 
 from tests.service.postgres_server import postgres_server, postgres_url  # noqa: F401  (pytest fixtures)
 from tests.service.svc_support import ADMIN, ADMIN_KEY, bundles, make_client  # noqa: F401

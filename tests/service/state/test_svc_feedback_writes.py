@@ -9,13 +9,13 @@ import threading
 import time
 
 import pytest
-from xtag.service import feedback_store
-from xtag.service.feedback_store import Feedback, FeedbackStore, Written
 from xtag.service.routes.annif import project_id
+from xtag.service.state import feedback_store
+from xtag.service.state.feedback_store import Feedback, FeedbackStore, Written
 
 from tests.service.postgres_server import postgres_server, postgres_url  # noqa: F401  (pytest fixtures)
+from tests.service.routes.test_svc_feedback import FEEDBACK, export
 from tests.service.svc_support import ADMIN, ADMIN_KEY, bundles, client, make_client  # noqa: F401
-from tests.service.test_svc_feedback import FEEDBACK, export
 
 BIG = 2**64
 

@@ -7,8 +7,8 @@ import time
 
 import pytest
 from xtag.models.bundle import load_bundle
-from xtag.service import model_slot as registry
 from xtag.service.settings import Settings
+from xtag.service.state import model_slot as registry
 
 from tests.service.svc_support import (  # noqa: F401  (pytest fixtures)
     ADMIN,

@@ -12,7 +12,7 @@ import os
 import weakref
 
 import pytest
-from xtag.service import model_slot
+from xtag.service.state import model_slot
 
 from tests.conftest import edit_bundle
 from tests.service.svc_support import (  # noqa: F401  (pytest fixtures)

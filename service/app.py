@@ -110,7 +110,7 @@ async def lifespan(app: FastAPI):
             try:
                 await state.registry.load()  # fails startup (and a rolling restart) if the bundle is bad
             except XtagError:
-                if os.environ.get(admin.SUPERVISOR_ENV) == str(os.getppid()):
+                if settings.uvicorn_supervisor_pid == os.getppid():
                     # A worker of `xtag serve --workers N` leaves at once (its reason is logged): uvicorn's
                     # supervisor pings its workers, and a ping that lands while this process is still finishing
                     # after a normal exit goes unanswered for XTAG_WORKER_START_TIMEOUT_S (seen: 300 s).
@@ -160,6 +160,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.warmup_text,
         Device.parse(settings.device, settings.tensorrt),
         drift_window=settings.drift_window,
+        options=settings.runtime_options(),
     )
     app.state.timeline = timeline = Timeline(LATENCY_BUCKETS)
     app.state.metrics = metrics = Metrics(timeline)

@@ -30,7 +30,6 @@ import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 from xtag.models.errors import XtagError
 from xtag.service.observability.logs import log_config
-from xtag.service.routes.admin import SUPERVISOR_ENV
 from xtag.service.settings import Settings
 from xtag.service.supervisor import Supervisor
 
@@ -106,7 +105,7 @@ def serve(
     own_dir = None
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         own_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="xtag-prometheus-")
-    os.environ[SUPERVISOR_ENV] = str(os.getpid())
+    os.environ["XTAG_UVICORN_SUPERVISOR_PID"] = str(os.getpid())  # the workers' Settings.uvicorn_supervisor_pid
     _exit_zero_on_sigterm()
     try:
         _serve_workers(settings)

@@ -17,6 +17,7 @@ import numpy as np
 import orjson
 from xtag.models.beam_search import Predictions
 from xtag.models.bundle import Bundle, load_bundle
+from xtag.models.device import RuntimeOptions
 from xtag.models.errors import XtagError
 from xtag.models.explain import Explainer
 from xtag.models.explainers import explainer_for
@@ -131,24 +132,25 @@ def check_warmup(preds: Predictions, what: str) -> None:
         raise WarmupCheckFailed(f"the {what} warm-up prediction gave {bad} non-finite scores (NaN or inf weights?)")
 
 
-def load_and_warm(path: Path, warmup_text: str, device=None) -> ServedModel:
-    """Load (on `device`, default cpu), verify and warm a bundle; raises XtagError if any step fails.
+def load_and_warm(path: Path, warmup_text: str, device=None, options: RuntimeOptions | None = None) -> ServedModel:
+    """Load (on `device`, default cpu, with the settings' `options`), verify and warm a bundle; raises XtagError if
+    any step fails.
 
     The error raised is a fresh one, made after the half-built model is gone: a failure's traceback holds
     the frames that built it, and in the worker thread that loads, anyio's future and that traceback form a
     reference cycle, so each refused bundle stayed in memory until a full collection, and the memory it freed
     then stayed in the thread's malloc arena (issue 30: every refused reload grew RSS by ~7 MB)."""
-    model, error = _load_and_warm(path, warmup_text, device)
+    model, error = _load_and_warm(path, warmup_text, device, options)
     if model is None:
         release_memory()
         raise XtagError(error)
     return model
 
 
-def _load_and_warm(path: Path, warmup_text: str, device) -> tuple[ServedModel | None, str]:
+def _load_and_warm(path: Path, warmup_text: str, device, options) -> tuple[ServedModel | None, str]:
     """(the warmed model, "") or (None, why not): no exception, so no traceback, leaves this function."""
     try:
-        model = ServedModel(load_bundle(path, device))
+        model = ServedModel(load_bundle(path, device, options))
     except XtagError as exc:
         return None, str(exc)
     except Exception as exc:  # anything that keeps a bundle from loading leaves the old one in place
@@ -243,8 +245,15 @@ SERVER_PATH = re.compile(r"(?<![\w.~-])/[^\s'\"(),;]+")  # "/a/b", not "bundle/a
 class ModelRegistry:
     """Holds the current ServedModel; `load` swaps it in only after a successful load and warm-up."""
 
-    def __init__(self, path: Path | None, warmup_text: str, device=None, drift_window: int = DEFAULT_WINDOW):
-        self.path, self.warmup_text, self.device = path, warmup_text, device
+    def __init__(
+        self,
+        path: Path | None,
+        warmup_text: str,
+        device=None,
+        drift_window: int = DEFAULT_WINDOW,
+        options: RuntimeOptions | None = None,
+    ):
+        self.path, self.warmup_text, self.device, self.options = path, warmup_text, device, options
         self.drift_window = drift_window
         self.current: ServedModel | None = None
         self.last_error: str | None = None
@@ -270,7 +279,7 @@ class ModelRegistry:
             self.loading = True
             start = time.perf_counter()
             try:
-                new = await anyio.to_thread.run_sync(load_and_warm, target, self.warmup_text, self.device)
+                new = await anyio.to_thread.run_sync(load_and_warm, target, self.warmup_text, self.device, self.options)
             except Exception as exc:  # anything that keeps a bundle from serving leaves the old one in place
                 msg = str(exc) if isinstance(exc, XtagError) else f"{target}: cannot load ({type(exc).__name__}: {exc})"
                 log.error("bundle not loaded: %s", msg, extra={"event": "load_failed", "bundle_path": str(target)})

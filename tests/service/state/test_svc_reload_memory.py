@@ -48,8 +48,8 @@ def tracked(monkeypatch):
     refs: list[weakref.ref] = []
     real = model_slot.load_bundle
 
-    def tracking(path, device=None):
-        bundle = real(path, device)
+    def tracking(path, device=None, options=None):
+        bundle = real(path, device, options)
         refs.append(weakref.ref(bundle))
         return bundle
 

@@ -12,12 +12,12 @@ ROOTS = ("models", "training", "evaluation", "service")
 packages = ["xtag", *find_packages(include=["xtag.*"])]  # xtag/'s own subpackages (xtag.cli) are already named
 for root in ROOTS:
     packages += [f"xtag.{root}", *(f"xtag.{root}.{sub}" for sub in find_packages(root))]
-# service/static holds the dashboard's files, no Python: named as a (data) package, as setuptools asks, so that it
+# service/dashboard holds the dashboard's files, no Python: named as a (data) package, as setuptools asks, so that it
 # installs with its files and the build does not warn that an importable folder is missing from `packages`.
-packages.append("xtag.service.static")
+packages.append("xtag.service.dashboard")
 
 setup(
     packages=packages,
     package_dir={"xtag": "xtag", **{f"xtag.{root}": root for root in ROOTS}},
-    package_data={"xtag.service.static": ["*"]},
+    package_data={"xtag.service.dashboard": ["*"]},
 )

@@ -132,7 +132,7 @@ async def inputs_phase(port: int, project: str) -> dict:
 
 
 def stored_rows(target: str) -> list[dict]:
-    from xtag.service.feedback_store import FeedbackStore
+    from xtag.service.state.feedback_store import FeedbackStore
 
     store = FeedbackStore(target)
     try:

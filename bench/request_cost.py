@@ -1,16 +1,16 @@
-"""Fit service/cost.py's request cost model to measured CPU time, and say how well it tracks it.
+"""Fit service/http/cost.py's request cost model to measured CPU time, and say how well it tracks it.
 
 For each bundle, a seeded sample of a grid of requests (documents × characters per text × k × beam × explain ×
 reweight × optimize) runs through the service's own code path in-process, one at a time: ServedModel.predict
-(reweighted when asked) or predict_optimized, then the response's label lists (service/encode.py) or the
+(reweighted when asked) or predict_optimized, then the response's label lists (service/http/response_json.py) or the
 explained ones, serialised by orjson as the handler does. Each point's CPU time is the smallest of --repeats
 runs of time.process_time (the process's CPU, every thread's: the engine's threads count too). Points whose
 rough estimate is over --max-point-ms are skipped, so the whole run stays bounded; the costly corners
 (explaining hundreds of documents at k = 1000) are reached by the model's linearity in documents, measured on
-fewer documents. Then the coefficients of service/cost.py's FEATURES are fitted by non-negative least squares
+fewer documents. Then the coefficients of service/http/cost.py's FEATURES are fitted by non-negative least squares
 on relative error, the response bytes per explained label likewise, and the worst ratios of estimate to
 measurement over the grid are printed and saved (bench/results/request_cost.json); paste the printed
-COEFFICIENTS and EXPLAINED_BYTES into service/cost.py.
+COEFFICIENTS and EXPLAINED_BYTES into service/http/cost.py.
 
     .venv/bin/python bench/request_cost.py --bundle bundles/debtags-xl --bundle bundles/debdeps-xl \\
         --texts ../shared/data/debtags/test.jsonl.gz --points 60
@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import save_result  # noqa: E402
 from xtag.models.bundle import load_bundle  # noqa: E402
 from xtag.models.macro_inference import predict_optimized, serving_config  # noqa: E402
-from xtag.service.cost import FEATURES, Work, label_bytes, tree_shape  # noqa: E402
-from xtag.service.encode import label_lists  # noqa: E402
-from xtag.service.model_slot import ServedModel  # noqa: E402
+from xtag.service.http.cost import FEATURES, Work, label_bytes, tree_shape  # noqa: E402
+from xtag.service.http.response_json import label_lists  # noqa: E402
+from xtag.service.state.model_slot import ServedModel  # noqa: E402
 from xtag.training.data.corpus import load_corpus  # noqa: E402
 
 DOCUMENTS = (1, 8, 64, 256)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xtag.models.components import assemble
+from xtag.models.device import RuntimeOptions
 from xtag.models.errors import XtagError
 from xtag.models.finite import refuse_nonfinite
 from xtag.models.labels import LabelVocab
@@ -35,13 +36,14 @@ class Bundle:
         return hashlib.sha256(files).hexdigest()[:12]
 
 
-def load_bundle(path: str | Path, device=None) -> Bundle:
+def load_bundle(path: str | Path, device=None, options: RuntimeOptions | None = None) -> Bundle:
     """Verify and load a bundle; raises XtagError with a clear message on any mismatch, unlisted file (an
     unlisted calibration.json included) or unreadable file (models/manifest.py), on NaN or inf in any of its
     arrays (models/finite.py), and on any index or number out of its bounds (each component's loader:
     models/bounds.py). The one load path: the server, `xtag predict`, `evaluate`, `calibrate` and export's
     check all come here, so a bundle one of them refuses, all refuse. `device`: where its ONNX graphs and
-    FAISS indexes run (models/device.py; default cpu); CUDA that cannot start raises."""
+    FAISS indexes run (models/device.py; default cpu); CUDA that cannot start raises. `options`: how the encoders
+    run (threads, TensorRT cache), from the caller's settings: models/ reads no environment."""
     start = time.perf_counter()
     folder = Path(path)
     if not folder.is_dir():
@@ -50,7 +52,7 @@ def load_bundle(path: str | Path, device=None) -> Bundle:
     nested = tuple(f"{c['path']}/" for c in manifest["components"] if c["type"] == "first-stage")
     own = [rel for rel in manifest["files"] if not rel.startswith(nested)]  # a first stage scans its own on load
     refuse_nonfinite(folder, own, "a corrupt bundle")
-    parts = assemble(folder, manifest["components"], device, open_bundle=load_bundle)
+    parts = assemble(folder, manifest["components"], device, open_bundle=load_bundle, options=options)
     if parts.featurizer is None or parts.model is None:
         raise XtagError(
             f"{folder}: its components {[c['type'] for c in manifest['components']]} give no featuriser or no model"

@@ -28,10 +28,11 @@ class Parts:
     chain: ClusterChain | None = None
     calibration: Calibration | None = None
     device: Any = None  # xtag.models.device.Device the graphs and indexes go to (None: cpu)
+    options: Any = None  # xtag.models.device.RuntimeOptions: encoder threads, TensorRT cache (None: defaults)
     placement: dict[str, str] = field(default_factory=dict)  # component type → where it runs (/v1/model says)
-    # Loads a bundle nested in this one (a re-ranker's first stage); models/bundle.py's load_bundle, passed in
-    # rather than imported, since the bundle module imports this one.
-    open_bundle: Callable[[Path, Any], Any] | None = None
+    # Loads a bundle nested in this one (a re-ranker's first stage) on the same device with the same options;
+    # models/bundle.py's load_bundle, passed in rather than imported, since the bundle module imports this one.
+    open_bundle: Callable[[Path, Any, Any], Any] | None = None
 
     def need(self, what: str, component: str) -> Any:
         value = getattr(self, what)
@@ -51,7 +52,7 @@ def _text_encoder(path: Path, parts: Parts) -> None:
     from xtag.models.onnx_encoder import OnnxEncoder
     from xtag.models.xr_transformer.concat_features import ConcatFeaturizer
 
-    encoder = OnnxEncoder.load(path, device=parts.device)
+    encoder = OnnxEncoder.load(path, device=parts.device, options=parts.options)
     parts.placement["text-encoder"] = encoder.provider
     parts.featurizer = ConcatFeaturizer(parts.featurizer, encoder)
 
@@ -95,7 +96,7 @@ def _shortlist(path: Path, parts: Parts) -> None:
 def _lightxml_encoder(path: Path, parts: Parts) -> None:
     from xtag.models.lightxml.model import LightXMLEncoder
 
-    parts.featurizer = LightXMLEncoder.load(path, device=parts.device)
+    parts.featurizer = LightXMLEncoder.load(path, device=parts.device, options=parts.options)
     parts.placement["lightxml-encoder"] = parts.featurizer.onnx.provider
 
 
@@ -109,7 +110,7 @@ def _lightxml_heads(path: Path, parts: Parts) -> None:
 def _cascadexml_encoder(path: Path, parts: Parts) -> None:
     from xtag.models.cascadexml.model import CascadeXMLEncoder
 
-    parts.featurizer = CascadeXMLEncoder.load(path, device=parts.device)
+    parts.featurizer = CascadeXMLEncoder.load(path, device=parts.device, options=parts.options)
     parts.placement["cascadexml-encoder"] = parts.featurizer.onnx.provider
 
 
@@ -122,7 +123,7 @@ def _cascadexml_heads(path: Path, parts: Parts) -> None:
 
 def _first_stage(path: Path, parts: Parts) -> None:
     """A re-ranker's first stage: a whole bundle (its own manifest verified), loaded as it is."""
-    first = parts.need("open_bundle", "first-stage")(path, parts.device)
+    first = parts.need("open_bundle", "first-stage")(path, parts.device, parts.options)
     parts.model = first.predictor
     parts.placement.update({f"first-stage/{k}": v for k, v in first.runtime["placement"].items()})
 
@@ -138,7 +139,7 @@ def _lamp_reranker(path: Path, parts: Parts) -> None:
     behind_encoder = any(
         k.startswith("first-stage/") and v == "CPUExecutionProvider" for k, v in parts.placement.items()
     )
-    reranker = LampReranker.load(path, device=parts.device, spin=not behind_encoder)
+    reranker = LampReranker.load(path, device=parts.device, spin=not behind_encoder, options=parts.options)
     parts.model = LampModel(parts.need("model", "lamp-reranker"), reranker)
     parts.featurizer = Texts()
     parts.placement["lamp-reranker"] = reranker.onnx.provider
@@ -180,14 +181,15 @@ def present(folder: Path, types: tuple[str, ...]) -> list[dict[str, str]]:
     ]
 
 
-def assemble(folder: Path, components: list[dict[str, str]], device=None, open_bundle=None) -> Parts:
+def assemble(folder: Path, components: list[dict[str, str]], device=None, open_bundle=None, options=None) -> Parts:
     """Load each component in order; the manifest's list was checked by models/manifest.py. A loader's read
     error (numpy, json, onnxruntime's, ...) becomes an XtagError naming the component, unless it names its file.
     `device` (xtag.models.device.Device or a spec such as "cuda:0") places the graphs and indexes; default cpu.
-    `open_bundle(path, device)` loads a nested bundle (the first-stage component needs it)."""
+    `options` (xtag.models.device.RuntimeOptions) sets the encoders' threads and TensorRT cache.
+    `open_bundle(path, device, options)` loads a nested bundle (the first-stage component needs it)."""
     from xtag.models.device import Device
 
-    parts = Parts(device=Device.parse(device), open_bundle=open_bundle)
+    parts = Parts(device=Device.parse(device), options=options, open_bundle=open_bundle)
     for entry in components:
         path = folder / entry["path"]
         with reading(path, f"the {entry['type']} component", RuntimeError):

@@ -27,6 +27,17 @@ GPU_EXTRA_HINT = "install the GPU build: pip install 'xtag[gpu]' (onnxruntime-gp
 _SPEC = re.compile(r"^(cpu|cuda)(?::(\d+))?$")
 
 
+class RuntimeOptions(BaseModel):
+    """How a bundle's graphs run, beside where (Device): passed down to load_bundle by whoever read the settings
+    (the service's Settings, XTAG_ENCODER_THREADS and XTAG_TENSORRT_CACHE; the CLI builds the same Settings), since
+    models/ reads no environment."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    encoder_threads: int = Field(0, ge=0)  # onnxruntime intra-op threads per encoder session; 0: its default
+    tensorrt_cache: str | None = None  # a folder that keeps TensorRT engines between starts; None: rebuilt each time
+
+
 class Device(BaseModel):
     """A parsed device spec; `tensorrt` puts onnxruntime's TensorRT provider before the CUDA one."""
 

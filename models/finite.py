@@ -1,7 +1,7 @@
 """Are a folder's float arrays finite? The one check for NaN and inf weights, wherever arrays are trusted.
 
 A corrupt array (NaN weights or biases) loads and predicts without raising, yet scores NaN, returns no
-label, or ranks garbage. The server scans a bundle with it before serving it (service/model_slot.py);
+label, or ranks garbage. The server scans a bundle with it before serving it (service/state/model_slot.py);
 training scans a checkpoint before resuming from it and a run before exporting it (issue 30: `--resume`
 took a checkpoint full of NaN, export then succeeded and `xtag predict` answered garbage). Reads .npy
 (memory-mapped), .npz (one member at a time) and .safetensors (memory-mapped, torch-free), in chunks.

@@ -6,14 +6,13 @@ serving split text into exactly the same token ids.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tokenizers import Tokenizer
-from xtag.models.device import CPU, Device
+from xtag.models.device import CPU, Device, RuntimeOptions
 from xtag.models.errors import XtagError
 from xtag.models.stopping import check
 
@@ -123,10 +122,12 @@ class OnnxEncoder:
         device: Device | str | None = None,
         batch_size: int | None = None,
         spin: bool = True,
+        options: RuntimeOptions | None = None,
     ) -> OnnxEncoder:
         """The encoder in `folder` on `device` (default cpu); CUDA that cannot start raises, never falls back.
         spin=False: its threads sleep as soon as a run ends instead of spinning (onnxruntime's default), for a
-        session that runs right after another one on the same cores (a re-ranker behind an encoder)."""
+        session that runs right after another one on the same cores (a re-ranker behind an encoder).
+        `options`: the settings' thread count (unless `threads` is given) and TensorRT engine cache."""
         import onnxruntime as ort
 
         device = Device.parse(device)
@@ -136,15 +137,15 @@ class OnnxEncoder:
             raise XtagError(f"{folder}: cannot read the encoder config ({exc})") from exc
         if not (folder / "model.onnx").is_file():
             raise XtagError(f"{folder}: no model.onnx (export the run to get an ONNX encoder)")
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        env_threads = os.environ.get("XTAG_ENCODER_THREADS")
-        options.intra_op_num_threads = int(threads or env_threads or 0)  # 0 = onnxruntime's default (all cores)
+        runtime = options or RuntimeOptions()
+        session_options = ort.SessionOptions()
+        session_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        session_options.intra_op_num_threads = threads or runtime.encoder_threads  # 0 = onnxruntime's default
         if not spin:
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        providers = device.providers(os.environ.get("XTAG_TENSORRT_CACHE"))
+            session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        providers = device.providers(runtime.tensorrt_cache)
         try:
-            session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=providers)
+            session = ort.InferenceSession(str(folder / "model.onnx"), session_options, providers=providers)
         except Exception as exc:  # onnxruntime raises its own exception types
             raise XtagError(f"{folder}/model.onnx: onnxruntime cannot load it ({exc})") from exc
         device.check_session(session, f"{folder}/model.onnx")

@@ -1,6 +1,6 @@
 """Stopping a long prediction or explanation between two of its chunks, when nobody waits for its result any more.
 
-The service sets a StopFlag (from its event loop) when a client hangs up (service/hangups.py); the worker thread
+The service sets a StopFlag (from its event loop) when a client hangs up (service/http/hangups.py); the worker thread
 running that client's call runs it inside `stoppable(flag)`, and the loops that already work in chunks (encoder
 batches, explained documents) call `check()` between them: a read of a thread-local and of an Event, nothing
 on the hot path of a call without a flag. The flag is per thread and per call, set only for the `with` block, so

@@ -20,21 +20,21 @@ from uvicorn.config import STARTUP_FAILURE
 from xtag.models.device import Device
 from xtag.models.errors import XtagError
 from xtag.models.registry import FAMILIES, family
-from xtag.service import docs, problems
 from xtag.service.batching import MicroBatcher, PredictorPool
-from xtag.service.body import BodyReadMiddleware
 from xtag.service.deps import require_admin_key, require_api_key
-from xtag.service.limits import AdmissionMiddleware
-from xtag.service.model_slot import ModelRegistry
-from xtag.service.observability import LATENCY_BUCKETS, Metrics, ObservabilityMiddleware, RecentRequests
-from xtag.service.openapi_limits import apply_limits
+from xtag.service.http import api_docs, problems
+from xtag.service.http.admission import AdmissionMiddleware
+from xtag.service.http.openapi_limits import apply_limits
+from xtag.service.http.request_body import BodyReadMiddleware
+from xtag.service.http.security import DASHBOARD_HEADERS, NoSniffMiddleware, ProblemCORSMiddleware
+from xtag.service.observability.metrics import LATENCY_BUCKETS, Metrics, ObservabilityMiddleware, RecentRequests
+from xtag.service.observability.timeline import Timeline
 from xtag.service.routes import admin, annif, feedback, health, labels, monitoring, predict
 from xtag.service.schemas import REQUEST_MODELS, ProblemDetails
-from xtag.service.security import DASHBOARD_HEADERS, NoSniffMiddleware, ProblemCORSMiddleware
 from xtag.service.settings import Settings
-from xtag.service.timeline import Timeline
+from xtag.service.state.model_slot import ModelRegistry
 
-STATIC = Path(__file__).parent / "static"
+DASHBOARD = Path(__file__).parent / "dashboard"  # the page's files, served under the public /static/ URLs
 log = logging.getLogger("xtag.service")
 
 
@@ -123,7 +123,7 @@ async def lifespan(app: FastAPI):
             try:
                 await state.registry.load()  # fails startup (and a rolling restart) if the bundle is bad
             except XtagError:
-                if os.environ.get(admin.SUPERVISOR_ENV) == str(os.getppid()):
+                if settings.uvicorn_supervisor_pid == os.getppid():
                     # A worker of `xtag serve --workers N` leaves at once (its reason is logged): uvicorn's
                     # supervisor pings its workers, and a ping that lands while this process is still finishing
                     # after a normal exit goes unanswered for XTAG_WORKER_START_TIMEOUT_S (seen: 300 s).
@@ -162,7 +162,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="xtag",
         version="1",
         lifespan=lifespan,
-        docs_url=None,  # FastAPI's pages load their scripts from a CDN: docs.install serves them offline
+        docs_url=None,  # FastAPI's pages load their scripts from a CDN: api_docs.install serves them offline
         redoc_url=None,
         description="Extreme multi-label tagging over HTTP: top-k labels for texts, with per-request "
         "macro-aware reweighting. Errors are application/problem+json.",
@@ -173,6 +173,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.warmup_text,
         Device.parse(settings.device, settings.tensorrt),
         drift_window=settings.drift_window,
+        options=settings.runtime_options(),
     )
     app.state.timeline = timeline = Timeline(LATENCY_BUCKETS)
     app.state.metrics = metrics = Metrics(timeline)
@@ -189,7 +190,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         was = f" (was {old.bundle.version})" if old is not None else ""
         timeline.mark(f"{new.bundle.name} {new.bundle.version}{was}", "reload" if old is not None else "load")
         app.state.batcher = make_batcher(settings, new.kind, app.state.executor, metrics.observe_batch, recent)
-        app.openapi_schema = None  # rebuilt on the next request: the label count bounds k (service/openapi_limits.py)
+        app.openapi_schema = (
+            None  # rebuilt on the next request: the label count bounds k (service/http/openapi_limits.py)
+        )
 
     app.state.registry.listeners.append(on_swap)
     problems.install(app)
@@ -204,12 +207,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # half the framework cost of a call (~140 of ~300 µs). The APIRoutes stay for the OpenAPI schema.
     for route in [r for r in predict.router.routes if isinstance(r, APIRoute) and r.path in predict.HOT_ROUTES]:
         app.router.routes.insert(0, HotRoute(route.path, route.endpoint, methods=list(route.methods)))
-    docs.install(app, str(STATIC))
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    api_docs.install(app, str(DASHBOARD))
+    app.mount("/static", StaticFiles(directory=DASHBOARD), name="static")
 
     @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def dashboard() -> FileResponse:
-        return FileResponse(STATIC / "index.html", media_type="text/html", headers=DASHBOARD_HEADERS)
+        return FileResponse(DASHBOARD / "index.html", media_type="text/html", headers=DASHBOARD_HEADERS)
 
     # outermost last: NoSniff → Observability → LastResort → CORS → Admission → BodyRead → the app
     budget = settings.max_queue * settings.max_body_bytes or None  # XTAG_MAX_QUEUE=0: no bound, no budget

@@ -29,7 +29,7 @@ XTAG_MAX_TEXT_CHARS default) in-process, 26-45 ms in a loaded server, whatever k
 a /health poll waited up to 36 ms behind one inlined 100,000-character text). So a long text goes to a worker
 like a concurrent one, and the loop is never held for more than about a millisecond.
 
-Work handed to a thread is watched for the client's hang-up meanwhile (service/hangups.py): a queued request
+Work handed to a thread is watched for the client's hang-up meanwhile (service/http/hangups.py): a queued request
 whose client left is dropped from its micro-batch; a running call whose clients all left stops at its next
 check (models/stopping.py: between encoder batches).
 """
@@ -47,7 +47,7 @@ import numpy as np
 from starlette.types import Receive
 from xtag.models.beam_search import Predictions
 from xtag.models.stopping import StopFlag
-from xtag.service.hangups import stopping, unless_hung_up
+from xtag.service.http.hangups import stopping, unless_hung_up
 
 BatchFn = Callable[[list[str]], Predictions]
 MEMORY_S = 1.0  # how far back concurrency (or a lone request) counts when deciding to inline
@@ -151,7 +151,7 @@ class MicroBatcher:
         self, key: Hashable, texts: list[str], run: BatchFn, receive: Receive | None = None
     ) -> Predictions:
         """Queue `texts`; `run` (any submission's, they are equivalent per key) predicts the whole batch.
-        `receive`: the request's, to drop or stop its work when its client hangs up (service/hangups.py)."""
+        `receive`: the request's, to drop or stop its work when its client hangs up (service/http/hangups.py)."""
         if self._queues or not self._may_start(len(texts)):
             self._concurrent_at = time.monotonic()  # this request has to queue behind others
         elif self.wait == 0.0:

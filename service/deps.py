@@ -13,9 +13,9 @@ import orjson
 from fastapi import Request, Security
 from fastapi.security import APIKeyHeader
 from pydantic import BaseModel, SecretStr, ValidationError
-from xtag.service.model_slot import ServedModel
-from xtag.service.problems import Problem, validation_problem
+from xtag.service.http.problems import Problem, validation_problem
 from xtag.service.settings import Settings
+from xtag.service.state.model_slot import ServedModel
 
 M = TypeVar("M", bound=BaseModel)
 

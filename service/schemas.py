@@ -135,7 +135,7 @@ class Optimize(Strict):
 
     The batch's top-k sets are chosen jointly to maximise (1 − alpha)·P@k + alpha·metric over the
     batch's own documents (BCA in the ETU setting, or Frank-Wolfe in the PU setting); best on a
-    calibrated bundle (`xtag calibrate`). The served schema adds this server's limits (service/openapi_limits.py).
+    calibrated bundle (`xtag calibrate`). The served schema adds this server's limits (service/http/openapi_limits.py).
     """
 
     metric: Literal["macro-f1", "macro-recall"]
@@ -395,7 +395,7 @@ REQUEST_MODELS: tuple[type[BaseModel], ...] = (
 
 
 class ProblemDetails(BaseModel):
-    """RFC 9457 body of every error (service/problems.py); `errors` lists the fields of a 422."""
+    """RFC 9457 body of every error (service/http/problems.py); `errors` lists the fields of a 422."""
 
     model_config = ConfigDict(extra="allow", title="Problem")
 

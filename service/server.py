@@ -29,12 +29,11 @@ from pathlib import Path
 import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 from xtag.models.errors import XtagError
-from xtag.service.logs import log_config
-from xtag.service.routes.admin import SUPERVISOR_ENV
+from xtag.service.observability.logs import log_config
 from xtag.service.settings import Settings
 from xtag.service.supervisor import Supervisor
 
-GUARD = "xtag.service.http_guard"
+GUARD = "xtag.service.http.protocol"
 
 
 def _fastest(module: str, fallback: str, name: str) -> str:
@@ -47,8 +46,8 @@ def uvicorn_options(settings: Settings) -> dict:
         "port": settings.port,
         "log_level": settings.log_level,
         "log_config": log_config(settings.log_format, settings.log_level),
-        "access_log": False,  # XTAG_ACCESS_LOG is the app's own (service/observability.py)
-        # uvicorn's protocols with a deadline and a size bound on request heads (service/http_guard.py)
+        "access_log": False,  # XTAG_ACCESS_LOG is the app's own (service/observability/metrics.py)
+        # uvicorn's protocols with a deadline and a size bound on request heads (service/http/protocol.py)
         "http": _fastest("httptools", f"{GUARD}:H11Guard", f"{GUARD}:HttpToolsGuard"),
         "h11_max_incomplete_event_size": settings.max_header_bytes,  # h11's default (16 KiB) would cut first
         "loop": _fastest("uvloop", "asyncio", "uvloop"),
@@ -106,7 +105,7 @@ def serve(
     own_dir = None
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         own_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="xtag-prometheus-")
-    os.environ[SUPERVISOR_ENV] = str(os.getpid())
+    os.environ["XTAG_UVICORN_SUPERVISOR_PID"] = str(os.getpid())  # the workers' Settings.uvicorn_supervisor_pid
     _exit_zero_on_sigterm()
     try:
         _serve_workers(settings)

@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from xtag.models.device import RuntimeOptions
 
 
 class Settings(BaseSettings):
@@ -89,7 +90,7 @@ class Settings(BaseSettings):
     max_request_cost: float = Field(
         1000.0,
         ge=0,
-        description="most work one prediction request may ask for, in estimated CPU milliseconds (service/cost.py: "
+        description="most work one prediction request may ask for, in estimated CPU milliseconds (service/http/cost.py: "
         "documents, characters, k, beam, explain, reweight, optimize); a costlier one gets 413 before any work "
         "starts; the default admits 256 documents at k=100, or 256 explained at k=10, and refuses what buys "
         "seconds of CPU; 0 = no bound",
@@ -129,6 +130,17 @@ class Settings(BaseSettings):
         description="with a CUDA device: onnxruntime's TensorRT provider before the CUDA one (engines are built on "
         "first use; XTAG_TENSORRT_CACHE names a folder that keeps them)",
     )
+    tensorrt_cache: str | None = Field(
+        None,
+        description="with XTAG_TENSORRT: a folder that keeps the TensorRT engines built on first use, so that a "
+        "restart reuses them; default none: each start builds them again",
+    )
+    encoder_threads: int = Field(
+        0,
+        ge=0,
+        description="onnxruntime threads of each ONNX session of an encoder bundle (XR-Transformer, LightXML, "
+        "CascadeXML, LaMP); read by xtag serve, predict and evaluate; default 0: onnxruntime's own (one per core)",
+    )
     inference_threads: int | None = Field(
         None,
         ge=0,
@@ -164,6 +176,11 @@ class Settings(BaseSettings):
         "by SIGHUP may take to load before the restart is "
         "abandoned and the old worker kept",
     )
+    uvicorn_supervisor_pid: int | None = Field(
+        None,
+        description="set by `xtag serve --workers N` for its workers, not by users: the supervisor's pid, so that a "
+        "worker whose bundle does not load leaves at once and an HTTP reload rolls every sibling worker",
+    )
     warmup_text: str = "warm-up prediction: a command line tool written in C to convert images"
     sighup_reload: bool = Field(True, description="reload the bundle on SIGHUP (main thread only)")
     stats_window_s: float = Field(60.0, gt=0, description="window of the dashboard's QPS and percentiles")
@@ -178,7 +195,8 @@ class Settings(BaseSettings):
     )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     log_format: Literal["text", "json"] = Field(
-        "text", description="server log lines as text, or as one JSON object each with their fields (service/logs.py)"
+        "text",
+        description="server log lines as text, or as one JSON object each with their fields (service/observability/logs.py)",
     )
     feedback_db: str = Field(
         "xtag-feedback.sqlite3",
@@ -207,6 +225,10 @@ class Settings(BaseSettings):
         from xtag.models.device import Device
 
         return str(Device.parse(value))  # its XtagError is a ValueError: pydantic reports a bad setting
+
+    def runtime_options(self) -> RuntimeOptions:
+        """What load_bundle needs of these settings beside the device (models/ reads no environment)."""
+        return RuntimeOptions(encoder_threads=self.encoder_threads, tensorrt_cache=self.tensorrt_cache)
 
     @property
     def effective_batch_max_documents(self) -> int:

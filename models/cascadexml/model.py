@@ -20,7 +20,7 @@ from xtag.models import bounds
 from xtag.models.atomic import write_atomic, write_text_atomic
 from xtag.models.beam_search import Predictions, top_k
 from xtag.models.cascadexml.cascade import child_tables, expand, top_nodes
-from xtag.models.device import Device
+from xtag.models.device import Device, RuntimeOptions
 from xtag.models.errors import XtagError
 from xtag.models.label_tree import ClusterChain
 from xtag.models.onnx_encoder import OnnxEncoder, length_sorted_batches
@@ -74,8 +74,14 @@ class CascadeXMLEncoder:
         self.batch_size = onnx.batch_size
 
     @classmethod
-    def load(cls, folder: Path, threads: int | None = None, device: Device | str | None = None) -> CascadeXMLEncoder:
-        onnx = OnnxEncoder.load(folder, threads, device)
+    def load(
+        cls,
+        folder: Path,
+        threads: int | None = None,
+        device: Device | str | None = None,
+        options: RuntimeOptions | None = None,
+    ) -> CascadeXMLEncoder:
+        onnx = OnnxEncoder.load(folder, threads, device, options=options)
         names = [o.name for o in onnx.session.get_outputs()]
         if not names or names != output_names(len(names)):
             raise XtagError(f"{folder}/model.onnx: outputs {names}, a CascadeXML graph returns level_0, level_1, …")

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from scipy.special import expit
 from xtag.models import bounds
 from xtag.models.beam_search import Predictions, top_k
-from xtag.models.device import Device
+from xtag.models.device import Device, RuntimeOptions
 from xtag.models.errors import XtagError
 from xtag.models.lamp.masks import label_mask
 from xtag.models.onnx_encoder import OnnxEncoder, length_sorted_batches
@@ -68,7 +68,9 @@ class LampReranker:
         self.onnx, self.config, self.codes = onnx, config, codes
 
     @classmethod
-    def load(cls, folder: Path, device: Device | str | None = None, spin: bool = True) -> LampReranker:
+    def load(
+        cls, folder: Path, device: Device | str | None = None, spin: bool = True, options: RuntimeOptions | None = None
+    ) -> LampReranker:
         try:
             config = LampHeadConfig.model_validate_json((folder / HEAD_FILE).read_text())
             codes = np.load(folder / CODES_FILE, allow_pickle=False) if config.graph == "pr" else None
@@ -77,7 +79,7 @@ class LampReranker:
         bounds.beam(str(folder / HEAD_FILE), "candidates", config.candidates, config.n_labels)
         if codes is not None:
             check_pair_codes(str(folder / CODES_FILE), codes, config.n_labels)
-        onnx = OnnxEncoder.load(folder, device=device, spin=spin)
+        onnx = OnnxEncoder.load(folder, device=device, spin=spin, options=options)
         if [i.name for i in onnx.session.get_inputs()][2:] != list(INPUTS):
             raise XtagError(
                 f"{folder}/model.onnx: not a LaMP graph (inputs {[i.name for i in onnx.session.get_inputs()]})"

@@ -17,7 +17,7 @@ from scipy.special import expit
 from xtag.models import bounds
 from xtag.models.atomic import write_text_atomic
 from xtag.models.beam_search import Predictions, top_k
-from xtag.models.device import Device
+from xtag.models.device import Device, RuntimeOptions
 from xtag.models.errors import XtagError
 from xtag.models.label_tree import ClusterChain
 from xtag.models.lightxml.label_index import LabelIndex
@@ -60,8 +60,14 @@ class LightXMLEncoder:
         self.batch_size = onnx.batch_size
 
     @classmethod
-    def load(cls, folder: Path, threads: int | None = None, device: Device | str | None = None) -> LightXMLEncoder:
-        onnx = OnnxEncoder.load(folder, threads, device)
+    def load(
+        cls,
+        folder: Path,
+        threads: int | None = None,
+        device: Device | str | None = None,
+        options: RuntimeOptions | None = None,
+    ) -> LightXMLEncoder:
+        onnx = OnnxEncoder.load(folder, threads, device, options=options)
         names = [o.name for o in onnx.session.get_outputs()]
         if names != list(OUTPUTS):
             raise XtagError(f"{folder}/model.onnx: outputs {names}, a LightXML graph returns {list(OUTPUTS)}")

@@ -17,12 +17,11 @@ from pathlib import Path
 from fastapi import APIRouter, Depends, Request
 from xtag.models.errors import XtagError
 from xtag.service.deps import json_body, openapi_body
-from xtag.service.model_slot import ReloadInProgress
-from xtag.service.problems import Problem, problem_responses
+from xtag.service.http.problems import Problem, problem_responses
 from xtag.service.schemas import ReloadRequest, ReloadResponse
+from xtag.service.state.model_slot import ReloadInProgress
 
 router = APIRouter(tags=["admin"])
-SUPERVISOR_ENV = "XTAG_UVICORN_SUPERVISOR_PID"  # set by xtag.service.server.serve for multi-worker runs
 
 
 async def reload_model(request_app, bundle: str | Path | None = None, wait: bool = True) -> dict:
@@ -153,6 +152,6 @@ async def reload(request: Request, body: ReloadRequest = Depends(json_body(Reloa
         raise Problem(409, "reload-in-progress", str(exc), headers={"Retry-After": "1"}) from exc
     except XtagError as exc:
         raise Problem(422, "reload-failed", f"{exc}{_still_serving(request)}") from exc
-    if os.environ.get(SUPERVISOR_ENV) == str(os.getppid()):  # roll every sibling worker onto it (uvicorn SIGHUP)
+    if request.app.state.settings.uvicorn_supervisor_pid == os.getppid():  # roll every sibling worker onto it
         os.kill(os.getppid(), signal.SIGHUP)
     return summary

@@ -9,7 +9,6 @@ from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Request
 from starlette.formparsers import MultiPartException, MultiPartParser
-from xtag.service.cost import Work, check_work
 from xtag.service.deps import (
     OFF_LOOP_BYTES,
     check_text_lengths,
@@ -18,10 +17,11 @@ from xtag.service.deps import (
     parse_body,
     served_model,
 )
-from xtag.service.model_slot import ServedModel
-from xtag.service.problems import Problem, problem_responses
+from xtag.service.http.cost import Work, check_work
+from xtag.service.http.problems import Problem, problem_responses
 from xtag.service.routes.predict import JSONBytes, predict_arrays
 from xtag.service.schemas import AnnifBatchRequest
+from xtag.service.state.model_slot import ServedModel
 
 router = APIRouter(tags=["annif"])
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")

@@ -17,10 +17,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 from xtag.service.deps import check_text_lengths, document_limit, openapi_body, parse_body
-from xtag.service.feedback_store import Feedback, FeedbackStore, Written
-from xtag.service.problems import Problem, problem_responses
+from xtag.service.http.problems import Problem, problem_responses
 from xtag.service.routes.annif import _project
 from xtag.service.schemas import AnnifLearnRequest, FeedbackRequest, FeedbackResponse
+from xtag.service.state.feedback_store import Feedback, FeedbackStore, Written
 
 router = APIRouter(tags=["feedback"])
 log = logging.getLogger("xtag.service")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import Response
-from xtag.service.problems import problem_response, problem_responses
+from xtag.service.http.problems import problem_response, problem_responses
 
 router = APIRouter(tags=["operations"])
 

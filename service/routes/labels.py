@@ -9,9 +9,9 @@ from typing import Annotated
 import numpy as np
 from fastapi import APIRouter, Depends, Query, Request
 from xtag.service.deps import served_model
-from xtag.service.model_slot import ServedModel
-from xtag.service.problems import problem_responses
+from xtag.service.http.problems import problem_responses
 from xtag.service.schemas import LabelsPage, ModelInfo
+from xtag.service.state.model_slot import ServedModel
 
 router = APIRouter(tags=["model"])
 AUTH_AND_MODEL = {401: "missing API key", 503: "no model loaded yet"}

@@ -1,5 +1,5 @@
-"""The built-in page's feeds: GET /v1/drift (served labels against training labels, service/drift.py) and
-GET /v1/timeline (the last hour per endpoint, service/timeline.py)."""
+"""The built-in page's feeds: GET /v1/drift (served labels against training labels, service/observability/drift.py) and
+GET /v1/timeline (the last hour per endpoint, service/observability/timeline.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
 from xtag.service.deps import served_model
-from xtag.service.model_slot import ServedModel
-from xtag.service.problems import problem_responses
+from xtag.service.http.problems import problem_responses
+from xtag.service.state.model_slot import ServedModel
 
 router = APIRouter(tags=["monitoring"])
 

@@ -16,7 +16,6 @@ from xtag.models.macro_inference import SERVING_MAX_DOCS, predict_optimized, ser
 from xtag.models.reweighting import gains_of
 from xtag.models.stopping import StopFlag
 from xtag.service.batching import run_off_loop
-from xtag.service.cost import Work, check_work
 from xtag.service.deps import (
     check_text_lengths,
     document_limit,
@@ -25,10 +24,11 @@ from xtag.service.deps import (
     require_api_key,
     served_model,
 )
-from xtag.service.encode import label_lists
-from xtag.service.model_slot import ServedModel
-from xtag.service.problems import Problem, problem_responses
+from xtag.service.http.cost import Work, check_work
+from xtag.service.http.problems import Problem, problem_responses
+from xtag.service.http.response_json import label_lists
 from xtag.service.schemas import BatchRequest, BatchResponse, PredictOptions, PredictRequest, PredictResponse, Reweight
+from xtag.service.state.model_slot import ServedModel
 
 router = APIRouter(tags=["predict"])
 # /predict and /predict/batch are unversioned aliases (the same handlers, auth included), kept out of
@@ -59,7 +59,7 @@ def check_options(
     request: Request, model: ServedModel, opts: PredictOptions, texts: list[str], what: str
 ) -> tuple[int, int | None, np.ndarray | None]:
     """Limits that depend on the settings or the model: text length (413), k and beam (422), reweighting, and
-    what the whole request would cost (413 too-costly, service/cost.py), all before any prediction."""
+    what the whole request would cost (413 too-costly, service/http/cost.py), all before any prediction."""
     s = request.app.state.settings
     check_text_lengths(request, texts, what)
     k = opts.k if "k" in opts.model_fields_set else min(opts.k, model.n_labels)
@@ -139,7 +139,7 @@ async def explained_rows(
     micro-batcher, so that a plain request never waits for one. Always in a worker thread (unless
     XTAG_INFERENCE_THREADS=0 asks for the loop), never inlined like a short prediction: one 99,000-character text
     at k = 595 takes 0.3-0.6 s to explain, and held /health for as long on the loop (issue 38). The worker
-    stops between two documents when the client hangs up (service/hangups.py)."""
+    stops between two documents when the client hangs up (service/http/hangups.py)."""
     run = partial(model.explained, preds=preds, threshold=threshold, rerank=rerank, gains=gains)
     return await run_off_loop(request.app.state.executor, run, texts, request.receive, StopFlag())
 

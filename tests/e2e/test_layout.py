@@ -248,7 +248,7 @@ def test_the_wheel_installs_one_top_level_package(tmp_path):
         "xtag",
         f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info",
     }
-    assert "xtag/service/static/index.html" in names  # the dashboard ships with the service
+    assert "xtag/service/dashboard/index.html" in names  # the dashboard ships with the service
     # every module of a clean clone ships, under its xtag.* name (a package without __init__.py would not)
     modules = {rel for rel in tracked if rel.endswith(".py") and not rel.startswith("xtag/")}
     missing = {rel for rel in modules if f"xtag/{rel}" not in names}

@@ -218,7 +218,7 @@ def slow_model(monkeypatch):
     """slow_model() makes every predictor call take at least PREDICT_S: a few requests fill the server.
     It returns a list that grows by one as each call starts, so a test can wait until a request really
     holds its prediction slot (the in-flight gauge counts it earlier, while its body is still read)."""
-    from xtag.service.model_slot import ServedModel
+    from xtag.service.state.model_slot import ServedModel
 
     predict = ServedModel.predict
     started: list[float] = []

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from xtag.cli.options import fail, failing, finish
+from xtag.cli.options import fail, failing, finish, service_settings
 
 app = typer.Typer(no_args_is_help=True, help="Feedback the service stored (POST /v1/feedback, Annif learn).")
 
@@ -22,10 +21,9 @@ def export(
 ) -> None:
     """Write every stored feedback document, in arrival order, as a JSONL corpus."""
     from xtag.models.errors import XtagError
-    from xtag.service.feedback_store import FeedbackStore, export_jsonl
-    from xtag.service.settings import Settings
+    from xtag.service.state.feedback_store import FeedbackStore, export_jsonl
 
-    target = db or os.environ.get("XTAG_FEEDBACK_DB") or Settings.model_fields["feedback_db"].default
+    target = db or service_settings().feedback_db
     if not target.startswith(("postgres://", "postgresql://")) and not Path(target).is_file():
         fail(XtagError(f"{target}: no feedback store there (set --db or XTAG_FEEDBACK_DB)"))
     store = FeedbackStore(target)

@@ -90,12 +90,28 @@ def read_config(path: Path) -> dict:
     return data
 
 
+def setting_name(setting: str, flags: tuple[str, ...] = ()) -> str:
+    """A refused setting as the user sets it: its variable, and its flag where the command has one."""
+    variable = f"XTAG_{setting.upper()}"
+    return f"invalid setting {variable}" + (f" (--{setting})" if setting in flags else "")
+
+
+def service_settings():
+    """The service's Settings (XTAG_* variables and .env), for the commands that load a bundle or open the
+    feedback store as the server does; a bad variable fails in one line that names it."""
+    from xtag.service.settings import Settings
+
+    with failing(ValidationError, name=setting_name):
+        return Settings()
+
+
 def load_bundle_or_fail(bundle: Path):
-    """The bundle at `bundle`, or `fail` naming what is wrong with it."""
+    """The bundle at `bundle`, run as the settings say (XTAG_ENCODER_THREADS, ...), or `fail` naming what is wrong."""
     from xtag.models.bundle import load_bundle
 
+    options = service_settings().runtime_options()
     with failing():
-        return load_bundle(bundle)
+        return load_bundle(bundle, options=options)
 
 
 def finish(wrote: str, next_step: str | None = None) -> None:

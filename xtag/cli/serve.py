@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from xtag.cli.options import fail, failing
+from xtag.cli.options import fail, failing, setting_name
 from xtag.models.errors import XtagError
 
 Opt = typer.Option
@@ -16,12 +16,6 @@ DEVICE_HELP = (
     "cpu, cuda or cuda:N: where the ONNX encoder and FAISS indexes run (default: XTAG_DEVICE or cpu); CUDA that is "
     "not available is an error, never a CPU fallback"
 )
-
-
-def _setting_name(setting: str) -> str:
-    """A refused setting as the user sets it: its variable, and its flag where it has one."""
-    variable = f"XTAG_{setting.upper()}"
-    return f"invalid setting {variable}" + (f" (--{setting})" if setting in FLAGS else "")
 
 
 def serve(
@@ -38,5 +32,5 @@ def serve(
 
     if bundle is not None and not bundle.is_dir():
         fail(XtagError(f"{bundle}: bundle directory not found"))
-    with failing(ValidationError, name=_setting_name):
+    with failing(ValidationError, name=lambda setting: setting_name(setting, FLAGS)):
         run_server(bundle, host, port, workers, device=device)

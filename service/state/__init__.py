@@ -1,0 +1,1 @@
+"""What the service keeps between requests: the served model slot and the feedback store."""

@@ -1,0 +1,304 @@
+"""The one piece of mutable service state: the served model, loaded and warmed beside the old one, swapped atomically."""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import gc
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio.to_thread
+import numpy as np
+import orjson
+from xtag.models.beam_search import Predictions
+from xtag.models.bundle import Bundle, load_bundle
+from xtag.models.device import RuntimeOptions
+from xtag.models.errors import XtagError
+from xtag.models.explain import Explainer
+from xtag.models.explainers import explainer_for
+from xtag.models.reweighting import gains_for, label_weights, predict_reweighted
+from xtag.service.http.cost import label_bytes, tree_shape
+from xtag.service.http.response_json import LabelPrefixes, explained_lists
+from xtag.service.observability.drift import DEFAULT_WINDOW, LabelDrift
+
+if TYPE_CHECKING:
+    from xtag.models.lamp.explain import LampExplainer
+
+log = logging.getLogger("xtag.service")
+
+
+@dataclass
+class ServedModel:
+    """A loaded bundle plus what requests derive from it (weights per scheme, prediction counts)."""
+
+    bundle: Bundle
+    loaded_at: float = field(default_factory=time.time)
+    warmup_ms: float = 0.0
+    drift: LabelDrift | None = None  # attached once warmed up, so warm-up answers are not counted as traffic
+    _weights: dict[tuple[str, float | None], np.ndarray] = field(default_factory=dict, repr=False)
+    _explainer: Explainer | LampExplainer | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        p = self.bundle.predictor
+        self.n_labels = p.n_labels
+        self.names = p.vocab.names
+        self.lower_names = [n.lower() for n in self.names]
+        self.label_prefixes = LabelPrefixes(self.names)  # responses' JSON per label (service/http/response_json.py)
+        self.default_beam = int(p.model.config.beam_size)
+        self.ref = {"name": self.bundle.name, "version": self.bundle.version}
+        self.kind = str(self.bundle.manifest.get("model_kind", "unknown"))
+        self.predicted = np.zeros(self.n_labels, dtype=np.int64)  # label id → times returned
+        self.level_nodes = tree_shape(p)  # what admission's cost model needs of the bundle (service/http/cost.py)
+        self.label_bytes = label_bytes(self.names)
+
+    def gains(self, scheme: str, alpha: float, beta: float | None) -> np.ndarray | None:
+        """The a_j of the request's reweighting (None for plain scores); weights cached per (scheme, beta)."""
+        if alpha == 0:
+            return None
+        key = (scheme, beta)
+        w = self._weights.get(key)
+        if w is None:
+            vocab = self.bundle.predictor.vocab
+            w = self._weights[key] = label_weights(vocab.frequency_array, vocab.n_train_docs, scheme, beta)
+        return gains_for(w, alpha)
+
+    @property
+    def explainer(self) -> Explainer | LampExplainer:
+        """The bundle's explainer (models/explain.py), made by the first `explain` request, so that plain traffic
+        never pays for it; raises ExplainUnavailable for a bundle with nothing to explain with."""
+        if self._explainer is None:
+            self._explainer = explainer_for(self.bundle.predictor)
+        return self._explainer
+
+    def explained(
+        self,
+        texts: list[str],
+        preds: Predictions,
+        threshold: float | None,
+        rerank: bool = True,
+        gains: np.ndarray | None = None,
+    ) -> list[orjson.Fragment]:
+        """The response's label lists for `preds` of `texts`, each label with its explanation (`rerank`: whether
+        a re-ranking bundle's second stage made `preds`; `gains`: a reweighted request's, shown per label)."""
+        explain = self.explainer.explain
+        return explained_lists(
+            self.names, preds, threshold, lambda labels: explain(texts, labels, rerank=rerank), gains
+        )
+
+    def predict(
+        self, texts: list[str], k: int, beam_size: int | None, a: np.ndarray | None, rerank: bool = True
+    ) -> Predictions:
+        """Top-k for a batch through the bundle's predictor (re-ranked when `a` is given; `rerank=False`: a
+        re-ranking bundle's first stage alone)."""
+        beam = beam_size or self.default_beam
+        preds = predict_reweighted(self.bundle.predictor, texts, k, a, beam, self.n_labels, rerank)
+        labels = preds.labels[preds.labels >= 0]
+        np.add.at(self.predicted, labels, 1)
+        if self.drift is not None:
+            self.drift.add(labels, len(texts))
+        return preds
+
+    def warm_up(self, text: str) -> None:
+        """Check the model, not just run it: a bundle whose arrays are corrupt (NaN weights or biases) loads
+        and predicts without raising, yet scores NaN, returns no label, or (the hinge post-processors map
+        NaN to 1.0) ranks garbage. load_bundle refuses NaN and inf in any array, as it does for every other
+        command; here the warm-up texts (the configured one, and one of label names that surely hits the
+        model's vocabulary) must also get finite top-k lists, plain and reweighted."""
+        start = time.perf_counter()
+        k = min(10, self.n_labels)
+        texts = [text, " ".join(n.replace("::", " ").replace("_", " ") for n in self.names[:64])]
+        check_warmup(self.predict(texts, k, None, None), "plain")
+        check_warmup(self.predict(texts, k, None, self.gains("psp", 0.5, None)), "reweighted")
+        self.predicted[:] = 0
+        self.warmup_ms = (time.perf_counter() - start) * 1e3
+
+
+class WarmupCheckFailed(XtagError):
+    """The warm-up prediction ran but its answer is unusable."""
+
+
+def check_warmup(preds: Predictions, what: str) -> None:
+    """Raise WarmupCheckFailed unless every document got at least one label and every score is finite."""
+    found = preds.labels >= 0
+    if not found.any(axis=1).all():
+        raise WarmupCheckFailed(f"the {what} warm-up prediction returned no labels (corrupt weights or biases?)")
+    bad = int((~np.isfinite(preds.scores[found])).sum())
+    if bad:
+        raise WarmupCheckFailed(f"the {what} warm-up prediction gave {bad} non-finite scores (NaN or inf weights?)")
+
+
+def load_and_warm(path: Path, warmup_text: str, device=None, options: RuntimeOptions | None = None) -> ServedModel:
+    """Load (on `device`, default cpu, with the settings' `options`), verify and warm a bundle; raises XtagError if
+    any step fails.
+
+    The error raised is a fresh one, made after the half-built model is gone: a failure's traceback holds
+    the frames that built it, and in the worker thread that loads, anyio's future and that traceback form a
+    reference cycle, so each refused bundle stayed in memory until a full collection, and the memory it freed
+    then stayed in the thread's malloc arena (issue 30: every refused reload grew RSS by ~7 MB)."""
+    model, error = _load_and_warm(path, warmup_text, device, options)
+    if model is None:
+        release_memory()
+        raise XtagError(error)
+    return model
+
+
+def _load_and_warm(path: Path, warmup_text: str, device, options) -> tuple[ServedModel | None, str]:
+    """(the warmed model, "") or (None, why not): no exception, so no traceback, leaves this function."""
+    try:
+        model = ServedModel(load_bundle(path, device, options))
+    except XtagError as exc:
+        return None, str(exc)
+    except Exception as exc:  # anything that keeps a bundle from loading leaves the old one in place
+        return None, f"{path}: cannot load ({type(exc).__name__}: {exc})"
+    try:
+        model.warm_up(warmup_text)
+    except WarmupCheckFailed as exc:
+        return None, f"{path}: refused: {exc}"
+    except Exception as exc:  # a bundle that loads but cannot predict must not go live
+        return None, f"{path}: warm-up prediction failed ({type(exc).__name__}: {exc})"
+    return model, ""
+
+
+def release_memory() -> None:
+    """Collect what a failed load left and give the freed heap back to the OS: glibc keeps the pages a worker
+    thread's arrays used in that thread's arena (malloc_trim returns them; absent outside glibc: a no-op)."""
+    gc.collect()
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
+def _malloc_trim():
+    try:
+        return ctypes.CDLL(None).malloc_trim  # the process's own C library
+    except (OSError, TypeError, AttributeError):  # not glibc (or no dlopen(NULL) at all)
+        return None
+
+
+_MALLOC_TRIM = _malloc_trim()
+
+
+def resident_mb() -> float | None:
+    """This process's resident memory now (Linux /proc; None elsewhere), for the load lines."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    found = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
+    return round(int(found.group(1)) / 1024, 1) if found else None
+
+
+def on_gpu(model: ServedModel) -> bool:
+    """Whether any component of the bundle was placed on a GPU (XR-Linear's never are: models/device.py)."""
+    return any(where != "cpu" and "CPU" not in where for where in model.bundle.runtime.get("placement", {}).values())
+
+
+def log_swap(old: ServedModel | None, new: ServedModel, path: Path, seconds: float) -> None:
+    """The one line per load or reload: old → new version, seconds (load + warm-up), RSS after the switch."""
+    rss = resident_mb()
+    fields = {
+        "event": "bundle_reloaded" if old is not None else "bundle_loaded",
+        "bundle": new.bundle.name,
+        "version": new.bundle.version,
+        "previous": f"{old.bundle.name} {old.bundle.version}" if old is not None else None,
+        "kind": new.kind,
+        "labels": new.n_labels,
+        "seconds": round(seconds, 3),
+        "rss_mb": rss,
+        "bundle_path": str(path),
+    }
+    was = f"reloaded {fields['previous']} → " if old is not None else "loaded "
+    log.info(
+        "%s%s %s (%s, %d labels) from %s in %.2f s; RSS %s MB",
+        was,
+        new.bundle.name,
+        new.bundle.version,
+        new.kind,
+        new.n_labels,
+        path,
+        seconds,
+        rss if rss is not None else "?",
+        extra=fields,
+    )
+
+
+class ReloadInProgress(XtagError):
+    """Another load is running; HTTP callers are told so (409) instead of being queued behind it."""
+
+
+def public_message(message: str, path: Path) -> str:
+    """`message` with the bundle's path shown as its directory name: errors reach clients (/ready, the
+    reload answer), and absolute paths tell them about the server's filesystem. Any absolute path still left
+    (none should be: loaders name files inside the bundle) is replaced, not shown."""
+    for form in sorted({str(path), str(path.absolute()), str(path.resolve())}, key=len, reverse=True):
+        message = message.replace(form, path.name or str(path))
+    return SERVER_PATH.sub("<server path>", message)
+
+
+SERVER_PATH = re.compile(r"(?<![\w.~-])/[^\s'\"(),;]+")  # "/a/b", not "bundle/a/b" nor "1/2"
+
+
+class ModelRegistry:
+    """Holds the current ServedModel; `load` swaps it in only after a successful load and warm-up."""
+
+    def __init__(
+        self,
+        path: Path | None,
+        warmup_text: str,
+        device=None,
+        drift_window: int = DEFAULT_WINDOW,
+        options: RuntimeOptions | None = None,
+    ):
+        self.path, self.warmup_text, self.device, self.options = path, warmup_text, device, options
+        self.drift_window = drift_window
+        self.current: ServedModel | None = None
+        self.last_error: str | None = None
+        self.loading = False
+        self._lock = asyncio.Lock()
+        self.listeners: list = []  # called with (old, new) after a swap
+
+    @property
+    def busy(self) -> bool:
+        return self._lock.locked()
+
+    async def load(self, path: Path | None = None, wait: bool = True) -> tuple[ServedModel | None, ServedModel]:
+        """Load `path` (default: the configured one) beside the current model and switch to it; returns (old, new).
+
+        With wait=False a load already running raises ReloadInProgress instead of queueing behind it.
+        The error raised (and kept in last_error for /ready) names the bundle by its directory name only."""
+        if not wait and self.busy:
+            raise ReloadInProgress("another reload is in progress; try again when it has finished")
+        async with self._lock:
+            target = Path(path) if path is not None else self.path
+            if target is None:
+                raise XtagError("no bundle configured (set XTAG_BUNDLE or pass a bundle path)")
+            self.loading = True
+            start = time.perf_counter()
+            try:
+                new = await anyio.to_thread.run_sync(load_and_warm, target, self.warmup_text, self.device, self.options)
+            except Exception as exc:  # anything that keeps a bundle from serving leaves the old one in place
+                msg = str(exc) if isinstance(exc, XtagError) else f"{target}: cannot load ({type(exc).__name__}: {exc})"
+                log.error("bundle not loaded: %s", msg, extra={"event": "load_failed", "bundle_path": str(target)})
+                self.last_error = public_message(msg, target)
+                raise XtagError(self.last_error) from exc
+            finally:
+                self.loading = False
+            new.drift = LabelDrift(new.bundle.predictor.vocab.frequency_array, self.drift_window)
+            old, self.current = self.current, new  # the atomic switch: one reference assignment
+            self.path, self.last_error = target, None
+            for listener in self.listeners:
+                listener(old, new)
+            log_swap(old, new, target, time.perf_counter() - start)
+            if self.device is not None and self.device.is_cuda and not on_gpu(new):
+                log.warning(
+                    "device %s: %s (%s) has nothing to place on a GPU; it runs on the CPU",
+                    self.device,
+                    new.bundle.name,
+                    new.kind,
+                    extra={"event": "nothing_on_gpu", "kind": new.kind},
+                )
+            return old, new

@@ -1,0 +1,1 @@
+"""Tests of the dashboard (service/dashboard/) in headless Chromium."""

@@ -1,0 +1,1 @@
+"""Tests of xtag.service.http: bodies, heads, admission, cost, hang-ups, problems, headers, OpenAPI and docs."""

@@ -1,0 +1,1 @@
+"""Tests of xtag.service.observability: metrics, logs, drift and the timeline."""

@@ -1,0 +1,1 @@
+"""Tests of xtag.service.routes: admin, Annif, feedback, explanations and batch optimisation."""

@@ -1,0 +1,1 @@
+"""Tests of xtag.service.state: model reloads and the feedback store."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from lightxml_debtags import p50_ms  # bench/ is on sys.path when run as a script
 from xr_transformer_debtags import ROOT, subset
 from xtag.evaluation.evaluate import evaluate_bundle
-from xtag.models.bundle import load_bundle
+from xtag.models.bundle.loader import load_bundle
 from xtag.training.bundle import export_run
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import load_corpus

@@ -26,8 +26,8 @@ import numpy as np
 from results import save_result
 from service_latency import Conn, free_port, start_server
 from xtag.evaluation.evaluate import evaluate_bundle
-from xtag.models.bundle import load_bundle
-from xtag.models.onnx_encoder import OnnxEncoder, TextTokenizer
+from xtag.models.bundle.loader import load_bundle
+from xtag.models.features.onnx_encoder import OnnxEncoder, TextTokenizer
 from xtag.training.bundle import export_run
 from xtag.training.data.corpus import load_corpus
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from results import logged_commands, save_result
 from xr_transformer_debtags import ROOT, subset
 from xtag.evaluation.evaluate import evaluate_bundle
-from xtag.models.bundle import load_bundle
+from xtag.models.bundle.loader import load_bundle
 from xtag.training.bundle import export_run
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import load_corpus

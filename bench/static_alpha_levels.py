@@ -24,8 +24,8 @@ import scipy.sparse as sp
 from results import save_result  # bench/ is on sys.path when run as a script
 from static_debtags import subset
 from xtag.evaluation.evaluate import ground_truth
-from xtag.models.beam_search import RankerLevel
-from xtag.models.features import TfidfFeaturizer
+from xtag.models.features.tfidf import TfidfFeaturizer
+from xtag.models.inference.beam_search import RankerLevel
 from xtag.models.metrics import evaluate
 from xtag.models.xlinear.model import XLinearModel
 from xtag.models.xr_transformer.concat_features import concat_features

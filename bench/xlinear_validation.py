@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from results import save_result  # bench/ is on sys.path when run as a script
 from xtag.evaluation.evaluate import ground_truth
-from xtag.models.features import TfidfFeaturizer
+from xtag.models.features.tfidf import TfidfFeaturizer
 from xtag.models.metrics import evaluate
 from xtag.training.data.corpus import Corpus, build_vocab, load_corpus
 from xtag.training.xlinear.config import XLinearConfig

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
-from xtag.models.beam_search import Predictions
-from xtag.models.bundle import Bundle
+from xtag.models.bundle.loader import Bundle
+from xtag.models.inference.beam_search import Predictions
+from xtag.models.inference.reweighting import predict_reweighted
 from xtag.models.labels import LabelVocab
 from xtag.models.metrics import DEFAULT_CONVENTION, check_convention, evaluate, propensities_with_unseen
-from xtag.models.reweighting import predict_reweighted
 from xtag.training.data.corpus import Corpus
 
 BATCH = 2048

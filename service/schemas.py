@@ -69,7 +69,7 @@ class Strict(BaseModel):
 
 
 class Reweight(Strict):
-    """Macro-aware re-ranking by gains a_j·η_j (thesis eq. 4.21); see models/reweighting.py.
+    """Macro-aware re-ranking by gains a_j·η_j (thesis eq. 4.21); see models/inference/reweighting.py.
 
     The beam is widened (k' = max(5k, 50) candidates, beam ×2), the candidates are ordered by gain
     and cut to k; each label keeps its model score η, so `score` need not decrease down the list.
@@ -121,7 +121,7 @@ class BatchDocument(Strict):
 
 
 class Optimize(Strict):
-    """Batch-level optimal macro inference (thesis §4.3–4.4, models/macro_inference.py).
+    """Batch-level optimal macro inference (thesis §4.3–4.4, models/inference/macro_optimal.py).
 
     The batch's top-k sets are chosen jointly to maximise (1 − alpha)·P@k + alpha·metric over the
     batch's own documents (BCA in the ETU setting, or Frank-Wolfe in the PU setting); best on a
@@ -170,7 +170,7 @@ class SupportingLabel(BaseModel):
 
 
 class Explanation(BaseModel):
-    """Why a label was returned (models/explain.py). `words`, `path_score` and `levels` explain a linear ranker's
+    """Why a label was returned (models/explain/linear.py). `words`, `path_score` and `levels` explain a linear ranker's
     score over TF-IDF features: the bundle's, or a LaMP bundle's first stage (why the label became a candidate),
     absent when that first stage has none. A LaMP bundle adds `attended_words` and `supporting_labels` from its
     last message-passing step (models/lamp/explain.py)."""

@@ -204,7 +204,7 @@ class Settings(BaseSettings):
     @field_validator("device")
     @classmethod
     def _device_spec(cls, value: str) -> str:
-        from xtag.models.device import Device
+        from xtag.models.features.device import Device
 
         return str(Device.parse(value))  # its XtagError is a ValueError: pydantic reports a bad setting
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xtag.models.calibration import CALIBRATION_FILE, Calibration
 from xtag.models.errors import XtagError, reading
+from xtag.models.inference.calibration import CALIBRATION_FILE, Calibration
 from xtag.models.label_tree import ClusterChain
 
 
@@ -27,9 +27,9 @@ class Parts:
     model: Any = None
     chain: ClusterChain | None = None
     calibration: Calibration | None = None
-    device: Any = None  # xtag.models.device.Device the graphs and indexes go to (None: cpu)
+    device: Any = None  # xtag.models.features.device.Device the graphs and indexes go to (None: cpu)
     placement: dict[str, str] = field(default_factory=dict)  # component type → where it runs (/v1/model says)
-    # Loads a bundle nested in this one (a re-ranker's first stage); models/bundle.py's load_bundle, passed in
+    # Loads a bundle nested in this one (a re-ranker's first stage); models/bundle/loader.py's load_bundle, passed in
     # rather than imported, since the bundle module imports this one.
     open_bundle: Callable[[Path, Any], Any] | None = None
 
@@ -41,14 +41,14 @@ class Parts:
 
 
 def _tfidf(path: Path, parts: Parts) -> None:
-    from xtag.models.features import TfidfFeaturizer
+    from xtag.models.features.tfidf import TfidfFeaturizer
 
     parts.featurizer = TfidfFeaturizer.load(path)
 
 
 def _text_encoder(path: Path, parts: Parts) -> None:
     """Φ_cat: the ONNX encoder beside the TF-IDF featuriser loaded before it (or alone, when there is none)."""
-    from xtag.models.onnx_encoder import OnnxEncoder
+    from xtag.models.features.onnx_encoder import OnnxEncoder
     from xtag.models.xr_transformer.concat_features import ConcatFeaturizer
 
     encoder = OnnxEncoder.load(path, device=parts.device)
@@ -58,7 +58,7 @@ def _text_encoder(path: Path, parts: Parts) -> None:
 
 def _static_encoder(path: Path, parts: Parts) -> None:
     """Φ_cat for XR-Linear: static token embeddings (numpy + tokenizers) beside the TF-IDF featuriser before it."""
-    from xtag.models.static_encoder import StaticEncoder
+    from xtag.models.features.static_encoder import StaticEncoder
     from xtag.models.xr_transformer.concat_features import ConcatFeaturizer
 
     encoder = StaticEncoder.load(path)
@@ -79,7 +79,7 @@ def _rankers(path: Path, parts: Parts) -> None:
         raise XtagError(
             f"{path / 'config.json'}: n_features {n_features}, the features before it give {columns} columns"
         )
-    parts.placement["rankers"] = "cpu"  # the compiled sparse engine: see models/device.py for why
+    parts.placement["rankers"] = "cpu"  # the compiled sparse engine: see models/features/device.py for why
     parts.model.prepare()  # the compiled engine's layout and kernels, before any request
 
 
@@ -181,11 +181,11 @@ def present(folder: Path, types: tuple[str, ...]) -> list[dict[str, str]]:
 
 
 def assemble(folder: Path, components: list[dict[str, str]], device=None, open_bundle=None) -> Parts:
-    """Load each component in order; the manifest's list was checked by models/manifest.py. A loader's read
+    """Load each component in order; the manifest's list was checked by models/bundle/manifest.py. A loader's read
     error (numpy, json, onnxruntime's, ...) becomes an XtagError naming the component, unless it names its file.
-    `device` (xtag.models.device.Device or a spec such as "cuda:0") places the graphs and indexes; default cpu.
+    `device` (xtag.models.features.device.Device or a spec such as "cuda:0") places the graphs and indexes; default cpu.
     `open_bundle(path, device)` loads a nested bundle (the first-stage component needs it)."""
-    from xtag.models.device import Device
+    from xtag.models.features.device import Device
 
     parts = Parts(device=Device.parse(device), open_bundle=open_bundle)
     for entry in components:

@@ -1,4 +1,4 @@
-"""A bundle: a self-describing directory (models/manifest.py) that loads into a Predictor without torch."""
+"""A bundle: a self-describing directory (models/bundle/manifest.py) that loads into a Predictor without torch."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xtag.models.components import assemble
+from xtag.models.bundle.components import assemble
+from xtag.models.bundle.finite_scan import refuse_nonfinite
+from xtag.models.bundle.manifest import not_a_bundle, read_manifest
 from xtag.models.errors import XtagError
-from xtag.models.finite import refuse_nonfinite
+from xtag.models.inference.predictor import Predictor
 from xtag.models.labels import LabelVocab
-from xtag.models.manifest import not_a_bundle, read_manifest
-from xtag.models.predictor import Predictor
 
 
 @dataclass
@@ -37,11 +37,11 @@ class Bundle:
 
 def load_bundle(path: str | Path, device=None) -> Bundle:
     """Verify and load a bundle; raises XtagError with a clear message on any mismatch, unlisted file (an
-    unlisted calibration.json included) or unreadable file (models/manifest.py), on NaN or inf in any of its
-    arrays (models/finite.py), and on any index or number out of its bounds (each component's loader:
-    models/bounds.py). The one load path: the server, `xtag predict`, `evaluate`, `calibrate` and export's
+    unlisted calibration.json included) or unreadable file (models/bundle/manifest.py), on NaN or inf in any of its
+    arrays (models/bundle/finite_scan.py), and on any index or number out of its bounds (each component's loader:
+    models/bundle/index_bounds.py). The one load path: the server, `xtag predict`, `evaluate`, `calibrate` and export's
     check all come here, so a bundle one of them refuses, all refuse. `device`: where its ONNX graphs and
-    FAISS indexes run (models/device.py; default cpu); CUDA that cannot start raises."""
+    FAISS indexes run (models/features/device.py; default cpu); CUDA that cannot start raises."""
     start = time.perf_counter()
     folder = Path(path)
     if not folder.is_dir():

@@ -25,10 +25,10 @@ from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
-from xtag.models.atomic import write_text_atomic
-from xtag.models.calibration import CALIBRATION_FILE
-from xtag.models.components import COMPONENTS, present
+from xtag.models.bundle.atomic import write_text_atomic
+from xtag.models.bundle.components import COMPONENTS, present
 from xtag.models.errors import XtagError
+from xtag.models.inference.calibration import CALIBRATION_FILE
 from xtag.models.labels import LabelVocab
 from xtag.models.registry import FAMILIES, family
 

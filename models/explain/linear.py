@@ -1,6 +1,6 @@
 """Why a label was returned: its path through the label tree, and the TF-IDF terms that moved each level's margin.
 
-An XR-Linear label's score is Π_t post(m_t) over its ancestors, one per tree level (models/beam_search.py),
+An XR-Linear label's score is Π_t post(m_t) over its ancestors, one per tree level (models/inference/beam_search.py),
 and each level's margin is linear in the text's features: m_t = Σ_j x_j·w_{node,j} + b_node. So a margin
 splits exactly into one contribution per feature present in the text: each TF-IDF term (its TF-IDF value
 × the node's weight), Φ_cat's dense block as one number (`dense`: an embedding is not words), and the bias.
@@ -14,7 +14,7 @@ Only rankers that read TF-IDF features can be explained this way (XR-Linear, XR-
 LightXML and CascadeXML score from a transformer alone, so explaining them raises ExplainUnavailable
 (the service answers 422). A LaMP bundle (models/lamp/explain.py) adds, per label, two more fields beside its
 first stage's `words`: `attended_words` ([{term, weight}], its feature-to-label attention) and
-`supporting_labels` ([{id, name, weight}], its label-to-label attention); models/explainers.py picks the explainer.
+`supporting_labels` ([{id, name, weight}], its label-to-label attention); models/explain/select.py picks the explainer.
 
 Explaining featurises the texts again rather than keeping the features of the prediction, so that the
 plain path carries nothing for it (issue 25: explain off costs nothing); for Φ_cat that reruns the encoder.
@@ -25,10 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from xtag.models.beam_search import POST_PROCESSORS
 from xtag.models.errors import XtagError
-from xtag.models.features import TfidfFeaturizer
-from xtag.models.stopping import check
+from xtag.models.features.tfidf import TfidfFeaturizer
+from xtag.models.inference.beam_search import POST_PROCESSORS
+from xtag.models.inference.stopping import check
 from xtag.models.xlinear.model import XLinearModel
 from xtag.models.xlinear.readable import as_csr, path_nodes, shared_features
 

@@ -1,10 +1,10 @@
 """Which explainer a bundle gets: a re-ranking (LaMP) bundle's, which adds its attention to its first stage's
-explanation, else the linear one (models/explain.py). Its own module so that neither explainer imports the other's
+explanation, else the linear one (models/explain/linear.py). Its own module so that neither explainer imports the other's
 family: the LaMP explainer builds on the linear one."""
 
 from __future__ import annotations
 
-from xtag.models.explain import Explainer
+from xtag.models.explain.linear import Explainer
 
 
 def explainer_for(predictor):

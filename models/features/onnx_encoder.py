@@ -13,9 +13,9 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tokenizers import Tokenizer
-from xtag.models.device import CPU, Device
 from xtag.models.errors import XtagError
-from xtag.models.stopping import check
+from xtag.models.features.device import CPU, Device
+from xtag.models.inference.stopping import check
 
 Pooling = Literal["mean", "cls"]
 Representation = Literal["tfidf+dense", "dense"]
@@ -180,6 +180,6 @@ class OnnxEncoder:
             return self._run(*self.tokenizer(texts))
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         for idx in length_sorted_batches(self.tokenizer.lengths(texts), self.batch_size):
-            check()  # between two batches, a call nobody waits for stops (models/stopping.py)
+            check()  # between two batches, a call nobody waits for stops (models/inference/stopping.py)
             out[idx] = self._run(*self.tokenizer([texts[i] for i in idx]))
         return out

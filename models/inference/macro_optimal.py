@@ -1,6 +1,6 @@
 """Batch-level macro-optimal inference over shortlisted candidates (Schultheis, thesis ch. 4, §4.3–4.5).
 
-Per-document re-ranking (models/reweighting.py) is optimal only for metrics that are *linear* in
+Per-document re-ranking (models/inference/reweighting.py) is optimal only for metrics that are *linear* in
 each label's confusion matrix. Macro-F1@k is not: whether predicting label j for one document pays
 off depends on how often j is predicted elsewhere. This module chooses the k labels of every
 document of a batch *jointly*, from each document's shortlist (candidate label ids and their
@@ -54,9 +54,9 @@ from typing import Literal, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
-from xtag.models.beam_search import Predictions
 from xtag.models.errors import XtagError
-from xtag.models.reweighting import candidate_budget
+from xtag.models.inference.beam_search import Predictions
+from xtag.models.inference.reweighting import candidate_budget
 
 Metric = Literal["macro-f1", "macro-recall"]
 Method = Literal["bca", "fw"]

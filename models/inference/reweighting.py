@@ -27,8 +27,8 @@ from __future__ import annotations
 from typing import Literal, Protocol
 
 import numpy as np
-from xtag.models.beam_search import Predictions
 from xtag.models.errors import XtagError
+from xtag.models.inference.beam_search import Predictions
 from xtag.models.propensity import jain_propensities
 
 Scheme = Literal["psp", "power", "macro-recall"]
@@ -119,7 +119,7 @@ def predict_reweighted(
     second_stage: bool = True,
 ) -> Predictions:
     """Predict top-k re-ranked by gains `a` (None = plain prediction, nothing widened); `second_stage=False`:
-    a re-ranking bundle's first stage alone (models/predictor.py)."""
+    a re-ranking bundle's first stage alone (models/inference/predictor.py)."""
     if a is None:
         return predictor.predict(texts, k=k, beam_size=beam_size, rerank=second_stage)
     k_cand, beam = candidate_budget(k, beam_size, n_labels)

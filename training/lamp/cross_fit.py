@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 from xtag.evaluation.evaluate import predict_corpus
-from xtag.models.bundle import Bundle, load_bundle
+from xtag.models.bundle.loader import Bundle, load_bundle
 from xtag.models.errors import XtagError
 from xtag.training.data.corpus import write_jsonl_gz
 

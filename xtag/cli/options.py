@@ -92,7 +92,7 @@ def read_config(path: Path) -> dict:
 
 def load_bundle_or_fail(bundle: Path):
     """The bundle at `bundle`, or `fail` naming what is wrong with it."""
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
 
     with failing():
         return load_bundle(bundle)

@@ -1,1 +1,1 @@
-"""Tests of xtag.models.bundle."""
+"""Tests of xtag.models.bundle.loader."""

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from xtag.models.bundle import load_bundle
+from xtag.models.bundle.loader import load_bundle
+from xtag.models.bundle.manifest import sha256
 from xtag.models.engine.checks import SHAPES
 from xtag.models.errors import XtagError
-from xtag.models.manifest import sha256
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ENGINE = [f"rankers/engine/{name}.npy" for name, (dtype, _) in SHAPES.items() if dtype.startswith("int")]
 INDEX_ARRAYS = [
     *((rel, None) for rel in ENGINE),

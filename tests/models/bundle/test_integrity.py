@@ -6,9 +6,9 @@ import shutil
 
 import numpy as np
 import pytest
-from xtag.models.bundle import load_bundle
+from xtag.models.bundle.loader import load_bundle
+from xtag.models.bundle.manifest import sha256
 from xtag.models.errors import XtagError
-from xtag.models.manifest import sha256
 
 
 @pytest.fixture
@@ -92,7 +92,7 @@ def test_truncated_file_is_named_even_when_its_checksum_was_updated(bundle, rel)
 
 def test_cut_short_reads_npy_npz_and_safetensors_headers(tmp_path):
     from safetensors.numpy import save_file
-    from xtag.models.manifest import cut_short
+    from xtag.models.bundle.manifest import cut_short
 
     np.save(tmp_path / "a.npy", np.arange(1000))
     np.savez(tmp_path / "a.npz", x=np.arange(1000))

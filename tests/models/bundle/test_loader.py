@@ -3,7 +3,7 @@ import shutil
 
 import numpy as np
 import pytest
-from xtag.models.bundle import load_bundle
+from xtag.models.bundle.loader import load_bundle
 from xtag.models.errors import XtagError
 
 

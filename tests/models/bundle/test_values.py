@@ -8,8 +8,8 @@ import shutil
 
 import numpy as np
 import pytest
-from xtag.models import bounds
-from xtag.models.bundle import load_bundle
+from xtag.models.bundle import index_bounds
+from xtag.models.bundle.loader import load_bundle
 from xtag.models.errors import XtagError
 
 from tests.conftest import edit_bundle
@@ -79,18 +79,18 @@ def test_nan_anywhere_is_refused_by_load_bundle_itself(tiny_bundle, tmp_path):
 
 def test_the_beam_bound_leaves_the_default_beam_to_a_bundle_of_few_labels():
     """A corpus of 3 labels trains with the default beam 10: such a bundle still loads; 11 does not."""
-    bounds.beam("rankers/config.json", "beam_size", bounds.SMALL_BEAM, 3)
-    bounds.beam("rankers/config.json", "beam_size", 595, 595)
+    index_bounds.beam("rankers/config.json", "beam_size", index_bounds.SMALL_BEAM, 3)
+    index_bounds.beam("rankers/config.json", "beam_size", 595, 595)
     with pytest.raises(XtagError, match="beam_size 596 is above the bundle's label count"):
-        bounds.beam("rankers/config.json", "beam_size", 596, 595)
-    with pytest.raises(XtagError, match=f"at most {bounds.SMALL_BEAM}"):
-        bounds.beam("rankers/config.json", "beam_size", bounds.SMALL_BEAM + 1, 3)
+        index_bounds.beam("rankers/config.json", "beam_size", 596, 595)
+    with pytest.raises(XtagError, match=f"at most {index_bounds.SMALL_BEAM}"):
+        index_bounds.beam("rankers/config.json", "beam_size", index_bounds.SMALL_BEAM + 1, 3)
 
 
 def test_a_run_asked_for_a_beam_wider_than_its_labels_exports_one_that_loads(corpus_files, tmp_path):
     """The trainer keeps at most the label count (a wider beam searches nothing more), so the load's bound never
     refuses a bundle it exported: 12 labels, beam 40 asked, 12 kept."""
-    from xtag.models.features import TfidfConfig
+    from xtag.models.features.tfidf import TfidfConfig
     from xtag.training.bundle import export_run
     from xtag.training.config import TrainConfig
     from xtag.training.run import train_run

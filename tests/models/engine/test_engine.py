@@ -1,4 +1,4 @@
-"""xtag.models.engine (compiled beam search) returns what xtag.models.beam_search returns: labels, scores, padding."""
+"""xtag.models.engine (compiled beam search) returns what xtag.models.inference.beam_search returns: labels, scores, padding."""
 
 import numpy as np
 import pytest
@@ -6,8 +6,8 @@ import scipy.sparse as sp
 
 pytest.importorskip("numba")
 
-from xtag.models.beam_search import RankerLevel, SplitFeatures, TreeIndex, beam_search  # noqa: E402
 from xtag.models.engine import CompiledLevels, engine_beam_search, warm_up  # noqa: E402
+from xtag.models.inference.beam_search import RankerLevel, SplitFeatures, TreeIndex, beam_search  # noqa: E402
 from xtag.models.label_tree import ClusterChain  # noqa: E402
 
 POSTS = ("l3-hinge", "l2-hinge", "sigmoid")
@@ -152,7 +152,7 @@ def test_first_level_index_matches_numpy():
 def test_trained_bundle_matches_numpy(tiny_bundle, corpus_files):
     import json
 
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
 
     predictor = load_bundle(tiny_bundle).predictor
     model = predictor.model
@@ -175,7 +175,7 @@ def test_exact_ties_keep_candidate_order(monkeypatch):
     """Identical sibling rankers tie exactly; the engine keeps them in candidate order (parents best first,
     children in tree order), the rule top_k_positions documents. numpy's argpartition picks any of the tied
     candidates at the cut, so the comparison is with a full stable sort in its place."""
-    import xtag.models.beam_search as numpy_search
+    import xtag.models.inference.beam_search as numpy_search
 
     rng = np.random.default_rng(14)
     chain = ClusterChain([np.array([0, 4]), np.arange(0, 25, 5), np.arange(0, 61, 3)], rng.permutation(60))

@@ -1,1 +1,1 @@
-"""Tests of xtag.models.explain."""
+"""Tests of xtag.models.explain.linear."""

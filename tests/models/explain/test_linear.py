@@ -1,11 +1,11 @@
-"""Explanations (models/explain.py): words of the text only, and contributions that add up to the path's score."""
+"""Explanations (models/explain/linear.py): words of the text only, and contributions that add up to the path's score."""
 
 import re
 
 import numpy as np
 import pytest
-from xtag.models.bundle import load_bundle
-from xtag.models.explain import Explainer, ExplainUnavailable
+from xtag.models.bundle.loader import load_bundle
+from xtag.models.explain.linear import Explainer, ExplainUnavailable
 from xtag.models.xlinear.readable import as_csr, pair_scores
 
 from tests.conftest import make_rows

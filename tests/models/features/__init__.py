@@ -1,1 +1,1 @@
-"""Tests of xtag.models.features."""
+"""Tests of xtag.models.features.tfidf."""

@@ -1,4 +1,4 @@
-"""The static token block (models/static_encoder.py): its weighted mean is the plain one, it round-trips, and
+"""The static token block (models/features/static_encoder.py): its weighted mean is the plain one, it round-trips, and
 in Φ_cat it finds labels through synonyms TF-IDF never saw."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 from xtag.models.errors import XtagError
-from xtag.models.static_encoder import StaticEncoder, StaticEncoderConfig
+from xtag.models.features.static_encoder import StaticEncoder, StaticEncoderConfig
 
 SPECIALS = ["[UNK]", "[PAD]"]
 

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-from xtag.models import features
-from xtag.models.features import TfidfConfig, TfidfFeaturizer
+from xtag.models.features import tfidf
+from xtag.models.features.tfidf import TfidfConfig, TfidfFeaturizer
 
 from tests.conftest import make_rows
 
@@ -19,7 +19,7 @@ EDGE_TEXTS = [
 
 @pytest.mark.parametrize("config", [TfidfConfig(min_df=1), TfidfConfig(min_df=2, ngram_max=1, sublinear_tf=False)])
 def test_transform_equals_scikit_learn(config, tmp_path, monkeypatch):
-    monkeypatch.setattr(features, "CHUNK_TEXTS", 7)  # batches past it are counted in chunks and joined
+    monkeypatch.setattr(tfidf, "CHUNK_TEXTS", 7)  # batches past it are counted in chunks and joined
     rows = make_rows(200, seed=3)
     featurizer, _ = TfidfFeaturizer.fit([r["text"] for r in rows], config)
     featurizer.save(tmp_path / "tfidf")

@@ -1,6 +1,13 @@
 import numpy as np
 import scipy.sparse as sp
-from xtag.models.beam_search import POST_PROCESSORS, RankerLevel, TreeIndex, beam_search, score_candidates, top_k
+from xtag.models.inference.beam_search import (
+    POST_PROCESSORS,
+    RankerLevel,
+    TreeIndex,
+    beam_search,
+    score_candidates,
+    top_k,
+)
 from xtag.models.label_tree import ClusterChain
 
 
@@ -63,7 +70,7 @@ def test_single_document_path_equals_batch_path():
 
 
 def test_candidate_path_for_large_levels_matches_full_product(monkeypatch):
-    import xtag.models.beam_search as inference
+    import xtag.models.inference.beam_search as inference
 
     rng = np.random.default_rng(3)
     level = RankerLevel(

@@ -3,9 +3,9 @@ import itertools
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from xtag.models import macro_inference
 from xtag.models.errors import XtagError
-from xtag.models.macro_inference import OptimizeConfig, optimize, optimize_predictions, predict_optimized
+from xtag.models.inference import macro_optimal
+from xtag.models.inference.macro_optimal import OptimizeConfig, optimize, optimize_predictions, predict_optimized
 from xtag.models.metrics import evaluate
 
 
@@ -132,14 +132,14 @@ def test_bad_inputs_are_clear_errors(data):
 
 
 def test_predict_optimized_on_a_bundle_enforces_the_serving_cap(tiny_bundle, monkeypatch):
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
 
     predictor = load_bundle(tiny_bundle).predictor
     texts = ["email smtp inbox", "python pip module", "obscure rare niche oddity", "audio mixer music"] * 10
-    cfg = macro_inference.serving_config("macro-f1", 0.5)
+    cfg = macro_optimal.serving_config("macro-f1", 0.5)
     preds = predict_optimized(predictor, texts, 3, 10, predictor.n_labels, cfg)
     assert preds.labels.shape == (40, 3) and np.all(preds.labels >= 0)
-    assert cfg.max_seconds == macro_inference.SERVING_MAX_SECONDS
-    monkeypatch.setattr(macro_inference, "SERVING_MAX_DOCS", 39)
+    assert cfg.max_seconds == macro_optimal.SERVING_MAX_SECONDS
+    monkeypatch.setattr(macro_optimal, "SERVING_MAX_DOCS", 39)
     with pytest.raises(XtagError, match="at most 39"):
         predict_optimized(predictor, texts, 3, 10, predictor.n_labels, cfg)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 
 import numpy as np
-from xtag.models.bundle import load_bundle
-from xtag.models.explain import TOP_TERMS, Explainer
-from xtag.models.explainers import explainer_for
+from xtag.models.bundle.loader import load_bundle
+from xtag.models.explain.linear import TOP_TERMS, Explainer
+from xtag.models.explain.select import explainer_for
 from xtag.models.lamp.explain import NO_ATTENTION, LampExplainer, text_words
 
 TEXTS = [

@@ -34,11 +34,12 @@ import numpy as np
 from results import save_result  # bench/ is on sys.path when run as a script
 from xr_transformer_debtags import CachedEncoder  # bench/ is on sys.path when run as a script
 from xtag.evaluation.calibrate import fit_bundle_calibration, write_calibration
-from xtag.evaluation.evaluate import GroundTruth, ground_truth, predict_corpus
+from xtag.evaluation.evaluate import GroundTruth, ground_truth
 from xtag.evaluation.report import plot_buckets, plot_tradeoff
 from xtag.models.bundle.loader import Bundle, load_bundle
 from xtag.models.errors import XtagError
 from xtag.models.inference.calibration import expected_calibration_error, scored_pairs
+from xtag.models.inference.corpus import predict_corpus
 from xtag.models.inference.macro_optimal import OptimizeConfig, optimize
 from xtag.models.inference.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank
 from xtag.models.metrics import CONVENTIONS, bucket_metrics, evaluate, frequency_buckets, relevance

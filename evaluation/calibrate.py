@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-from xtag.evaluation.evaluate import predict_corpus
 from xtag.models.bundle.loader import Bundle, load_bundle
 from xtag.models.bundle.manifest import write_manifest
 from xtag.models.errors import XtagError
@@ -24,6 +23,7 @@ from xtag.models.inference.calibration import (
     fit_isotonic,
     scored_pairs,
 )
+from xtag.models.inference.corpus import predict_corpus
 from xtag.models.inference.reweighting import candidate_budget
 from xtag.models.metrics import relevance
 from xtag.training.data.corpus import Corpus

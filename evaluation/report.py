@@ -18,10 +18,11 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field
-from xtag.evaluation.evaluate import ground_truth, predict_corpus
+from xtag.evaluation.evaluate import ground_truth
 from xtag.models.bundle.loader import Bundle
 from xtag.models.inference.beam_search import Predictions
 from xtag.models.inference.calibration import expected_calibration_error, scored_pairs
+from xtag.models.inference.corpus import predict_corpus
 from xtag.models.inference.macro_optimal import OptimizeConfig, optimize
 from xtag.models.inference.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank
 from xtag.models.metrics import (

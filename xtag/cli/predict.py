@@ -55,7 +55,7 @@ def predict(
     score most over its path in the tree (TF-IDF value × ranker weight, summed over levels) and each level's
     margin; in JSON lines each label gets the service's `explanation` object.
     """
-    from xtag.evaluation.evaluate import predict_corpus
+    from xtag.models.inference.corpus import predict_corpus
     from xtag.training.data.corpus import load_corpus
 
     if (text is None) == (corpus is None):

@@ -23,6 +23,7 @@ from xtag.models.errors import XtagError
 from xtag.models.features.device import Device
 from xtag.models.features.onnx_encoder import OnnxEncoder, length_sorted_batches
 from xtag.models.inference.beam_search import Predictions, top_k
+from xtag.models.inference.model import Model
 from xtag.models.inference.stopping import check
 from xtag.models.label_tree import ClusterChain
 
@@ -96,7 +97,7 @@ class CascadeXMLEncoder:
         return CascadeOutputs([np.vstack([p[r] for p in parts])[order] for r in range(len(self.names))])
 
 
-class CascadeXMLModel:
+class CascadeXMLModel(Model):
     """Resolutions (a ClusterChain), each resolution's classifier (embedding E_r, bias b_r) and the cascade."""
 
     def __init__(self, chain: ClusterChain, weights: list[np.ndarray], biases: list[np.ndarray], config):

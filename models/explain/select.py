@@ -9,7 +9,7 @@ from xtag.models.explain.linear import Explainer
 
 def explainer_for(predictor):
     """The bundle's explainer; raises ExplainUnavailable when the bundle has nothing to explain with."""
-    if getattr(predictor.model, "reranks", False):
+    if predictor.model.reranks:
         from xtag.models.lamp.explain import LampExplainer
 
         return LampExplainer.for_model(predictor.model)

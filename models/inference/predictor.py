@@ -10,6 +10,7 @@ import scipy.sparse as sp
 from xtag.models.errors import XtagError
 from xtag.models.inference.beam_search import Predictions
 from xtag.models.inference.calibration import Calibration
+from xtag.models.inference.model import Model
 from xtag.models.labels import LabelVocab
 
 
@@ -18,20 +19,6 @@ class Featurizer(Protocol):
     LightXML's ONNX outputs (models/lightxml.LightXMLOutputs)."""
 
     def transform(self, texts: list[str]) -> sp.csr_matrix | Any: ...
-
-
-class Model(Protocol):
-    """Featuriser output → top-k labels: XLinearModel (beam search) or LightXMLModel (clusters × labels).
-
-    `config.beam_size` is the default beam (for LightXML: the top clusters whose labels are scored).
-    """
-
-    config: Any
-
-    @property
-    def n_labels(self) -> int: ...
-
-    def predict(self, features: Any, k: int = 10, beam_size: int | None = None) -> Predictions: ...
 
 
 @dataclass
@@ -67,13 +54,12 @@ class Predictor:
         if not texts:
             return Predictions(labels=np.empty((0, k), np.int64), scores=np.empty((0, k), np.float32))
         features = self.featurizer.transform(list(texts))
-        if getattr(self.model, "reranks", False):
+        if self.model.reranks:
             preds = self.model.predict(features, k=k, beam_size=beam_size, rerank=rerank)
         else:
             preds = self.model.predict(features, k=k, beam_size=beam_size)
             rerank = True  # a bundle that does not re-rank: its calibration applies either way
-        if hasattr(self.model, "readable"):  # hinge scores saturate at 1.0: models/xlinear/readable.py
-            preds = self.model.readable(features, preds)
+        preds = self.model.readable(features, preds)  # the shown scores (XR-Linear: models/xlinear/readable.py)
         if calibrated and rerank and self.calibration is not None:
             preds = Predictions(labels=preds.labels, scores=self.calibration.apply(preds.scores))
         return preds

@@ -21,6 +21,7 @@ from xtag.models.errors import XtagError
 from xtag.models.features.device import Device
 from xtag.models.features.onnx_encoder import OnnxEncoder, length_sorted_batches
 from xtag.models.inference.beam_search import Predictions, top_k
+from xtag.models.inference.model import Model
 from xtag.models.lamp.masks import label_mask
 
 HEAD_FILE = "lamp.json"
@@ -129,10 +130,10 @@ class Texts:
         return list(texts)
 
 
-class LampModel:
+class LampModel(Model):
     """First stage + re-ranker. `predict(..., rerank=False)` is the first stage's answer, unchanged."""
 
-    reranks = True  # models/inference/predictor.py passes `rerank` through
+    reranks = True  # a second stage: predict takes `rerank` (models/inference/model.py)
 
     def __init__(self, first, reranker: LampReranker):
         if first.n_labels != reranker.config.n_labels:

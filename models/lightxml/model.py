@@ -20,6 +20,7 @@ from xtag.models.errors import XtagError
 from xtag.models.features.device import Device
 from xtag.models.features.onnx_encoder import OnnxEncoder, length_sorted_batches
 from xtag.models.inference.beam_search import Predictions, top_k
+from xtag.models.inference.model import Model
 from xtag.models.inference.stopping import check
 from xtag.models.label_tree import ClusterChain
 from xtag.models.lightxml.label_index import LabelIndex
@@ -88,7 +89,7 @@ def cluster_members(chain: ClusterChain) -> np.ndarray:
     return np.where(positions >= 0, chain.leaf_labels[np.maximum(positions, 0)], -1)
 
 
-class LightXMLModel:
+class LightXMLModel(Model):
     """Clusters (a two-level ClusterChain), label embeddings E (L × b), and the prediction rule."""
 
     def __init__(self, chain: ClusterChain, embeddings: np.ndarray, config: LightXMLHeadConfig):

@@ -16,6 +16,7 @@ from xtag.models.bundle import index_bounds
 from xtag.models.bundle.atomic import write_atomic, write_text_atomic
 from xtag.models.errors import XtagError, reading
 from xtag.models.inference.beam_search import FirstLevelSearch, PostProcessor, Predictions, RankerLevel, TreeIndex
+from xtag.models.inference.model import Model
 from xtag.models.label_tree import ClusterChain
 
 ENGINE_DIR = "engine"  # rankers/engine/: the compiled engine's layout, written by export, memory-mapped at load
@@ -38,7 +39,7 @@ class RankerConfig(BaseModel):
         return self
 
 
-class XLinearModel:
+class XLinearModel(Model):
     """Tree + rankers; `first_level` (a FAISS shortlist from the bundle) replaces level-1 scoring when set."""
 
     def __init__(
@@ -93,7 +94,8 @@ class XLinearModel:
         return engine_beam_search(X, self.compiled, beam, k, self.config.post_processor, first_level=self.first_level)
 
     def readable(self, X, preds: Predictions) -> Predictions:
-        """The scores a user sees: the engine's order, no block of labels at exactly 1.0 (readable.py)."""
+        """The scores a user sees: the engine's order, no block of labels at exactly 1.0 (readable.py); overrides
+        Model.readable."""
         from xtag.models.xlinear.readable import readable_scores
 
         return readable_scores(self, X, preds)

@@ -20,7 +20,7 @@ from xtag.training.xlinear.config import XLinearConfig
 from xtag.training.xlinear.train import train_xlinear
 
 from tests.conftest import assert_serves_without_torch
-from tests.models.test_static_encoder import word_tokenizer
+from tests.models.features.test_static_encoder import word_tokenizer
 
 # Each topic's words in training, and synonyms of them that only test texts use.
 SEEN = {

@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 from results import save_result  # bench/ is on sys.path when run as a script
 from sklearn.preprocessing import normalize
-from xtag.models.beam_search import RankerLevel, TreeIndex, beam_search
+from xtag.models.inference.beam_search import RankerLevel, TreeIndex, beam_search
 from xtag.training.tree.build import TreeConfig, build_tree
 
 

@@ -2,7 +2,7 @@
 
 Issue 30's defect 3: a bundle with valid checksums but out-of-range indices (every value of
 rankers/engine/fm_node.npy set to 50,000,000, the manifest re-hashed) loaded, warmed up, and segfaulted at the
-first prediction. Loading now checks every index array against its bounds (models/bounds.py,
+first prediction. Loading now checks every index array against its bounds (models/bundle/index_bounds.py,
 models/engine/checks.py). This drives that contract: each mutation takes one integer array of the bundle
 (a .npy, or a member of a .npz) or one number of its JSON files (layout.json, the configs, the TF-IDF
 vocabulary) and changes it in one of KINDS' ways, re-hashes the manifest and then either
@@ -179,7 +179,7 @@ def apply(work: Path, seed: int, i: int, found) -> tuple[str, list[str]]:
 
 
 def rehash(work: Path, rel: str) -> None:
-    from xtag.models.manifest import sha256
+    from xtag.models.bundle.manifest import sha256
 
     manifest = json.loads((work / "manifest.json").read_text())
     manifest["files"][rel] = sha256(work / rel)
@@ -287,7 +287,7 @@ def apply_case(work: Path, name: str) -> tuple[str, list[str]]:
 def child(bundle: Path, seed: int, start: int, stop: int, cases: bool = False) -> None:
     """Mutations start..stop-1 (with `cases`: cases_for(bundle)[start:stop]), one line per event on stdout:
     `start I WHAT`, then `done I OUTCOME DETAIL`."""
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
     from xtag.models.errors import XtagError
 
     found = targets(bundle)

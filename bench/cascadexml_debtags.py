@@ -32,8 +32,8 @@ from lightxml_debtags import p50_ms
 from results import save_result
 from xr_transformer_debtags import LATENCY_TOKENS, METRICS, ROOT, HttpPredict, ThreadServer, subset
 from xtag.evaluation.evaluate import evaluate_bundle
-from xtag.models.bundle import load_bundle
-from xtag.models.onnx_encoder import TextTokenizer
+from xtag.models.bundle.loader import load_bundle
+from xtag.models.features.onnx_encoder import TextTokenizer
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import load_corpus
 from xtag.training.export.export_run import export_run

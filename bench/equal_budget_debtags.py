@@ -28,7 +28,7 @@ from results import save_result
 from service_latency import free_port, start_server
 from xr_transformer_debtags import ROOT, HttpPredict
 from xtag.evaluation.evaluate import evaluate_bundle
-from xtag.models.bundle import load_bundle
+from xtag.models.bundle.loader import load_bundle
 from xtag.training.data.corpus import load_corpus
 
 METRICS = ("P@1", "P@3", "P@5", "PSP@5", "macro-R@5")

@@ -4,7 +4,7 @@ Three servers on loopback, one client each, over the same texts, interleaved rou
 each round, so that no configuration always runs right after another): --before-code's server (a folder
 holding an `xtag` package: the commit before explanations, with models/, training/, evaluation/, service/
 linked under xtag/, as bench/service_load.py's --server-code), and this checkout's server asked without and
-with `"explain": true`. Also timed in-process: the explainer alone for one text (models/explain.py, or a LaMP
+with `"explain": true`. Also timed in-process: the explainer alone for one text (models/explain/linear.py, or a LaMP
 bundle's models/lamp/explain.py), and the response sizes. For a LaMP bundle also what its graph's attention
 outputs cost a plain prediction (onnxruntime runs every node whatever outputs are fetched): the re-ranker's
 logits from its graph against the same graph cut to the logits (the graph of bundles exported before them). On a shared machine compare the figures of one run (the load average is recorded): under
@@ -29,8 +29,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import save_result  # noqa: E402
 from service_latency import Conn, free_port, start_server  # noqa: E402
-from xtag.models.bundle import load_bundle  # noqa: E402
-from xtag.models.explainers import explainer_for  # noqa: E402
+from xtag.models.bundle.loader import load_bundle  # noqa: E402
+from xtag.models.explain.select import explainer_for  # noqa: E402
 from xtag.training.data.corpus import load_corpus  # noqa: E402
 
 

@@ -31,8 +31,9 @@ import numpy as np
 from lightxml_debtags import p50_ms
 from results import save_result
 from xr_transformer_debtags import ROOT, HttpPredict, ThreadServer, subset
-from xtag.evaluation.evaluate import ground_truth, predict_corpus
-from xtag.models.bundle import load_bundle
+from xtag.evaluation.evaluate import ground_truth
+from xtag.models.bundle.loader import load_bundle
+from xtag.models.inference.corpus import predict_corpus
 from xtag.models.metrics import evaluate, set_metrics
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import load_corpus

@@ -22,8 +22,8 @@ import numpy as np
 from results import logged_commands, save_result
 from xr_transformer_debtags import LATENCY_TOKENS, METRICS, ROOT, run_variant, subset  # same path as XR-T
 from xtag.evaluation.evaluate import evaluate_bundle
-from xtag.models.bundle import load_bundle
-from xtag.models.onnx_encoder import TextTokenizer
+from xtag.models.bundle.loader import load_bundle
+from xtag.models.features.onnx_encoder import TextTokenizer
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import load_corpus
 from xtag.training.deep.loop import steps_per_epoch

@@ -15,7 +15,7 @@ the XMC convention against the test split: P@1/3/5, PSP@1/3/5 (propensities from
 training counts, as `xtag evaluate`), macro-R@5, coverage@5; training time is the rankers' fit.
 
 Then the best weighted loss on ``complete`` (highest macro-R@5 with P@5 within one point of plain)
-and plain training are each combined with per-request reweighting (models/reweighting.py, on the raw
+and plain training are each combined with per-request reweighting (models/inference/reweighting.py, on the raw
 beam scores, candidates widened as the service does), to see whether the training-time fix adds to
 the prediction-time one. Writes bench/results/<--result-name>.json (default losses_debtags).
 """
@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 from results import save_result  # bench/ is on sys.path when run as a script
 from xtag.evaluation.evaluate import ground_truth
-from xtag.models.features import TfidfFeaturizer
+from xtag.models.features.tfidf import TfidfFeaturizer
+from xtag.models.inference.reweighting import candidate_budget, gains_for, label_weights, rerank
 from xtag.models.metrics import evaluate
-from xtag.models.reweighting import candidate_budget, gains_for, label_weights, rerank
 from xtag.training.data.corpus import build_vocab, load_corpus
 from xtag.training.data.drop_labels import drop_labels
 from xtag.training.weighting.label_weights import MissingLabelsConfig

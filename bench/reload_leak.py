@@ -43,7 +43,7 @@ def rss_mib(pid: int) -> float:
 
 def poisoned_copy(bundle: Path, target: Path, rel: str) -> Path:
     """`bundle` copied to `target` with every value of `rel` NaN, its checksum updated in the manifest."""
-    from xtag.models.manifest import sha256
+    from xtag.models.bundle.manifest import sha256
 
     shutil.copytree(bundle, target)
     array = np.load(target / rel, allow_pickle=False)

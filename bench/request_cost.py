@@ -32,8 +32,8 @@ from scipy.optimize import nnls
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import save_result  # noqa: E402
-from xtag.models.bundle import load_bundle  # noqa: E402
-from xtag.models.macro_inference import predict_optimized, serving_config  # noqa: E402
+from xtag.models.bundle.loader import load_bundle  # noqa: E402
+from xtag.models.inference.macro_optimal import predict_optimized, serving_config  # noqa: E402
 from xtag.service.http.cost import FEATURES, Work, label_bytes, tree_shape  # noqa: E402
 from xtag.service.http.response_json import label_lists  # noqa: E402
 from xtag.service.state.model_slot import ServedModel  # noqa: E402

@@ -39,9 +39,9 @@ sys.path.insert(0, str(ROOT))
 
 from results import save_result  # noqa: E402
 from xtag.evaluation.evaluate import ground_truth  # noqa: E402
-from xtag.models.bundle import load_bundle  # noqa: E402
+from xtag.models.bundle.loader import load_bundle  # noqa: E402
+from xtag.models.inference.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank  # noqa: E402
 from xtag.models.metrics import evaluate  # noqa: E402
-from xtag.models.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank  # noqa: E402
 from xtag.training.data.corpus import load_corpus  # noqa: E402
 
 ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -326,7 +326,7 @@ def batch_vs_pecos(args: argparse.Namespace) -> dict:
     PECOS predicts the whole split in one call (its best case) with the model pecos_xlinear.py kept in
     --pecos (bench/peers/pecos_predict.py, its own venv); its docs/s include the TF-IDF of the same texts
     by the same featuriser, timed here in the same round twice: scikit-learn's transform (what a PECOS
-    user runs) and xtag's own (models/features.py, the one the service runs). In-process xtag
+    user runs) and xtag's own (models/features/tfidf.py, the one the service runs). In-process xtag
     (Predictor.predict per request-sized chunk, TF-IDF included) runs in each round too."""
     bundle = load_bundle(args.bundle)
     predictor, featurizer = bundle.predictor, bundle.predictor.featurizer

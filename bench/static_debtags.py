@@ -34,10 +34,10 @@ from pathlib import Path
 import numpy as np
 from results import save_result  # bench/ is on sys.path when run as a script
 from xtag.evaluation.evaluate import evaluate_bundle, ground_truth
-from xtag.models.bundle import load_bundle
-from xtag.models.features import TfidfFeaturizer
+from xtag.models.bundle.loader import load_bundle
+from xtag.models.features.static_encoder import StaticEncoder
+from xtag.models.features.tfidf import TfidfFeaturizer
 from xtag.models.metrics import evaluate
-from xtag.models.static_encoder import StaticEncoder
 from xtag.models.xr_transformer.concat_features import concat_features
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import Corpus, build_vocab, load_corpus

@@ -33,8 +33,9 @@ from unittest.mock import patch
 
 import numpy as np
 from results import save_result  # bench/ is on sys.path when run as a script
-from xtag.evaluation.evaluate import ground_truth, predict_corpus
-from xtag.models.bundle import load_bundle
+from xtag.evaluation.evaluate import ground_truth
+from xtag.models.bundle.loader import load_bundle
+from xtag.models.inference.corpus import predict_corpus
 from xtag.models.metrics import evaluate
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import load_corpus

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from results import logged_commands, save_result  # bench/ is on sys.path when run as a script
 from xtag.evaluation.evaluate import evaluate_bundle
-from xtag.models.bundle import load_bundle
+from xtag.models.bundle.loader import load_bundle
 from xtag.models.errors import XtagError
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import load_corpus
@@ -229,7 +229,7 @@ def latencies(run: Path, bundle: Path, texts: list[str], n: int) -> dict:
     `*_separate` figures repeat it with a session of their own and with `xtag serve` in a subprocess."""
     import torch
     from service_latency import free_port, start_server
-    from xtag.models.onnx_encoder import OnnxEncoder, TextTokenizer
+    from xtag.models.features.onnx_encoder import OnnxEncoder, TextTokenizer
     from xtag.training.deep.encoder import load_trained
 
     max_length = json.loads((bundle / "encoder" / "config.json").read_text())["max_length"]

@@ -13,19 +13,19 @@ import json
 from pathlib import Path
 
 import numpy as np
-from xtag.evaluation.evaluate import predict_corpus
-from xtag.models.bundle import Bundle, load_bundle
-from xtag.models.calibration import (
+from xtag.models.bundle.loader import Bundle, load_bundle
+from xtag.models.bundle.manifest import write_manifest
+from xtag.models.errors import XtagError
+from xtag.models.inference.calibration import (
     CALIBRATION_FILE,
     Calibration,
     expected_calibration_error,
     fit_isotonic,
     scored_pairs,
 )
-from xtag.models.errors import XtagError
-from xtag.models.manifest import write_manifest
+from xtag.models.inference.corpus import predict_corpus
+from xtag.models.inference.reweighting import candidate_budget
 from xtag.models.metrics import relevance
-from xtag.models.reweighting import candidate_budget
 from xtag.training.data.corpus import Corpus
 
 # Fit on the candidates macro-aware inference sees (reweighting's widened shortlist for k ≤ 10).

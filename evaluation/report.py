@@ -4,8 +4,8 @@ Beyond the metrics table it gives per-label results (CSV), metrics by label-freq
 (models/metrics.frequency_buckets: head / torso / tail by cumulative training mass 50 % / 30 % /
 20 %), the calibration error of the scores it returns, PNG plots (precision and recall by bucket;
 the reweighting trade-off: P@k against macro-F1@k and macro-recall@k as alpha sweeps 0 → 1, one
-curve per scheme of models/reweighting.py), and the metrics of batch-level macro-optimal
-predictions (models/macro_inference.py). Everything reuses one prediction pass (plus one widened
+curve per scheme of models/inference/reweighting.py), and the metrics of batch-level macro-optimal
+predictions (models/inference/macro_optimal.py). Everything reuses one prediction pass (plus one widened
 pass for the plots and the optimisation), like the service would make them.
 """
 
@@ -18,11 +18,13 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field
-from xtag.evaluation.evaluate import ground_truth, predict_corpus
-from xtag.models.beam_search import Predictions
-from xtag.models.bundle import Bundle
-from xtag.models.calibration import expected_calibration_error, scored_pairs
-from xtag.models.macro_inference import OptimizeConfig, optimize
+from xtag.evaluation.evaluate import ground_truth
+from xtag.models.bundle.loader import Bundle
+from xtag.models.inference.beam_search import Predictions
+from xtag.models.inference.calibration import expected_calibration_error, scored_pairs
+from xtag.models.inference.corpus import predict_corpus
+from xtag.models.inference.macro_optimal import OptimizeConfig, optimize
+from xtag.models.inference.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank
 from xtag.models.metrics import (
     BUCKETS,
     CONVENTIONS,
@@ -36,7 +38,6 @@ from xtag.models.metrics import (
     per_label_metrics,
     relevance,
 )
-from xtag.models.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank
 from xtag.training.data.corpus import Corpus
 
 DEFAULT_ALPHAS: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from xtag.models import bounds
-from xtag.models.atomic import write_atomic
+from xtag.models.bundle import index_bounds
+from xtag.models.bundle.atomic import write_atomic
 from xtag.models.errors import XtagError, reading
 
 
@@ -26,14 +26,16 @@ class ClusterChain:
 
     def __post_init__(self) -> None:
         """Every pointer array runs from 0 without decreasing and has one entry per parent plus one; the leaves
-        are the labels, each once: beam search and the engine index with them unchecked (models/bounds.py)."""
+        are the labels, each once: beam search and the engine index with them unchecked (models/bundle/index_bounds.py)."""
         if not self.ptrs:
             raise XtagError("cluster chain: no levels")
         for t, ptr in enumerate(self.ptrs):
-            bounds.integers(f"ptr_{t}", ptr)
+            index_bounds.integers(f"ptr_{t}", ptr)
             parents = 1 if t == 0 else int(self.ptrs[t - 1][-1])  # level 0 is the single root
-            bounds.pointer(f"ptr_{t}", ptr, int(ptr[-1]) if len(ptr) else 0, parents + 1)
-        bounds.permutation("leaf_labels", bounds.integers("leaf_labels", self.leaf_labels), int(self.ptrs[-1][-1]))
+            index_bounds.pointer(f"ptr_{t}", ptr, int(ptr[-1]) if len(ptr) else 0, parents + 1)
+        index_bounds.permutation(
+            "leaf_labels", index_bounds.integers("leaf_labels", self.leaf_labels), int(self.ptrs[-1][-1])
+        )
 
     @property
     def depth(self) -> int:
@@ -84,7 +86,7 @@ class ClusterChain:
         return Yt
 
     def save(self, path: Path) -> None:
-        """Atomically (models/atomic.py): a training checkpoint killed mid-write keeps the previous file."""
+        """Atomically (models/bundle/atomic.py): a training checkpoint killed mid-write keeps the previous file."""
         arrays = {f"ptr_{t}": p for t, p in enumerate(self.ptrs)}
         write_atomic(path, lambda fh: np.savez(fh, leaf_labels=self.leaf_labels, **arrays))
 
@@ -93,9 +95,10 @@ class ClusterChain:
         """Raises an XtagError naming the file and the cause when it is empty, truncated or inconsistent."""
         with reading(path, "the label tree"), np.load(path, allow_pickle=False) as z:
             n = sum(1 for k in z.files if k.startswith("ptr_"))
-            arrays = [bounds.integers(f"ptr_{t}", z[f"ptr_{t}"]) for t in range(n)]
+            arrays = [index_bounds.integers(f"ptr_{t}", z[f"ptr_{t}"]) for t in range(n)]
             return cls(
-                [a.astype(np.int64) for a in arrays], bounds.integers("leaf_labels", z["leaf_labels"]).astype(np.int64)
+                [a.astype(np.int64) for a in arrays],
+                index_bounds.integers("leaf_labels", z["leaf_labels"]).astype(np.int64),
             )
 
     @classmethod

@@ -100,7 +100,9 @@ class Family:
     config: str  # pydantic config of that section
     train: str  # a TrainEntry: TrainInputs -> RunResult (None on torchrun helper ranks)
     export: str  # (run model dir, bundle dir being written, TrainConfig) -> export report
-    components: tuple[str, ...]  # bundle components in load order (models/components.py); optional ones may be absent
+    components: tuple[
+        str, ...
+    ]  # bundle components in load order (models/bundle/components.py); optional ones may be absent
     batch_wait_ms: float  # the service's micro-batch wait under concurrent traffic (encoders gain from batches)
     capabilities: frozenset[str]  # what the family supports, from CAPABILITIES; checked when a config is built
     # The service's predictor calls at once unless XTAG_INFERENCE_THREADS says (at most one per core): a TF-IDF

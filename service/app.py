@@ -17,8 +17,8 @@ from fastapi.staticfiles import StaticFiles
 from starlette.responses import FileResponse
 from starlette.routing import Match, Route
 from uvicorn.config import STARTUP_FAILURE
-from xtag.models.device import Device
 from xtag.models.errors import XtagError
+from xtag.models.features.device import Device
 from xtag.models.registry import FAMILIES, family
 from xtag.service.batching import MicroBatcher, PredictorPool
 from xtag.service.deps import require_admin_key, require_api_key

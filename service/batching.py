@@ -31,7 +31,7 @@ like a concurrent one, and the loop is never held for more than about a millisec
 
 Work handed to a thread is watched for the client's hang-up meanwhile (service/http/hangups.py): a queued request
 whose client left is dropped from its micro-batch; a running call whose clients all left stops at its next
-check (models/stopping.py: between encoder batches).
+check (models/inference/stopping.py: between encoder batches).
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from starlette.types import Receive
-from xtag.models.beam_search import Predictions
-from xtag.models.stopping import StopFlag
+from xtag.models.inference.beam_search import Predictions
+from xtag.models.inference.stopping import StopFlag
 from xtag.service.http.hangups import stopping, unless_hung_up
 
 BatchFn = Callable[[list[str]], Predictions]
@@ -105,7 +105,7 @@ async def run_off_loop(
 ):
     """Run `fn(texts)` in the executor's thread, or inline on the event loop when there is none. With the
     request's `receive`, a client hang-up meanwhile raises ClientGone; `fn` runs with `stop` as its thread's
-    stop flag (models/stopping.py), which is set by such a hang-up, or by the micro-batcher."""
+    stop flag (models/inference/stopping.py), which is set by such a hang-up, or by the micro-batcher."""
     if executor is None:
         return fn(texts)
     call = (fn, texts) if stop is None else (stopping, fn, stop, texts)

@@ -72,13 +72,13 @@ class Strict(BaseModel):
 
 
 class Reweight(Strict):
-    """Macro-aware re-ranking by gains a_j·η_j (thesis eq. 4.21); see models/reweighting.py.
+    """Macro-aware re-ranking by gains a_j·η_j (thesis eq. 4.21); see models/inference/reweighting.py.
 
     The beam is widened (k' = max(5k, 50) candidates, beam ×2), the candidates are ordered by gain
     and cut to k; each label keeps its model score η, so `score` need not decrease down the list.
     """
 
-    # beta is refused for the other schemes (models/reweighting.py); the schema says so, as schemathesis asks (ST202)
+    # beta is refused for the other schemes (models/inference/reweighting.py); the schema says so, as schemathesis asks (ST202)
     model_config = ConfigDict(
         json_schema_extra={
             "anyOf": [{"properties": {"scheme": {"const": "power"}}}, {"properties": {"beta": {"type": "null"}}}]
@@ -131,7 +131,7 @@ class BatchDocument(Strict):
 
 
 class Optimize(Strict):
-    """Batch-level optimal macro inference (thesis §4.3–4.4, models/macro_inference.py).
+    """Batch-level optimal macro inference (thesis §4.3–4.4, models/inference/macro_optimal.py).
 
     The batch's top-k sets are chosen jointly to maximise (1 − alpha)·P@k + alpha·metric over the
     batch's own documents (BCA in the ETU setting, or Frank-Wolfe in the PU setting); best on a
@@ -193,7 +193,7 @@ class SupportingLabel(BaseModel):
 
 
 class Explanation(BaseModel):
-    """Why a label was returned (models/explain.py). `words`, `path_score` and `levels` explain a linear ranker's
+    """Why a label was returned (models/explain/linear.py). `words`, `path_score` and `levels` explain a linear ranker's
     score over TF-IDF features: the bundle's, or a LaMP bundle's first stage (why the label became a candidate),
     absent when that first stage has none. A LaMP bundle adds `attended_words` and `supporting_labels` from its
     last message-passing step (models/lamp/explain.py)."""

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
-from xtag.models.device import RuntimeOptions
+from xtag.models.features.device import RuntimeOptions
 
 
 class Settings(BaseSettings):
@@ -222,7 +222,7 @@ class Settings(BaseSettings):
     @field_validator("device")
     @classmethod
     def _device_spec(cls, value: str) -> str:
-        from xtag.models.device import Device
+        from xtag.models.features.device import Device
 
         return str(Device.parse(value))  # its XtagError is a ValueError: pydantic reports a bad setting
 

@@ -115,7 +115,7 @@ def corpus_files(tmp_path_factory) -> tuple[Path, Path]:
 @pytest.fixture(scope="session")
 def tiny_bundle(corpus_files, tmp_path_factory) -> Path:
     """A small XR-Linear bundle trained and exported through the public training API."""
-    from xtag.models.features import TfidfConfig
+    from xtag.models.features.tfidf import TfidfConfig
     from xtag.training.config import TrainConfig
     from xtag.training.export.export_run import export_run
     from xtag.training.run import train_run
@@ -171,7 +171,7 @@ def tiny_bert(corpus_files, tmp_path_factory) -> Path:
 
 def make_xr_config(corpus: Path, encoder: Path, **xr):
     """A small XR-Transformer training config over the fixture corpus and the tiny BERT."""
-    from xtag.models.features import TfidfConfig
+    from xtag.models.features.tfidf import TfidfConfig
     from xtag.models.xlinear.shortlist import ShortlistConfig
     from xtag.training.config import TrainConfig
     from xtag.training.tree.build import TreeConfig
@@ -221,7 +221,7 @@ def train_and_export(config, folder: Path) -> tuple[Path, Path]:
 
 
 def lamp_config(corpus, first_stage, encoder, **extra):
-    from xtag.models.features import TfidfConfig
+    from xtag.models.features.tfidf import TfidfConfig
     from xtag.training.config import TrainConfig
     from xtag.training.lamp.config import LampConfig
 
@@ -255,7 +255,7 @@ def old_lamp_bundle(lamp_bundle, tmp_path_factory) -> Path:
     """The LaMP bundle as exported before the graph had attention outputs: its graph cut to the logits."""
     import onnx
     from onnx.utils import Extractor
-    from xtag.models.manifest import sha256
+    from xtag.models.bundle.manifest import sha256
 
     folder = tmp_path_factory.mktemp("old-lamp") / "bundle"
     shutil.copytree(lamp_bundle[1], folder)
@@ -272,7 +272,7 @@ def old_lamp_bundle(lamp_bundle, tmp_path_factory) -> Path:
 def make_lightxml_config(corpus: Path, encoder: Path, **lx):
     """A small LightXML training config over the fixture corpus and the tiny BERT: 12 labels in 4 clusters of 3,
     the generator's top 2 clusters scored by the discriminator."""
-    from xtag.models.features import TfidfConfig
+    from xtag.models.features.tfidf import TfidfConfig
     from xtag.training.config import TrainConfig
     from xtag.training.lightxml.config import LightXMLConfig
 
@@ -344,7 +344,7 @@ _PREDICT_WITHOUT_TORCH = (
     NO_TORCH
     + """
 import json
-from xtag.models.bundle import load_bundle
+from xtag.models.bundle.loader import load_bundle
 b = load_bundle(sys.argv[1])
 p = b.predictor.predict(json.loads(sys.argv[2]), k=3)
 print(json.dumps({"labels": p.labels.tolist(), "scores": p.scores.tolist(),
@@ -358,7 +358,7 @@ def assert_serves_without_torch(bundle: Path, texts: list[str]) -> None:
     import subprocess
 
     import numpy as np
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
 
     result = subprocess.run(
         [sys.executable, "-c", _PREDICT_WITHOUT_TORCH, str(bundle), json.dumps(texts)],
@@ -378,7 +378,7 @@ def edit_bundle(bundle: Path, rel: str, change, member: str | None = None) -> Pa
     """Apply `change` to one file of a bundle (a JSON file's parsed value, a .npy array, or member `member` of a
     .npz) and re-hash it in the manifest: a bundle edited after export, whose checksums still match."""
     import numpy as np
-    from xtag.models.manifest import sha256
+    from xtag.models.bundle.manifest import sha256
 
     path = bundle / rel
     if rel.endswith(".json"):

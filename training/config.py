@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
-from xtag.models.features import TfidfConfig
+from xtag.models.features.tfidf import TfidfConfig
 from xtag.models.registry import DEFAULT_KIND, FAMILIES, family
 from xtag.training.data.corpus import CorpusFormat
 from xtag.training.static.config import StaticDenseConfig

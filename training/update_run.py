@@ -19,9 +19,9 @@ import shutil
 import time
 from pathlib import Path
 
-from xtag.models.atomic import fsync_dir, write_text_atomic
+from xtag.models.bundle.atomic import fsync_dir, write_text_atomic
 from xtag.models.errors import XtagError, reading
-from xtag.models.features import TfidfFeaturizer
+from xtag.models.features.tfidf import TfidfFeaturizer
 from xtag.models.labels import LabelVocab
 from xtag.models.registry import UpdateInputs, UpdatePlacement, family
 from xtag.training.config import TrainConfig

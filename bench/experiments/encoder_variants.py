@@ -24,13 +24,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+from xtag.models.bundle.loader import load_bundle
+from xtag.models.features.onnx_encoder import OnnxEncoder, TextTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: results.py and the benchmarks reused here
 from results import save_result  # noqa: E402
 from service_latency import Conn, free_port, start_server  # noqa: E402
 from xtag.evaluation.evaluate import evaluate_bundle  # noqa: E402
-from xtag.models.bundle import load_bundle  # noqa: E402
-from xtag.models.onnx_encoder import OnnxEncoder, TextTokenizer  # noqa: E402
 from xtag.training.data.corpus import load_corpus  # noqa: E402
 from xtag.training.export.export_run import export_run  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""XR-Linear inference: xtag.models.beam_search (numpy) vs xtag.models.engine (Numba), same bundle, same features, one run.
+"""XR-Linear inference: xtag.models.inference.beam_search (numpy) vs xtag.models.engine (Numba), same bundle, same features, one run.
 
     .venv/bin/python bench/experiments/engine_vs_numpy.py                      # debtags and debdeps, bundles cached in /tmp
     .venv/bin/python bench/experiments/engine_vs_numpy.py --corpus debtags --bundle debtags=bundles/debtags-xl
@@ -22,8 +22,8 @@ from pathlib import Path
 import numba
 import numpy as np
 import scipy.sparse as sp
-import xtag.models.beam_search as numpy_search
-from xtag.models.bundle import load_bundle
+import xtag.models.inference.beam_search as numpy_search
+from xtag.models.bundle.loader import load_bundle
 from xtag.models.engine import CompiledLevels, engine_beam_search, warm_up
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: results.
 from results import logged_commands, save_result  # noqa: E402
 from xr_transformer_debtags import ROOT, subset  # noqa: E402
 from xtag.evaluation.evaluate import evaluate_bundle  # noqa: E402
-from xtag.models.bundle import load_bundle  # noqa: E402
+from xtag.models.bundle.loader import load_bundle  # noqa: E402
 from xtag.training.config import TrainConfig  # noqa: E402
 from xtag.training.data.corpus import load_corpus  # noqa: E402
 from xtag.training.export.export_run import export_run  # noqa: E402

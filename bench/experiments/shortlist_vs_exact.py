@@ -22,7 +22,7 @@ import scipy.sparse as sp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: results.py
 
 from results import save_result  # noqa: E402
-from xtag.models.beam_search import RankerLevel, score_candidates, top_k  # noqa: E402
+from xtag.models.inference.beam_search import RankerLevel, score_candidates, top_k  # noqa: E402
 from xtag.models.xlinear.shortlist import FaissShortlist, ShortlistConfig  # noqa: E402
 
 

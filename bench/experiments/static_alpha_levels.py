@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: results.
 from results import save_result  # noqa: E402
 from static_debtags import subset  # noqa: E402
 from xtag.evaluation.evaluate import ground_truth  # noqa: E402
-from xtag.models.beam_search import RankerLevel  # noqa: E402
-from xtag.models.features import TfidfFeaturizer  # noqa: E402
+from xtag.models.features.tfidf import TfidfFeaturizer  # noqa: E402
+from xtag.models.inference.beam_search import RankerLevel  # noqa: E402
 from xtag.models.metrics import evaluate  # noqa: E402
 from xtag.models.xlinear.model import XLinearModel  # noqa: E402
 from xtag.models.xr_transformer.concat_features import concat_features  # noqa: E402

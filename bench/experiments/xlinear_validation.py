@@ -22,7 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: results.py and the benchmarks reused here
 from results import save_result  # noqa: E402
 from xtag.evaluation.evaluate import ground_truth  # noqa: E402
-from xtag.models.features import TfidfFeaturizer  # noqa: E402
+from xtag.models.features.tfidf import TfidfFeaturizer  # noqa: E402
 from xtag.models.metrics import evaluate  # noqa: E402
 from xtag.training.data.corpus import Corpus, build_vocab, load_corpus  # noqa: E402
 from xtag.training.xlinear.config import XLinearConfig  # noqa: E402

@@ -12,7 +12,7 @@ tfidf+dense Φ_cat) on debtags' training split through the product path (`train_
   lookup of its own outputs (bench/xr_transformer_debtags.py's "predict minus encoder": `CachedEncoder`, each
   embedding computed alone, as served);
 - "before": the same Predictor, featuriser and cache, with `XLinearModel.predict` as it was before the engine
-  (commit f8a3b81): xtag.models.beam_search.beam_search over the same model's levels, tree and first-level index;
+  (commit f8a3b81): xtag.models.inference.beam_search.beam_search over the same model's levels, tree and first-level index;
 - "features": `ConcatFeaturizer.transform` alone (TF-IDF + Φ_cat with the cached embedding), the part both share;
 - "onnx": the bare ONNX encoder (`OnnxEncoder.encode` of the one text), timed in a pass of its own afterwards
   so that onnxruntime's spinning threads do not slow the other methods.
@@ -34,13 +34,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from xtag.models.bundle.loader import load_bundle
+from xtag.models.inference.beam_search import Predictions, beam_search
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: results.py and the benchmarks reused here
 from engine_vs_numpy import percentiles  # noqa: E402
 from results import save_result  # noqa: E402 (records the load average at import)
 from xr_transformer_debtags import CachedEncoder, alternating  # noqa: E402
-from xtag.models.beam_search import Predictions, beam_search  # noqa: E402
-from xtag.models.bundle import load_bundle  # noqa: E402
 from xtag.models.errors import XtagError  # noqa: E402
 from xtag.models.xr_transformer.concat_features import ConcatFeaturizer  # noqa: E402
 
@@ -72,7 +72,7 @@ def ensure_bundle(args) -> Path:
 
 
 class NumpySearchModel:
-    """An XLinearModel's `predict` as it was before the compiled engine: xtag.models.beam_search over its levels."""
+    """An XLinearModel's `predict` as it was before the compiled engine: xtag.models.inference.beam_search over its levels."""
 
     def __init__(self, model):
         self.model, self.config = model, model.config

@@ -15,9 +15,9 @@ train: reads DIR/X_train.npz and DIR/Y_train.npz (the matrices pecos_xlinear.py 
 With --save-run it then writes RUN as `xtag train` would (xtag.training.run.save_model: labels, TF-IDF and
 model, from DIR/labels.json and DIR/tfidf; config.json; summary.json), for xtag.training.export.export_run.export_run.
 
-load-bundle: in a fresh interpreter that imports nothing else first, times xtag.models.bundle.load_bundle
+load-bundle: in a fresh interpreter that imports nothing else first, times xtag.models.bundle.loader.load_bundle
 (manifest and checksums, TF-IDF, tree, rankers and the engine layout, kernel warm-up) and prints one JSON
-line: load_s (load_bundle's own clock), import_and_load_s (including importing xtag.models.bundle) and
+line: load_s (load_bundle's own clock), import_and_load_s (including importing xtag.models.bundle.loader) and
 peak_rss_mb (the process's peak RSS once the predictor is loaded).
 """
 
@@ -52,7 +52,7 @@ def train(args: argparse.Namespace) -> None:
     if args.save_run:
         import shutil
 
-        from xtag.models.features import TfidfFeaturizer
+        from xtag.models.features.tfidf import TfidfFeaturizer
         from xtag.models.labels import LabelVocab
         from xtag.training.config import TrainConfig
         from xtag.training.run import save_model
@@ -72,7 +72,7 @@ def train(args: argparse.Namespace) -> None:
 
 
 def load_bundle(args: argparse.Namespace) -> None:
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
 
     bundle = load_bundle(args.bundle)
     total = time.perf_counter() - START

@@ -44,7 +44,7 @@ def service_latency(r: dict) -> dict[str, str]:
             scheme, alpha = key.rsplit("@", 1)
             cells.setdefault(scheme, {})[float(alpha)] = value
         alphas = sorted({a for row in cells.values() for a in row})
-        names = {"power": "power (β=0.5)"}  # the default β of models/reweighting.py, which the service uses
+        names = {"power": "power (β=0.5)"}  # the default β of models/inference/reweighting.py, which the service uses
         out["reweighting"] = table(
             ["scheme"] + [f"α={a:g}" if i == 0 else f"{a:g}" for i, a in enumerate(alphas)],
             "l" * (1 + len(alphas)),

@@ -135,6 +135,6 @@ def losses_debtags(r: dict) -> dict[str, str]:
     ) + (
         f"\n\nTraining on complete debtags; `{rw['best']}` is the weighted loss with the highest macro-R@5 whose "
         "P@5 stays within one point of plain training. Reweighting re-ranks a widened beam of raw model scores "
-        "(models/reweighting.py); changes are against plain training without reweighting."
+        "(models/inference/reweighting.py); changes are against plain training without reweighting."
     )
     return out

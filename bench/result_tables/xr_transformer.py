@@ -151,7 +151,7 @@ def xr_transformer_engine(r: dict) -> dict[str, str]:
         [f"one text per request, k = {r['k']}", "p50 ms", "p99 ms", "mean ms"],
         "lrrr",
         [
-            ["predict minus encoder, before: numpy beam search (models/beam_search.py)", *lat("before")],
+            ["predict minus encoder, before: numpy beam search (models/inference/beam_search.py)", *lat("before")],
             ["predict minus encoder, after: compiled engine (models/engine/)", *lat("after")],
             [
                 "before / after",

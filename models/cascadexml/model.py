@@ -16,15 +16,16 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.special import expit
-from xtag.models import bounds
-from xtag.models.atomic import write_atomic, write_text_atomic
-from xtag.models.beam_search import Predictions, top_k
+from xtag.models.bundle import index_bounds
+from xtag.models.bundle.atomic import write_atomic, write_text_atomic
 from xtag.models.cascadexml.cascade import child_tables, expand, top_nodes
-from xtag.models.device import Device, RuntimeOptions
 from xtag.models.errors import XtagError
+from xtag.models.features.device import Device, RuntimeOptions
+from xtag.models.features.onnx_encoder import OnnxEncoder, length_sorted_batches
+from xtag.models.inference.beam_search import Predictions, top_k
+from xtag.models.inference.model import Model
+from xtag.models.inference.stopping import check
 from xtag.models.label_tree import ClusterChain
-from xtag.models.onnx_encoder import OnnxEncoder, length_sorted_batches
-from xtag.models.stopping import check
 
 HEADS_FILE = "heads.npz"
 
@@ -67,7 +68,7 @@ class CascadeOutputs:
 
 
 class CascadeXMLEncoder:
-    """Texts → CascadeOutputs through encoder/model.onnx (session and tokenizer from models/onnx_encoder.py)."""
+    """Texts → CascadeOutputs through encoder/model.onnx (session and tokenizer from models/features/onnx_encoder.py)."""
 
     def __init__(self, onnx: OnnxEncoder, names: list[str]):
         self.onnx, self.names = onnx, names
@@ -96,13 +97,13 @@ class CascadeXMLEncoder:
         batches = length_sorted_batches(self.onnx.tokenizer.lengths(texts), self.batch_size)
         parts = []
         for idx in batches:
-            check()  # between two batches, a call nobody waits for stops (models/stopping.py)
+            check()  # between two batches, a call nobody waits for stops (models/inference/stopping.py)
             parts.append(self._run([texts[i] for i in idx]))
         order = np.argsort(np.concatenate(batches))
         return CascadeOutputs([np.vstack([p[r] for p in parts])[order] for r in range(len(self.names))])
 
 
-class CascadeXMLModel:
+class CascadeXMLModel(Model):
     """Resolutions (a ClusterChain), each resolution's classifier (embedding E_r, bias b_r) and the cascade."""
 
     def __init__(self, chain: ClusterChain, weights: list[np.ndarray], biases: list[np.ndarray], config):
@@ -178,5 +179,5 @@ class CascadeXMLModel:
         except (OSError, ValueError, KeyError) as exc:
             raise XtagError(f"{folder}: cannot read the CascadeXML heads ({exc})") from exc
         for r, top in enumerate(config.top_k):
-            bounds.beam(str(folder / "config.json"), f"top_k[{r}]", top, chain.n_labels)
+            index_bounds.beam(str(folder / "config.json"), f"top_k[{r}]", top, chain.n_labels)
         return cls(chain, weights, biases, config)

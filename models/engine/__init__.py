@@ -1,4 +1,4 @@
-"""Compiled XR-Linear inference (Numba): chunked rankers and a beam search with xtag.models.beam_search's results.
+"""Compiled XR-Linear inference (Numba): chunked rankers and a beam search with xtag.models.inference.beam_search's results.
 
 compiled = CompiledLevels.build(levels, chain)     # once per loaded model
 warm_up()                                         # once per process, at load: compiles the kernels

@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from xtag.models import bounds
+from xtag.models.bundle import index_bounds
 from xtag.models.engine.layout import ARRAY_NAMES, LAYOUT_FILE, CompiledLevels
 from xtag.models.errors import XtagError
 from xtag.models.label_tree import ClusterChain
@@ -43,19 +43,19 @@ def check_layout(folder: Path, compiled: CompiledLevels, chain: ClusterChain, n_
     for key, (dtype, ndim) in SHAPES.items():
         a = A[key]
         if a.dtype != np.dtype(dtype) or a.ndim != ndim:
-            raise bounds.fail(name(key), f"{a.ndim}-d {a.dtype}, expected {ndim}-d {dtype}")
+            raise index_bounds.fail(name(key), f"{a.ndim}-d {a.dtype}, expected {ndim}-d {dtype}")
     _check_meta(folder, compiled)
     sizes = [1] + [chain.level_size(t) for t in range(1, chain.depth + 1)]  # level 0: the root
     depth, n_chunks, n_nodes = chain.depth, sum(sizes[:-1]), sum(sizes[1:])
     if compiled.depth != depth:
         raise XtagError(f"{folder / LAYOUT_FILE}: depth {compiled.depth}, the tree has {depth} levels")
     tree = "the label tree (tree/chain.npz)"
-    bounds.equal(name("chunk_base"), A["chunk_base"], np.r_[0, np.cumsum([0, *sizes[:-1]])], tree)
-    bounds.equal(name("node_base"), A["node_base"], np.r_[0, np.cumsum([0, *sizes[1:]])], tree)
-    bounds.equal(name("chunk_child0"), A["chunk_child0"], np.concatenate([p[:-1] for p in chain.ptrs]), tree)
+    index_bounds.equal(name("chunk_base"), A["chunk_base"], np.r_[0, np.cumsum([0, *sizes[:-1]])], tree)
+    index_bounds.equal(name("node_base"), A["node_base"], np.r_[0, np.cumsum([0, *sizes[1:]])], tree)
+    index_bounds.equal(name("chunk_child0"), A["chunk_child0"], np.concatenate([p[:-1] for p in chain.ptrs]), tree)
     nchild = A["chunk_nchild"]
-    bounds.equal(name("chunk_nchild"), nchild, np.concatenate([np.diff(p) for p in chain.ptrs]), tree)
-    bounds.equal(str(folder / "leaf_labels.npy"), compiled.leaf_labels, chain.leaf_labels, tree)
+    index_bounds.equal(name("chunk_nchild"), nchild, np.concatenate([np.diff(p) for p in chain.ptrs]), tree)
+    index_bounds.equal(str(folder / "leaf_labels.npy"), compiled.leaf_labels, chain.leaf_labels, tree)
     if compiled.max_width != (int(nchild.max()) if n_chunks else 0):
         raise XtagError(f"{folder / LAYOUT_FILE}: max_width {compiled.max_width}, the tree's is {int(nchild.max())}")
 
@@ -66,23 +66,23 @@ def check_layout(folder: Path, compiled: CompiledLevels, chain: ClusterChain, n_
             f"the rankers have {sparse} (dense tail from {sparse if dense else None})"
         )
     if A["bias"].shape != (n_nodes,):
-        raise bounds.fail(name("bias"), f"shape {A['bias'].shape}, the tree has {n_nodes} nodes")
+        raise index_bounds.fail(name("bias"), f"shape {A['bias'].shape}, the tree has {n_nodes} nodes")
     if A["dense"].shape != (n_nodes, dense):
-        raise bounds.fail(name("dense"), f"shape {A['dense'].shape}, expected ({n_nodes}, {dense})")
+        raise index_bounds.fail(name("dense"), f"shape {A['dense'].shape}, expected ({n_nodes}, {dense})")
 
     # chunk → its features → their (child, weight) entries
     fptr, feat_id, eptr, ent_child = A["chunk_fptr"], A["feat_id"], A["feat_eptr"], A["ent_child"]
-    bounds.pointer(name("chunk_fptr"), fptr, len(feat_id), n_chunks + 1)
-    bounds.in_range(name("feat_id"), feat_id, 0, sparse, "the sparse feature columns")
-    bounds.pointer(name("feat_eptr"), eptr, len(ent_child), len(feat_id) + 1)
+    index_bounds.pointer(name("chunk_fptr"), fptr, len(feat_id), n_chunks + 1)
+    index_bounds.in_range(name("feat_id"), feat_id, 0, sparse, "the sparse feature columns")
+    index_bounds.pointer(name("feat_eptr"), eptr, len(ent_child), len(feat_id) + 1)
     if len(A["ent_w"]) != len(ent_child):
-        raise bounds.fail(name("ent_w"), f"{len(A['ent_w'])} weights for {len(ent_child)} entries")
+        raise index_bounds.fail(name("ent_w"), f"{len(A['ent_w'])} weights for {len(ent_child)} entries")
     chunk_entries = eptr[fptr]  # entries of chunk g: chunk_entries[g] .. chunk_entries[g + 1]
-    for g0, g1 in bounds.segment_blocks(chunk_entries):
+    for g0, g1 in index_bounds.segment_blocks(chunk_entries):
         child = ent_child[chunk_entries[g0] : chunk_entries[g1]]
-        bad = (child < 0) | (child >= nchild[bounds.segment_ids(chunk_entries, g0, g1)])
+        bad = (child < 0) | (child >= nchild[index_bounds.segment_ids(chunk_entries, g0, g1)])
         if bad.any():
-            raise bounds.fail(
+            raise index_bounds.fail(
                 name("ent_child"), f"entry {int(chunk_entries[g0] + np.argmax(bad))} names no child of its chunk"
             )
     _check_tables(A, name, n_chunks)
@@ -101,25 +101,27 @@ def _check_meta(folder: Path, compiled: CompiledLevels) -> None:
 def _check_tables(A: dict, name, n_chunks: int) -> None:
     """Per chunk: a power-of-two open-addressing table, its shift, an empty slot, filled slots naming its features."""
     hptr, shift, table, fptr, feat_id = A["chunk_hptr"], A["chunk_hshift"], A["table"], A["chunk_fptr"], A["feat_id"]
-    bounds.pointer(name("chunk_hptr"), hptr, len(table), n_chunks + 1)
+    index_bounds.pointer(name("chunk_hptr"), hptr, len(table), n_chunks + 1)
     size = np.diff(hptr)
     if n_chunks and (bool((size < 1).any()) or bool((size & (size - 1)).any()) or int(size.max()) > 1 << 32):
-        raise bounds.fail(name("chunk_hptr"), "a chunk's hash table size is not a power of two from 1 to 2^32")
+        raise index_bounds.fail(name("chunk_hptr"), "a chunk's hash table size is not a power of two from 1 to 2^32")
     if len(shift) != n_chunks or (n_chunks and not np.array_equal(shift, 32 - np.log2(size).astype(np.int64))):
-        raise bounds.fail(name("chunk_hshift"), "shifts must be 32 - log2(table size): probes would leave the table")
+        raise index_bounds.fail(
+            name("chunk_hshift"), "shifts must be 32 - log2(table size): probes would leave the table"
+        )
     nfeat = np.diff(fptr)
-    for g0, g1 in bounds.segment_blocks(hptr):
+    for g0, g1 in index_bounds.segment_blocks(hptr):
         slots = table[hptr[g0] : hptr[g1]]
-        chunk = bounds.segment_ids(hptr, g0, g1)
-        bounds.in_range(name("table"), slots, -1, 1 << 63, "-1 marks an empty slot")
+        chunk = index_bounds.segment_ids(hptr, g0, g1)
+        index_bounds.in_range(name("table"), slots, -1, 1 << 63, "-1 marks an empty slot")
         if bool((np.bincount(chunk[slots < 0] - g0, minlength=g1 - g0) == 0).any()):
-            raise bounds.fail(name("table"), "a chunk's hash table has no empty slot: a probe would never stop")
+            raise index_bounds.fail(name("table"), "a chunk's hash table has no empty slot: a probe would never stop")
         full = slots >= 0
         pos, key, chunk = slots[full] & 0xFFFFFFFF, slots[full] >> 32, chunk[full]
         if bool((pos >= nfeat[chunk]).any()):
-            raise bounds.fail(name("table"), "a slot names a feature position outside its chunk")
+            raise index_bounds.fail(name("table"), "a slot names a feature position outside its chunk")
         if not np.array_equal(feat_id[fptr[chunk] + pos], key):
-            raise bounds.fail(name("table"), "a slot's feature id is not the feature at the position it names")
+            raise index_bounds.fail(name("table"), "a slot's feature id is not the feature at the position it names")
 
 
 def _check_feature_major(A: dict, name, compiled: CompiledLevels, sizes: list[int], sparse: int) -> None:
@@ -127,21 +129,21 @@ def _check_feature_major(A: dict, name, compiled: CompiledLevels, sizes: list[in
     base, ptr, node = A["fm_base"], A["fm_ptr"], A["fm_node"]
     depth = len(sizes) - 1
     if len(base) != depth + 2:
-        raise bounds.fail(name("fm_base"), f"{len(base)} entries, expected {depth + 2}")
+        raise index_bounds.fail(name("fm_base"), f"{len(base)} entries, expected {depth + 2}")
     if len(A["fm_w"]) != len(node):
-        raise bounds.fail(name("fm_w"), f"{len(A['fm_w'])} weights for {len(node)} entries")
+        raise index_bounds.fail(name("fm_w"), f"{len(A['fm_w'])} weights for {len(node)} entries")
     if len(ptr):
-        bounds.pointer(name("fm_ptr"), ptr, len(node))
+        index_bounds.pointer(name("fm_ptr"), ptr, len(node))
     elif len(node):
-        raise bounds.fail(name("fm_ptr"), f"empty, with {len(node)} feature-major entries")
-    bounds.in_range(name("fm_base"), base, -1, len(ptr), "-1 marks a level stored by chunks only")
+        raise index_bounds.fail(name("fm_ptr"), f"empty, with {len(node)} feature-major entries")
+    index_bounds.in_range(name("fm_base"), base, -1, len(ptr), "-1 marks a level stored by chunks only")
     levels = [t for t in range(1, depth + 1) if base[t] >= 0]
     widest = max((sizes[t] for t in levels), default=0)
     if compiled.max_feature_major_nodes != widest:
-        raise bounds.fail(name("fm_base"), f"feature-major levels of up to {widest} nodes, "
+        raise index_bounds.fail(name("fm_base"), f"feature-major levels of up to {widest} nodes, "
                           f"layout.json says {compiled.max_feature_major_nodes}")  # fmt: skip
     for t in levels:
         b = int(base[t])
         if b + sparse + 1 > len(ptr):
-            raise bounds.fail(name("fm_base"), f"level {t}'s rows start at {b}, past fm_ptr's {len(ptr)} entries")
-        bounds.in_range(name("fm_node"), node[ptr[b] : ptr[b + sparse]], 0, sizes[t], f"level {t}'s nodes")
+            raise index_bounds.fail(name("fm_base"), f"level {t}'s rows start at {b}, past fm_ptr's {len(ptr)} entries")
+        index_bounds.in_range(name("fm_node"), node[ptr[b] : ptr[b + sparse]], 0, sizes[t], f"level {t}'s nodes")

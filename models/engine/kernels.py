@@ -1,8 +1,8 @@
 """Compiled beam search over CompiledLevels: per document, per kept parent, score its chunk and keep the best.
 
-The ranking key is float64(score) + 1e-9·tanh(summed raw margins), as in xtag.models.beam_search, with ties
+The ranking key is float64(score) + 1e-9·tanh(summed raw margins), as in xtag.models.inference.beam_search, with ties
 kept in candidate order (parents best first, children in tree order): the order top_k_positions
-documents (its argpartition does not always keep it; see tests/models/test_engine.py).
+documents (its argpartition does not always keep it; see tests/models/engine/test_engine.py).
 Arguments are grouped in tuples: A (CompiledLevels.arrays), P (ratio, first level, last level, beam,
 k, post-processor id), ws (one thread's buffers, `workspace`), init (a starting beam, or no rows).
 """

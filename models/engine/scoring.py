@@ -1,6 +1,6 @@
 """Scoring pieces of the compiled beam search: post-processors, dense dot, one chunk's children, top-m insert.
 
-Arithmetic follows xtag.models.beam_search where it decides the result: a ranker's raw score is the float32
+Arithmetic follows xtag.models.inference.beam_search where it decides the result: a ranker's raw score is the float32
 rounding of a float64 sum of float32 products plus a float32 bias (plus the float32 dense-tail dot
 product); post-processed scores are multiplied in float32 along the path.
 """
@@ -18,7 +18,7 @@ POST_IDS = {"l3-hinge": 0, "l2-hinge": 1, "sigmoid": 2}
 
 @njit()
 def post(raw, post_id):
-    """POST_PROCESSORS of xtag.models.beam_search, evaluated in float64 and rounded to float32."""
+    """POST_PROCESSORS of xtag.models.inference.beam_search, evaluated in float64 and rounded to float32."""
     s = np.float64(raw)
     if post_id == 2:
         return np.float32(1.0 / (1.0 + math.exp(-s)))

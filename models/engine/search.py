@@ -1,4 +1,4 @@
-"""engine_beam_search: xtag.models.beam_search.beam_search's contract, run by the compiled kernels."""
+"""engine_beam_search: xtag.models.inference.beam_search.beam_search's contract, run by the compiled kernels."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ import threading
 import numba
 import numpy as np
 import scipy.sparse as sp
-from xtag.models.beam_search import (
+from xtag.models.engine.kernels import search_parallel, search_range, workspace
+from xtag.models.engine.layout import CompiledLevels
+from xtag.models.engine.scoring import POST_IDS
+from xtag.models.inference.beam_search import (
     POST_PROCESSORS,
     FirstLevelSearch,
     PostProcessor,
@@ -16,9 +19,6 @@ from xtag.models.beam_search import (
     SplitFeatures,
     top_k_positions,
 )
-from xtag.models.engine.kernels import search_parallel, search_range, workspace
-from xtag.models.engine.layout import CompiledLevels
-from xtag.models.engine.scoring import POST_IDS
 
 # A chunk is scored by walking its features against the document's dense scatter when it has at most
 # this many features per document feature, else by looking each document feature up in its hash (PECOS
@@ -59,7 +59,7 @@ def _c(a, dtype) -> np.ndarray:
 
 
 def _csr_arrays(X):
-    """(indptr, indices, data) of a scipy matrix or xtag.models.beam_search.CsrArrays, in the kernels' dtypes."""
+    """(indptr, indices, data) of a scipy matrix or xtag.models.inference.beam_search.CsrArrays, in the kernels' dtypes."""
     if not hasattr(X, "indptr"):
         X = sp.csr_matrix(X, dtype=np.float32)
     elif sp.issparse(X) and X.format != "csr":
@@ -81,7 +81,7 @@ def _prepare(X, compiled: CompiledLevels):
     indptr, indices, data = _csr_arrays(joined)
     if start is None:
         return indptr, indices, data, np.zeros((n, 0), np.float32), joined
-    # A joined Φ_cat matrix: move the tail columns into a dense block (xtag.models.beam_search._split_dense).
+    # A joined Φ_cat matrix: move the tail columns into a dense block (xtag.models.inference.beam_search._split_dense).
     tail = indices >= start
     rows = np.repeat(np.arange(n), np.diff(indptr))
     dense = np.zeros((n, compiled.dims), np.float32)
@@ -91,7 +91,7 @@ def _prepare(X, compiled: CompiledLevels):
 
 
 def _first_level(first_level: FirstLevelSearch, X, joined, m: int, post_processor: str):
-    """Level 1 from an index, in numpy exactly as xtag.models.beam_search does it: the starting beam."""
+    """Level 1 from an index, in numpy exactly as xtag.models.inference.beam_search does it: the starting beam."""
     cand, raw = first_level.search(X.tocsr() if joined is None else joined, m)
     with np.errstate(invalid="ignore"):
         combined = np.where(cand >= 0, POST_PROCESSORS[post_processor](raw), -np.inf).astype(np.float32)
@@ -142,7 +142,7 @@ def engine_beam_search(
     threads: int | None = None,
     scatter_ratio: float = SCATTER_RATIO,
 ) -> Predictions:
-    """xtag.models.beam_search.beam_search on CompiledLevels: same arguments, same labels, scores and padding.
+    """xtag.models.inference.beam_search.beam_search on CompiledLevels: same arguments, same labels, scores and padding.
 
     `threads` caps numba's pool for this call (default: numba.get_num_threads(), i.e. NUMBA_NUM_THREADS
     unless the host set it); a batch of fewer than PARALLEL_MIN_DOCS documents, threads=1, or any batch

@@ -3,7 +3,7 @@
 The re-ranker's graph outputs its last message-passing step's attention weights, averaged over heads
 (training/lamp/net.py says why that step): each candidate's feature-to-label weights over the text's tokens
 and its label-to-label weights over the candidates, each row a distribution. Explaining reruns the first
-stage's candidates and the graph with those outputs (as models/explain.py featurises again), so the plain
+stage's candidates and the graph with those outputs (as models/explain/linear.py featurises again), so the plain
 path fetches the logits alone. A label's explanation is its first stage's (`words`, `path_score`, `levels`,
 when the first stage has TF-IDF features: they explain why it became a candidate) plus:
 
@@ -24,9 +24,9 @@ label's candidate set differ, and a label that is not among the recomputed candi
 from __future__ import annotations
 
 import numpy as np
-from xtag.models.explain import DIGITS, TOP_TERMS, Explainer, ExplainUnavailable
+from xtag.models.explain.linear import DIGITS, TOP_TERMS, Explainer, ExplainUnavailable
+from xtag.models.inference.stopping import check
 from xtag.models.lamp.model import LampModel
-from xtag.models.stopping import check
 
 NO_ATTENTION = (
     "this bundle's re-ranker was exported without its attention outputs (before LaMP explanations): re-export "
@@ -102,7 +102,7 @@ class LampExplainer:
         weights = self.model.reranker.attention(texts, cand.labels, cand.scores)
         encodings = self.model.reranker.onnx.tokenizer.tokenizer.encode_batch(list(texts))
         for d, row in enumerate(labels):
-            check()  # between two documents, a call nobody waits for stops (models/stopping.py)
+            check()  # between two documents, a call nobody waits for stops (models/inference/stopping.py)
             to_tokens, to_labels = weights[d]
             where = {int(j): c for c, j in enumerate(cand.labels[d].tolist()) if j >= 0}
             words = self._words(encodings[d], texts[d], to_tokens)

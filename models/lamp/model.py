@@ -16,12 +16,13 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.special import expit
-from xtag.models import bounds
-from xtag.models.beam_search import Predictions, top_k
-from xtag.models.device import Device, RuntimeOptions
+from xtag.models.bundle import index_bounds
 from xtag.models.errors import XtagError
+from xtag.models.features.device import Device, RuntimeOptions
+from xtag.models.features.onnx_encoder import OnnxEncoder, length_sorted_batches
+from xtag.models.inference.beam_search import Predictions, top_k
+from xtag.models.inference.model import Model
 from xtag.models.lamp.masks import label_mask
-from xtag.models.onnx_encoder import OnnxEncoder, length_sorted_batches
 
 HEAD_FILE = "lamp.json"
 CODES_FILE = "cooccurrence.npy"
@@ -53,10 +54,10 @@ def score_features(scores: np.ndarray) -> np.ndarray:
 def check_pair_codes(name: str, codes: np.ndarray, n_labels: int) -> None:
     """LaMP_pr's label graph (models/lamp/masks.py) is found by binary search: its codes i·L + j must be
     integers below L², increasing (each pair once), or pairs that co-occur are silently not found."""
-    codes = bounds.integers(name, codes)
-    bounds.in_range(name, codes, 0, n_labels * n_labels, f"pair codes of {n_labels} labels")
+    codes = index_bounds.integers(name, codes)
+    index_bounds.in_range(name, codes, 0, n_labels * n_labels, f"pair codes of {n_labels} labels")
     if len(codes) > 1 and bool((np.diff(codes) <= 0).any()):
-        raise bounds.fail(
+        raise index_bounds.fail(
             name, f"codes must increase (each pair once), not at position {int(np.argmax(np.diff(codes) <= 0)) + 1}"
         )
 
@@ -76,7 +77,7 @@ class LampReranker:
             codes = np.load(folder / CODES_FILE, allow_pickle=False) if config.graph == "pr" else None
         except (OSError, ValueError) as exc:
             raise XtagError(f"{folder}: cannot read the LaMP re-ranker ({exc})") from exc
-        bounds.beam(str(folder / HEAD_FILE), "candidates", config.candidates, config.n_labels)
+        index_bounds.beam(str(folder / HEAD_FILE), "candidates", config.candidates, config.n_labels)
         if codes is not None:
             check_pair_codes(str(folder / CODES_FILE), codes, config.n_labels)
         onnx = OnnxEncoder.load(folder, device=device, spin=spin, options=options)
@@ -131,10 +132,10 @@ class Texts:
         return list(texts)
 
 
-class LampModel:
+class LampModel(Model):
     """First stage + re-ranker. `predict(..., rerank=False)` is the first stage's answer, unchanged."""
 
-    reranks = True  # models/predictor.py passes `rerank` through
+    reranks = True  # a second stage: predict takes `rerank` (models/inference/model.py)
 
     def __init__(self, first, reranker: LampReranker):
         if first.n_labels != reranker.config.n_labels:

@@ -14,15 +14,16 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.special import expit
-from xtag.models import bounds
-from xtag.models.atomic import write_text_atomic
-from xtag.models.beam_search import Predictions, top_k
-from xtag.models.device import Device, RuntimeOptions
+from xtag.models.bundle import index_bounds
+from xtag.models.bundle.atomic import write_text_atomic
 from xtag.models.errors import XtagError
+from xtag.models.features.device import Device, RuntimeOptions
+from xtag.models.features.onnx_encoder import OnnxEncoder, length_sorted_batches
+from xtag.models.inference.beam_search import Predictions, top_k
+from xtag.models.inference.model import Model
+from xtag.models.inference.stopping import check
 from xtag.models.label_tree import ClusterChain
 from xtag.models.lightxml.label_index import LabelIndex
-from xtag.models.onnx_encoder import OnnxEncoder, length_sorted_batches
-from xtag.models.stopping import check
 
 OUTPUTS = ("cluster_scores", "bottleneck")  # the ONNX graph's outputs, in this order
 
@@ -53,7 +54,7 @@ class LightXMLOutputs:
 
 
 class LightXMLEncoder:
-    """Texts → LightXMLOutputs through encoder/model.onnx (session and tokenizer from models/onnx_encoder.py)."""
+    """Texts → LightXMLOutputs through encoder/model.onnx (session and tokenizer from models/features/onnx_encoder.py)."""
 
     def __init__(self, onnx: OnnxEncoder):
         self.onnx = onnx
@@ -82,7 +83,7 @@ class LightXMLEncoder:
             return LightXMLOutputs(*self._run(list(texts)))
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for idx in length_sorted_batches(self.onnx.tokenizer.lengths(texts), self.batch_size):
-            check()  # between two batches, a call nobody waits for stops (models/stopping.py)
+            check()  # between two batches, a call nobody waits for stops (models/inference/stopping.py)
             parts.append((idx, *self._run([texts[i] for i in idx])))
         order = np.argsort(np.concatenate([p[0] for p in parts]))
         return LightXMLOutputs(np.vstack([p[1] for p in parts])[order], np.vstack([p[2] for p in parts])[order])
@@ -94,7 +95,7 @@ def cluster_members(chain: ClusterChain) -> np.ndarray:
     return np.where(positions >= 0, chain.leaf_labels[np.maximum(positions, 0)], -1)
 
 
-class LightXMLModel:
+class LightXMLModel(Model):
     """Clusters (a two-level ClusterChain), label embeddings E (L × b), and the prediction rule."""
 
     def __init__(self, chain: ClusterChain, embeddings: np.ndarray, config: LightXMLHeadConfig):
@@ -165,5 +166,5 @@ class LightXMLModel:
             embeddings = LabelIndex.load_embeddings(folder)
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             raise XtagError(f"{folder}: cannot read the LightXML heads ({exc})") from exc
-        bounds.beam(str(folder / "config.json"), "beam_size", config.beam_size, config.n_labels)
+        index_bounds.beam(str(folder / "config.json"), "beam_size", config.beam_size, config.n_labels)
         return cls(chain, embeddings, config)

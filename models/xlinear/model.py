@@ -1,7 +1,7 @@
 """An XR-Linear model as data: the cluster chain plus one sparse linear ranker per tree level.
 
 Predictions come from the compiled engine (models/engine/), over the rankers rearranged into its
-chunked layout; models/beam_search.py stays the reference it is tested against, and what the trainer's
+chunked layout; models/inference/beam_search.py stays the reference it is tested against, and what the trainer's
 matcher-aware negatives use on partially trained trees.
 """
 
@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from xtag.models import bounds
-from xtag.models.atomic import write_atomic, write_text_atomic
-from xtag.models.beam_search import FirstLevelSearch, PostProcessor, Predictions, RankerLevel, TreeIndex
+from xtag.models.bundle import index_bounds
+from xtag.models.bundle.atomic import write_atomic, write_text_atomic
 from xtag.models.errors import XtagError, reading
+from xtag.models.inference.beam_search import FirstLevelSearch, PostProcessor, Predictions, RankerLevel, TreeIndex
+from xtag.models.inference.model import Model
 from xtag.models.label_tree import ClusterChain
 
 ENGINE_DIR = "engine"  # rankers/engine/: the compiled engine's layout, written by export, memory-mapped at load
@@ -38,7 +39,7 @@ class RankerConfig(BaseModel):
         return self
 
 
-class XLinearModel:
+class XLinearModel(Model):
     """Tree + rankers; `first_level` (a FAISS shortlist from the bundle) replaces level-1 scoring when set."""
 
     def __init__(
@@ -93,7 +94,8 @@ class XLinearModel:
         return engine_beam_search(X, self.compiled, beam, k, self.config.post_processor, first_level=self.first_level)
 
     def readable(self, X, preds: Predictions) -> Predictions:
-        """The scores a user sees: the engine's order, no block of labels at exactly 1.0 (readable.py)."""
+        """The scores a user sees: the engine's order, no block of labels at exactly 1.0 (readable.py); overrides
+        Model.readable."""
         from xtag.models.xlinear.readable import readable_scores
 
         return readable_scores(self, X, preds)
@@ -115,10 +117,10 @@ class XLinearModel:
     def load_rankers(cls, folder: Path, chain: ClusterChain) -> XLinearModel:
         """The rankers/ component over an already loaded tree; its engine layout is memory-mapped when the
         bundle has one (so worker processes share it), else built from the weights. Either way every index
-        array is checked against its bounds first (models/bounds.py, models/engine/checks.py)."""
+        array is checked against its bounds first (models/bundle/index_bounds.py, models/engine/checks.py)."""
         with reading(folder / "config.json", "the rankers' configuration"):
             config = RankerConfig.model_validate_json((folder / "config.json").read_text())
-        bounds.beam(str(folder / "config.json"), "beam_size", config.beam_size, chain.n_labels)
+        index_bounds.beam(str(folder / "config.json"), "beam_size", config.beam_size, chain.n_labels)
         levels = [load_level(folder / f"level_{t}.npz") for t in range(1, chain.depth + 1)]
         model = cls(chain, levels, config)
         if (folder / ENGINE_DIR).is_dir():
@@ -136,7 +138,7 @@ class XLinearModel:
 
 
 def save_level(level: RankerLevel, path: Path) -> None:
-    """Atomically (models/atomic.py): a training checkpoint killed mid-write keeps the previous file."""
+    """Atomically (models/bundle/atomic.py): a training checkpoint killed mid-write keeps the previous file."""
     W = level.W.tocsr()
     arrays = {
         "data": W.data.astype(np.float32),
@@ -150,20 +152,20 @@ def save_level(level: RankerLevel, path: Path) -> None:
 
 def load_level(path: Path) -> RankerLevel:
     """Raises an XtagError naming the file and the cause when it is empty, truncated or inconsistent, or
-    when an index array is out of bounds (scipy's sparse routines would read past them: models/bounds.py)."""
+    when an index array is out of bounds (scipy's sparse routines would read past them: models/bundle/index_bounds.py)."""
     with reading(path, "the ranker level"), np.load(path, allow_pickle=False) as z:
-        shape = bounds.integers("shape", z["shape"])
+        shape = index_bounds.integers("shape", z["shape"])
         if shape.shape != (2,) or bool((shape < 0).any()):
-            raise bounds.fail("shape", f"{shape.tolist()} is not (rows, columns)")
+            raise index_bounds.fail("shape", f"{shape.tolist()} is not (rows, columns)")
         rows, cols = int(shape[0]), int(shape[1])
-        indptr, indices = bounds.integers("indptr", z["indptr"]), bounds.integers("indices", z["indices"])
+        indptr, indices = index_bounds.integers("indptr", z["indptr"]), index_bounds.integers("indices", z["indices"])
         data, bias = z["data"], z["bias"]
         if len(indptr) != rows + 1:
-            raise bounds.fail("indptr", f"{len(indptr)} entries for the {rows} rows in shape")
-        bounds.pointer("indptr", indptr, len(indices))
-        bounds.in_range("indices", indices, 0, cols, "the feature columns")
+            raise index_bounds.fail("indptr", f"{len(indptr)} entries for the {rows} rows in shape")
+        index_bounds.pointer("indptr", indptr, len(indices))
+        index_bounds.in_range("indices", indices, 0, cols, "the feature columns")
         if data.shape != indices.shape:
-            raise bounds.fail("data", f"{data.shape} weights for {indices.shape} entries")
+            raise index_bounds.fail("data", f"{data.shape} weights for {indices.shape} entries")
         if bias.shape != (rows,):
-            raise bounds.fail("bias", f"{bias.shape} biases for {rows} rows")
+            raise index_bounds.fail("bias", f"{bias.shape} biases for {rows} rows")
         return RankerLevel(W=sp.csr_matrix((data, indices, indptr), shape=(rows, cols)), bias=bias)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from xtag.models.beam_search import Predictions, SplitFeatures
+from xtag.models.inference.beam_search import Predictions, SplitFeatures
 
 BAND = 0.05  # the top 5 % of the score range: paths that clear every level's margin
 HINGES = ("l3-hinge", "l2-hinge")  # the post-processors that saturate (sigmoid does not)
@@ -86,7 +86,7 @@ def pair_scores(
 def shared_features(X: sp.csr_matrix, d: int, W: sp.csr_matrix, node: int) -> tuple[np.ndarray, ...]:
     """The feature columns that document row `d` of X and ranker row `node` of W both hold: (columns, x values,
     w values), in X's column order. Looked up with searchsorted in the node's sorted row, without scipy objects
-    (pair_scores' margins and models/explain.py's per-term contributions are both made of these)."""
+    (pair_scores' margins and models/explain/linear.py's per-term contributions are both made of these)."""
     if not W.has_sorted_indices:
         W.sort_indices()
     x_idx, x_val = X.indices[X.indptr[d] : X.indptr[d + 1]], X.data[X.indptr[d] : X.indptr[d + 1]]

@@ -13,9 +13,9 @@ from typing import Literal
 import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field
-from xtag.models import bounds
-from xtag.models.beam_search import RankerLevel
+from xtag.models.bundle import index_bounds
 from xtag.models.errors import XtagError
+from xtag.models.inference.beam_search import RankerLevel
 
 # Queries are densified in chunks of at most this many entries (documents × indexed columns).
 QUERY_CHUNK_ENTRIES = 8_000_000
@@ -63,9 +63,9 @@ class FaissShortlist:
             index.hnsw.efSearch = max(info.config.ef_search, 1)
 
     def to_device(self, device=None) -> FaissShortlist:
-        """This shortlist searched on `device` (xtag.models.device.Device or spec; None: stays on the CPU). On CUDA
+        """This shortlist searched on `device` (xtag.models.features.device.Device or spec; None: stays on the CPU). On CUDA
         the index becomes a GPU flat index: exact, so recall can only rise over an HNSW one."""
-        from xtag.models.device import Device
+        from xtag.models.features.device import Device
 
         self.index, self._gpu_resources, self.placement = Device.parse(device).faiss_index(self.index)
         return self
@@ -123,7 +123,7 @@ class FaissShortlist:
     def load(cls, folder: Path, nodes: int | None = None, n_features: int | None = None) -> FaissShortlist:
         """The saved shortlist, checked to be one over `nodes` level-1 nodes and `n_features` columns (when
         given) and its index arrays against their bounds: a node id it returns is dereferenced unchecked by
-        the compiled engine, and a column id indexes the feature map (models/bounds.py)."""
+        the compiled engine, and a column id indexes the feature map (models/bundle/index_bounds.py)."""
         import faiss
 
         try:
@@ -138,10 +138,10 @@ class FaissShortlist:
                 f"the rankers' level 1 has {nodes} nodes over {n_features}"
             )
         name = str(folder / "columns.npy")
-        columns = bounds.integers(name, columns)
-        bounds.in_range(name, columns, 0, info.n_features, "the feature columns")
+        columns = index_bounds.integers(name, columns)
+        index_bounds.in_range(name, columns, 0, info.n_features, "the feature columns")
         if len(columns) > 1 and bool((np.diff(columns) <= 0).any()):
-            raise bounds.fail(name, "columns must be increasing (each once)")
+            raise index_bounds.fail(name, "columns must be increasing (each once)")
         if index.d != len(columns) + 1 or index.ntotal != info.nodes:
             raise XtagError(
                 f"{folder}: index holds {index.ntotal} vectors of size {index.d}, "
@@ -152,7 +152,9 @@ class FaissShortlist:
         if info.index == "hnsw":
             check_hnsw(folder / "faiss.index", index)
             default = ShortlistConfig.model_fields["ef_search"].default
-            bounds.beam(f"{folder}/config.json", "ef_search", info.config.ef_search, info.nodes, default, "its nodes")
+            index_bounds.beam(
+                f"{folder}/config.json", "ef_search", info.config.ef_search, info.nodes, default, "its nodes"
+            )
         return cls(index, columns.astype(np.int64), info)
 
 
@@ -166,28 +168,28 @@ def check_hnsw(name: Path, index) -> None:
     offsets = faiss.vector_to_array(hnsw.offsets).astype(np.int64)
     cum = faiss.vector_to_array(hnsw.cum_nneighbor_per_level).astype(np.int64)  # links per level, cumulated
     links = faiss.vector_to_array(hnsw.neighbors).astype(np.int64)
-    bounds.pointer(f"{name} (level sizes)", cum, int(cum[-1]) if len(cum) else 0)
-    bounds.in_range(f"{name} (levels)", levels, 1, len(cum))
+    index_bounds.pointer(f"{name} (level sizes)", cum, int(cum[-1]) if len(cum) else 0)
+    index_bounds.in_range(f"{name} (levels)", levels, 1, len(cum))
     if len(levels) != n or index.storage.ntotal != n or index.storage.d != index.d:
         raise XtagError(f"{name}: the HNSW graph and its vectors disagree on their number or size")
-    bounds.pointer(f"{name} (offsets)", offsets, len(links), n + 1)
+    index_bounds.pointer(f"{name} (offsets)", offsets, len(links), n + 1)
     if not np.array_equal(np.diff(offsets), cum[levels]):
-        raise bounds.fail(f"{name} (offsets)", "a node's links do not fill its levels' slots")
+        raise index_bounds.fail(f"{name} (offsets)", "a node's links do not fill its levels' slots")
     if n and not (0 <= hnsw.entry_point < n and hnsw.max_level == levels[hnsw.entry_point] - 1):
-        raise bounds.fail(f"{name} (entry point)", f"{hnsw.entry_point} at level {hnsw.max_level}")
-    for g0, g1 in bounds.segment_blocks(offsets):
+        raise index_bounds.fail(f"{name} (entry point)", f"{hnsw.entry_point} at level {hnsw.max_level}")
+    for g0, g1 in index_bounds.segment_blocks(offsets):
         lo, hi = offsets[g0], offsets[g1]
-        node = bounds.segment_ids(offsets, g0, g1)
+        node = index_bounds.segment_ids(offsets, g0, g1)
         to = links[lo:hi]
         level = np.searchsorted(cum, np.arange(lo, hi) - offsets[node], side="right") - 1  # the link's level
-        bounds.in_range(f"{name} (links)", to, -1, n)
+        index_bounds.in_range(f"{name} (links)", to, -1, n)
         if bool((levels[to[to >= 0]] <= level[to >= 0]).any()):
-            raise bounds.fail(f"{name} (links)", "a link names a node that is not on its level")
+            raise index_bounds.fail(f"{name} (links)", "a link names a node that is not on its level")
 
 
 def level1_recall(shortlist: FaissShortlist, X: sp.csr_matrix, level: RankerLevel, beam: int) -> float:
     """Fraction of the exact top-`beam` level-1 nodes (by raw score) that the index returns."""
-    from xtag.models.beam_search import score_candidates, top_k
+    from xtag.models.inference.beam_search import score_candidates, top_k
 
     beam = min(beam, level.n_nodes)
     all_nodes = np.tile(np.arange(level.n_nodes), (X.shape[0], 1))

@@ -5,7 +5,7 @@ two blocks with the same normalisation but hands them to the inference core apar
 (models.inference.SplitFeatures), which scores the dense block with BLAS.
 
 α (1 in the paper, and for XR-Transformer) weighs the dense block against the sparse one; XR-Linear's
-static token block (models/static_encoder.py) sets it from its config, at training and serving alike.
+static token block (models/features/static_encoder.py) sets it from its config, at training and serving alike.
 The dense encoder is either XR-Transformer's ONNX encoder or that static block: anything with `dim`
 and `encode`.
 """
@@ -16,8 +16,8 @@ from typing import Protocol
 
 import numpy as np
 import scipy.sparse as sp
-from xtag.models.beam_search import GATHER_MAX_DOCS, CsrArrays, SplitFeatures
-from xtag.models.features import TfidfFeaturizer
+from xtag.models.features.tfidf import TfidfFeaturizer
+from xtag.models.inference.beam_search import GATHER_MAX_DOCS, CsrArrays, SplitFeatures
 
 
 class DenseEncoder(Protocol):

@@ -1,6 +1,6 @@
 // "Try a text" explanations: each label's words (from /v1/predict's `explain`), highlighted in the text.
 // The words are the TF-IDF featuriser's terms: lowercased runs of 2+ word characters (scikit-learn's
-// pattern \b\w\w+\b, which models/features.py keeps) and n-grams of them joined by a space; they are found
+// pattern \b\w\w+\b, which models/features/tfidf.py keeps) and n-grams of them joined by a space; they are found
 // again in the text the same way, so only what the model read is marked. A LaMP bundle's labels mark their
 // attended words instead (words of the text, lowercased: found the same way), the re-ranker's own reason.
 // Loaded before app.js.

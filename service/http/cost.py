@@ -5,7 +5,7 @@ Issue 38: one 103 KB unauthenticated batch (256 texts, k = 595, beam_size 512, e
 reasonable alone; their product was not. So admission multiplies them out: `request_cost` is the CPU the
 request will take, in milliseconds of the machine the model was fitted on, from what is known once the body is
 parsed: the documents and their characters, k, the beam (the request's or the bundle's), the tree's levels,
-whether it is explained, reweighted (k' = max(5k, 50) candidates and a doubled beam, models/reweighting.py) or
+whether it is explained, reweighted (k' = max(5k, 50) candidates and a doubled beam, models/inference/reweighting.py) or
 optimised. Over XTAG_MAX_REQUEST_COST it is refused (413 too-costly) before predicting, and so is a request
 whose answer would exceed XTAG_MAX_RESPONSE_BYTES (`response_bytes`, explanations included).
 
@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xtag.models.macro_inference import SERVING_MAX_SECONDS
-from xtag.models.reweighting import candidate_budget
+from xtag.models.inference.macro_optimal import SERVING_MAX_SECONDS
+from xtag.models.inference.reweighting import candidate_budget
 from xtag.service.http.problems import Problem
 
 # The work counts the cost is linear in, in the order of COEFFICIENTS.
@@ -70,7 +70,7 @@ class Work:
         """The FEATURES of this request (see there)."""
         n, levels = self.documents, len(self.level_nodes)
         candidates, beam = self.k, self.beam
-        if self.reweight or self.optimize:  # both widen the beam search (models/reweighting.py)
+        if self.reweight or self.optimize:  # both widen the beam search (models/inference/reweighting.py)
             candidates, beam = candidate_budget(self.k, self.beam, self.level_nodes[-1])
         explained = n * self.k * levels if self.explain else 0
         return (

@@ -7,7 +7,7 @@ batch run to its end after its client had gone. Here a request that hands work t
 hang-up meanwhile (one task per hand-off, only on that path: an inlined request never waits). On a hang-up the
 work's future is cancelled, which drops work that has not started (a queued micro-batch member, a call still in
 the pool's queue), and its StopFlag is set, which a running call checks between the chunks it works in anyway
-(models/stopping.py: explained documents, encoder batches); the handler raises ClientGone, answered (to nobody)
+(models/inference/stopping.py: explained documents, encoder batches); the handler raises ClientGone, answered (to nobody)
 as 499. A TF-IDF prediction is not cut into chunks for this: one call of 256 debtags texts took 28 ms, four of 64
 took 57 ms (a fixed cost per call), and it is over sooner than a hang-up is noticed.
 """
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from starlette.types import Receive
-from xtag.models.stopping import StopFlag, stoppable
+from xtag.models.inference.stopping import StopFlag, stoppable
 
 T = TypeVar("T")
 
@@ -54,6 +54,6 @@ async def unless_hung_up(future: asyncio.Future, receive: Receive | None, stop: 
 
 
 def stopping(fn: Callable[[list[str]], T], stop: StopFlag, texts: list[str]) -> T:
-    """`fn(texts)` with `stop` as the thread's stop flag (models/stopping.py): for a worker thread."""
+    """`fn(texts)` with `stop` as the thread's stop flag (models/inference/stopping.py): for a worker thread."""
     with stoppable(stop):
         return fn(texts)

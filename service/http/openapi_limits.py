@@ -11,7 +11,7 @@ which is rebuilt when the served model changes (its label count bounds k).
 
 from __future__ import annotations
 
-from xtag.models.macro_inference import SERVING_MAX_DOCS, SERVING_MAX_SECONDS
+from xtag.models.inference.macro_optimal import SERVING_MAX_DOCS, SERVING_MAX_SECONDS
 from xtag.service.settings import Settings
 
 API_KEY, ADMIN_KEY = "APIKeyHeader", "AdminKeyHeader"  # the schemes' names (service/deps.py)

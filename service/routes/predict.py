@@ -9,12 +9,12 @@ import numpy as np
 import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
-from xtag.models.beam_search import Predictions
 from xtag.models.errors import XtagError
-from xtag.models.explain import ExplainUnavailable
-from xtag.models.macro_inference import SERVING_MAX_DOCS, predict_optimized, serving_config
-from xtag.models.reweighting import gains_of
-from xtag.models.stopping import StopFlag
+from xtag.models.explain.linear import ExplainUnavailable
+from xtag.models.inference.beam_search import Predictions
+from xtag.models.inference.macro_optimal import SERVING_MAX_DOCS, predict_optimized, serving_config
+from xtag.models.inference.reweighting import gains_of
+from xtag.models.inference.stopping import StopFlag
 from xtag.service.batching import run_off_loop
 from xtag.service.deps import (
     check_text_lengths,
@@ -120,7 +120,9 @@ async def predict_rows(
     """Each text's top-k labels as JSON ({id, name, score} list, and each label's `gain` when reweighted),
     through the micro-batcher when it is on."""
     preds = await predict_arrays(request, model, texts, k, beam, a, rw_key, rerank)
-    gains = None if a is None else gains_of(preds, a)  # what the labels were ranked by (models/reweighting.py)
+    gains = (
+        None if a is None else gains_of(preds, a)
+    )  # what the labels were ranked by (models/inference/reweighting.py)
     if not explain:
         return label_lists(model.label_prefixes, preds, threshold, gains)
     return await explained_rows(request, model, texts, preds, threshold, rerank, gains)

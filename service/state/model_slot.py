@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 import anyio.to_thread
 import numpy as np
 import orjson
-from xtag.models.beam_search import Predictions
-from xtag.models.bundle import Bundle, load_bundle
-from xtag.models.device import RuntimeOptions
+from xtag.models.bundle.loader import Bundle, load_bundle
 from xtag.models.errors import XtagError
-from xtag.models.explain import Explainer
-from xtag.models.explainers import explainer_for
-from xtag.models.reweighting import gains_for, label_weights, predict_reweighted
+from xtag.models.explain.linear import Explainer
+from xtag.models.explain.select import explainer_for
+from xtag.models.features.device import RuntimeOptions
+from xtag.models.inference.beam_search import Predictions
+from xtag.models.inference.reweighting import gains_for, label_weights, predict_reweighted
 from xtag.service.http.cost import label_bytes, tree_shape
 from xtag.service.http.response_json import LabelPrefixes, explained_lists
 from xtag.service.observability.drift import DEFAULT_WINDOW, LabelDrift
@@ -69,7 +69,7 @@ class ServedModel:
 
     @property
     def explainer(self) -> Explainer | LampExplainer:
-        """The bundle's explainer (models/explain.py), made by the first `explain` request, so that plain traffic
+        """The bundle's explainer (models/explain/linear.py), made by the first `explain` request, so that plain traffic
         never pays for it; raises ExplainUnavailable for a bundle with nothing to explain with."""
         if self._explainer is None:
             self._explainer = explainer_for(self.bundle.predictor)
@@ -193,7 +193,7 @@ def resident_mb() -> float | None:
 
 
 def on_gpu(model: ServedModel) -> bool:
-    """Whether any component of the bundle was placed on a GPU (XR-Linear's never are: models/device.py)."""
+    """Whether any component of the bundle was placed on a GPU (XR-Linear's never are: models/features/device.py)."""
     return any(where != "cpu" and "CPU" not in where for where in model.bundle.runtime.get("placement", {}).values())
 
 

@@ -19,8 +19,8 @@ def _labels(output: str) -> list[list[tuple[str, float]]]:
 
 
 def test_predict_reweight_runs_the_services_reranking(tiny_bundle, tmp_path):
-    from xtag.models.bundle import load_bundle
-    from xtag.models.reweighting import gains_for, label_weights, predict_reweighted
+    from xtag.models.bundle.loader import load_bundle
+    from xtag.models.inference.reweighting import gains_for, label_weights, predict_reweighted
 
     corpus = tmp_path / "texts.jsonl"
     corpus.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(TEXTS)))

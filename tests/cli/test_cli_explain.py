@@ -3,8 +3,8 @@
 import json
 
 from typer.testing import CliRunner
-from xtag.models.bundle import load_bundle
-from xtag.models.explain import Explainer
+from xtag.models.bundle.loader import load_bundle
+from xtag.models.explain.linear import Explainer
 
 from tests.conftest import make_rows, write_jsonl
 from xtag.cli import app

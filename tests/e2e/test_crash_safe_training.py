@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from typer.testing import CliRunner
-from xtag.models.beam_search import RankerLevel
 from xtag.models.errors import XtagError
+from xtag.models.inference.beam_search import RankerLevel
 from xtag.models.label_tree import ClusterChain
 from xtag.models.xlinear.model import load_level, save_level
 

@@ -21,9 +21,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"xtag": "xtag", "models": "xtag.models", "training": "xtag.training", "evaluation": "xtag.evaluation"}
 PACKAGES["service"] = "xtag.service"
 FAMILY_PACKAGES = {f.train.partition(":")[0].rsplit(".", 1)[0]: f for f in FAMILIES.values()}
-# Issue 39: training/lamp still imports predict_corpus from evaluation/evaluate.py, the one upward edge left; the
-# models/ slice moves predict_corpus into models/inference/corpus.py, and the lead removes this exception on merging.
-KNOWN_UPWARD = {("xtag.training.lamp", "xtag.evaluation.evaluate")}
 NUMPY_ONLY = ("xtag.training.data", "xtag.training.tree", "xtag.training.weighting")
 HEAVY = ("torch", "transformers", "onnx")  # the train extra; onnxruntime is a serving dependency
 
@@ -126,8 +123,7 @@ def violations(graph: dict[str, set[str]], via_registry: dict[str, set[str]] | N
             if within(module, "xtag.service") and within(target, "xtag.training"):
                 found.append(f"{module} (service) imports {target}: serving never imports training")
             if within(module, "xtag.training") and within(target, "xtag.evaluation"):
-                if not any(within(module, m) and within(target, t) for m, t in KNOWN_UPWARD):
-                    found.append(f"{module} (training) imports {target}: training never imports evaluation")
+                found.append(f"{module} (training) imports {target}: training never imports evaluation")
             if within(module, "xtag.evaluation") and within(target, "xtag.training"):
                 if not within(target, "xtag.training.data"):
                     found.append(f"{module} (evaluation) imports {target}: only training.data is torch-free")

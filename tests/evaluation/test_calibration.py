@@ -4,9 +4,9 @@ import shutil
 import numpy as np
 import pytest
 from typer.testing import CliRunner
-from xtag.models.bundle import load_bundle
-from xtag.models.calibration import Calibration, expected_calibration_error, fit_isotonic
+from xtag.models.bundle.loader import load_bundle
 from xtag.models.errors import XtagError
+from xtag.models.inference.calibration import Calibration, expected_calibration_error, fit_isotonic
 
 from tests.conftest import make_rows, write_jsonl
 from xtag.cli import app

@@ -86,8 +86,8 @@ def synthetic_bundle(folder: Path, name: str, labels: int = 2000, features: int 
     (the defaults: about 20 MB), exported through the normal path (training/export/export_run.py)."""
     import numpy as np
     import scipy.sparse as sp
-    from xtag.models.beam_search import RankerLevel
-    from xtag.models.features import TfidfConfig, TfidfFeaturizer
+    from xtag.models.features.tfidf import TfidfConfig, TfidfFeaturizer
+    from xtag.models.inference.beam_search import RankerLevel
     from xtag.models.label_tree import ClusterChain
     from xtag.models.labels import LabelVocab
     from xtag.models.xlinear.model import RankerConfig, XLinearModel
@@ -118,7 +118,7 @@ def poison(bundle: Path, rel: str, key: str | None = None) -> Path:
     """Set every value of the bundle's float array `rel` (a .npy, or member `key` of a .npz) to NaN and re-hash
     it in the manifest."""
     import numpy as np
-    from xtag.models.manifest import sha256
+    from xtag.models.bundle.manifest import sha256
 
     if key is None:
         np.save(bundle / rel, np.full_like(np.load(bundle / rel), np.nan))

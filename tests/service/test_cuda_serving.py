@@ -18,7 +18,7 @@ TEXTS = ["email smtp imap mailbox", "image editor for photos", "a command line t
 
 
 def test_encoder_on_cuda_matches_the_cpu_and_says_so(xr_bundle):
-    from xtag.models.onnx_encoder import OnnxEncoder
+    from xtag.models.features.onnx_encoder import OnnxEncoder
 
     _, bundle = xr_bundle
     gpu, cpu = OnnxEncoder.load(bundle / "encoder", device="cuda"), OnnxEncoder.load(bundle / "encoder")
@@ -30,7 +30,7 @@ def test_encoder_on_cuda_matches_the_cpu_and_says_so(xr_bundle):
 def test_bundle_on_cuda_tags_like_the_cpu_with_its_shortlist_on_the_gpu(xr_bundle):
     if not hasattr(pytest.importorskip("faiss"), "StandardGpuResources"):
         pytest.skip("needs faiss-gpu")
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
 
     _, bundle = xr_bundle
     gpu, cpu = load_bundle(bundle, "cuda:0"), load_bundle(bundle)
@@ -42,7 +42,7 @@ def test_bundle_on_cuda_tags_like_the_cpu_with_its_shortlist_on_the_gpu(xr_bundl
 
 
 def test_fp16_bundle_on_cuda_keeps_parity_with_fp32(xr_bundle, tmp_path):
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
     from xtag.training.export.export_run import export_run
 
     run, fp32 = xr_bundle

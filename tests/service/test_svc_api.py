@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from xtag.models.bundle import load_bundle
-from xtag.models.reweighting import gains_for, label_weights, predict_reweighted
+from xtag.models.bundle.loader import load_bundle
+from xtag.models.inference.reweighting import gains_for, label_weights, predict_reweighted
 
 from tests.service.svc_support import bundles, client, make_client  # noqa: F401  (pytest fixtures)
 

@@ -1,13 +1,12 @@
-"""xtag.models.reweighting: gains from label frequencies, re-ranking of beam candidates, candidate widening."""
+"""xtag.models.inference.reweighting: gains from label frequencies, re-ranking of beam candidates, candidate widening."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from xtag.models.beam_search import Predictions
 from xtag.models.errors import XtagError
-from xtag.models.metrics import jain_propensities
-from xtag.models.reweighting import (
+from xtag.models.inference.beam_search import Predictions
+from xtag.models.inference.reweighting import (
     BEAM_FACTOR,
     CANDIDATE_FACTOR,
     MIN_CANDIDATES,
@@ -17,6 +16,7 @@ from xtag.models.reweighting import (
     predict_reweighted,
     rerank,
 )
+from xtag.models.metrics import jain_propensities
 
 FREQ = np.array([1000, 100, 10, 1, 50], dtype=np.float64)
 N = 2000

@@ -40,7 +40,7 @@ def wait_for(predicate, timeout: float = STARTUP_S) -> bool:
 
 
 def test_multi_worker_serve_and_rolling_sighup(bundles, tmp_path):
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
 
     va, vb = load_bundle(bundles["a"]).version, load_bundle(bundles["b"]).version
     link = tmp_path / "current"

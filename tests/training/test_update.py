@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from typer.testing import CliRunner
-from xtag.models.bundle import load_bundle
+from xtag.models.bundle.loader import load_bundle
 from xtag.models.errors import XtagError
 from xtag.models.label_tree import ClusterChain
 from xtag.models.xlinear.model import XLinearModel

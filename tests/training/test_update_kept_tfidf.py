@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from xtag.models.features import TfidfFeaturizer
+from xtag.models.features.tfidf import TfidfFeaturizer
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import load_corpus
 from xtag.training.kept_tfidf import FILE, combined_rows, same_texts

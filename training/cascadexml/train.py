@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from xtag.models.cascadexml.cascade import child_tables, expand, top_nodes, with_true_parents
 from xtag.models.cascadexml.model import CascadeHeadConfig
+from xtag.models.features.onnx_encoder import TextTokenizer
 from xtag.models.label_tree import ClusterChain
-from xtag.models.onnx_encoder import TextTokenizer
 from xtag.models.registry import TrainInputs
 from xtag.training.cascadexml.config import CascadeXMLConfig
 from xtag.training.cascadexml.net import CascadeXMLNet

@@ -12,7 +12,7 @@ from json.encoder import encode_basestring as _quoted  # json.dumps's own quotin
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
-from xtag.models.atomic import write_text_atomic
+from xtag.models.bundle.atomic import write_text_atomic
 from xtag.models.errors import XtagError, reading
 from xtag.training.data.corpus import Corpus
 

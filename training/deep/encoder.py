@@ -1,4 +1,4 @@
-"""Torch text encoder for training (a Hugging Face model + pooling); serving uses models/onnx_encoder.py.
+"""Torch text encoder for training (a Hugging Face model + pooling); serving uses models/features/onnx_encoder.py.
 
 Imported only by training/: the inference path must load without torch.
 """
@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 from xtag.models.errors import XtagError
-from xtag.models.onnx_encoder import EncoderConfig, Pooling, TextTokenizer, length_sorted_batches
+from xtag.models.features.onnx_encoder import EncoderConfig, Pooling, TextTokenizer, length_sorted_batches
 
 
 def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Tensor:

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from xtag.evaluation.evaluate import predict_corpus
-from xtag.models.bundle import Bundle, load_bundle
+from xtag.models.bundle.loader import Bundle, load_bundle
 from xtag.models.errors import XtagError
+from xtag.models.inference.corpus import predict_corpus
 from xtag.training.data.corpus import write_jsonl_gz
 
 AUTO_FOLDS = 5  # lamp.cross_fit=None over a first stage without a transformer: each copy sees 80 % of the texts

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-from xtag.models.bundle import load_bundle
+from xtag.models.bundle.loader import load_bundle
 from xtag.models.errors import XtagError
 from xtag.models.lamp.model import ATTENTION, INPUTS, OUTPUTS, LampReranker
 from xtag.training.config import TrainConfig

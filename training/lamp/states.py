@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 from tqdm.auto import tqdm
-from xtag.models.onnx_encoder import TextTokenizer, length_sorted_batches
+from xtag.models.features.onnx_encoder import TextTokenizer, length_sorted_batches
 from xtag.training.deep.encoder import pool, run_batched
 
 

@@ -26,9 +26,9 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
-from xtag.evaluation.evaluate import predict_corpus
-from xtag.models.bundle import load_bundle
+from xtag.models.bundle.loader import load_bundle
 from xtag.models.errors import XtagError
+from xtag.models.inference.corpus import predict_corpus
 from xtag.models.lamp.masks import cooccurrence_codes, label_mask
 from xtag.models.lamp.model import LampHeadConfig
 from xtag.models.registry import TrainInputs

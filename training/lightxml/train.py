@@ -28,12 +28,12 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 import torch
-from xtag.models import bounds
-from xtag.models.atomic import write_atomic
+from xtag.models.bundle import index_bounds
+from xtag.models.bundle.atomic import write_atomic
 from xtag.models.errors import XtagError, reading
+from xtag.models.features.onnx_encoder import TextTokenizer
 from xtag.models.label_tree import ClusterChain
 from xtag.models.lightxml.model import LightXMLHeadConfig, LightXMLModel, cluster_members
-from xtag.models.onnx_encoder import TextTokenizer
 from xtag.models.registry import TrainInputs
 from xtag.training.deep.candidates import csr_row
 from xtag.training.deep.checkpoint import Checkpoint, fit_or_reload, run_tree
@@ -97,7 +97,7 @@ class Trainer(Callback):
         # multiplied in, ranked the generator's top-10 worse than chance after a 3,000-text epoch (issue 29).
         self.discriminate = lc.flat_discriminator or chain.level_size(1) != chain.n_labels
         self.head = LightXMLHeadConfig(
-            beam_size=min(lc.top_clusters, bounds.beam_limit(chain.n_labels)),  # wider: refused at load
+            beam_size=min(lc.top_clusters, index_bounds.beam_limit(chain.n_labels)),  # wider: refused at load
             n_clusters=chain.level_size(1),
             n_labels=chain.n_labels,
             dim=lc.hidden_dim,

@@ -9,10 +9,10 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 from safetensors.torch import load_model, save_model
-from xtag.models.atomic import replacing
+from xtag.models.bundle.atomic import replacing
+from xtag.models.features.onnx_encoder import TextTokenizer
 from xtag.models.lightxml.model import LightXMLModel, LightXMLOutputs
 from xtag.models.metrics import evaluate
-from xtag.models.onnx_encoder import TextTokenizer
 from xtag.training.deep.distributed import DistContext
 from xtag.training.deep.encoder import run_batched
 from xtag.training.deep.loop import Callback, TrainingLoop

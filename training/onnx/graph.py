@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 from xtag.models.errors import XtagError
-from xtag.models.onnx_encoder import EncoderConfig, TextTokenizer
+from xtag.models.features.onnx_encoder import EncoderConfig, TextTokenizer
 from xtag.training.deep.config import TransformerExportConfig
 from xtag.training.export.steps import log, step
 from xtag.training.onnx.optimize import attention_shape, fuse

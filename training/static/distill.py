@@ -10,7 +10,7 @@ import numpy as np
 from sklearn.decomposition import PCA
 from tokenizers import Tokenizer
 from xtag.models.errors import XtagError
-from xtag.models.static_encoder import token_ids
+from xtag.models.features.static_encoder import token_ids
 
 
 def special_ids(tokenizer: Tokenizer) -> np.ndarray:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xtag.models.errors import XtagError
-from xtag.models.static_encoder import StaticEncoder, StaticEncoderConfig
+from xtag.models.features.static_encoder import StaticEncoder, StaticEncoderConfig
 from xtag.training.static.config import StaticDenseConfig
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 from torch import nn
-from xtag.models.static_encoder import StaticEncoder
+from xtag.models.features.static_encoder import StaticEncoder
 from xtag.training.deep.checkpoint import Checkpoint, seed_all
 from xtag.training.deep.config import TransformerConfig
 from xtag.training.deep.distributed import DistContext

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 from xtag.models.errors import XtagError
-from xtag.models.onnx_encoder import Pooling, TextTokenizer
+from xtag.models.features.onnx_encoder import Pooling, TextTokenizer
 from xtag.training.deep.encoder import TextEncoder, encode_texts, load_tokenizer
 
 

@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
-from xtag.models import bounds
-from xtag.models.beam_search import RankerLevel
-from xtag.models.components import COMPONENTS
+from xtag.models.bundle import index_bounds
+from xtag.models.bundle.components import COMPONENTS
+from xtag.models.features.static_encoder import StaticEncoder
+from xtag.models.inference.beam_search import RankerLevel
 from xtag.models.label_tree import ClusterChain
 from xtag.models.registry import RunResult, TrainInputs
-from xtag.models.static_encoder import StaticEncoder
 from xtag.models.xlinear.model import RankerConfig, XLinearModel, load_level, save_level
 from xtag.models.xr_transformer.concat_features import concat_features
 from xtag.training.threads import cpu_count
@@ -333,7 +333,9 @@ def train_xlinear(
         )
         if ckpt:
             save_level(level, ckpt)
-    beam = min(config.beam_size, bounds.beam_limit(chain.n_labels))  # wider searches nothing more; load refuses it
+    beam = min(
+        config.beam_size, index_bounds.beam_limit(chain.n_labels)
+    )  # wider searches nothing more; load refuses it
     ranker_config = RankerConfig(post_processor=config.post_processor, beam_size=beam, n_features=X.shape[1])
     return XLinearModel(chain, levels, ranker_config)
 

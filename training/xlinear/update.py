@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import numpy as np
 import scipy.sparse as sp
-from xtag.models.beam_search import RankerLevel
 from xtag.models.errors import XtagError
+from xtag.models.inference.beam_search import RankerLevel
 from xtag.models.registry import UpdateInputs, UpdatePlacement
 from xtag.models.xlinear.model import XLinearModel
 from xtag.training.tree.build import pifa_embeddings

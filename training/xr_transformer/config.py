@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, model_validator
-from xtag.models.onnx_encoder import Pooling, Representation
+from xtag.models.features.onnx_encoder import Pooling, Representation
 from xtag.models.xlinear.shortlist import ShortlistConfig
 from xtag.training.deep.config import TransformerConfig, TransformerExportConfig
 from xtag.training.tree.build import TreeConfig

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
-from xtag.models.components import assemble, present
-from xtag.models.onnx_encoder import OnnxEncoder
+from xtag.models.bundle.components import assemble, present
+from xtag.models.features.onnx_encoder import OnnxEncoder
 from xtag.models.xlinear.model import XLinearModel
 from xtag.models.xlinear.shortlist import FaissShortlist, level1_recall
 from xtag.training.config import TrainConfig

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 from torch import nn
-from xtag.models.onnx_encoder import TextTokenizer
+from xtag.models.features.onnx_encoder import TextTokenizer
 from xtag.training.deep.candidates import csr_row, pad_rows
 from xtag.training.deep.checkpoint import Checkpoint
 from xtag.training.deep.distributed import DistContext

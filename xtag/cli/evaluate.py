@@ -72,7 +72,7 @@ def evaluate(
 ) -> None:
     """Evaluate a bundle: P@k, nDCG@k, PSP@k, PSnDCG@k, recall@k, macro-P/R/F1@k, coverage@k, by frequency bucket."""
     from xtag.evaluation.report import ReportConfig, build_report
-    from xtag.models.macro_inference import OptimizeConfig
+    from xtag.models.inference.macro_optimal import OptimizeConfig
     from xtag.models.metrics import check_convention
     from xtag.training.data.corpus import load_corpus
 

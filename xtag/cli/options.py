@@ -107,7 +107,7 @@ def service_settings():
 
 def load_bundle_or_fail(bundle: Path):
     """The bundle at `bundle`, run as the settings say (XTAG_ENCODER_THREADS, ...), or `fail` naming what is wrong."""
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
 
     options = service_settings().runtime_options()
     with failing():

@@ -49,13 +49,13 @@ def predict(
     summed margin, then label-tree order). With --reweight, labels are ranked by gain = a_j × score, shown too.
 
     --reweight/--alpha/--beta/--threshold mean what the service's per-request options mean
-    (service/schemas.py) and run the same code (models/reweighting.py).
+    (service/schemas.py) and run the same code (models/inference/reweighting.py).
 
-    --explain is the service's `explain` (models/explain.py): under each label the text's terms that raised its
+    --explain is the service's `explain` (models/explain/linear.py): under each label the text's terms that raised its
     score most over its path in the tree (TF-IDF value × ranker weight, summed over levels) and each level's
     margin; in JSON lines each label gets the service's `explanation` object.
     """
-    from xtag.evaluation.evaluate import predict_corpus
+    from xtag.models.inference.corpus import predict_corpus
     from xtag.training.data.corpus import load_corpus
 
     if (text is None) == (corpus is None):
@@ -82,13 +82,13 @@ def predict(
 
 def _explainer(predictor):
     """The bundle's explainer; a bundle with nothing to explain with is a one-line error (ExplainUnavailable)."""
-    from xtag.models.explainers import explainer_for
+    from xtag.models.explain.select import explainer_for
 
     return explainer_for(predictor)
 
 
 def _explanations(explainer, texts: list[str], rows: Rows) -> list[list[dict | None]]:
-    """Each shown label's explanation (models/explain.py) with --explain, else None for every label."""
+    """Each shown label's explanation (models/explain/linear.py) with --explain, else None for every label."""
     if explainer is None:
         return [[None] * len(row) for row in rows]
     return explainer.explain(texts, [[j for j, _, _ in row] for row in rows])
@@ -171,7 +171,7 @@ def _write_jsonl(ids: list, rows: Rows, gains, out: Path | None, explanations: l
 
 def _reweight_gains(predictor, scheme: str | None, alpha: float | None, beta: float | None):
     """The gains a_j of a reweighting request, as the service derives them (None: plain scores, also at alpha 0)."""
-    from xtag.models.reweighting import SCHEMES, gains_for, label_weights
+    from xtag.models.inference.reweighting import SCHEMES, gains_for, label_weights
 
     if scheme is None:
         if alpha is not None or beta is not None:

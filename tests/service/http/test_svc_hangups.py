@@ -10,7 +10,7 @@ import socket
 import time
 
 import pytest
-from xtag.models.stopping import check
+from xtag.models.inference.stopping import check
 from xtag.service.batching import MicroBatcher
 from xtag.service.http.hangups import ClientGone
 from xtag.service.settings import Settings

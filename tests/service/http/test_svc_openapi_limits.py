@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
-from xtag.models.explain import rounded
+from xtag.models.explain.linear import rounded
 
 from tests.service.svc_support import bundles, client, make_client  # noqa: F401  (pytest fixtures)
 

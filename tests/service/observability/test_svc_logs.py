@@ -34,7 +34,7 @@ def wait_for_line(path: Path, predicate, timeout: float = STARTUP_S) -> dict:
 
 
 def test_a_real_server_logs_load_reload_and_access_as_json_lines(bundles, tmp_path):
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
 
     va, vb = load_bundle(bundles["a"]).version, load_bundle(bundles["b"]).version
     link = tmp_path / "current"

@@ -11,8 +11,8 @@ import time
 
 import numpy as np
 import pytest
-from xtag.models.beam_search import Predictions
-from xtag.models.bundle import load_bundle
+from xtag.models.bundle.loader import load_bundle
+from xtag.models.inference.beam_search import Predictions
 from xtag.service.state import model_slot as registry
 from xtag.service.state.model_slot import ServedModel
 
@@ -267,7 +267,7 @@ def test_warm_up_checks_the_predictions_not_just_that_they_ran(
 def test_a_bundle_with_out_of_range_indices_is_refused_like_a_nan_one(make_client, bundles, tmp_path):
     """Issue 30: every value of rankers/engine/fm_node.npy set to 50,000,000, the manifest re-hashed: the reload
     answered 200 and the first prediction segfaulted the server. It is refused at load, naming the array."""
-    from xtag.models.manifest import sha256
+    from xtag.models.bundle.manifest import sha256
 
     bad = tmp_path / "bad-indices"
     shutil.copytree(bundles["a"], bad)
@@ -287,7 +287,7 @@ def test_a_bundle_with_out_of_range_indices_is_refused_like_a_nan_one(make_clien
 @pytest.mark.parametrize("how", ["unlisted symlink", "absolute manifest path"])
 def test_a_refused_bundle_shows_no_server_path(make_client, bundles, tmp_path, how):
     """Issue 30: /ready named an unlisted symlink's absolute target, and echoed absolute paths of a manifest."""
-    from xtag.models.manifest import sha256
+    from xtag.models.bundle.manifest import sha256
 
     secret = tmp_path / "secret-place" / "target.json"
     secret.parent.mkdir()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from xtag.models.bundle import load_bundle
-from xtag.models.explain import Explainer
+from xtag.models.bundle.loader import load_bundle
+from xtag.models.explain.linear import Explainer
 from xtag.service.schemas import Explanation
 
 from tests.service.svc_support import bundles, client, make_client  # noqa: F401  (pytest fixtures)

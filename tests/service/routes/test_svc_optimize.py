@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from xtag.models.bundle import load_bundle
-from xtag.models.macro_inference import predict_optimized, serving_config
+from xtag.models.bundle.loader import load_bundle
+from xtag.models.inference.macro_optimal import predict_optimized, serving_config
 
 from tests.service.svc_support import bundles, client, make_client, tiny_corpus  # noqa: F401  (pytest fixtures)
 

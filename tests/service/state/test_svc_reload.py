@@ -6,7 +6,7 @@ import threading
 import time
 
 import pytest
-from xtag.models.bundle import load_bundle
+from xtag.models.bundle.loader import load_bundle
 from xtag.service.settings import Settings
 from xtag.service.state import model_slot as registry
 

@@ -122,7 +122,7 @@ def cascade_run(corpus_files, tiny_bert, tmp_path_factory):
 def test_trains_above_chance_and_exports_a_parity_checked_graph(cascade_run, corpus_files):
     import onnx
     from xtag.evaluation.evaluate import evaluate_bundle
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
     from xtag.training.data.corpus import load_corpus
 
     run, bundle = cascade_run
@@ -148,7 +148,7 @@ def test_trains_above_chance_and_exports_a_parity_checked_graph(cascade_run, cor
 
 
 def test_logits_graph_exports_and_predicts_as_the_features_graph(cascade_run, tmp_path):
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
     from xtag.training.config import TrainConfig
     from xtag.training.export.export_run import export_run
 
@@ -191,7 +191,7 @@ def test_int8_and_fp16_bundles_report_their_cost_and_tag_as_fp32_does(cascade_ru
     import onnx
     from typer.testing import CliRunner
     from xtag.evaluation.evaluate import evaluate_bundle
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
     from xtag.training.data.corpus import load_corpus
 
     from xtag.cli import app
@@ -221,8 +221,8 @@ def test_int8_and_fp16_bundles_report_their_cost_and_tag_as_fp32_does(cascade_ru
 
 def label_logits(run: Path, texts: list[str]) -> np.ndarray:
     """The trained torch net's label-level logits (texts × labels, in label order) of a run."""
+    from xtag.models.features.onnx_encoder import TextTokenizer
     from xtag.models.label_tree import ClusterChain
-    from xtag.models.onnx_encoder import TextTokenizer
     from xtag.training.cascadexml.export import torch_outputs
     from xtag.training.cascadexml.net import LogitsGraph
     from xtag.training.cascadexml.result import CASCADEXML_NET

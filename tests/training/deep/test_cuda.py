@@ -52,7 +52,7 @@ def test_xr_transformer_fine_tunes_on_cuda_with_amp_and_exports_a_cpu_bundle(
     corpus_files, tiny_bert, xr_config, tmp_path
 ):
     from xtag.evaluation.evaluate import evaluate_bundle
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
     from xtag.training.data.corpus import load_corpus
 
     from tests.conftest import train_and_export
@@ -90,7 +90,7 @@ def test_cuda_fine_tuning_is_what_makes_the_embedding_tag(corpus_files, tiny_ber
 
 def test_lightxml_learns_on_cuda_with_amp(corpus_files, tiny_bert, lightxml_config, tmp_path):
     from xtag.evaluation.evaluate import evaluate_bundle
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
     from xtag.training.data.corpus import load_corpus
 
     from tests.conftest import train_and_export

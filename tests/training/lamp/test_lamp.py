@@ -114,7 +114,7 @@ def test_training_logs_teacher_forcing_and_export_passes_parity(lamp_bundle):
 def test_export_parity_gate_compares_the_attention_outputs(lamp_bundle):
     """The exported graph's attention weights are the torch net's, within the tolerance, and a graph whose
     attention differed would be refused: the gate reads every output."""
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
     from xtag.training.config import TrainConfig
     from xtag.training.lamp.export import onnx_outputs, real_candidates, torch_outputs
     from xtag.training.lamp.result import LAMP_NET
@@ -138,7 +138,7 @@ def test_export_parity_gate_compares_the_attention_outputs(lamp_bundle):
 
 
 def test_rerank_false_is_the_first_stage_and_rerank_reorders_its_candidates(lamp_bundle, tiny_bundle):
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
 
     lamp, first = load_bundle(lamp_bundle[1]).predictor, load_bundle(tiny_bundle).predictor
     plain, alone = lamp.predict(TEXTS, k=5, rerank=False), first.predict(TEXTS, k=5)
@@ -157,7 +157,7 @@ def test_lamp_bundle_serves_without_torch(lamp_bundle):
 
 def test_predict_endpoint_reranks_unless_the_request_says_rerank_false(lamp_bundle, tiny_bundle):
     from fastapi.testclient import TestClient
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
     from xtag.service.app import create_app
     from xtag.service.settings import Settings
 
@@ -180,7 +180,7 @@ def test_zero_encoder_layers_reads_the_token_embeddings_and_exports_with_parity(
 ):
     """lamp.encoder_layers=0: no contextual layer (the CPU-cheap re-ranker); it trains, passes the export's
     parity gate and serves, and its saved encoder has no layer left."""
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
 
     config = lamp_config(
         corpus_files[0], tiny_bundle, tiny_bert, heads=2, dim=16, encoder_layers=0, teacher_forcing=False
@@ -228,7 +228,7 @@ def test_cross_fit_candidates_come_from_a_first_stage_that_never_saw_the_text(
     """lamp.cross_fit=2: each text's training candidates are those of the first stage's config retrained on the
     other fold (so equal to such a model trained independently), the fold runs are deleted once their
     candidates are saved, and a resumed run reuses the saved candidates."""
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
     from xtag.training.config import TrainConfig
     from xtag.training.data.corpus import load_corpus
     from xtag.training.export.export_run import export_run
@@ -284,8 +284,8 @@ def test_cross_fit_candidates_come_from_a_first_stage_that_never_saw_the_text(
 
 def test_cross_fit_retrains_a_first_stage_read_from_an_annif_tsv_corpus(tmp_path):
     """The fold corpora are JSONL whatever format the first stage was trained from (its recorded config says tsv)."""
-    from xtag.models.bundle import load_bundle
-    from xtag.models.features import TfidfConfig
+    from xtag.models.bundle.loader import load_bundle
+    from xtag.models.features.tfidf import TfidfConfig
     from xtag.training.config import TrainConfig
     from xtag.training.lamp.cross_fit import cross_fitted_topk
     from xtag.training.run import train_and_export as train_and_export_fold
@@ -320,8 +320,8 @@ def test_reranker_threads_do_not_spin_behind_a_first_stage_encoder_session(lamp_
     """Behind a first stage that runs its own onnxruntime session on the CPU the re-ranker's threads sleep after
     each run (two sessions spinning in turn on the same cores cost 5 ms a text over XR-Transformer); behind
     XR-Linear's engine they keep onnxruntime's default."""
-    from xtag.models.bundle import load_bundle
-    from xtag.models.components import Parts, _lamp_reranker
+    from xtag.models.bundle.components import Parts, _lamp_reranker
+    from xtag.models.bundle.loader import load_bundle
 
     def spinning(model) -> str | None:
         options = model.reranker.onnx.session.get_session_options()
@@ -340,7 +340,7 @@ def test_reranker_threads_do_not_spin_behind_a_first_stage_encoder_session(lamp_
 
 
 def test_cross_fit_names_the_fix_when_the_recorded_config_cannot_train(tiny_bundle, tmp_path):
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
     from xtag.training.lamp.cross_fit import cross_fitted_topk
     from xtag.training.run import train_and_export as train_and_export_fold
 

@@ -151,7 +151,7 @@ def test_static_negatives_cover_exactly_the_texts_still_to_be_visited(
 
 def test_training_learns_far_above_chance(lightxml_bundle, corpus_files):
     from xtag.evaluation.evaluate import evaluate_bundle
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
     from xtag.training.data.corpus import load_corpus
 
     run, bundle = lightxml_bundle
@@ -228,10 +228,10 @@ def test_selection_validates_exactly_the_weights_it_saves(corpus_files, tiny_ber
     """With SWA running, the validation that picks the model must score the averages of every weight
     (label embeddings included) — exactly the saved model, recomputed here from the run directory."""
     import torch
+    from xtag.models.features.onnx_encoder import TextTokenizer
     from xtag.models.labels import LabelVocab
     from xtag.models.lightxml.model import LightXMLModel
     from xtag.models.metrics import evaluate
-    from xtag.models.onnx_encoder import TextTokenizer
     from xtag.training.data.corpus import load_corpus
     from xtag.training.lightxml.result import LIGHTXML_NET
     from xtag.training.lightxml.validation import net_outputs, validation_split

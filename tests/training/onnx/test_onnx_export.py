@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 def test_bundle_layout_and_dynamic_axes(xr_bundle):
     import onnx
-    from xtag.models.onnx_encoder import OnnxEncoder
+    from xtag.models.features.onnx_encoder import OnnxEncoder
 
     _, bundle = xr_bundle
     manifest = json.loads((bundle / "manifest.json").read_text())
@@ -40,7 +40,7 @@ def test_bundle_layout_and_dynamic_axes(xr_bundle):
 
 def test_onnx_matches_torch_on_real_texts(xr_bundle, corpus_files):
     import torch
-    from xtag.models.onnx_encoder import OnnxEncoder
+    from xtag.models.features.onnx_encoder import OnnxEncoder
     from xtag.training.deep.encoder import encode_texts, load_trained
 
     run, bundle = xr_bundle
@@ -79,7 +79,7 @@ try:
     raise SystemExit("torch was importable")
 except ImportError:
     pass
-from xtag.models.bundle import load_bundle
+from xtag.models.bundle.loader import load_bundle
 b = load_bundle(sys.argv[1])
 print(b.predictor.named(b.predictor.predict(["shooter weapons arena frag multiplayer"], k=1))[0][0][1])
 print(sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "transformers")))

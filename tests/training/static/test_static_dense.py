@@ -9,8 +9,8 @@ import random
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from xtag.models.features import TfidfConfig, TfidfFeaturizer
-from xtag.models.static_encoder import StaticEncoder, StaticEncoderConfig
+from xtag.models.features.static_encoder import StaticEncoder, StaticEncoderConfig
+from xtag.models.features.tfidf import TfidfConfig, TfidfFeaturizer
 from xtag.models.xlinear.model import XLinearModel
 from xtag.models.xr_transformer.concat_features import ConcatFeaturizer, concat_features
 from xtag.training.static.distill import token_statistics
@@ -20,7 +20,7 @@ from xtag.training.xlinear.config import XLinearConfig
 from xtag.training.xlinear.train import train_xlinear
 
 from tests.conftest import assert_serves_without_torch
-from tests.models.test_static_encoder import word_tokenizer
+from tests.models.features.test_static_encoder import word_tokenizer
 
 # Each topic's words in training, and synonyms of them that only test texts use.
 SEEN = {
@@ -175,7 +175,7 @@ def static_run(tiny_bert, corpus_files, tmp_path_factory):
 
 
 def test_the_bundle_serves_the_features_training_used(static_run, corpus_files):
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
 
     run, bundle = static_run
     texts = [json.loads(line)["text"] for line in corpus_files[0].read_text().splitlines()][:50]

@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from xtag.models.features import TfidfConfig, TfidfFeaturizer
+from xtag.models.features.tfidf import TfidfConfig, TfidfFeaturizer
 from xtag.training.data.corpus import build_vocab, load_corpus
 from xtag.training.tree.build import TreeConfig
 
@@ -48,7 +48,7 @@ def _centroid_p_at_1(features: np.ndarray, Y) -> float:
 
 
 def test_task_tuning_lowers_the_matcher_loss_and_separates_the_labels(task_data):
-    from xtag.models.static_encoder import StaticEncoder
+    from xtag.models.features.static_encoder import StaticEncoder
 
     texts, inputs, distilled = task_data
     table, facts = _tune(task_data, task_lr=0.05)
@@ -95,8 +95,8 @@ def test_task_tuning_needs_the_labels(tiny_bert):
 
 
 def test_a_task_tuned_run_serves_the_features_it_trained_on(tiny_bert, corpus_files, tmp_path):
-    from xtag.models.bundle import load_bundle
-    from xtag.models.static_encoder import StaticEncoder
+    from xtag.models.bundle.loader import load_bundle
+    from xtag.models.features.static_encoder import StaticEncoder
     from xtag.models.xr_transformer.concat_features import concat_features
     from xtag.training.config import TrainConfig
     from xtag.training.static.config import StaticDenseConfig

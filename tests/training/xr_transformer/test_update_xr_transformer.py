@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from xtag.models.bundle import load_bundle
+from xtag.models.bundle.loader import load_bundle
 from xtag.models.xlinear.model import XLinearModel
 from xtag.training.export.export_run import export_run
 from xtag.training.run import train_run

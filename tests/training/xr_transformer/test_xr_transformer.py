@@ -73,7 +73,7 @@ def test_lr_schedule_warms_up_then_decays():
 
 def test_fine_tuned_bundle_tags_and_logs_every_level(xr_bundle, corpus_files, tiny_bert):
     from xtag.evaluation.evaluate import evaluate_bundle
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
     from xtag.training.data.corpus import load_corpus
 
     run, bundle = xr_bundle
@@ -100,7 +100,7 @@ def test_fine_tuned_bundle_tags_and_logs_every_level(xr_bundle, corpus_files, ti
 def dense_only_p_at_1(corpus_files, encoder, folder, **xr) -> float:
     """P@1 of an XR-Transformer bundle whose rankers see the [CLS] embedding alone (no TF-IDF block)."""
     from xtag.evaluation.evaluate import evaluate_bundle
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
     from xtag.training.data.corpus import load_corpus
 
     from tests.conftest import make_xr_config, train_and_export
@@ -121,7 +121,7 @@ def test_fine_tuning_is_what_makes_the_embedding_tag(corpus_files, tiny_bert, tm
 
 def test_frozen_mode_and_int8_export_through_the_cli(corpus_files, tiny_bert, tmp_path):
     import onnx
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
 
     train, _ = corpus_files
     run, bundle = tmp_path / "run", tmp_path / "bundle"

@@ -2,7 +2,7 @@
 
 import numpy as np
 import scipy.sparse as sp
-from xtag.models.beam_search import RankerLevel, TreeIndex, beam_search
+from xtag.models.inference.beam_search import RankerLevel, TreeIndex, beam_search
 from xtag.models.label_tree import ClusterChain
 from xtag.models.xlinear.shortlist import FaissShortlist, ShortlistConfig, level1_recall
 
@@ -68,7 +68,7 @@ def test_hnsw_index_recall_at_the_default_ef_search():
 def test_bundle_shortlist_equals_exact_scoring(xr_bundle, corpus_files):
     import json
 
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
 
     _, bundle = xr_bundle
     b = load_bundle(bundle)
@@ -88,7 +88,7 @@ def test_export_skips_the_index_when_level_1_is_small(xr_bundle, tmp_path):
     """By default (min_nodes) a small level 1 is scored exactly: the bundle has no shortlist and says why."""
     import shutil
 
-    from xtag.models.bundle import load_bundle
+    from xtag.models.bundle.loader import load_bundle
     from xtag.models.xlinear.shortlist import ShortlistConfig
     from xtag.training.config import TrainConfig
     from xtag.training.export.export_run import export_run

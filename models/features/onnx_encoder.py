@@ -1,0 +1,186 @@
+"""Torch-free text encoder: `tokenizers` + onnxruntime, pooled as the bundle's encoder/config.json says.
+
+The tokenisation helper here is also what training feeds the torch encoder with, so training and
+serving split text into exactly the same token ids.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from tokenizers import Tokenizer
+from xtag.models.errors import XtagError
+from xtag.models.features.device import CPU, Device, RuntimeOptions
+from xtag.models.inference.stopping import check
+
+Pooling = Literal["mean", "cls"]
+Representation = Literal["tfidf+dense", "dense"]
+Precision = Literal["fp32", "int8", "fp16"]
+# Texts per forward: 2 CPU cores gain nothing past 32; the GPU figure is a default, not a measurement.
+BATCH_SIZE = {"cpu": 32, "cuda": 128}
+
+
+class EncoderConfig(BaseModel):
+    """encoder/config.json: how to tokenise, run and pool (written by training, read by serving)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_length: int = Field(128, ge=2, description="tokens per text, special tokens included")
+    pooling: Pooling = "mean"
+    features: Representation = Field("tfidf+dense", description="Φ_cat (eq. 10) or the embedding alone")
+    dim: int = Field(..., ge=1, description="embedding size")
+    source: str = Field("", description="the pre-trained model the encoder started from")
+    opset: int | None = Field(None, description="ONNX opset of model.onnx (set by export)")
+    quantized: bool = Field(False, description="model.onnx holds dynamic int8 weights (precision int8)")
+    precision: Precision = Field("fp32", description="weights of model.onnx: fp32, dynamic int8 (CPU) or fp16 (GPU)")
+    optimized: bool = Field(False, description="model.onnx went through onnxruntime's transformer fusions")
+
+    @model_validator(mode="after")
+    def _legacy_quantized(self) -> EncoderConfig:
+        """Bundles from before `precision` say int8 only through `quantized`; keep the two in step."""
+        if self.quantized and self.precision == "fp32":
+            self.precision = "int8"
+        self.quantized = self.precision == "int8"
+        return self
+
+
+class TextTokenizer:
+    """Truncating, padding batch tokeniser over a `tokenizers` tokenizer.json."""
+
+    def __init__(self, tokenizer: Tokenizer, max_length: int):
+        self.tokenizer, self.max_length = tokenizer, max_length
+        pad_id = tokenizer.token_to_id("[PAD]")
+        if pad_id is None:
+            pad_id = tokenizer.token_to_id("<pad>") or 0
+        self.pad_id = int(pad_id)
+        tokenizer.enable_truncation(max_length)
+        tokenizer.no_padding()  # padding is done here, per batch, to the longest text
+
+    @classmethod
+    def load(cls, path: Path, max_length: int) -> TextTokenizer:
+        try:
+            return cls(Tokenizer.from_file(str(path)), max_length)
+        except Exception as exc:  # tokenizers raises a plain Exception for unreadable files
+            raise XtagError(f"{path}: cannot read the tokenizer ({exc})") from exc
+
+    def lengths(self, texts: list[str]) -> np.ndarray:
+        return np.array([len(e.ids) for e in self.tokenizer.encode_batch(texts)], dtype=np.int64)
+
+    def __call__(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(input_ids, attention_mask) as int64 arrays padded to the batch's longest text."""
+        encs = self.tokenizer.encode_batch(list(texts))
+        width = max((len(e.ids) for e in encs), default=1)
+        ids = np.full((len(encs), width), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(encs), width), dtype=np.int64)
+        for i, e in enumerate(encs):
+            ids[i, : len(e.ids)] = e.ids
+            mask[i, : len(e.ids)] = 1
+        return ids, mask
+
+
+def pool_numpy(hidden: np.ndarray, mask: np.ndarray, pooling: Pooling) -> np.ndarray:
+    """Mean over real tokens, or the first ([CLS]) token: the same pooling as models/encoder.py."""
+    if pooling == "cls":
+        return hidden[:, 0].astype(np.float32)
+    w = mask[..., None].astype(np.float32)
+    return ((hidden * w).sum(axis=1) / np.maximum(w.sum(axis=1), 1e-9)).astype(np.float32)
+
+
+def length_sorted_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
+    """Index batches of similar length: padding, not text, would otherwise dominate the cost."""
+    order = np.argsort(-lengths, kind="stable")
+    return [order[lo : lo + batch_size] for lo in range(0, len(order), batch_size)]
+
+
+class OnnxEncoder:
+    """Pooled sentence embeddings from encoder/model.onnx; onnxruntime + numpy only."""
+
+    def __init__(
+        self, session, tokenizer: TextTokenizer, config: EncoderConfig, batch_size: int = 32, device: Device = CPU
+    ):
+        self.session, self.tokenizer, self.config, self.batch_size = session, tokenizer, config, batch_size
+        self.device = device
+        self.input_names = {i.name for i in session.get_inputs()}
+
+    @property
+    def dim(self) -> int:
+        return self.config.dim
+
+    @property
+    def provider(self) -> str:
+        """The execution provider that runs the graph (the first of the session's list)."""
+        return self.session.get_providers()[0]
+
+    @classmethod
+    def load(
+        cls,
+        folder: Path,
+        threads: int | None = None,
+        device: Device | str | None = None,
+        batch_size: int | None = None,
+        spin: bool = True,
+        options: RuntimeOptions | None = None,
+    ) -> OnnxEncoder:
+        """The encoder in `folder` on `device` (default cpu); CUDA that cannot start raises, never falls back.
+        spin=False: its threads sleep as soon as a run ends instead of spinning (onnxruntime's default), for a
+        session that runs right after another one on the same cores (a re-ranker behind an encoder).
+        `options`: the settings' thread count (unless `threads` is given) and TensorRT engine cache."""
+        import onnxruntime as ort
+
+        device = Device.parse(device)
+        try:
+            config = EncoderConfig.model_validate_json((folder / "config.json").read_text())
+        except (OSError, ValueError) as exc:
+            raise XtagError(f"{folder}: cannot read the encoder config ({exc})") from exc
+        if not (folder / "model.onnx").is_file():
+            raise XtagError(f"{folder}: no model.onnx (export the run to get an ONNX encoder)")
+        runtime = options or RuntimeOptions()
+        session_options = ort.SessionOptions()
+        session_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        session_options.intra_op_num_threads = threads or runtime.encoder_threads  # 0 = onnxruntime's default
+        if not spin:
+            session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        providers = device.providers(runtime.tensorrt_cache)
+        try:
+            session = ort.InferenceSession(str(folder / "model.onnx"), session_options, providers=providers)
+        except Exception as exc:  # onnxruntime raises its own exception types
+            raise XtagError(f"{folder}/model.onnx: onnxruntime cannot load it ({exc})") from exc
+        device.check_session(session, f"{folder}/model.onnx")
+        tokenizer = TextTokenizer.load(folder / "tokenizer.json", config.max_length)
+        return cls(session, tokenizer, config, batch_size or BATCH_SIZE[device.kind], device)
+
+    def forward(
+        self, output_names: list[str], ids: np.ndarray, mask: np.ndarray, extra: dict[str, np.ndarray] | None = None
+    ) -> list[np.ndarray]:
+        """The graph's `output_names` for one padded batch, as host arrays (`extra`: the inputs of graphs that
+        read more than text, such as LaMP's candidates). On CUDA through an IO binding: inputs are copied to
+        the device once and outputs land in device memory, then come back in one copy."""
+        feeds = {"input_ids": ids, "attention_mask": mask, **(extra or {})}
+        if "token_type_ids" in self.input_names:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        if not self.device.is_cuda:
+            return self.session.run(output_names, feeds)
+        binding = self.session.io_binding()
+        for name, value in feeds.items():
+            binding.bind_cpu_input(name, value)
+        for name in output_names:
+            binding.bind_output(name, "cuda", self.device.index)
+        self.session.run_with_iobinding(binding)
+        return binding.copy_outputs_to_cpu()
+
+    def _run(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        hidden = self.forward(["last_hidden_state"], ids, mask)[0]
+        return pool_numpy(hidden, mask, self.config.pooling)
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """n × dim float32 embeddings (not normalised), in the order of `texts`."""
+        if len(texts) <= self.batch_size:
+            return self._run(*self.tokenizer(texts))
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for idx in length_sorted_batches(self.tokenizer.lengths(texts), self.batch_size):
+            check()  # between two batches, a call nobody waits for stops (models/inference/stopping.py)
+            out[idx] = self._run(*self.tokenizer([texts[i] for i in idx]))
+        return out

@@ -1,0 +1,36 @@
+"""The contract every family's inference model keeps: the one base class the Predictor calls through.
+
+A family's model (models/<family>/model.py) subclasses `Model`: it scores the featuriser's output and returns
+top-k labels. What differs between families is declared here, with the common answer as the default, so the
+Predictor asks the model instead of guessing from its attributes:
+- `reranks`: the model is a second stage over a first (LaMP) and its `predict` takes `rerank`; `rerank=False`
+  answers with the first stage alone;
+- `readable(features, preds)`: the scores a user sees; the model's own unless they need a monotone fix-up
+  (XR-Linear's hinge scores saturate at 1.0: models/xlinear/readable.py).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from xtag.models.inference.beam_search import Predictions
+
+
+class Model(ABC):
+    """Featuriser output → top-k labels. `config.beam_size` is the default beam (for LightXML: the top clusters
+    whose labels are scored)."""
+
+    reranks: ClassVar[bool] = False
+    config: Any
+
+    @property
+    @abstractmethod
+    def n_labels(self) -> int: ...
+
+    @abstractmethod
+    def predict(self, features: Any, k: int = 10, beam_size: int | None = None) -> Predictions: ...
+
+    def readable(self, features: Any, preds: Predictions) -> Predictions:
+        """The scores a user sees, in the same order: the model's own unless a family overrides this."""
+        return preds

@@ -1,0 +1,72 @@
+"""Text in, top-k labels out: featuriser + model + label names, the object evaluation and the service hold."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import scipy.sparse as sp
+from xtag.models.errors import XtagError
+from xtag.models.inference.beam_search import Predictions
+from xtag.models.inference.calibration import Calibration
+from xtag.models.inference.model import Model
+from xtag.models.labels import LabelVocab
+
+
+class Featurizer(Protocol):
+    """Texts → what the model scores: the rankers' feature matrix (TF-IDF, or Φ_cat with an encoder), or
+    LightXML's ONNX outputs (models/lightxml.LightXMLOutputs)."""
+
+    def transform(self, texts: list[str]) -> sp.csr_matrix | Any: ...
+
+
+@dataclass
+class Predictor:
+    featurizer: Featurizer
+    model: Model
+    vocab: LabelVocab
+    calibration: Calibration | None = None  # the bundle's calibration.json: scores become probabilities
+
+    @property
+    def n_labels(self) -> int:
+        return len(self.vocab)
+
+    def predict(
+        self,
+        texts: list[str],
+        k: int = 10,
+        beam_size: int | None = None,
+        calibrated: bool = True,
+        rerank: bool = True,
+    ) -> Predictions:
+        """Top-k for a batch of texts (a single document is a batch of one: same code path).
+
+        Scores are calibrated probabilities when the bundle has a calibration (and `calibrated`);
+        the ranking is the model's either way, since the calibration map is non-decreasing.
+        `rerank=False` makes a re-ranking bundle (LaMP) answer with its first stage alone, exactly as the first
+        stage's own bundle does (its calibration, not this bundle's); other bundles ignore it.
+        """
+        if k < 1:
+            raise XtagError(f"k must be at least 1, got {k}")
+        if beam_size is not None and beam_size < 1:
+            raise XtagError(f"beam_size must be at least 1, got {beam_size}")
+        if not texts:
+            return Predictions(labels=np.empty((0, k), np.int64), scores=np.empty((0, k), np.float32))
+        features = self.featurizer.transform(list(texts))
+        if self.model.reranks:
+            preds = self.model.predict(features, k=k, beam_size=beam_size, rerank=rerank)
+        else:
+            preds = self.model.predict(features, k=k, beam_size=beam_size)
+            rerank = True  # a bundle that does not re-rank: its calibration applies either way
+        preds = self.model.readable(features, preds)  # the shown scores (XR-Linear: models/xlinear/readable.py)
+        if calibrated and rerank and self.calibration is not None:
+            preds = Predictions(labels=preds.labels, scores=self.calibration.apply(preds.scores))
+        return preds
+
+    def named(self, preds: Predictions) -> list[list[tuple[int, str, float]]]:
+        """(label id, name, score) per document, best first, padding dropped."""
+        return [
+            [(int(j), self.vocab.names[j], float(s)) for j, s in zip(row_l, row_s) if j >= 0]
+            for row_l, row_s in zip(preds.labels, preds.scores)
+        ]

@@ -9,6 +9,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=full
 [ "${1:-}" = --base ] && MODE=base
+# XTAG_INSTALL=plain: `pip install .` (a copy in site-packages; reinstall after editing) instead of the editable
+# `pip install -e .`; the tests run on either (tests/install_mode.py).
+EDITABLE=-e
+case "${XTAG_INSTALL:-editable}" in
+  editable) ;;
+  plain) EDITABLE= ;;
+  *) echo "setup.sh: XTAG_INSTALL=${XTAG_INSTALL} is neither editable nor plain" >&2; exit 2 ;;
+esac
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 TORCH=2.13.0
@@ -39,16 +47,18 @@ install_cpu_torch() {
 # pip runs only when what it installs changed since the last setup (a full install serves --base too), so a
 # rerun (main.sh twice) needs no package index.
 STAMP=.venv/.xtag-setup
-HASH=$(cat pyproject.toml setup.py scripts/setup.sh | sha256sum | cut -d' ' -f1)
+# a plain install is a copy: it is made again whenever the package's files changed
+sources() { [ -z "$EDITABLE" ] && find xtag models training evaluation service -type f -not -path '*/__pycache__/*' | sort | xargs cat; true; }
+HASH=$( (cat pyproject.toml setup.py scripts/setup.sh; echo "${XTAG_INSTALL:-editable}"; sources) | sha256sum | cut -d' ' -f1)
 DONE=$(cat "$STAMP" 2>/dev/null || true)
 if { [ "$DONE" != "full $HASH" ] && [ "$DONE" != "$MODE $HASH" ]; } || ! .venv/bin/python -c "import xtag.cli" 2>/dev/null
 then
   .venv/bin/python -m pip install -q --upgrade pip "setuptools>=70" wheel
   if [ "$MODE" = full ]; then
     install_cpu_torch
-    .venv/bin/python -m pip install -q -e ".[train,dev,postgres]"
+    .venv/bin/python -m pip install -q $EDITABLE ".[train,dev,postgres]"
   else
-    .venv/bin/python -m pip install -q -e .
+    .venv/bin/python -m pip install -q $EDITABLE .
   fi
   echo "$MODE $HASH" > "$STAMP"
 fi

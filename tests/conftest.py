@@ -11,13 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.install_mode import use_installed_xtag
+from tests.install_mode import checkout_last, use_installed_xtag
 
 INSTALL = use_installed_xtag()  # first, before any test imports xtag: a plain `pip install .` works too
 
 
 def pytest_report_header() -> str:
     return INSTALL
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_setup(item) -> None:
+    checkout_last()  # after pytest's own setup, which may have imported a test package and put the checkout first
 
 
 TOPICS = {

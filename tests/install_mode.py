@@ -10,6 +10,7 @@ site-packages, and PYTHONSAFEPATH keeps the subprocesses the tests start from th
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -24,6 +25,7 @@ def outside_checkout(paths: list[str]) -> list[str]:
     return [p for p in paths if Path(p or ".").resolve() != ROOT]
 
 
+@functools.cache
 def editable_install() -> bool | None:
     """True for `pip install -e .`, False for a plain install, None when xtag is not installed at all. The
     checkout itself is not searched: a build leaves its own xtag.egg-info there, with no install behind it."""
@@ -52,3 +54,21 @@ def use_installed_xtag() -> str:
         sys.path[:0] = checkout
     os.environ["PYTHONSAFEPATH"] = "1"
     return f"xtag: installed copy at {Path(xtag.__file__).parent} (plain pip install: reinstall after editing the checkout)"
+
+
+def checkout_last() -> None:
+    """Under a plain install, move the checkout to the end of sys.path before each test (pytest puts it first
+    whenever it imports a test package's __init__): a process a test spawns (multiprocessing hands it this
+    sys.path) must import the installed xtag, not the checkout's CLI folder; `tests` still imports from it."""
+    if editable_install() is False:
+        kept = outside_checkout(sys.path)
+        sys.path[:] = kept + [p for p in sys.path if p not in kept]
+
+
+def pythonpath_for_subprocess(existing: str | None) -> str | None:
+    """PYTHONPATH for a subprocess that runs the code under test: the checkout first under an editable install,
+    and nothing more under a plain one, whose installed copy is the code under test (the checkout's xtag/ folder,
+    the CLI alone, would hide it: "No module named xtag.models")."""
+    if editable_install() is False:
+        return existing
+    return os.pathsep.join(filter(None, [str(ROOT), existing]))

@@ -19,6 +19,7 @@ from xtag.models.inference.beam_search import RankerLevel
 from xtag.models.label_tree import ClusterChain
 from xtag.models.xlinear.model import load_level, save_level
 
+from tests.install_mode import pythonpath_for_subprocess
 from xtag.cli import app
 
 CHAIN = ClusterChain([np.array([0, 2]), np.array([0, 2, 3])], np.array([2, 0, 1]))
@@ -122,7 +123,11 @@ def test_torchrun_ranks_die_with_a_killed_launcher(tmp_path):
 
     script = tmp_path / "rank.py"
     script.write_text(textwrap.dedent(RANK))
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": pythonpath_for_subprocess(os.environ.get("PYTHONPATH")) or "",
+        "OMP_NUM_THREADS": "1",
+    }
     launcher = subprocess.Popen([*torchrun_launcher(2), str(script), str(tmp_path)], env=env)
     pids: list[int] = []
     try:

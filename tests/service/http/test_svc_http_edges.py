@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import requests
 
+from tests.install_mode import pythonpath_for_subprocess
 from tests.service.svc_support import bundles, free_port, wait_ready  # noqa: F401  (pytest fixtures)
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -32,7 +33,7 @@ class ServerProcess:
         self.log = log
         env = {k: v for k, v in os.environ.items() if not k.startswith(("XTAG_", "PROMETHEUS_MULTIPROC_DIR"))}
         env.update({"XTAG_LOG_LEVEL": "info", **{f"XTAG_{k.upper()}": v for k, v in settings.items()}})
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))  # this checkout's code
+        env["PYTHONPATH"] = pythonpath_for_subprocess(env.get("PYTHONPATH")) or ""  # the code under test
         command = [sys.executable, "-m", "xtag", "serve", str(bundle), "--host", "127.0.0.1", "--port", str(self.port)]
         self.proc = subprocess.Popen(command, env=env, cwd=log.parent, stderr=log.open("w"))
 

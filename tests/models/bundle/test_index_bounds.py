@@ -17,6 +17,8 @@ from xtag.models.bundle.manifest import sha256
 from xtag.models.engine.checks import SHAPES
 from xtag.models.errors import XtagError
 
+from tests.conftest import edit_bundle
+
 ROOT = Path(__file__).resolve().parents[3]
 ENGINE = [f"rankers/engine/{name}.npy" for name, (dtype, _) in SHAPES.items() if dtype.startswith("int")]
 INDEX_ARRAYS = [
@@ -67,19 +69,6 @@ def copy(bundle, tmp_path) -> Path:
     return tmp_path / "b"
 
 
-def rewrite(bundle: Path, rel: str, member: str | None, change) -> None:
-    """Apply `change` to one array of the bundle (a .npy, or a .npz member) and re-hash the manifest."""
-    path = bundle / rel
-    if member is None:
-        np.save(path, change(np.load(path)))
-    else:
-        with np.load(path) as z:
-            arrays = {k: z[k] for k in z.files}
-        arrays[member] = change(arrays[member])
-        np.savez(path, **arrays)
-    rehash(bundle, rel)
-
-
 def test_the_bundle_with_all_its_index_arrays_loads_and_predicts(bundle):
     """The checks refuse nothing an export writes, and the list below covers every integer array it holds."""
     predictor = load_bundle(bundle).predictor
@@ -114,7 +103,7 @@ def one_negative(a: np.ndarray) -> np.ndarray:
 )
 @pytest.mark.parametrize(("rel", "member"), INDEX_ARRAYS, ids=[f"{r}[{m}]" if m else r for r, m in INDEX_ARRAYS])
 def test_an_out_of_range_index_array_is_refused_by_name(copy, rel, member, change):
-    rewrite(copy, rel, member, change)
+    edit_bundle(copy, rel, change, member)
     with pytest.raises(XtagError) as refused:
         load_bundle(copy)
     message = str(refused.value)
@@ -148,7 +137,7 @@ def test_an_hnsw_search_breadth_past_its_nodes_is_refused(copy):
 
 def test_predict_refuses_the_issue_bundle_instead_of_crashing(copy):
     """`xtag predict` on the issue's bundle exited 139 (SIGSEGV); it now says which file is wrong."""
-    rewrite(copy, "rankers/engine/fm_node.npy", None, lambda a: np.full_like(a, 50_000_000))
+    edit_bundle(copy, "rankers/engine/fm_node.npy", lambda a: np.full_like(a, 50_000_000))
     done = subprocess.run(
         [sys.executable, "-m", "xtag", "predict", str(copy), "python script"],
         cwd=ROOT,

@@ -129,14 +129,13 @@ def response_bytes(work: Work, per_label: float) -> float:
 def check_work(work: Work, per_label: float, max_cost: float, max_bytes: int) -> None:
     """413 too-costly when the request would cost more than `max_cost` or answer more than `max_bytes`, with
     what it costs, the limit, the setting that raises it and what to change."""
-    hint = _hint(work)
     cost = work.cost()
     if max_cost and cost > max_cost:
         raise Problem(
             413,
             "too-costly",
             f"this request would cost about {cost:,.0f} units (estimated CPU ms) and the limit is {max_cost:,.0f} "
-            f"(XTAG_MAX_REQUEST_COST); {hint}",
+            f"(XTAG_MAX_REQUEST_COST); {_hint(work)}",
             cost=round(cost, 1),
             limit=max_cost,
         )
@@ -146,7 +145,7 @@ def check_work(work: Work, per_label: float, max_cost: float, max_bytes: int) ->
             413,
             "too-costly",
             f"this request's answer would be about {size / 1e6:,.1f} MB and the limit is {max_bytes / 1e6:,.1f} MB "
-            f"(XTAG_MAX_RESPONSE_BYTES={max_bytes}); {hint}",
+            f"(XTAG_MAX_RESPONSE_BYTES={max_bytes}); {_hint(work)}",
             response_bytes=round(size),
             limit=max_bytes,
         )

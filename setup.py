@@ -1,13 +1,13 @@
 """Package layout: the repository's top-level folders install under one import root, `xtag`.
 
-`models/`, `training/`, `evaluation/` and `service/` stay where they are in the checkout but become
-`xtag.models`, `xtag.training`, `xtag.evaluation` and `xtag.service` (setuptools' package-dir mapping),
+`models/`, `training/`, `evaluation/`, `service/` and `cluster/` stay where they are in the checkout but become
+`xtag.models`, `xtag.training`, `xtag.evaluation`, `xtag.service` and `xtag.cluster` (setuptools' package-dir mapping),
 so nothing but `xtag` lands at the top of site-packages. Everything else lives in pyproject.toml.
 """
 
 from setuptools import find_packages, setup
 
-ROOTS = ("models", "training", "evaluation", "service")
+ROOTS = ("models", "training", "evaluation", "service", "cluster")
 
 packages = ["xtag", *find_packages(include=["xtag.*"])]  # xtag/'s own subpackages (xtag.cli) are already named
 for root in ROOTS:

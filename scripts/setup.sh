@@ -56,7 +56,7 @@ then
   .venv/bin/python -m pip install -q --upgrade pip "setuptools>=70" wheel
   if [ "$MODE" = full ]; then
     install_cpu_torch
-    .venv/bin/python -m pip install -q $EDITABLE ".[train,dev,postgres]"
+    .venv/bin/python -m pip install -q $EDITABLE ".[train,dev,postgres,ray]"
   else
     .venv/bin/python -m pip install -q $EDITABLE .
   fi

@@ -20,6 +20,7 @@ from xtag.models.registry import FAMILIES, Family
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"xtag": "xtag", "models": "xtag.models", "training": "xtag.training", "evaluation": "xtag.evaluation"}
 PACKAGES["service"] = "xtag.service"
+PACKAGES["cluster"] = "xtag.cluster"
 FAMILY_PACKAGES = {f.train.partition(":")[0].rsplit(".", 1)[0]: f for f in FAMILIES.values()}
 NUMPY_ONLY = ("xtag.training.data", "xtag.training.tree", "xtag.training.weighting")
 HEAVY = ("torch", "transformers", "onnx")  # the train extra; onnxruntime is a serving dependency
@@ -107,7 +108,7 @@ def violations(graph: dict[str, set[str]], via_registry: dict[str, set[str]] | N
     for module, imported in sorted(graph.items()):
         for target in sorted(imported):
             top = target.split(".")[0]
-            if top in ("models", "training", "evaluation", "service"):
+            if top in PACKAGES and top != "xtag":
                 found.append(f"{module} imports {target}: import it as xtag.{target}")
             family = next((f for f in FAMILY_PACKAGES if within(target, f)), None)
             owner = next((f for f in FAMILY_PACKAGES if within(module, f)), None)
@@ -117,11 +118,18 @@ def violations(graph: dict[str, set[str]], via_registry: dict[str, set[str]] | N
                 elif FAMILY_PACKAGES[family].kind not in FAMILY_PACKAGES[owner].builds_on:
                     found.append(f"{module} imports {target}, a family its registry entry does not build on")
             if within(module, "xtag.models") and (
-                within(target, "xtag.training") or within(target, "xtag.evaluation") or within(target, "xtag.service")
+                within(target, "xtag.training")
+                or within(target, "xtag.evaluation")
+                or within(target, "xtag.service")
+                or within(target, "xtag.cluster")
             ):
                 found.append(f"{module} (torch-free inference) imports {target}")
             if within(module, "xtag.service") and within(target, "xtag.training"):
                 found.append(f"{module} (service) imports {target}: serving never imports training")
+            if within(module, "xtag.service") and within(target, "xtag.cluster"):
+                found.append(f"{module} (service) imports {target}: serving scales as pods, not on Ray")
+            if within(module, "xtag.cluster") and (within(target, "xtag.service") or within(target, "xtag.evaluation")):
+                found.append(f"{module} (cluster) imports {target}: Ray jobs build on models and training only")
             if within(module, "xtag.training") and within(target, "xtag.evaluation"):
                 found.append(f"{module} (training) imports {target}: training never imports evaluation")
             if within(module, "xtag.evaluation") and within(target, "xtag.training"):
@@ -197,6 +205,9 @@ PLANTED_FAMILY = 'Family("loop", None, "m:C", "xtag.training.update_run:update_r
         ("training/onnx/parity.py", "from xtag.training.onnx import graph", "import cycle"),
         ("service/app.py", "import service.problems", "import it as xtag.service"),
         ("service/app.py", "from xtag.training import config", "(service) imports xtag.training.config"),
+        ("service/app.py", "from xtag.cluster import connect", "(service) imports xtag.cluster.connect"),
+        ("models/labels.py", "from xtag.cluster import connect", "(torch-free inference) imports xtag.cluster"),
+        ("cluster/connect.py", "from xtag.service import settings", "(cluster) imports xtag.service.settings"),
         ("training/onnx/parity.py", "from xtag.evaluation import report", "(training) imports xtag.evaluation"),
         # loops closed only through the registry's "module:attr" strings (run.py resolves every family's train)
         ("training/xlinear/train.py", "from xtag.training.run import save_model", "import cycle"),

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-RAY = str(Path(sys.executable).with_name("ray"))
+RAY = [sys.executable, "-m", "ray.scripts.scripts"]  # this interpreter's Ray, whatever bin/ray's shebang says
 OBJECT_STORE_BYTES = 200 * 2**20
 
 
@@ -85,7 +85,7 @@ class LocalCluster:
     def _start(self, args: list[str], name: str) -> None:
         log = open(self.temp / f"{name}.log", "w")  # noqa: SIM115 - the node writes it until teardown
         self.nodes.append(
-            subprocess.Popen([RAY, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            subprocess.Popen([*RAY, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         )
 
     def add_worker(self, cpus: int = 1) -> None:

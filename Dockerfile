@@ -13,9 +13,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN useradd --system --uid 10001 --create-home --home-dir /home/xtag xtag
 WORKDIR /app
 
-# Dependencies first (cached while only the code changes), then the code.
+# Dependencies first (cached while only the code changes), then the code. XTAG_EXTRAS adds optional extras by
+# name: `--build-arg XTAG_EXTRAS=ray` builds the image that deploy/k8s/raycluster.yaml runs (Ray on every node).
+ARG XTAG_EXTRAS=""
 COPY pyproject.toml setup.py README.md* ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+RUN XTAG_EXTRAS="$XTAG_EXTRAS" python -c "import os, tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+extras = [e for e in os.environ['XTAG_EXTRAS'].split(',') if e]; \
+print('\n'.join(p['dependencies'] + [r for e in extras for r in p['optional-dependencies'][e]]))" \
         > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt
@@ -24,6 +28,7 @@ COPY models ./models
 COPY training ./training
 COPY evaluation ./evaluation
 COPY service ./service
+COPY cluster ./cluster
 RUN pip install --no-deps . && rm -rf build *.egg-info
 
 # The Numba kernels, compiled at build time (`xtag warm`) into a cache folder the runtime user owns: the package

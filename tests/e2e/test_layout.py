@@ -288,3 +288,10 @@ def tracked_files(folders) -> list[str]:
         for p in (ROOT / f).rglob("*")
         if p.is_file() and "__pycache__" not in p.parts
     ]
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "Dockerfile.gpu"])
+def test_the_images_copy_every_package_folder(dockerfile):
+    """`pip install .` in the image fails on a package folder setup.py names but the Dockerfile never copied."""
+    copied = {line.split()[1] for line in (ROOT / dockerfile).read_text().splitlines() if line.startswith("COPY ")}
+    assert set(PACKAGES) <= copied, f"{dockerfile} does not COPY {sorted(set(PACKAGES) - copied)}"

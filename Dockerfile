@@ -13,9 +13,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN useradd --system --uid 10001 --create-home --home-dir /home/xtag xtag
 WORKDIR /app
 
-# Dependencies first (cached while only the code changes), then the code.
+# Dependencies first (cached while only the code changes), then the code. EXTRAS adds extras' dependencies:
+# `docker build --build-arg EXTRAS=ray -t xtag .` is the image deploy/k8s/raycluster.yaml runs (it serves as well).
+ARG EXTRAS=""
 COPY pyproject.toml setup.py README.md* ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+RUN python -c "import os, tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; extras = [e for e in os.environ['EXTRAS'].split(',') if e]; print('\n'.join(p['dependencies'] + [d for e in extras for d in p['optional-dependencies'][e]]))" \
         > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt
@@ -24,6 +26,7 @@ COPY models ./models
 COPY training ./training
 COPY evaluation ./evaluation
 COPY service ./service
+COPY cluster ./cluster
 RUN pip install --no-deps . && rm -rf build *.egg-info
 
 # The Numba kernels, compiled at build time (`xtag warm`) into a cache folder the runtime user owns: the package

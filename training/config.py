@@ -28,6 +28,9 @@ class _CommonConfig(BaseModel):
     corpus: Path
     format: CorpusFormat = "auto"
     skip_bad_rows: bool = False
+    ray: str | None = Field(
+        None, description="a Ray cluster to train on: auto | local | HOST:PORT (xlinear sub-trees, LaMP folds)"
+    )
     model: str = Field(DEFAULT_KIND, description=f"model kind: {' | '.join(FAMILIES)}")
     tfidf: TfidfConfig = Field(default_factory=TfidfConfig)
     xlinear: XLinearConfig = Field(

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,31 @@ def _write_corpus(path: Path, texts: list[str], Y: sp.csr_matrix, names: list[st
     write_jsonl_gz(path, labelled, level=1, ensure_ascii=False)  # a scratch file on the user's clock
 
 
-def _fold_candidates(
-    first: Bundle,
+@dataclass(frozen=True)
+class FoldRecipe:
+    """What a fold copy needs of the first stage, small enough to send to a Ray task (the bundle's model is not):
+    the bundle's path (for messages), its kind, the training config its manifest records and its label names."""
+
+    source: Path
+    kind: str
+    config: dict
+    names: list[str]
+
+    @classmethod
+    def of(cls, first: Bundle) -> FoldRecipe:
+        recorded = first.manifest["training"]["config"]
+        return cls(first.path, first.manifest["model_kind"], recorded, list(first.predictor.vocab.names))
+
+    def start_event(self, k: int, folds: int, n_train: int, n_held: int, where: str = "") -> dict:
+        return {
+            "event": "lamp_cross_fit_start",
+            "message": f"fold {k + 1}/{folds}: training a copy of the first stage ({self.kind}) on {n_train:,} "
+            f"texts for the candidates of the {n_held:,} it does not see{where}",
+        }
+
+
+def fold_candidates(
+    recipe: FoldRecipe,
     texts: list[str],
     Y: sp.csr_matrix,
     rows: np.ndarray,
@@ -79,25 +103,27 @@ def _fold_candidates(
     progress: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Train the first stage's config on all rows but `rows` (in folder, through the run's `train_and_export`,
-    TrainInputs), and its top-C for `rows`."""
+    TrainInputs), and its top-C for `rows`. The copy trains here, never on Ray of its own (`ray` is cleared):
+    with --ray, the folds are what runs on the cluster."""
     from xtag.training.config import TrainConfig
 
-    vocab = first.predictor.vocab
     shutil.rmtree(folder, ignore_errors=True)  # a fold killed mid-way restarts whole
     folder.mkdir(parents=True)
-    _write_corpus(folder / "corpus.jsonl.gz", texts, Y, vocab.names, np.setdiff1d(np.arange(len(texts)), rows))
-    recorded = first.manifest["training"]["config"]  # the fold corpus is JSONL whatever the first stage read
+    _write_corpus(folder / "corpus.jsonl.gz", texts, Y, recipe.names, np.setdiff1d(np.arange(len(texts)), rows))
+    # the fold corpus is JSONL whatever the first stage read
+    settings = {**recipe.config, "corpus": folder / "corpus.jsonl.gz", "format": "jsonl", "ray": None}
     try:
-        config = TrainConfig.model_validate({**recorded, "corpus": folder / "corpus.jsonl.gz", "format": "jsonl"})
+        config = TrainConfig.model_validate(settings)
         bundle = train_and_export(config, folder, progress)
     except (XtagError, ValueError) as exc:  # e.g. a path in the recorded config that no longer resolves
         raise XtagError(
-            f"lamp.cross_fit: retraining the first stage {first.path} from the config its manifest records failed "
-            f"({exc}); fix that, or set lamp.cross_fit=0 and train LaMP on texts the first stage did not see"
+            f"lamp.cross_fit: retraining the first stage {recipe.source} from the config its manifest records "
+            f"failed ({exc}); fix that, or set lamp.cross_fit=0 and train LaMP on texts the first stage did not see"
         ) from exc
     model = load_bundle(bundle)
     preds = predict_corpus(model, [texts[i] for i in rows], C, progress=False, calibrated=False)
-    return in_label_space(preds.labels, preds.scores, model.predictor.vocab.names, vocab.index)
+    index = {name: i for i, name in enumerate(recipe.names)}
+    return in_label_space(preds.labels, preds.scores, model.predictor.vocab.names, index)
 
 
 def cross_fitted_topk(
@@ -111,9 +137,11 @@ def cross_fitted_topk(
     train_and_export: Callable[[Any, Path, bool], Path],
     progress: bool,
     log: Callable[[dict], None],
+    ray: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Every text's top-C from a copy of the first stage that did not see it (labels in the first stage's
-    label space, raw scores), trained on the other folds. `Y_first`: the texts' labels in that space."""
+    label space, raw scores), trained on the other folds. `Y_first`: the texts' labels in that space.
+    `ray`: a cluster address; the folds not saved yet then train as Ray tasks (training/lamp/ray_folds.py)."""
     if "training" not in first.manifest or "config" not in first.manifest["training"]:
         raise XtagError(
             f"{first.path}: its manifest does not record the training config, so lamp.cross_fit cannot retrain "
@@ -122,12 +150,13 @@ def cross_fitted_topk(
     if len(texts) < 2 * folds:
         raise XtagError(f"lamp.cross_fit={folds} needs at least {2 * folds} training texts, got {len(texts)}")
     fold = fold_of(len(texts), folds, seed)
+    recipe = FoldRecipe.of(first)
     took = first.manifest["training"].get("summary", {}).get("total_seconds")
     expect = f"; it trained in {took:.0f} s, so expect about {took * (folds - 1):.0f} s" if took else ""
     log(
         {
             "event": "lamp_cross_fit_plan",
-            "message": f"lamp.cross_fit={folds}: {folds} copies of the first stage ({first.manifest['model_kind']}), "
+            "message": f"lamp.cross_fit={folds}: {folds} copies of the first stage ({recipe.kind}), "
             f"each trained on {(folds - 1) / folds:.0%} of the {len(texts):,} texts{expect} (lamp.cross_fit=0 skips "
             "this: then train LaMP on texts the first stage did not see)",
         }
@@ -135,39 +164,46 @@ def cross_fitted_topk(
     labels = np.full((len(texts), C), -1, dtype=np.int64)
     scores = np.zeros((len(texts), C), dtype=np.float32)
     folder.mkdir(parents=True, exist_ok=True)
-    for k in range(folds):
+
+    def place(k: int, got_labels: np.ndarray, got_scores: np.ndarray, reused: bool, seconds: float) -> None:
         rows = np.flatnonzero(fold == k)
-        saved = folder / f"{k}.npz"
-        start, reused = time.perf_counter(), saved.exists()
-        if reused:
-            with np.load(saved) as z:
-                got_labels, got_scores = z["labels"], z["scores"]
-        else:
-            log(
-                {
-                    "event": "lamp_cross_fit_start",
-                    "message": f"fold {k + 1}/{folds}: training a copy of the first stage "
-                    f"({first.manifest['model_kind']}) on {len(texts) - len(rows):,} texts for the candidates of "
-                    f"the {len(rows):,} it does not see",
-                }
-            )
-            got_labels, got_scores = _fold_candidates(
-                first, texts, Y_first, rows, C, folder / f"fold{k}", train_and_export, progress
-            )
-            tmp = folder / f"{k}.tmp.npz"
-            np.savez(tmp, labels=got_labels, scores=got_scores)
-            tmp.rename(saved)
-            shutil.rmtree(folder / f"fold{k}")
         width = min(C, got_labels.shape[1])
         labels[rows, :width], scores[rows, :width] = got_labels[:, :width], got_scores[:, :width]
-        log(
-            {
-                "event": "lamp_cross_fit",
-                "fold": k,
-                "folds": folds,
-                "held_out": len(rows),
-                "reused": reused,
-                "seconds": round(time.perf_counter() - start, 2),
-            }
-        )
+        event = {"event": "lamp_cross_fit", "fold": k, "folds": folds, "held_out": len(rows), "reused": reused}
+        log({**event, "seconds": round(seconds, 2)})
+
+    todo = []
+    for k in range(folds):
+        start = time.perf_counter()
+        if (folder / f"{k}.npz").exists():
+            with np.load(folder / f"{k}.npz") as z:
+                place(k, z["labels"], z["scores"], True, time.perf_counter() - start)
+        else:
+            todo.append(k)
+    start = time.perf_counter()
+    if ray and todo:
+        from xtag.training.lamp.ray_folds import folds_on_ray
+
+        trained = folds_on_ray(ray, recipe, texts, Y_first, fold, todo, C, train_and_export, progress, log)
+    else:
+        trained = _folds_here(recipe, texts, Y_first, fold, todo, C, folder, train_and_export, progress, log)
+    for k, got_labels, got_scores, seconds in trained:
+        tmp = folder / f"{k}.tmp.npz"  # saved as each fold ends, so a resumed run reuses it
+        np.savez(tmp, labels=got_labels, scores=got_scores)
+        tmp.rename(folder / f"{k}.npz")
+        place(k, got_labels, got_scores, False, seconds)
+    if todo:
+        wall = round(time.perf_counter() - start, 2)
+        log({"event": "lamp_cross_fit_done", "trained": len(todo), "seconds": wall, "ray": ray if ray else None})
     return labels, scores
+
+
+def _folds_here(recipe, texts, Y, fold, todo, C, folder, train_and_export, progress, log) -> Iterator[tuple]:
+    """(k, labels, scores, seconds) of each fold in `todo`, trained one after the other in this process."""
+    for k in todo:
+        rows = np.flatnonzero(fold == k)
+        log(recipe.start_event(k, int(fold.max()) + 1, len(texts) - len(rows), len(rows)))
+        start = time.perf_counter()
+        got = fold_candidates(recipe, texts, Y, rows, C, folder / f"fold{k}", train_and_export, progress)
+        shutil.rmtree(folder / f"fold{k}")
+        yield k, *got, time.perf_counter() - start

@@ -119,12 +119,14 @@ def training_candidates(
     train_and_export: Callable[[Any, Path, bool], Path],
     progress: bool,
     log: Callable[[dict], None],
+    ray: str | None = None,
 ) -> Candidates:
-    """The top-C LaMP trains on: out of `folds` folds (lamp.cross_fit, training/lamp/cross_fit.py), else the
-    first stage's own; teacher-forced with the true labels they miss unless lamp.teacher_forcing is off."""
+    """The top-C LaMP trains on: out of `folds` folds (lamp.cross_fit, training/lamp/cross_fit.py; on the Ray
+    cluster `ray` when given), else the first stage's own; teacher-forced with the true labels they miss unless
+    lamp.teacher_forcing is off."""
     if folds:
         labels, scores = cross_fitted_topk(
-            first, texts, Y_first, C, folds, lc.seed, folder / "folds", train_and_export, progress, log
+            first, texts, Y_first, C, folds, lc.seed, folder / "folds", train_and_export, progress, log, ray
         )
     else:
         own = predict_corpus(first, texts, C, progress=progress, calibrated=False)
@@ -146,8 +148,16 @@ def train_lamp(run: TrainInputs) -> NetRunResult:
     Y_first, unknown = first_stage_labels(run.Y.tocsr(), names, vocab.index, len(vocab))
     C = min(lc.candidates, len(vocab))
     folds = cross_fit_folds(lc, first.manifest["model_kind"])
+    if run.config.ray and not folds:
+        run.log(
+            {
+                "event": "warning",
+                "message": f"--ray {run.config.ray}: LaMP runs only its cross-fitting folds "
+                "on Ray, and lamp.cross_fit=0 trains none; it trains here",
+            }
+        )
     cand = training_candidates(
-        first, run.texts, Y_first, C, lc, folds, folder, run.train_and_export, run.progress, run.log
+        first, run.texts, Y_first, C, lc, folds, folder, run.train_and_export, run.progress, run.log, run.config.ray
     )
     recall = 1 - cand.missed / max(cand.positives, 1)
     run.log(

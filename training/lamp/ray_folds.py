@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 from xtag.models.errors import XtagError
-from xtag.training.lamp.cross_fit import FoldRecipe, fold_candidates
+from xtag.training.lamp.fold_copy import FoldRecipe, fold_candidates
 
 RETRIES = 3  # a fold whose worker or node dies runs again, up to this many times
 

@@ -197,7 +197,8 @@ def test_zero_encoder_layers_reads_the_token_embeddings_and_exports_with_parity(
 
 
 def test_cross_fit_candidates_map_into_the_first_stage_label_space_in_order():
-    from xtag.training.lamp.cross_fit import fold_of, in_label_space
+    from xtag.training.lamp.cross_fit import fold_of
+    from xtag.training.lamp.fold_copy import in_label_space
 
     labels = np.array([[2, 0, 1], [1, -1, -1]])
     scores = np.array([[0.9, 0.5, 0.2], [0.7, -np.inf, -np.inf]], dtype=np.float32)

@@ -53,10 +53,11 @@ def read_texts(path: Path, n: int) -> list[str]:
 
 
 @contextmanager
-def server(a: Path, port: int, extra: dict):
-    """One `xtag serve` of `a` (plus what `extra` configures), killed on exit."""
+def server(a: Path, port: int, extra: dict, code: Path = ROOT):
+    """One `xtag serve` of `a` (plus what `extra` configures; `code`: a folder holding the `xtag` package to run),
+    killed on exit."""
     env = {"XTAG_ADMIN_KEY": ADMIN_KEY, "XTAG_MAX_QUEUE": "0", **extra}
-    proc = service_load.start_server(a, port, None, ROOT, env)
+    proc = service_load.start_server(a, port, None, code, env)
     try:
         yield proc
     finally:
@@ -115,50 +116,62 @@ async def warm(port: int, texts: list[str], paths: list[str]) -> None:
         conn.close()
 
 
-async def latency_round(port: int, singles: list[bytes], batch: bytes, batches: int) -> tuple[list[float], float]:
-    """Sequential /v1/predict latencies (s) and /v1/predict/batch docs/s on one keep-alive connection."""
+def cpu_seconds(pid: int) -> float:
+    """The process's user + system CPU time: unlike wall time, hardly moved by other work on a shared machine."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def latency_round(port: int, pid: int, singles: list[bytes], batch: bytes, batches: int) -> dict:
+    """Sequential /v1/predict latencies (s) and /v1/predict/batch docs/s on one keep-alive connection, with the
+    server's CPU seconds for each part."""
     conn = await Conn.open(port)
     try:
-        seconds = []
+        seconds, cpu = [], cpu_seconds(pid)
         for body in singles:
             t = time.perf_counter()
             status, _, _ = await conn.request("POST", "/v1/predict", body)
             seconds.append(time.perf_counter() - t)
             assert status == 200, status
+        single_cpu, cpu = cpu_seconds(pid) - cpu, cpu_seconds(pid)
         docs = len(json.loads(batch)["documents"])
         t = time.perf_counter()
         for _ in range(batches):
             status, _, _ = await conn.request("POST", "/v1/predict/batch", batch)
             assert status == 200, status
-        return seconds, docs * batches / (time.perf_counter() - t)
+        rate = docs * batches / (time.perf_counter() - t)
+        return {"seconds": seconds, "rate": rate, "single_cpu": single_cpu, "batch_cpu": cpu_seconds(pid) - cpu}
     finally:
         conn.close()
 
 
-def compare_latency(ports: dict[str, int], texts: list[str], rounds: int, per_round: int, batches: int) -> dict:
-    """The default model's p50 and batch docs/s, the servers measured in alternating rounds (ABAB...)."""
+def compare_latency(servers: dict[str, tuple[int, int]], texts: list[str], rounds: int, per_round: int, batches: int):
+    """The default model's p50 and batch docs/s, and the server's CPU per request and per batched document, the
+    servers ({key: (port, pid)}) measured in alternating rounds (ABBA...)."""
     singles = [json.dumps({"text": t, "k": 10}).encode() for t in texts[:per_round]]
     batch = json.dumps({"documents": [{"text": t} for t in texts[:64]], "k": 10}).encode()
-    seconds: dict[str, list[float]] = {k: [] for k in ports}
-    rates: dict[str, list[float]] = {k: [] for k in ports}
+    runs: dict[str, list[dict]] = {k: [] for k in servers}
     for r in range(rounds):
-        for key in list(ports) if r % 2 == 0 else list(ports)[::-1]:
-            s, rate = asyncio.run(latency_round(ports[key], singles, batch, batches))
-            seconds[key] += s
-            rates[key].append(rate)
-    out = {
-        key: {
-            "requests": len(seconds[key]),
+        for key in list(servers) if r % 2 == 0 else list(servers)[::-1]:
+            runs[key].append(asyncio.run(latency_round(*servers[key], singles, batch, batches)))
+    out = {}
+    for key, got in runs.items():
+        seconds = np.concatenate([g["seconds"] for g in got])
+        out[key] = {
+            "requests": len(seconds),
             "batches": batches * rounds,
-            "p50_ms": ms(np.array(seconds[key]), 50),
-            "p90_ms": ms(np.array(seconds[key]), 90),
-            "batch_docs_per_s": round(float(np.median(rates[key])), 1),
+            "p50_ms": ms(seconds, 50),
+            "p90_ms": ms(seconds, 90),
+            "batch_docs_per_s": round(float(np.median([g["rate"] for g in got])), 1),
+            "server_cpu_ms_per_request": round(sum(g["single_cpu"] for g in got) * 1e3 / len(seconds), 4),
+            "server_cpu_us_per_batch_doc": round(sum(g["batch_cpu"] for g in got) * 1e6 / (64 * batches * rounds), 2),
         }
-        for key in ports
-    }
-    one, two = out["one_model"], out["two_models"]
-    out["p50_ratio_two_over_one"] = round(two["p50_ms"] / one["p50_ms"], 3)
-    out["batch_ratio_two_over_one"] = round(two["batch_docs_per_s"] / one["batch_docs_per_s"], 3)
+    keys = {"p50": "p50_ms", "batch": "batch_docs_per_s", "cpu_per_request": "server_cpu_ms_per_request",
+            "cpu_per_batch_doc": "server_cpu_us_per_batch_doc"}  # fmt: skip
+    pairs = [("two_over_one", "two_models", "one_model"), ("one_model_after_over_before", "one_model", "before")]
+    for label, top, bottom in pairs:
+        if bottom in out:
+            out[label] = {name: round(out[top][key] / out[bottom][key], 3) for name, key in keys.items()}
     return out
 
 
@@ -224,12 +237,13 @@ def main() -> int:
     p.add_argument("--b", type=Path, required=True, help="the second model's bundle (same parent: the bundle root)")
     p.add_argument("--texts", type=Path, required=True, help="JSONL(.gz) with a 'text' per row")
     p.add_argument("--name", default="multi_model")
-    p.add_argument("--port", type=int, default=18250, help="three consecutive ports are used")
+    p.add_argument("--port", type=int, default=18250, help="four consecutive ports are used")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--per-round", type=int, default=300)
     p.add_argument("--batches", type=int, default=20, help="batches of 64 texts per round")
     p.add_argument("--clients", type=int, default=24)
     p.add_argument("--reloads", type=int, default=5)
+    p.add_argument("--before-code", type=Path, help="also time A alone on this `xtag` package (e.g. main's tree)")
     args = p.parse_args()
     texts = read_texts(args.texts, max(args.per_round, 500))
     root = args.b.resolve().parent
@@ -244,8 +258,12 @@ def main() -> int:
         asyncio.run(warm(args.port + 1, texts[:200], paths_a + paths_b))
         out["functional"] = functional(args.port + 1, texts, args.a.name)
         rss = {"one_model_a": rss_mib(one_a.pid), "two_models": rss_mib(both.pid)}
-        ports = {"one_model": args.port, "two_models": args.port + 1}
-        out["latency"] = compare_latency(ports, texts, args.rounds, args.per_round, args.batches)
+        servers = {"one_model": (args.port, one_a.pid), "two_models": (args.port + 1, both.pid)}
+        if args.before_code is not None:
+            before = stack.enter_context(server(args.a, args.port + 3, {}, args.before_code.resolve()))
+            asyncio.run(warm(args.port + 3, texts[:200], paths_a))
+            servers["before"] = (args.port + 3, before.pid)
+        out["latency"] = compare_latency(servers, texts, args.rounds, args.per_round, args.batches)
         with server(args.b, args.port + 2, {}) as one_b:
             asyncio.run(warm(args.port + 2, texts[:200], paths_a))
             rss["one_model_b"] = rss_mib(one_b.pid)

@@ -8,8 +8,8 @@ model A alone, model B alone, and A (the default) with B (`XTAG_MODELS=second=B`
   suggests with each; GET /v1/models lists both;
 - RSS after the same warm traffic: the two-model server against the sum of the two one-model servers;
 - the default's /v1/predict p50 (one text, sequential) and /v1/predict/batch docs/s (64 texts) in the two-model
-  server against A alone, both servers up at once and measured in alternating rounds, so that the machine's load
-  falls on both alike;
+  server against A alone (and A alone on --before-code's tree), the servers up at once and taking turns request by
+  request, so that the machine's other work falls on all alike; and each server's CPU time per request;
 - under load (--clients closed-loop clients on A's /v1/predict): reload B --reloads times, unload and load B
   again, then a failed load of B (a corrupt copy); every request on A must succeed.
 
@@ -122,49 +122,44 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def latency_round(port: int, pid: int, singles: list[bytes], batch: bytes, batches: int) -> dict:
-    """Sequential /v1/predict latencies (s) and /v1/predict/batch docs/s on one keep-alive connection, with the
-    server's CPU seconds for each part."""
-    conn = await Conn.open(port)
+async def interleaved(servers: dict[str, tuple[int, int]], path: str, bodies: list[bytes], repeat: int) -> dict:
+    """Each body `repeat` times to every server in turn, request by request (the order rotating), so that the
+    machine's other work falls on all alike; per server: each request's seconds and its process's CPU seconds."""
+    keys = list(servers)
+    conns = {key: await Conn.open(servers[key][0]) for key in keys}
+    seconds: dict[str, list[float]] = {key: [] for key in keys}
+    cpu = {key: cpu_seconds(servers[key][1]) for key in keys}
     try:
-        seconds, cpu = [], cpu_seconds(pid)
-        for body in singles:
-            t = time.perf_counter()
-            status, _, _ = await conn.request("POST", "/v1/predict", body)
-            seconds.append(time.perf_counter() - t)
-            assert status == 200, status
-        single_cpu, cpu = cpu_seconds(pid) - cpu, cpu_seconds(pid)
-        docs = len(json.loads(batch)["documents"])
-        t = time.perf_counter()
-        for _ in range(batches):
-            status, _, _ = await conn.request("POST", "/v1/predict/batch", batch)
-            assert status == 200, status
-        rate = docs * batches / (time.perf_counter() - t)
-        return {"seconds": seconds, "rate": rate, "single_cpu": single_cpu, "batch_cpu": cpu_seconds(pid) - cpu}
+        for i in range(repeat * len(bodies)):
+            for key in keys[i % len(keys) :] + keys[: i % len(keys)]:
+                t = time.perf_counter()
+                status, _, _ = await conns[key].request("POST", path, bodies[i % len(bodies)])
+                seconds[key].append(time.perf_counter() - t)
+                assert status == 200, (key, status)
     finally:
-        conn.close()
+        for conn in conns.values():
+            conn.close()
+    return {key: (np.array(seconds[key]), cpu_seconds(servers[key][1]) - cpu[key]) for key in keys}
 
 
 def compare_latency(servers: dict[str, tuple[int, int]], texts: list[str], rounds: int, per_round: int, batches: int):
-    """The default model's p50 and batch docs/s, and the server's CPU per request and per batched document, the
-    servers ({key: (port, pid)}) measured in alternating rounds (ABBA...)."""
+    """The default model's p50 and batch docs/s, and each server's CPU per request and per batched document, the
+    servers ({key: (port, pid)}) taking turns request by request."""
     singles = [json.dumps({"text": t, "k": 10}).encode() for t in texts[:per_round]]
     batch = json.dumps({"documents": [{"text": t} for t in texts[:64]], "k": 10}).encode()
-    runs: dict[str, list[dict]] = {k: [] for k in servers}
-    for r in range(rounds):
-        for key in list(servers) if r % 2 == 0 else list(servers)[::-1]:
-            runs[key].append(asyncio.run(latency_round(*servers[key], singles, batch, batches)))
+    single = asyncio.run(interleaved(servers, "/v1/predict", singles, rounds))
+    batched = asyncio.run(interleaved(servers, "/v1/predict/batch", [batch], batches))
     out = {}
-    for key, got in runs.items():
-        seconds = np.concatenate([g["seconds"] for g in got])
+    for key in servers:
+        (seconds, cpu), (batch_seconds, batch_cpu) = single[key], batched[key]
         out[key] = {
             "requests": len(seconds),
-            "batches": batches * rounds,
+            "batches": len(batch_seconds),
             "p50_ms": ms(seconds, 50),
             "p90_ms": ms(seconds, 90),
-            "batch_docs_per_s": round(float(np.median([g["rate"] for g in got])), 1),
-            "server_cpu_ms_per_request": round(sum(g["single_cpu"] for g in got) * 1e3 / len(seconds), 4),
-            "server_cpu_us_per_batch_doc": round(sum(g["batch_cpu"] for g in got) * 1e6 / (64 * batches * rounds), 2),
+            "batch_docs_per_s": round(64 / float(np.median(batch_seconds)), 1),
+            "server_cpu_ms_per_request": round(cpu * 1e3 / len(seconds), 4),
+            "server_cpu_us_per_batch_doc": round(batch_cpu * 1e6 / (64 * len(batch_seconds)), 2),
         }
     keys = {"p50": "p50_ms", "batch": "batch_docs_per_s", "cpu_per_request": "server_cpu_ms_per_request",
             "cpu_per_batch_doc": "server_cpu_us_per_batch_doc"}  # fmt: skip
@@ -238,9 +233,9 @@ def main() -> int:
     p.add_argument("--texts", type=Path, required=True, help="JSONL(.gz) with a 'text' per row")
     p.add_argument("--name", default="multi_model")
     p.add_argument("--port", type=int, default=18250, help="four consecutive ports are used")
-    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--rounds", type=int, default=6, help="times each of --per-round texts is sent to each server")
     p.add_argument("--per-round", type=int, default=300)
-    p.add_argument("--batches", type=int, default=20, help="batches of 64 texts per round")
+    p.add_argument("--batches", type=int, default=120, help="batches of 64 texts sent to each server")
     p.add_argument("--clients", type=int, default=24)
     p.add_argument("--reloads", type=int, default=5)
     p.add_argument("--before-code", type=Path, help="also time A alone on this `xtag` package (e.g. main's tree)")

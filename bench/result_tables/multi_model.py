@@ -61,7 +61,7 @@ def _latency(r: dict) -> str:
             rows.append([label, "", q["p50"], "", q["cpu_per_request"], q["batch"], q["cpu_per_batch_doc"]])
     head = (
         f"the default model A ({r['a']}) on /v1/predict (one text, sequential) and /v1/predict/batch (64 texts), the "
-        "servers in alternating rounds; server CPU: its process's user + system time"
+        "servers taking turns request by request; server CPU: its process's user + system time"
     )
     columns = ["server", "requests", "p50 ms", "p90 ms", "CPU ms / request", "batch docs/s", "CPU µs / batch doc"]
     return head + "\n\n" + table(columns, "lrrrrrr", rows)

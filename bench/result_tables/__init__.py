@@ -10,6 +10,7 @@ from .hardening import amplification, guard_cost, request_cost
 from .lamp import lamp_debtags
 from .lamp_ray import lamp_ray
 from .lightxml_cascadexml import cascadexml_debtags, equal_budget, lightxml_debtags, lightxml_subset
+from .multi_model import multi_model
 from .onnx_encoders import encoder_variants
 from .service import (
     explain_latency,
@@ -61,5 +62,6 @@ BUILDERS = {
         update_labels,
         lamp_debtags,
         lamp_ray,
+        multi_model,
     )
 }

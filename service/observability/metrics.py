@@ -139,6 +139,8 @@ class Metrics:
             self._drop(self.model_info, (old.bundle.name, old.bundle.version, old.kind, str(old.n_labels)))
             for labels in placement_labels(old):
                 self._drop(self.placement, labels)
+        if new is None:  # unloaded
+            return
         self.model_info.labels(new.bundle.name, new.bundle.version, new.kind, str(new.n_labels)).set(1)
         for labels in placement_labels(new):
             self.placement.labels(*labels).set(1)

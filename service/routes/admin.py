@@ -24,12 +24,18 @@ from xtag.service.state.model_slot import ReloadInProgress
 router = APIRouter(tags=["admin"])
 
 
-async def reload_model(request_app, bundle: str | Path | None = None, wait: bool = True) -> dict:
-    """Shared by the route and SIGHUP: returns the reload summary; raises XtagError and keeps the old model."""
+async def reload_model(
+    request_app, bundle: str | Path | None = None, wait: bool = True, name: str | None = None
+) -> dict:
+    """Shared by the routes and SIGHUP: (re)load model `name` (default: the default model) from `bundle` (default:
+    its configured path); returns the reload summary; raises XtagError and keeps the old model."""
     start = time.perf_counter()
     state = request_app.state
     try:
-        old, new = await state.registry.load(bundle, wait=wait)
+        if name is None:
+            old, new = await state.registry.load(bundle, wait=wait)
+        else:
+            old, new = await state.registry.put(name, bundle, wait=wait)
     except ReloadInProgress:
         raise
     except XtagError:
@@ -43,6 +49,18 @@ async def reload_model(request_app, bundle: str | Path | None = None, wait: bool
         "previous": old.ref if old else None,
         "took_ms": round((time.perf_counter() - start) * 1e3, 3),
     }
+
+
+async def reload_all(request_app) -> dict[str, str]:
+    """Reload every model from its configured path, the default first (SIGHUP, start); {name: why} of the failed."""
+    failed = {}
+    registry = request_app.state.registry
+    for name in sorted(registry.names, key=lambda n: n != registry.default):
+        try:
+            await reload_model(request_app, name=name)
+        except XtagError as exc:
+            failed[name] = str(exc)
+    return failed
 
 
 def _still_serving(request: Request) -> str:

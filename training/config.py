@@ -28,6 +28,9 @@ class _CommonConfig(BaseModel):
     corpus: Path
     format: CorpusFormat = "auto"
     skip_bad_rows: bool = False
+    ray: str | None = Field(
+        None, description="a Ray cluster to train on: auto | local | HOST:PORT (xlinear sub-trees, LaMP folds)"
+    )
     model: str = Field(DEFAULT_KIND, description=f"model kind: {' | '.join(FAMILIES)}")
     tfidf: TfidfConfig = Field(default_factory=TfidfConfig)
     xlinear: XLinearConfig = Field(
@@ -76,6 +79,8 @@ class _CommonConfig(BaseModel):
             chosen.require("weighted-losses", f"missing_labels.weighting={self.missing_labels.weighting}")
         if self.dense is not None:
             chosen.require("static-dense", f"dense={self.dense.kind}")
+        if self.ray is not None:
+            chosen.require("ray", f"--ray {self.ray}")
         return self
 
     @property

@@ -53,6 +53,10 @@ def train(
     print_config: Annotated[bool, Opt("--print-config", help="print the effective config and exit")] = False,
     format: CorpusFormat = "auto",
     skip_bad_rows: SkipBadRows = False,
+    ray: Annotated[
+        str | None,
+        Opt("--ray", metavar="ADDRESS", help="train on a Ray cluster: auto | local | HOST:PORT (xlinear, lamp)"),
+    ] = None,
     beam_size: Annotated[int | None, Opt(help="beam width (training shortlists and default at prediction)")] = None,
     branching: Annotated[int | None, Opt(help="label tree branching factor B")] = None,
     max_leaf_size: Annotated[int | None, Opt(help="max labels per leaf cluster")] = None,

@@ -30,7 +30,12 @@ from xtag.models.xr_transformer.concat_features import concat_features
 from xtag.training.threads import cpu_count
 from xtag.training.tree.build import build_tree, pifa_embeddings
 from xtag.training.tree.kernels import build_slice
-from xtag.training.weighting.label_weights import MissingLabelsConfig, label_positive_weights, level_positive_weights
+from xtag.training.weighting.label_weights import (
+    LabelWeights,
+    MissingLabelsConfig,
+    label_positive_weights,
+    level_positive_weights,
+)
 from xtag.training.xlinear import nodes, solver
 from xtag.training.xlinear.config import XLinearConfig
 
@@ -81,6 +86,7 @@ def _fit_node(
         1.0,
         np.empty(0, np.float64),
         *_solver_args(config),
+        0,
     )
     return idx, val, float(bias[0])
 
@@ -197,6 +203,7 @@ def train_level(
     neg_weight: float = 1.0,
     stats: dict | None = None,
     pos_weight: np.ndarray | None = None,
+    first_node: int = 0,
 ) -> RankerLevel:
     """Fit every node of one level on the documents its parent's mask selects, nodes in threads.
 
@@ -207,7 +214,8 @@ def train_level(
     cost-sensitive as in XR-Transformer eq. 6/9: a positive weighs its relevance value, a negative
     `neg_weight`. `pos_weight` (one per node) multiplies each node's positives' cost on top (the
     missing-label losses, `level_positive_weights`). `stats`, when given, receives the peak bytes held
-    beyond X and the model (`extra_bytes`: live parent slices plus the running units' scratch).
+    beyond X and the model (`extra_bytes`: live parent slices plus the running units' scratch). `first_node`:
+    the level's nodes are nodes first_node.. of a wider level (a sub-tree's), seeded as there.
     """
     X, mask = _as_float_csr(X), mask.tocsc()
     n_nodes, d = Yt.shape[1], X.shape[1]
@@ -230,7 +238,7 @@ def train_level(
         slices.account(scratch)
         try:
             return nodes.train_nodes(
-                *piece, rows[p], ids, *targets, *weights, relevance is not None, neg_weight, pw, *args
+                *piece, rows[p], ids, *targets, *weights, relevance is not None, neg_weight, pw, *args, first_node
             )
         finally:
             slices.account(-scratch)
@@ -261,6 +269,42 @@ def train_level(
     if stats is not None:
         stats["extra_bytes"] = slices.peak
     return RankerLevel(W=W, bias=np.concatenate([r[3] for r in results] or [np.empty(0, np.float32)]))
+
+
+def fit_chain_level(
+    X_rankers: sp.csr_matrix,
+    Y: sp.csr_matrix,
+    chain: ClusterChain,
+    t: int,
+    levels: list[RankerLevel],
+    config: XLinearConfig,
+    weighted: LabelWeights | None,
+    progress: bool = True,
+    stats: dict | None = None,
+    X: sp.csr_matrix | None = None,
+    root: sp.csc_matrix | None = None,
+    first_node: int = 0,
+) -> RankerLevel:
+    """Level t of `chain`'s rankers (`levels`: those above it): its targets from Y, each parent's documents
+    (eq. 7-8; the matcher reads `X`, default X_rankers) and the missing-label weights, trained by train_level.
+
+    A sub-tree's chain (training/xlinear/subtrees.py) gives `root`, the documents its root sees (one column),
+    and `first_node` per level, where its nodes sit in the whole tree's level.
+    """
+    Yt = chain.level_targets(Y, t)
+    if t == 1 and root is not None:
+        mask = root
+    else:
+        parents = chain.level_targets(Y, t - 1) if t > 1 else None
+        mask = _parent_mask(X_rankers if X is None else X, parents, levels, chain, t, config)
+    return train_level(
+        *(X_rankers, Yt, mask, chain.ptrs[t - 1], config),
+        desc=f"level {t}/{chain.depth}",
+        progress=progress,
+        stats=stats,
+        pos_weight=None if weighted is None else level_positive_weights(chain, weighted.weights, weighted.freq, t),
+        first_node=first_node,
+    )
 
 
 def train_xlinear(
@@ -309,16 +353,8 @@ def train_xlinear(
             log({"event": "resume", "what": f"level {t}"})
             continue
         start = time.perf_counter()
-        Yt = chain.level_targets(Y, t)
-        mask = _parent_mask(X, chain.level_targets(Y, t - 1) if t > 1 else None, levels, chain, t, config)
         stats: dict = {}
-        level = train_level(
-            *(X_rankers, Yt, mask, chain.ptrs[t - 1], config),
-            desc=f"level {t}/{chain.depth}",
-            progress=progress,
-            stats=stats,
-            pos_weight=None if weighted is None else level_positive_weights(chain, weighted.weights, weighted.freq, t),
-        )
+        level = fit_chain_level(X_rankers, Y, chain, t, levels, config, weighted, progress=progress, stats=stats, X=X)
         levels.append(level)
         log(
             {

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -419,7 +420,12 @@ def train(run: TrainInputs) -> XLinearResult:
                 "static_seconds": round(time.perf_counter() - start, 3),
             }
         )
-    model = train_xlinear(
+    trainer = train_xlinear
+    if run.config.ray is not None:  # the same model, its sub-trees trained as Ray tasks
+        from xtag.training.xlinear.ray_train import train_xlinear_on_ray
+
+        trainer = partial(train_xlinear_on_ray, address=run.config.ray)
+    model = trainer(
         X,
         run.Y,
         run.config.xlinear,

@@ -10,6 +10,7 @@ from .hardening import amplification, guard_cost, request_cost
 from .lamp import lamp_debtags
 from .lightxml_cascadexml import cascadexml_debtags, equal_budget, lightxml_debtags, lightxml_subset
 from .onnx_encoders import encoder_variants
+from .ray import ray_xlinear
 from .service import (
     explain_latency,
     inference_threads,
@@ -38,6 +39,7 @@ BUILDERS = {
         service_batch,
         service_load,
         guard_cost,
+        ray_xlinear,
         amplification,
         request_cost,
         inline_vs_worker,

@@ -10,6 +10,8 @@ or resumed run gives the same arrays as an undisturbed local one (tests/training
 
 from __future__ import annotations
 
+import contextlib
+import os
 import resource
 import time
 from collections.abc import Callable
@@ -44,10 +46,15 @@ def _csr(parts: dict) -> sp.csr_matrix:
 
 
 def _task_facts(start: float) -> dict:
-    """What a task reports beside its result: its seconds and its worker process's peak RSS so far."""
+    """What a task reports beside its result: its seconds, and its worker process (pid) and that process's peak
+    RSS so far (VmHWM, the object store's pages of X and Y it touched included)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    with contextlib.suppress(OSError), open("/proc/self/status") as fh:
+        peak = next((int(line.split()[1]) / 1024 for line in fh if line.startswith("VmHWM:")), peak)
     return {
         "seconds": round(time.perf_counter() - start, 3),
-        "worker_max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "worker_pid": os.getpid(),
+        "worker_peak_rss_mb": round(peak, 1),
     }
 
 

@@ -63,7 +63,7 @@ def split(plan: TreePlan, level: int) -> list[Subtree]:
 def split_level(plan: TreePlan, cpus: int, per_cpu: int = 2) -> int:
     """The shallowest cluster level with at least `per_cpu` nodes for each CPU (else the deepest): enough
     sub-trees to keep every CPU busy while the longest ones run, each as large as that allows."""
-    sizes = [int(ptr[-1]) for ptr in plan.ptrs[1:]]  # nodes of cluster levels 1.. (the last entry: labels)
+    sizes = [int(ptr[-1]) for ptr in plan.ptrs]  # nodes of levels 1.. (the last entry: labels)
     for level, size in enumerate(sizes[:-1], start=1):
         if size >= per_cpu * cpus:
             return level

@@ -4,10 +4,7 @@ rankers as a local run, sub-trees resumed one by one, a worker killed mid-task r
 from __future__ import annotations
 
 import json
-import os
-import signal
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +12,8 @@ import scipy.sparse as sp
 from typer.testing import CliRunner
 from xtag.models.errors import XtagError
 from xtag.models.xlinear.model import XLinearModel
+from xtag.training.tree.build import TreePlan
+from xtag.training.xlinear import subtrees
 from xtag.training.xlinear.config import XLinearConfig
 from xtag.training.xlinear.ray_train import train_xlinear_on_ray
 from xtag.training.xlinear.train import train_xlinear
@@ -81,32 +80,16 @@ def test_resume_skips_the_finished_subtrees(cluster, data, local_model, tmp_path
     assert all(p.stat().st_mtime_ns == t for p, t in kept.items())  # only the driver writes, and only new parts
 
 
-def _kill_first_subtree_task(cluster, stop: threading.Event, killed: list[int]) -> None:
-    """Kill the first worker process seen running a sub-tree task (its title), on any node."""
-    while not stop.is_set() and not killed:
-        for node in range(len(cluster.nodes)):
-            for pid in cluster.task_pids(node):
-                try:
-                    title = Path(f"/proc/{pid}/cmdline").read_bytes()
-                except OSError:
-                    continue
-                if title.startswith(b"ray::_subtree_task"):
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-                    return
-        stop.wait(0.005)
-
-
 def test_a_worker_killed_mid_task_is_retried_to_the_same_model(cluster, data, local_model, tmp_path):
     stop, killed = threading.Event(), []
-    killer = threading.Thread(target=_kill_first_subtree_task, args=(cluster, stop, killed))
+    killer = threading.Thread(target=lambda: killed.append(cluster.kill_running("_subtree_task", stop)))
     killer.start()
     try:
         model = train_xlinear_on_ray(*data, CONFIG, cluster.address, tmp_path, progress=False)
     finally:
         stop.set()
         killer.join()
-    assert killed, "no sub-tree task was seen running"
+    assert killed[0] is not None, "no sub-tree task was seen running"
     assert_same_model(model, local_model)
 
 
@@ -135,3 +118,11 @@ def test_a_family_without_ray_training_refuses_the_flag_naming_itself(corpus_fil
     assert result.exit_code != 0
     assert "--ray auto: model lightxml does not support training on a Ray cluster" in result.output
     assert "Traceback" not in result.output
+
+
+def test_subtrees_start_at_the_first_level_with_two_nodes_per_cpu():
+    plan = TreePlan.of(36395, [2, 16, 16])  # 2, 32 and 512 clusters
+    assert [subtrees.split_level(plan, cpus) for cpus in (1, 2, 16, 17, 1000)] == [1, 2, 2, 3, 3]
+    parts = subtrees.split(plan, 2)
+    assert len(parts) == 32 and parts[0].lo == 0 and parts[-1].hi == 36395
+    assert all(a.hi == b.lo for a, b in zip(parts, parts[1:]))

@@ -131,7 +131,8 @@ class _ParentSlices:
 
     def __init__(self, X: sp.csr_matrix, rows: list[np.ndarray], units_left: list[int]):
         self.X, self.rows, self.left = X, rows, units_left
-        self.indptr, self.indices = X.indptr.astype(np.int64), X.indices.astype(np.int32)  # no copy if typed so
+        self.indptr = X.indptr.astype(np.int64, copy=False)  # no copy if typed so: a task maps X from the store
+        self.indices = X.indices.astype(np.int32, copy=False)
         self.lock = threading.Lock()
         self.entries: dict[int, dict] = {}
         self.bytes = self.peak = 0

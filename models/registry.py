@@ -173,7 +173,7 @@ FAMILIES: dict[str, Family] = {
             "xlinear",
             None,
             "xtag.training.xlinear.config:XLinearConfig",
-            "xtag.training.xlinear.train:train",
+            "xtag.training.xlinear.entry:train",
             "xtag.training.xlinear.export:export",
             ("tfidf", "static-encoder", "label-tree", "rankers"),
             batch_wait_ms=0.0,

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -25,9 +24,8 @@ from xtag.models.bundle.components import COMPONENTS
 from xtag.models.features.static_encoder import StaticEncoder
 from xtag.models.inference.beam_search import RankerLevel
 from xtag.models.label_tree import ClusterChain
-from xtag.models.registry import RunResult, TrainInputs
+from xtag.models.registry import RunResult
 from xtag.models.xlinear.model import RankerConfig, XLinearModel, load_level, save_level
-from xtag.models.xr_transformer.concat_features import concat_features
 from xtag.training.threads import cpu_count
 from xtag.training.tree.build import build_tree, pifa_embeddings
 from xtag.training.tree.kernels import build_slice
@@ -393,48 +391,3 @@ class XLinearResult(RunResult):
     def summary(self) -> dict:
         dense = {"dense_features": self.static.dim, "dense": "static"} if self.static is not None else {}
         return {"features": self.model.config.n_features, **dense}
-
-
-def train(run: TrainInputs) -> XLinearResult:
-    """The family's entry in the registry: rankers on the run's TF-IDF or, with a `dense` section, on Φ_cat =
-    [TF-IDF, α · static] (the tree too: PIFA over Φ_cat, as XR-Transformer's final stage builds it)."""
-    X, static = run.X, None
-    if run.config.dense is not None:
-        from xtag.training.static.fit import static_encoder_for_run
-
-        task = None
-        if "task" in run.config.dense.tune:  # the labels and TF-IDF the matcher is trained on
-            from xtag.training.static.task import TaskInputs
-
-            task = TaskInputs(X, run.Y, run.config.xlinear.tree, run.config.xlinear.n_jobs)
-        static = static_encoder_for_run(
-            run.texts, run.config.dense, run.checkpoint_dir / "static", run.log, task, run.progress
-        )
-        start = time.perf_counter()
-        X = concat_features(X, static.encode(run.texts), static.config.alpha)
-        run.log(
-            {
-                "event": "features",
-                "what": "phi_cat",
-                "dim": X.shape[1],
-                "nnz": int(X.nnz),
-                "static_seconds": round(time.perf_counter() - start, 3),
-            }
-        )
-    trainer = train_xlinear
-    if run.config.ray is not None:  # the same model, its sub-trees trained as Ray tasks
-        from xtag.training.xlinear.ray_train import train_xlinear_on_ray
-
-        trainer = partial(train_xlinear_on_ray, address=run.config.ray)
-    model = trainer(
-        X,
-        run.Y,
-        run.config.xlinear,
-        checkpoint_dir=run.checkpoint_dir,
-        progress=run.progress,
-        log=run.log,
-        missing_labels=run.config.missing_labels,
-    )
-    if static is not None:
-        model = XLinearModel(model.chain, model.levels, model.config.model_copy(update={"dense_features": static.dim}))
-    return XLinearResult(model, static)

@@ -158,6 +158,7 @@ CAPABILITIES: dict[str, str] = {
     "static-dense": "a static token-embedding block in Φ_cat (--dense static, the `dense` section)",
     "update": "adding labels to a trained run (xtag update)",
     "xlinear-rankers": "the XR-Linear rankers and their label tree (the `xlinear` settings)",
+    "ray": "training on a Ray cluster (--ray)",
 }
 RANKERS = frozenset(
     {"xlinear-rankers"}
@@ -172,12 +173,12 @@ FAMILIES: dict[str, Family] = {
             "xlinear",
             None,
             "xtag.training.xlinear.config:XLinearConfig",
-            "xtag.training.xlinear.train:train",
+            "xtag.training.xlinear.entry:train",
             "xtag.training.xlinear.export:export",
             ("tfidf", "static-encoder", "label-tree", "rankers"),
             batch_wait_ms=0.0,
             parallel_calls=2,
-            capabilities=RANKERS | {"weighted-losses", "static-dense", "update"},
+            capabilities=RANKERS | {"weighted-losses", "static-dense", "update", "ray"},
             update="xtag.training.xlinear.update:update",
         ),
         Family(
@@ -223,7 +224,7 @@ FAMILIES: dict[str, Family] = {
             "xtag.training.lamp.export:export",
             ("first-stage", "lamp-reranker"),
             batch_wait_ms=2.0,
-            capabilities=frozenset({"transformer"}),
+            capabilities=frozenset({"transformer", "ray"}),
             train_needs=TRAIN_EXTRA,
         ),
     )

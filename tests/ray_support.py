@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -115,6 +116,23 @@ class LocalCluster:
             if name.startswith(b"ray::") and not name.startswith((b"ray::Dashboard", b"ray::RuntimeEnv")):
                 out.append(pid)
         return out
+
+    def kill_running(self, title: str, stop: threading.Event, after_s: float = 0.0) -> int | None:
+        """SIGKILL the first worker process (any node) seen running task `title` once it has run `after_s`
+        seconds, as a node's crash would; its pid, or None when `stop` is set first. For a thread beside a driver."""
+        seen: dict[int, float] = {}
+        while not stop.is_set():
+            for node in range(len(self.nodes)):
+                for pid in self.task_pids(node):
+                    try:
+                        running = Path(f"/proc/{pid}/cmdline").read_bytes().startswith(f"ray::{title}".encode())
+                    except OSError:
+                        continue
+                    if running and time.monotonic() - seen.setdefault(pid, time.monotonic()) >= after_s:
+                        os.kill(pid, signal.SIGKILL)
+                        return pid
+            stop.wait(0.005)
+        return None
 
     def stop(self) -> None:
         for node in reversed(self.nodes):

@@ -79,6 +79,8 @@ class _CommonConfig(BaseModel):
             chosen.require("weighted-losses", f"missing_labels.weighting={self.missing_labels.weighting}")
         if self.dense is not None:
             chosen.require("static-dense", f"dense={self.dense.kind}")
+        if self.ray is not None:
+            chosen.require("ray", f"--ray {self.ray}")
         return self
 
     @property

@@ -12,6 +12,7 @@ from .lamp_ray import lamp_ray
 from .lightxml_cascadexml import cascadexml_debtags, equal_budget, lightxml_debtags, lightxml_subset
 from .multi_model import multi_model
 from .onnx_encoders import encoder_variants
+from .ray import ray_xlinear
 from .service import (
     explain_latency,
     inference_threads,
@@ -40,6 +41,7 @@ BUILDERS = {
         service_batch,
         service_load,
         guard_cost,
+        ray_xlinear,
         amplification,
         request_cost,
         inline_vs_worker,

@@ -107,7 +107,8 @@ def bisect(indptr, indices, data, rows, left, iters, state, S, D, marker):
     rows[:] = rows[order]
 
 
-def left_size(n: int, parts: int) -> int:
-    """Rows the left half of a bisection keeps when n rows end in `parts` balanced clusters (parts // 2 on the left)."""
+def left_size(n, parts):
+    """Rows the left half of a bisection keeps when n rows end in `parts` balanced clusters (parts // 2 on the left);
+    integers or arrays of them (0 where parts is 1: nothing to split)."""
     half = parts // 2
-    return (n // parts) * half + min(n % parts, half)
+    return (n // np.maximum(parts, 1)) * half + np.minimum(n % np.maximum(parts, 1), half)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -34,7 +35,10 @@ class TreeConfig(BaseModel):
 
 
 def pifa_embeddings(
-    X: sp.csr_matrix, Y: sp.csr_matrix, weighting: PifaWeighting = "inverse-sqrt-labels", first: int = 0
+    X: sp.csr_matrix,
+    Y: sp.csr_matrix,
+    weighting: PifaWeighting = "inverse-sqrt-labels",
+    labels: np.ndarray | None = None,
 ) -> sp.csr_matrix:
     """PIFA (XR-Transformer eq. 4): v_l = normalised sum of the normalised features of l's positives.
 
@@ -45,8 +49,9 @@ def pifa_embeddings(
     validation splits it gains P@1 on debtags and is level on debdeps, at a small cost in tail metrics there
     (bench/RESULTS.md, "Tree or rankers"). `weighting="uniform"` is eq. 4 as written.
 
-    `first` > 0: the embeddings of labels first.. only (an update's new labels), from their documents only (a
-    document's weight still counts all its labels).
+    `labels` (ids, ascending): the embeddings of those labels only (an update's new labels, a sub-tree's), from
+    their documents only (a document's weight still counts all its labels); each row is the same floats as in
+    the embeddings of all labels.
 
     Computed as (Xᵀ Y)ᵀ: scipy's product leaves each row's columns unsorted, and the transpose back
     sorts them for free, where sorting Yᵀ X afterwards cost as much as the product (the tree needs
@@ -55,8 +60,8 @@ def pifa_embeddings(
     Y = Y.tocsr().astype(np.float32)
     if weighting == "inverse-sqrt-labels":
         Y = normalize(Y, norm="l2")
-    if first:
-        Y = Y[:, first:].tocsr()
+    if labels is not None:
+        Y = Y[:, labels].tocsr()
         rows = np.flatnonzero(np.diff(Y.indptr))
         X, Y = X[rows], Y[rows]
     Xt = normalize(X, norm="l2").tocsc()  # its arrays are Xᵀ in CSR; the normalised copy is dropped at once
@@ -90,6 +95,93 @@ class _Scratch(threading.local):
         self.marker = np.zeros(n_features, np.bool_)
 
 
+@dataclass(frozen=True)
+class TreePlan:
+    """The tree's shape and every bisection it takes, from the label count and the levels alone.
+
+    Bisections split label ranges by size only (left_size), so the ranges of every node and of every
+    bisection, and the global id that seeds each (node_state), are known before any embedding is read:
+    a sub-tree built on its own (training/xlinear/subtrees.py) runs exactly the bisections the whole
+    tree would run inside its range, with the same seeds, and comes out the same.
+    """
+
+    ptrs: list[np.ndarray]  # ClusterChain.ptrs: per cluster level its nodes' child ranges, the label level last
+    rounds: list[list[np.ndarray]]  # per cluster level, per round: rows (lo, mid, hi, seed id), in id order
+
+    @classmethod
+    def of(cls, n_labels: int, levels: list[int]) -> TreePlan:
+        bounds, next_id = np.array([0, n_labels], dtype=np.int64), 0
+        ptrs, rounds = [], []
+        for width in levels:
+            lo, hi = bounds[:-1], bounds[1:]
+            parts = np.minimum(width, hi - lo)
+            ptrs.append(np.concatenate([[0], np.cumsum(parts)]).astype(np.int64))
+            level_rounds = []
+            while (parts > 1).any():
+                split = parts > 1
+                mid = lo + left_size(hi - lo, parts)
+                ids = next_id + np.arange(int(split.sum()), dtype=np.int64)
+                next_id += len(ids)
+                level_rounds.append(np.stack([lo[split], mid[split], hi[split], ids], axis=1))
+                # every split segment becomes its left and right halves, in place; the others stay
+                first = np.cumsum(np.where(split, 2, 1)) - np.where(split, 2, 1)
+                right = first[split] + 1
+                n = len(first) + len(right)
+                new_lo, new_hi, new_parts = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64)
+                new_lo[first], new_hi[first] = lo, np.where(split, mid, hi)
+                new_parts[first] = np.where(split, parts // 2, parts)
+                new_lo[right], new_hi[right], new_parts[right] = mid[split], hi[split], (parts - parts // 2)[split]
+                lo, hi, parts = new_lo, new_hi, new_parts
+            rounds.append(level_rounds)
+            bounds = np.concatenate([[0], hi]).astype(np.int64)
+        ptrs.append(bounds)  # the label level: every leaf cluster's labels are its children
+        return cls(ptrs, rounds)
+
+    def within(self, lo: int, hi: int) -> list[list[np.ndarray]]:
+        """The rounds' bisections inside the label range [lo, hi), shifted to start at 0 (a sub-tree's own)."""
+        return [
+            [r[(r[:, 0] >= lo) & (r[:, 2] <= hi)] - np.array([lo, lo, lo, 0]) for r in level] for level in self.rounds
+        ]
+
+
+def _csr_embeddings(embeddings) -> sp.csr_matrix:
+    E = sp.csr_matrix(embeddings, dtype=np.float32)
+    if not E.has_canonical_format:
+        E.sum_duplicates()
+    return E
+
+
+def run_bisections(
+    embeddings, order: np.ndarray, rounds: list[list[np.ndarray]], config: TreeConfig, threads: int = 0, progress=False
+) -> np.ndarray:
+    """Run the planned bisections (TreePlan rounds) on `order` (rows of `embeddings`, one per label position),
+    which is reordered in place and returned: every round's bisections side by side in `threads` threads.
+
+    Columns are renumbered by descending frequency (the slice of all rows): the centroid entries that most
+    labels touch share a few cache lines, which is what the bisections' scatter and gather hit. The bisection
+    reads each row's entries in their stored order, so the renumbering (which depends on the rows given)
+    changes no float: a sub-tree's rows alone bisect as they do among all labels.
+    """
+    E = _csr_embeddings(embeddings)
+    L, d = E.shape
+    indptr, indices, data, _, used = build_slice(
+        E.indptr.astype(np.int64), E.indices.astype(np.int32), E.data, np.arange(L), d
+    )
+    scratch = _Scratch(len(used))
+
+    def run(job: np.ndarray) -> None:
+        lo, mid, hi, seed_id = (int(v) for v in job)
+        rows = order[lo:hi]  # a view: bisect reorders the node's labels in place, the first mid - lo on the left
+        state = node_state(config.seed, seed_id)
+        bisect(indptr, indices, data, rows, mid - lo, config.kmeans_iters, state, scratch.S, scratch.D, scratch.marker)
+
+    with ThreadPoolExecutor(max_workers=threads or cpu_count()) as pool:
+        for level in tqdm(rounds, desc="label tree", disable=not progress):
+            for jobs in level:
+                list(pool.map(run, jobs))
+    return order
+
+
 def build_tree(
     embeddings,
     config: TreeConfig | None = None,
@@ -107,49 +199,8 @@ def build_tree(
     level_branching's, for a tree whose depth is given (training/tree/graft.py).
     """
     config = config or TreeConfig()
-    E = sp.csr_matrix(embeddings, dtype=np.float32)
-    if not E.has_canonical_format:
-        E.sum_duplicates()
-    L, d = E.shape
-    # Columns renumbered by descending frequency (the slice of all rows): the centroid entries that
-    # most labels touch share a few cache lines, which is what the bisections' scatter and gather hit.
-    indptr, indices, data, _, used = build_slice(
-        E.indptr.astype(np.int64), E.indices.astype(np.int32), E.data, np.arange(L), d
-    )
-    d = len(used)
-    scratch = _Scratch(d)
-    order = np.arange(L)
-    bounds = np.array([0, L])  # label ranges of the current level's nodes
-    ptrs: list[np.ndarray] = []
-    bisections = 0  # ids of the bisections so far, which seed them
-
-    def run(job: tuple) -> None:
-        lo, mid, hi, seed_id = job
-        rows = order[lo:hi]  # a view: bisect reorders the node's labels in place, the first mid - lo on the left
-        state = node_state(config.seed, seed_id)
-        bisect(indptr, indices, data, rows, mid - lo, config.kmeans_iters, state, scratch.S, scratch.D, scratch.marker)
-
-    with ThreadPoolExecutor(max_workers=threads or cpu_count()) as pool:
-        levels = level_branching(L, config) if branching is None else branching
-        for width in tqdm(levels, desc="label tree", disable=not progress):
-            ranges = list(zip(bounds[:-1], bounds[1:]))
-            # (lo, hi, parts) segments; a round bisects every segment that still has parts > 1
-            segments = [(lo, hi, min(width, hi - lo)) for lo, hi in ranges]
-            ptr = np.concatenate([[0], np.cumsum([p for _, _, p in segments])]).astype(np.int64)
-            while any(p > 1 for _, _, p in segments):
-                jobs, next_segments = [], []
-                for lo, hi, p in segments:
-                    if p == 1:
-                        next_segments.append((lo, hi, 1))
-                        continue
-                    mid = lo + left_size(hi - lo, p)
-                    jobs.append((lo, mid, hi, bisections))
-                    bisections += 1
-                    next_segments += [(lo, mid, p // 2), (mid, hi, p - p // 2)]
-                list(pool.map(run, jobs))
-                segments = next_segments
-            ptrs.append(ptr)
-            bounds = np.asarray([0] + [hi for _, hi, _ in segments], dtype=np.int64)
-    # The label level: every leaf cluster's labels are its children.
-    ptrs.append(bounds)
-    return ClusterChain(ptrs=ptrs, leaf_labels=order.astype(np.int64))
+    E = _csr_embeddings(embeddings)
+    L = E.shape[0]
+    plan = TreePlan.of(L, level_branching(L, config) if branching is None else branching)
+    order = run_bisections(E, np.arange(L), plan.rounds, config, threads, progress)
+    return ClusterChain(ptrs=plan.ptrs, leaf_labels=order.astype(np.int64))

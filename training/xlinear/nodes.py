@@ -27,7 +27,7 @@ def _lookup(rows, doc):
 @njit()
 def train_nodes(
     s_indptr, s_indices, s_data, sqnorm, cols, rows, nodes, y_ptr, y_docs, r_ptr, r_docs, r_vals, has_r, neg_weight,
-    pos_weight, loss, C, eps, max_iter, seed, threshold,
+    pos_weight, loss, C, eps, max_iter, seed, threshold, first_node,
 ):  # fmt: skip
     """Fit `nodes` (children of the parent whose slice this is) one after another, each from a zero start.
 
@@ -35,7 +35,9 @@ def train_nodes(
     with `has_r`, relevance in CSC weighs a document's loss by its value, others by `neg_weight`.
     `pos_weight` (one per node of the level, or empty: all 1) multiplies every positive's cost on top:
     the missing-label losses' w⁺c⁺ (liblinear's per-class weight of the positive class).
-    Returns the weights pruned below `threshold` as CSR rows over global columns, and the biases.
+    Returns the weights pruned below `threshold` as CSR rows over global columns, and the biases. Node `node`
+    draws from the stream of node `first_node + node` of its level: a sub-tree's level (a slice of the level's
+    nodes, training/xlinear/subtrees.py) seeds its nodes as the whole level does.
     """
     n, n_nodes, n_cols = len(rows), len(nodes), len(cols)
     y = np.empty(n, np.float64)
@@ -70,7 +72,7 @@ def train_nodes(
             bias[t] = 1.0 if n_pos == n else -1.0
             continue
         w[:] = 0.0
-        solve(s_indptr, s_indices, s_data, sqnorm, y, Ci, loss, eps, max_iter, node_state(seed, node), w)
+        solve(s_indptr, s_indices, s_data, sqnorm, y, Ci, loss, eps, max_iter, node_state(seed, first_node + node), w)
         bias[t] = w[n_cols]
         kept = 0
         for c in range(n_cols):

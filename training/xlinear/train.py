@@ -24,13 +24,17 @@ from xtag.models.bundle.components import COMPONENTS
 from xtag.models.features.static_encoder import StaticEncoder
 from xtag.models.inference.beam_search import RankerLevel
 from xtag.models.label_tree import ClusterChain
-from xtag.models.registry import RunResult, TrainInputs
+from xtag.models.registry import RunResult
 from xtag.models.xlinear.model import RankerConfig, XLinearModel, load_level, save_level
-from xtag.models.xr_transformer.concat_features import concat_features
 from xtag.training.threads import cpu_count
 from xtag.training.tree.build import build_tree, pifa_embeddings
 from xtag.training.tree.kernels import build_slice
-from xtag.training.weighting.label_weights import MissingLabelsConfig, label_positive_weights, level_positive_weights
+from xtag.training.weighting.label_weights import (
+    LabelWeights,
+    MissingLabelsConfig,
+    label_positive_weights,
+    level_positive_weights,
+)
 from xtag.training.xlinear import nodes, solver
 from xtag.training.xlinear.config import XLinearConfig
 
@@ -81,6 +85,7 @@ def _fit_node(
         1.0,
         np.empty(0, np.float64),
         *_solver_args(config),
+        0,
     )
     return idx, val, float(bias[0])
 
@@ -124,7 +129,8 @@ class _ParentSlices:
 
     def __init__(self, X: sp.csr_matrix, rows: list[np.ndarray], units_left: list[int]):
         self.X, self.rows, self.left = X, rows, units_left
-        self.indptr, self.indices = X.indptr.astype(np.int64), X.indices.astype(np.int32)  # no copy if typed so
+        self.indptr = X.indptr.astype(np.int64, copy=False)  # no copy if typed so: a task maps X from the store
+        self.indices = X.indices.astype(np.int32, copy=False)
         self.lock = threading.Lock()
         self.entries: dict[int, dict] = {}
         self.bytes = self.peak = 0
@@ -197,6 +203,7 @@ def train_level(
     neg_weight: float = 1.0,
     stats: dict | None = None,
     pos_weight: np.ndarray | None = None,
+    first_node: int = 0,
 ) -> RankerLevel:
     """Fit every node of one level on the documents its parent's mask selects, nodes in threads.
 
@@ -207,7 +214,8 @@ def train_level(
     cost-sensitive as in XR-Transformer eq. 6/9: a positive weighs its relevance value, a negative
     `neg_weight`. `pos_weight` (one per node) multiplies each node's positives' cost on top (the
     missing-label losses, `level_positive_weights`). `stats`, when given, receives the peak bytes held
-    beyond X and the model (`extra_bytes`: live parent slices plus the running units' scratch).
+    beyond X and the model (`extra_bytes`: live parent slices plus the running units' scratch). `first_node`:
+    the level's nodes are nodes first_node.. of a wider level (a sub-tree's), seeded as there.
     """
     X, mask = _as_float_csr(X), mask.tocsc()
     n_nodes, d = Yt.shape[1], X.shape[1]
@@ -230,7 +238,7 @@ def train_level(
         slices.account(scratch)
         try:
             return nodes.train_nodes(
-                *piece, rows[p], ids, *targets, *weights, relevance is not None, neg_weight, pw, *args
+                *piece, rows[p], ids, *targets, *weights, relevance is not None, neg_weight, pw, *args, first_node
             )
         finally:
             slices.account(-scratch)
@@ -261,6 +269,42 @@ def train_level(
     if stats is not None:
         stats["extra_bytes"] = slices.peak
     return RankerLevel(W=W, bias=np.concatenate([r[3] for r in results] or [np.empty(0, np.float32)]))
+
+
+def fit_chain_level(
+    X_rankers: sp.csr_matrix,
+    Y: sp.csr_matrix,
+    chain: ClusterChain,
+    t: int,
+    levels: list[RankerLevel],
+    config: XLinearConfig,
+    weighted: LabelWeights | None,
+    progress: bool = True,
+    stats: dict | None = None,
+    X: sp.csr_matrix | None = None,
+    root: sp.csc_matrix | None = None,
+    first_node: int = 0,
+) -> RankerLevel:
+    """Level t of `chain`'s rankers (`levels`: those above it): its targets from Y, each parent's documents
+    (eq. 7-8; the matcher reads `X`, default X_rankers) and the missing-label weights, trained by train_level.
+
+    A sub-tree's chain (training/xlinear/subtrees.py) gives `root`, the documents its root sees (one column),
+    and `first_node` per level, where its nodes sit in the whole tree's level.
+    """
+    Yt = chain.level_targets(Y, t)
+    if t == 1 and root is not None:
+        mask = root
+    else:
+        parents = chain.level_targets(Y, t - 1) if t > 1 else None
+        mask = _parent_mask(X_rankers if X is None else X, parents, levels, chain, t, config)
+    return train_level(
+        *(X_rankers, Yt, mask, chain.ptrs[t - 1], config),
+        desc=f"level {t}/{chain.depth}",
+        progress=progress,
+        stats=stats,
+        pos_weight=None if weighted is None else level_positive_weights(chain, weighted.weights, weighted.freq, t),
+        first_node=first_node,
+    )
 
 
 def train_xlinear(
@@ -309,16 +353,8 @@ def train_xlinear(
             log({"event": "resume", "what": f"level {t}"})
             continue
         start = time.perf_counter()
-        Yt = chain.level_targets(Y, t)
-        mask = _parent_mask(X, chain.level_targets(Y, t - 1) if t > 1 else None, levels, chain, t, config)
         stats: dict = {}
-        level = train_level(
-            *(X_rankers, Yt, mask, chain.ptrs[t - 1], config),
-            desc=f"level {t}/{chain.depth}",
-            progress=progress,
-            stats=stats,
-            pos_weight=None if weighted is None else level_positive_weights(chain, weighted.weights, weighted.freq, t),
-        )
+        level = fit_chain_level(X_rankers, Y, chain, t, levels, config, weighted, progress=progress, stats=stats, X=X)
         levels.append(level)
         log(
             {
@@ -355,43 +391,3 @@ class XLinearResult(RunResult):
     def summary(self) -> dict:
         dense = {"dense_features": self.static.dim, "dense": "static"} if self.static is not None else {}
         return {"features": self.model.config.n_features, **dense}
-
-
-def train(run: TrainInputs) -> XLinearResult:
-    """The family's entry in the registry: rankers on the run's TF-IDF or, with a `dense` section, on Φ_cat =
-    [TF-IDF, α · static] (the tree too: PIFA over Φ_cat, as XR-Transformer's final stage builds it)."""
-    X, static = run.X, None
-    if run.config.dense is not None:
-        from xtag.training.static.fit import static_encoder_for_run
-
-        task = None
-        if "task" in run.config.dense.tune:  # the labels and TF-IDF the matcher is trained on
-            from xtag.training.static.task import TaskInputs
-
-            task = TaskInputs(X, run.Y, run.config.xlinear.tree, run.config.xlinear.n_jobs)
-        static = static_encoder_for_run(
-            run.texts, run.config.dense, run.checkpoint_dir / "static", run.log, task, run.progress
-        )
-        start = time.perf_counter()
-        X = concat_features(X, static.encode(run.texts), static.config.alpha)
-        run.log(
-            {
-                "event": "features",
-                "what": "phi_cat",
-                "dim": X.shape[1],
-                "nnz": int(X.nnz),
-                "static_seconds": round(time.perf_counter() - start, 3),
-            }
-        )
-    model = train_xlinear(
-        X,
-        run.Y,
-        run.config.xlinear,
-        checkpoint_dir=run.checkpoint_dir,
-        progress=run.progress,
-        log=run.log,
-        missing_labels=run.config.missing_labels,
-    )
-    if static is not None:
-        model = XLinearModel(model.chain, model.levels, model.config.model_copy(update={"dense_features": static.dim}))
-    return XLinearResult(model, static)

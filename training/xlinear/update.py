@@ -66,7 +66,11 @@ def update_rankers(
     X = _as_float_csr(X.astype(np.float32, copy=False))
     if clusters == "new":  # PIFA of the new labels alone: the old ones' are not needed
         growth = graft_subtree(
-            old.chain, pifa_embeddings(X, Y, xl.tree.pifa_weighting, n_old), n_old, xl.tree, xl.n_jobs
+            old.chain,
+            pifa_embeddings(X, Y, xl.tree.pifa_weighting, np.arange(n_old, Y.shape[1])),
+            n_old,
+            xl.tree,
+            xl.n_jobs,
         )
     else:
         pifa = pifa_embeddings(X, Y, xl.tree.pifa_weighting)

@@ -28,7 +28,7 @@ from xtag.service.http.openapi_limits import apply_limits
 from xtag.service.http.request_body import BodyReadMiddleware
 from xtag.service.http.security import DASHBOARD_HEADERS, NoSniffMiddleware, ProblemCORSMiddleware
 from xtag.service.observability.metrics import LATENCY_BUCKETS, Metrics, ObservabilityMiddleware, RecentRequests
-from xtag.service.observability.timeline import Timeline
+from xtag.service.observability.timeline import Timelines
 from xtag.service.routes import admin, annif, feedback, health, labels, monitoring, predict
 from xtag.service.schemas import REQUEST_MODELS, ProblemDetails
 from xtag.service.settings import Settings
@@ -105,7 +105,8 @@ async def lifespan(app: FastAPI):
         state.executor, state.parse_executor = worker_pools(settings)
         if state.registry.current is not None:
             kind = state.registry.current.kind
-            state.batcher = make_batcher(settings, kind, state.executor, state.metrics.observe_batch, state.recent)
+            on_batch = state.registry.current.series.observe_batch
+            state.batcher = make_batcher(settings, kind, state.executor, on_batch, state.recent)
     state.lifespans += 1
     loop = asyncio.get_running_loop()
     hup = False
@@ -175,8 +176,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         drift_window=settings.drift_window,
         options=settings.runtime_options(),
     )
-    app.state.timeline = timeline = Timeline(LATENCY_BUCKETS)
-    app.state.metrics = metrics = Metrics(timeline)
+    app.state.timelines = timelines = Timelines(LATENCY_BUCKETS)
+    app.state.metrics = metrics = Metrics(timelines)
     app.state.recent = recent = RecentRequests(settings.stats_window_s)
     app.state.batcher = None
     app.state.tasks = set()
@@ -188,8 +189,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     def on_swap(old, new) -> None:
         metrics.set_model(old, new)
         was = f" (was {old.bundle.version})" if old is not None else ""
-        timeline.mark(f"{new.bundle.name} {new.bundle.version}{was}", "reload" if old is not None else "load")
-        app.state.batcher = make_batcher(settings, new.kind, app.state.executor, metrics.observe_batch, recent)
+        new.series.timeline.mark(f"{new.bundle.name} {new.bundle.version}{was}", "reload" if old is not None else "load")
+        app.state.batcher = make_batcher(settings, new.kind, app.state.executor, new.series.observe_batch, recent)
         app.openapi_schema = (
             None  # rebuilt on the next request: the label count bounds k (service/http/openapi_limits.py)
         )

@@ -14,6 +14,7 @@ from fastapi import Request, Security
 from fastapi.security import APIKeyHeader
 from pydantic import BaseModel, SecretStr, ValidationError
 from xtag.service.http.problems import Problem, validation_problem
+from xtag.service.observability.metrics import MODEL_KEY, served_name
 from xtag.service.settings import Settings
 from xtag.service.state.model_slot import ServedModel
 
@@ -37,6 +38,7 @@ def served_model(request: Request) -> ServedModel:
         registry = request.app.state.registry
         why = registry.last_error or ("the bundle is still loading" if registry.loading else "no bundle loaded")
         raise Problem(503, "model-unavailable", f"no model is being served yet: {why}", headers={"Retry-After": "1"})
+    request.scope[MODEL_KEY] = served_name(model)  # the request's series carry it (ObservabilityMiddleware)
     return model
 
 

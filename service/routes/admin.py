@@ -18,6 +18,7 @@ from fastapi import APIRouter, Depends, Request
 from xtag.models.errors import XtagError
 from xtag.service.deps import json_body, openapi_body
 from xtag.service.http.problems import Problem, problem_responses
+from xtag.service.observability.metrics import served_name
 from xtag.service.schemas import ReloadRequest, ReloadResponse
 from xtag.service.state.model_slot import ReloadInProgress
 
@@ -33,9 +34,9 @@ async def reload_model(request_app, bundle: str | Path | None = None, wait: bool
     except ReloadInProgress:
         raise
     except XtagError:
-        state.metrics.reloads.labels("failed").inc()
+        state.metrics.reloads.labels(_reloaded_name(state, bundle), "failed").inc()
         raise
-    state.metrics.reloads.labels("ok").inc()
+    state.metrics.reloads.labels(served_name(new), "ok").inc()
     status = "unchanged" if old is not None and old.bundle.version == new.bundle.version else "reloaded"
     return {
         "status": status,
@@ -43,6 +44,15 @@ async def reload_model(request_app, bundle: str | Path | None = None, wait: bool
         "previous": old.ref if old else None,
         "took_ms": round((time.perf_counter() - start) * 1e3, 3),
     }
+
+
+def _reloaded_name(state, bundle: str | Path | None) -> str:
+    """The served name a failed reload was for: the model served now, else the bundle's directory name."""
+    current = state.registry.current
+    if current is not None:
+        return served_name(current)
+    target = bundle if bundle is not None else state.registry.path
+    return Path(target).name if target is not None else ""
 
 
 def _still_serving(request: Request) -> str:

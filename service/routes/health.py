@@ -42,5 +42,5 @@ async def metrics(request: Request) -> Response:
     state = request.app.state
     model = state.registry.current
     if model is not None and model.drift is not None:  # computed when read: O(labels), not per request
-        state.metrics.publish_drift(model.drift.summary(model.names, top=0))
+        state.metrics.publish_drift(model, model.drift.summary(model.names, top=0))
     return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -161,7 +161,7 @@ async def predict_arrays(
     batcher = request.app.state.batcher
     if batcher is not None:
         return await batcher.submit((id(model), k, beam, rw_key, rerank), texts, run, request.receive)
-    request.app.state.metrics.observe_batch(len(texts))
+    model.series.observe_batch(len(texts))
     return await run_off_loop(request.app.state.executor, run, texts, request.receive)
 
 
@@ -237,7 +237,7 @@ async def optimized_rows(
         n_labels=model.n_labels,
         config=config,
     )
-    request.app.state.metrics.observe_batch(len(texts))
+    model.series.observe_batch(len(texts))
     preds = await run_off_loop(request.app.state.executor, run, texts, request.receive)  # one call: the batch's optimum
     if not body.explain:
         return label_lists(model.label_prefixes, preds, body.threshold)

@@ -27,6 +27,7 @@ from xtag.service.http.response_json import LabelPrefixes, explained_lists
 from xtag.service.observability.drift import DEFAULT_WINDOW, LabelDrift
 
 if TYPE_CHECKING:
+    from xtag.service.observability.metrics import ModelSeries
     from xtag.models.lamp.explain import LampExplainer
 
 log = logging.getLogger("xtag.service")
@@ -40,6 +41,7 @@ class ServedModel:
     loaded_at: float = field(default_factory=time.time)
     warmup_ms: float = 0.0
     drift: LabelDrift | None = None  # attached once warmed up, so warm-up answers are not counted as traffic
+    series: ModelSeries | None = None  # its Prometheus children (observability/metrics.py), set when it goes live
     _weights: dict[tuple[str, float | None], np.ndarray] = field(default_factory=dict, repr=False)
     _explainer: Explainer | LampExplainer | None = field(default=None, repr=False)
 

@@ -24,22 +24,25 @@ def test_metrics_count_requests_per_endpoint_and_status(client):
     r = client.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     s = samples(r.text)
-    key = lambda ep, st, m="POST": (("endpoint", ep), ("method", m), ("status", st))  # noqa: E731
+    def key(ep, st, m="POST", model="tiny-a"):  # a request refused before a model was chosen has model ""
+        return (("endpoint", ep), ("method", m), ("model", model), ("status", st))
+
     assert s[("xtag_http_requests_total", key("/v1/predict", "200"))] == 3
-    assert s[("xtag_http_requests_total", key("/v1/predict", "422"))] == 1
+    assert s[("xtag_http_requests_total", key("/v1/predict", "422", model=""))] == 1
     assert s[("xtag_http_requests_total", key("/v1/predict/batch", "200"))] == 1
-    assert s[("xtag_http_requests_total", key("unmatched", "404", "GET"))] == 1
+    assert s[("xtag_http_requests_total", key("unmatched", "404", "GET", ""))] == 1
     assert s[("xtag_http_request_duration_seconds_count", key("/v1/predict", "200"))] == 3
     inf = tuple(sorted(key("/v1/predict", "200") + (("le", "+Inf"),)))
     assert s[("xtag_http_request_duration_seconds_bucket", inf)] == 3
-    assert s[("xtag_predict_batch_documents_sum", ())] == 3 + 3  # three single requests and one batch of 3
-    assert s[("xtag_predict_batch_documents_bucket", (("le", "4.0"),))] == 4
-    assert s[("xtag_predicted_documents_total", ())] == 6
+    model = (("model", "tiny-a"),)
+    assert s[("xtag_predict_batch_documents_sum", model)] == 3 + 3  # three single requests and one batch of 3
+    assert s[("xtag_predict_batch_documents_bucket", (("le", "4.0"), *model))] == 4
+    assert s[("xtag_predicted_documents_total", model)] == 6
     assert s[("xtag_http_requests_in_flight", ())] == 1  # the /metrics request itself
     info = [k for k in s if k[0] == "xtag_model_info"]
     assert len(info) == 1 and dict(info[0][1])["name"] == "tiny-a" and s[info[0]] == 1
-    assert dict(info[0][1])["labels"] == "9"
-    assert s[("xtag_model_load_seconds", ())] > 0
+    assert dict(info[0][1])["labels"] == "9" and dict(info[0][1])["model"] == "tiny-a"
+    assert s[("xtag_model_load_seconds", model)] > 0
 
 
 def test_model_info_follows_a_reload(make_client, bundles):

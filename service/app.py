@@ -189,7 +189,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     def on_swap(old, new) -> None:
         metrics.set_model(old, new)
         was = f" (was {old.bundle.version})" if old is not None else ""
-        new.series.timeline.mark(f"{new.bundle.name} {new.bundle.version}{was}", "reload" if old is not None else "load")
+        new.series.timeline.mark(
+            f"{new.bundle.name} {new.bundle.version}{was}", "reload" if old is not None else "load"
+        )
         app.state.batcher = make_batcher(settings, new.kind, app.state.executor, new.series.observe_batch, recent)
         app.openapi_schema = (
             None  # rebuilt on the next request: the label count bounds k (service/http/openapi_limits.py)

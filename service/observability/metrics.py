@@ -79,7 +79,7 @@ class Metrics:
         r = self.registry
         self.requests = Counter(
             "xtag_http_requests",
-            "HTTP requests by endpoint, method, status and the model that answered (\"\" for no model)",
+            'HTTP requests by endpoint, method, status and the model that answered ("" for no model)',
             ["endpoint", "method", "status", "model"],
             registry=r,
         )
@@ -133,7 +133,9 @@ class Metrics:
             registry=r,
             multiprocess_mode="liveall",
         )
-        self.reloads = Counter("xtag_model_reloads", "bundle reloads by model and outcome", ["model", "outcome"], registry=r)
+        self.reloads = Counter(
+            "xtag_model_reloads", "bundle reloads by model and outcome", ["model", "outcome"], registry=r
+        )
         self.rejected = Counter(
             "xtag_overload_rejected_requests",
             "prediction requests answered 503 at once because XTAG_MAX_QUEUE were in flight",

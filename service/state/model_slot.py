@@ -27,8 +27,8 @@ from xtag.service.http.response_json import LabelPrefixes, explained_lists
 from xtag.service.observability.drift import DEFAULT_WINDOW, LabelDrift
 
 if TYPE_CHECKING:
-    from xtag.service.observability.metrics import ModelSeries
     from xtag.models.lamp.explain import LampExplainer
+    from xtag.service.observability.metrics import ModelSeries
 
 log = logging.getLogger("xtag.service")
 

@@ -24,6 +24,7 @@ def test_metrics_count_requests_per_endpoint_and_status(client):
     r = client.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     s = samples(r.text)
+
     def key(ep, st, m="POST", model="tiny-a"):  # a request refused before a model was chosen has model ""
         return (("endpoint", ep), ("method", m), ("model", model), ("status", st))
 

@@ -33,6 +33,7 @@ from xtag.service.routes import admin, annif, feedback, health, labels, monitori
 from xtag.service.schemas import REQUEST_MODELS, ProblemDetails
 from xtag.service.settings import Settings
 from xtag.service.state.model_slot import ModelRegistry
+from xtag.service.state.shadow import ShadowMetrics
 
 DASHBOARD = Path(__file__).parent / "dashboard"  # the page's files, served under the public /static/ URLs
 log = logging.getLogger("xtag.service")
@@ -142,6 +143,8 @@ async def lifespan(app: FastAPI):
         state.parse_executor.shutdown(wait=False, cancel_futures=True)
         if state.feedback is not None:
             state.feedback.close()
+        for scorer in state.shadows.values():
+            scorer.close()
         state.metrics.process_exit()
 
 
@@ -198,6 +201,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
 
     app.state.registry.listeners.append(on_swap)
+    app.state.shadow_metrics = ShadowMetrics(metrics.registry)
+    app.state.shadows = {}  # primary's name → its ShadowScorer (service/state/shadow.py)
+    app.state.registry.listeners.append(lambda old, new: setattr(new, "shadow", app.state.shadows.get(new.series.name)))
     problems.install(app)
     protected = [Depends(require_api_key)]
     app.include_router(health.router)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import anyio.to_thread
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import Response
 from xtag.service.http.problems import problem_response, problem_responses
+from xtag.service.state.shadow import summaries
 
 router = APIRouter(tags=["operations"])
 
@@ -43,4 +45,6 @@ async def metrics(request: Request) -> Response:
     model = state.registry.current
     if model is not None and model.drift is not None:  # computed when read: O(labels), not per request
         state.metrics.publish_drift(model, model.drift.summary(model.names, top=0))
+    if state.shadows:  # live P@k reads the feedback store: off the loop, and only with a shadow declared
+        await anyio.to_thread.run_sync(summaries, request.app)
     return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

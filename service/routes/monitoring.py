@@ -1,15 +1,17 @@
 """The built-in page's feeds, per served model: GET /v1/drift (served labels against training labels,
 service/observability/drift.py) and GET /v1/timeline (the last hour per endpoint, service/observability/timeline.py).
-Without `model`, both describe the default model."""
+Without `model`, both describe the default model. GET /v1/shadow: shadow scoring's comparisons (service/state/shadow.py)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
+import anyio.to_thread
 from fastapi import APIRouter, Query, Request
 from xtag.service.deps import served_model
 from xtag.service.http.problems import Problem, problem_responses
 from xtag.service.observability.metrics import served_name
+from xtag.service.state.shadow import summaries
 
 router = APIRouter(tags=["monitoring"])
 MODEL_QUERY = Query(description="the served model's name (default: the default model)", max_length=200)
@@ -58,3 +60,15 @@ async def timeline(
         current = request.app.state.registry.current
         model = served_name(current) if current is not None else ""
     return {**timelines.series(model, minutes), "model": model, "models": timelines.models()}
+
+
+@router.get(
+    "/v1/shadow",
+    summary="Shadow scoring: each shadow's agreement with its primary, and both models' live P@k from feedback",
+    description="Per pair: documents compared, shed and errors, the window's top-1 agreement, overlap@k and rank "
+    "correlation, and `live`: each model's P@k on the compared documents whose id the feedback store holds "
+    "corrected labels for (absent without a store).",
+    responses=problem_responses({401: "missing API key"}),
+)
+async def shadow(request: Request) -> dict:
+    return {"pairs": await anyio.to_thread.run_sync(summaries, request.app)}

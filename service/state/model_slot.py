@@ -29,6 +29,7 @@ from xtag.service.observability.drift import DEFAULT_WINDOW, LabelDrift
 if TYPE_CHECKING:
     from xtag.models.lamp.explain import LampExplainer
     from xtag.service.observability.metrics import ModelSeries
+    from xtag.service.state.shadow import ShadowScorer
 
 log = logging.getLogger("xtag.service")
 
@@ -42,6 +43,7 @@ class ServedModel:
     warmup_ms: float = 0.0
     drift: LabelDrift | None = None  # attached once warmed up, so warm-up answers are not counted as traffic
     series: ModelSeries | None = None  # its Prometheus children (observability/metrics.py), set when it goes live
+    shadow: ShadowScorer | None = None  # the model scoring its requests after them (state/shadow.py), if any
     _weights: dict[tuple[str, float | None], np.ndarray] = field(default_factory=dict, repr=False)
     _explainer: Explainer | LampExplainer | None = field(default=None, repr=False)
 

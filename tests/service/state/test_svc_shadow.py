@@ -1,0 +1,157 @@
+"""Shadow scoring (service/state/shadow.py): a second model scores the primary's requests after they were answered,
+bounded (a slow shadow sheds), never changing the primary's answer, and exported as agreement and live P@k."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from xtag.service.observability.agreement import AgreementWindow, compare
+from xtag.service.state import shadow as shadow_module
+from xtag.service.state.model_slot import ServedModel, load_and_warm
+
+from tests.service.svc_support import ADMIN, ADMIN_KEY, bundles, make_client, tiny_corpus  # noqa: F401
+
+DOCS = tiny_corpus()[:24]
+
+
+def with_shadow(c, model: ServedModel):
+    """Declare `model` the shadow of the served tiny-a (as the models configuration does)."""
+    scorer = shadow_module.declare(c.app, "tiny-a", model.bundle.name, lambda: model)
+    c.app.state.registry.current.shadow = scorer
+    return scorer
+
+
+def wait_for(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def series(text: str, name: str) -> dict[tuple, float]:
+    return {
+        tuple(sorted(s.labels.items())): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == name
+    }
+
+
+def test_agreement_figures_of_two_lists():
+    assert compare(["a", "b", "c"], ["a", "b", "c"], 3) == (True, 1.0, 1.0)
+    assert compare(["a", "b", "c"], ["c", "b", "a"], 3) == (False, 1.0, -1.0)
+    top1, overlap, tau = compare(["a", "b", "c"], ["a", "x", "y"], 3)
+    assert top1 and overlap == pytest.approx(1 / 3) and -1 < tau < 1
+    w = AgreementWindow(capacity=2)
+    for row in (["a"], ["b"]), (["a"], ["a"]), (["c"], ["c"]):
+        w.add(None, *row, 1)
+    assert w.means()["top1_agreement"] == 1.0 and w.means()["window_documents"] == 2  # the first one fell out
+
+
+def test_a_shadow_scores_every_request_after_it_and_exports_agreement(make_client, bundles):
+    c = make_client()
+    other = load_and_warm(bundles["b"], "warm up")
+    scorer = with_shadow(c, other)
+    answers = []
+    for d in DOCS:
+        r = c.post("/v1/predict", json={"text": d["text"], "k": 3})
+        assert r.status_code == 200
+        answers.append([x["name"] for x in r.json()["labels"]])
+    wait_for(lambda: scorer.counts["documents"] == len(DOCS))
+    expected = AgreementWindow(100)
+    for d, mine in zip(DOCS, answers):
+        theirs = [other.names[j] for j in other.predict([d["text"]], 3, None, None).labels[0] if j >= 0]
+        expected.add(None, mine, theirs, 3)
+    got = c.get("/v1/shadow").json()["pairs"]
+    assert len(got) == 1 and got[0]["model"] == "tiny-a" and got[0]["shadow"] == "tiny-b"
+    want = expected.means()
+    for key in ("top1_agreement", "overlap_at_k", "rank_correlation"):
+        assert got[0][key] == want[key]
+    assert 0 < want["overlap_at_k"] < 1  # two different models: the numbers say something
+    pair = (("model", "tiny-a"), ("shadow", "tiny-b"))
+    metrics = c.get("/metrics").text
+    assert series(metrics, "xtag_shadow_documents_total")[pair] == len(DOCS)
+    assert series(metrics, "xtag_shadow_top1_agreement")[pair] == pytest.approx(want["top1_agreement"])
+    assert series(metrics, "xtag_shadow_overlap_at_k")[pair] == pytest.approx(want["overlap_at_k"])
+    assert series(metrics, "xtag_shadow_rank_correlation")[pair] == pytest.approx(want["rank_correlation"])
+
+
+def test_a_slow_shadow_sheds_work_instead_of_queueing(make_client, bundles, monkeypatch):
+    c = make_client(shadow_queue=2)
+    other = load_and_warm(bundles["b"], "warm up")
+    scorer = with_shadow(c, other)
+    release = threading.Event()
+    slow_predict = other.predict
+    monkeypatch.setattr(other, "predict", lambda *a, **kw: release.wait(30) and slow_predict(*a, **kw))
+    for d in DOCS[:10]:
+        start = time.perf_counter()
+        assert c.post("/v1/predict/batch", json={"documents": [{"text": d["text"]}], "k": 2}).status_code == 200
+        assert time.perf_counter() - start < 5  # the primary never waits for its shadow
+    # one call runs (blocked), two wait in the queue, the other seven are shed
+    assert scorer.counts["shed_documents"] == 7 and scorer.queue.qsize() == 2
+    release.set()
+    wait_for(lambda: scorer.counts["documents"] == 3)
+    assert (
+        series(c.get("/metrics").text, "xtag_shadow_shed_documents_total")[(("model", "tiny-a"), ("shadow", "tiny-b"))]
+        == 7
+    )
+
+
+def test_a_failing_or_stuck_shadow_leaves_the_primary_unchanged_and_is_counted(make_client, bundles, monkeypatch):
+    c = make_client(shadow_timeout_s=0.2)
+    plain = c.post("/v1/predict", json={"text": "python script module", "k": 3}).json()["labels"]
+    other = load_and_warm(bundles["b"], "warm up")
+    scorer = with_shadow(c, other)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("shadow exploded")
+
+    monkeypatch.setattr(other, "predict", broken)
+    r = c.post("/v1/predict", json={"text": "python script module", "k": 3})
+    assert r.status_code == 200 and r.json()["labels"] == plain
+    wait_for(lambda: scorer.counts["errors"] == 1)
+    stuck = threading.Event()
+    monkeypatch.setattr(other, "predict", lambda *a, **kw: stuck.wait(30))
+    r = c.post("/v1/predict", json={"text": "python script module", "k": 3})
+    assert r.status_code == 200 and r.json()["labels"] == plain
+    wait_for(lambda: scorer.counts["errors"] == 2)  # the timeout, not the end of the call
+    stuck.set()
+    errors = series(c.get("/metrics").text, "xtag_shadow_errors_total")
+    assert errors[(("model", "tiny-a"), ("shadow", "tiny-b"))] == 2
+    assert scorer.counts["documents"] == 0
+
+
+def test_live_precision_of_both_models_from_feedback(make_client, bundles, tmp_path):
+    from xtag.models.metrics import evaluate
+
+    c = make_client(admin_key=ADMIN_KEY, feedback_db=str(tmp_path / "fb.sqlite3"))
+    other = load_and_warm(bundles["b"], "warm up")
+    scorer = with_shadow(c, other)
+    docs = [{"id": d["id"], "text": d["text"]} for d in DOCS]
+    assert c.post("/v1/predict/batch", json={"documents": docs, "k": 3}).status_code == 200
+    assert c.post("/v1/predict/batch", json={"documents": [{"text": "no id: not joined"}], "k": 3}).status_code == 200
+    wait_for(lambda: scorer.counts["documents"] == len(DOCS) + 1)
+    corrected = DOCS[:12]  # the store holds labels for half of them
+    feedback = [{"id": d["id"], "text": d["text"], "labels": d["labels"]} for d in corrected]
+    assert c.post("/v1/feedback", json={"documents": feedback}, headers=ADMIN).status_code == 200
+    live = c.get("/v1/shadow").json()["pairs"][0]["live"]
+    assert live["documents"] == 12
+    names = sorted(
+        {n for d in corrected for n in d["labels"]} | set(other.names) | set(c.app.state.registry.current.names)
+    )
+    import numpy as np
+    import scipy.sparse as sp
+
+    Y = sp.csr_matrix([[n in d["labels"] for n in names] for d in corrected], dtype=np.float64)
+    for model, name in ((c.app.state.registry.current, "tiny-a"), (other, "tiny-b")):
+        preds = model.predict([d["text"] for d in corrected], 3, None, None).labels
+        pred = np.array([[names.index(model.names[j]) for j in row] for row in preds])
+        want = evaluate(pred, Y, (1, 3))
+        assert live[name]["P@1"] == pytest.approx(want["P@1"], abs=1e-3)
+        assert live[name]["P@3"] == pytest.approx(want["P@3"], abs=1e-3)
+    metrics = series(c.get("/metrics").text, "xtag_shadow_live_precision")
+    key = (("k", "1"), ("model", "tiny-a"), ("scored", "tiny-b"), ("shadow", "tiny-b"))
+    assert metrics[key] == pytest.approx(live["tiny-b"]["P@1"])

@@ -3,16 +3,24 @@ bounded (a slow shadow sheds), never changing the primary's answer, and exported
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
+import httpx
+import numpy as np
 import pytest
+import scipy.sparse as sp
 from prometheus_client.parser import text_string_to_metric_families
+from typer.testing import CliRunner
+from xtag.models.metrics import evaluate
 from xtag.service.observability.agreement import AgreementWindow, compare
+from xtag.service.settings import Settings
 from xtag.service.state import shadow as shadow_module
 from xtag.service.state.model_slot import ServedModel, load_and_warm
 
-from tests.service.svc_support import ADMIN, ADMIN_KEY, bundles, make_client, tiny_corpus  # noqa: F401
+from tests.service.svc_support import ADMIN, ADMIN_KEY, LiveServer, bundles, make_client, tiny_corpus  # noqa: F401
+from xtag.cli import app as cli
 
 DOCS = tiny_corpus()[:24]
 
@@ -125,8 +133,6 @@ def test_a_failing_or_stuck_shadow_leaves_the_primary_unchanged_and_is_counted(m
 
 
 def test_live_precision_of_both_models_from_feedback(make_client, bundles, tmp_path):
-    from xtag.models.metrics import evaluate
-
     c = make_client(admin_key=ADMIN_KEY, feedback_db=str(tmp_path / "fb.sqlite3"))
     other = load_and_warm(bundles["b"], "warm up")
     scorer = with_shadow(c, other)
@@ -142,9 +148,6 @@ def test_live_precision_of_both_models_from_feedback(make_client, bundles, tmp_p
     names = sorted(
         {n for d in corrected for n in d["labels"]} | set(other.names) | set(c.app.state.registry.current.names)
     )
-    import numpy as np
-    import scipy.sparse as sp
-
     Y = sp.csr_matrix([[n in d["labels"] for n in names] for d in corrected], dtype=np.float64)
     for model, name in ((c.app.state.registry.current, "tiny-a"), (other, "tiny-b")):
         preds = model.predict([d["text"] for d in corrected], 3, None, None).labels
@@ -155,3 +158,28 @@ def test_live_precision_of_both_models_from_feedback(make_client, bundles, tmp_p
     metrics = series(c.get("/metrics").text, "xtag_shadow_live_precision")
     key = (("k", "1"), ("model", "tiny-a"), ("scored", "tiny-b"), ("shadow", "tiny-b"))
     assert metrics[key] == pytest.approx(live["tiny-b"]["P@1"])
+
+
+def test_shadow_report_prints_the_comparison_from_a_servers_metrics(bundles, tmp_path):
+    settings = Settings(_env_file=None, bundle=bundles["a"], admin_key=ADMIN_KEY, feedback_db=str(tmp_path / "f.db"))
+    with LiveServer(settings) as server:
+        other = load_and_warm(bundles["b"], "warm up")
+        scorer = shadow_module.declare(server.app, "tiny-a", "tiny-b", lambda: other)
+        server.app.state.registry.current.shadow = scorer
+        docs = [{"id": d["id"], "text": d["text"]} for d in DOCS]
+        assert httpx.post(server.url + "/v1/predict/batch", json={"documents": docs, "k": 3}).status_code == 200
+        wait_for(lambda: scorer.counts["documents"] == len(DOCS))
+        feedback = [{"id": d["id"], "text": d["text"], "labels": d["labels"]} for d in DOCS[:6]]
+        assert httpx.post(server.url + "/v1/feedback", json={"documents": feedback}, headers=ADMIN).status_code == 200
+        expected = httpx.get(server.url + "/v1/shadow").json()["pairs"][0]
+        text = CliRunner().invoke(cli, ["shadow", "report", "--url", server.url])
+        as_json = CliRunner().invoke(cli, ["shadow", "report", "--url", server.url, "--json"])
+    assert text.exit_code == 0, text.output
+    assert "tiny-b shadowing tiny-a: 24 documents compared, 0 shed, 0 errors" in text.output
+    assert f"top-1 agreement {expected['top1_agreement']:.3f}" in text.output
+    assert "live, on 6 documents with feedback: P@1  P@3" in text.output
+    row = json.loads(as_json.output)[0]
+    assert row["live"]["tiny-b"]["P@1"] == pytest.approx(expected["live"]["tiny-b"]["P@1"])
+    assert row["overlap_at_k"] == pytest.approx(expected["overlap_at_k"], abs=1e-4)
+    gone = CliRunner().invoke(cli, ["shadow", "report", "--url", server.url])  # the server has stopped
+    assert gone.exit_code == 2 and gone.output.startswith("error: ") and "Traceback" not in gone.output

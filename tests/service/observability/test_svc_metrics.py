@@ -93,3 +93,32 @@ def test_static_files_are_counted_under_their_mount_not_as_unmatched(client):
         and dict(k[1])["endpoint"] not in ("/metrics", "/ready")
     }
     assert counts == {("/static", "200"): 2, ("/static", "404"): 1, ("/static/docs", "200"): 1, ("unmatched", "404"): 1}
+
+
+PER_MODEL = ("xtag_http_request_duration", "xtag_http_requests_total", "xtag_predict", "xtag_label_drift", "xtag_model_")
+
+
+def test_every_prediction_series_names_the_model(make_client, bundles):
+    """Each series about predictions carries `model`, the name the model is served under, so that a server with
+    several models (or one whose model changes) is charted per model; the request series of a prediction carry
+    the model that answered it."""
+    c = make_client(admin_key=ADMIN_KEY)
+    c.post("/v1/predict", json={"text": "python script", "k": 3})
+    c.post("/v1/predict/batch", json={"documents": [{"text": "sql"}], "k": 3})
+    c.get("/v1/drift")  # publishes the drift gauges (a reload then starts an empty window)
+    c.post("/v1/admin/reload", json={}, headers=ADMIN)
+    found = [(name, labels) for (name, labels) in samples(c.get("/metrics").text) if name.startswith(PER_MODEL)]
+    assert {name.rsplit("_", 1)[0] for name, _ in found} >= {
+        "xtag_predict_batch_documents",
+        "xtag_predicted_documents",
+        "xtag_label_drift_js",
+        "xtag_model_reloads",
+        "xtag_model_load",
+        "xtag_http_request_duration_seconds",
+    }
+    for name, labels in found:
+        assert "model" in dict(labels), name
+    predicted = [dict(labels)["model"] for name, labels in found if name.startswith("xtag_predict")]
+    assert set(predicted) == {"tiny-a"}
+    answered = {dict(lb)["endpoint"]: dict(lb)["model"] for name, lb in found if name == "xtag_http_requests_total"}
+    assert answered["/v1/predict"] == answered["/v1/predict/batch"] == "tiny-a"

@@ -95,7 +95,13 @@ def test_static_files_are_counted_under_their_mount_not_as_unmatched(client):
     assert counts == {("/static", "200"): 2, ("/static", "404"): 1, ("/static/docs", "200"): 1, ("unmatched", "404"): 1}
 
 
-PER_MODEL = ("xtag_http_request_duration", "xtag_http_requests_total", "xtag_predict", "xtag_label_drift", "xtag_model_")
+PER_MODEL = (
+    "xtag_http_request_duration",
+    "xtag_http_requests_total",
+    "xtag_predict",
+    "xtag_label_drift",
+    "xtag_model_",
+)
 
 
 def test_every_prediction_series_names_the_model(make_client, bundles):

@@ -109,7 +109,7 @@ class ShadowScorer:
         self.window = AgreementWindow(window)
         self.queue: asyncio.Queue[ShadowJob] | None = None
         self.queue_size = queue_size
-        self.executor = ThreadPoolExecutor(1, thread_name_prefix=f"xtag-shadow-{shadow}"[:15])
+        self.executor: ThreadPoolExecutor | None = None
         self.task: asyncio.Task | None = None
         m = metrics
         self.documents, self.shed, self.errors = (c.labels(primary, shadow) for c in (m.documents, m.shed, m.errors))
@@ -122,8 +122,9 @@ class ShadowScorer:
 
     async def offer(self, job: ShadowJob) -> None:
         """Queue an answered request for the shadow, or shed it (counted) when XTAG_SHADOW_QUEUE already wait."""
-        if self.queue is None:  # made on the loop that serves: the first request's
+        if self.queue is None:  # made on the loop that serves (the first request's), again after a restart
             self.queue = asyncio.Queue(self.queue_size)
+            self.executor = ThreadPoolExecutor(1, thread_name_prefix="xtag-shadow")
             self.task = asyncio.get_running_loop().create_task(self._drain())
         try:
             self.queue.put_nowait(job)
@@ -199,9 +200,12 @@ class ShadowScorer:
         return out
 
     def close(self) -> None:
+        """Stop scoring (the app's shutdown); the next request after a restart starts again."""
         if self.task is not None:
             self.task.cancel()
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        if self.executor is not None:
+            self.executor.shutdown(wait=False, cancel_futures=True)
+        self.queue = self.task = self.executor = None
 
 
 def declare(app, primary: str, shadow: str, resolve: Callable[[], ServedModel | None]) -> ShadowScorer:

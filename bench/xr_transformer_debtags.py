@@ -187,7 +187,7 @@ class ThreadServer:
     @contextmanager
     def inlining_off(self) -> Iterator[None]:
         """Lone requests go to the worker thread meanwhile (XTAG_INLINE_MAX_TEXTS=0 on this server)."""
-        batcher = self.app.state.batcher
+        batcher = self.app.state.registry.current.batcher
         batcher.inline_max_texts = 0
         try:
             yield

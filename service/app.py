@@ -8,6 +8,7 @@ import os
 import signal
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 from fastapi import Depends, FastAPI
@@ -29,11 +30,11 @@ from xtag.service.http.request_body import BodyReadMiddleware
 from xtag.service.http.security import DASHBOARD_HEADERS, NoSniffMiddleware, ProblemCORSMiddleware
 from xtag.service.observability.metrics import LATENCY_BUCKETS, Metrics, ObservabilityMiddleware, RecentRequests
 from xtag.service.observability.timeline import Timelines
-from xtag.service.routes import admin, annif, feedback, health, labels, monitoring, predict
+from xtag.service.routes import admin, annif, feedback, health, labels, model_admin, models, monitoring, predict
 from xtag.service.schemas import REQUEST_MODELS, ProblemDetails
 from xtag.service.settings import Settings
-from xtag.service.state.model_slot import ModelRegistry
-from xtag.service.state.shadow import ShadowMetrics
+from xtag.service.state import shadow
+from xtag.service.state.registry import ModelRegistry
 
 DASHBOARD = Path(__file__).parent / "dashboard"  # the page's files, served under the public /static/ URLs
 log = logging.getLogger("xtag.service")
@@ -82,10 +83,9 @@ def make_batcher(
 
 def _sighup(app: FastAPI) -> None:
     async def reload() -> None:
-        try:
-            await admin.reload_model(app)  # the registry logs the switch (old → new version, seconds, RSS)
-        except XtagError as exc:
-            log.error("SIGHUP reload failed, still serving the old model: %s", exc)
+        failed = await admin.reload_all(app)  # each slot logs its switch (model, old → new version, seconds, RSS)
+        for name, why in failed.items():
+            log.error("SIGHUP reload of model %s failed, it keeps its old bundle: %s", name, why)
 
     task = asyncio.get_running_loop().create_task(reload())
     app.state.tasks.add(task)  # the loop keeps only a weak reference
@@ -104,10 +104,12 @@ async def lifespan(app: FastAPI):
     state, settings = app.state, app.state.settings
     if state.lifespans:  # the same app started again (a TestClient reused): the last shutdown closed its pools
         state.executor, state.parse_executor = worker_pools(settings)
-        if state.registry.current is not None:
-            kind = state.registry.current.kind
-            on_batch = state.registry.current.series.observe_batch
-            state.batcher = make_batcher(settings, kind, state.executor, on_batch, state.recent)
+        for slot in state.registry.slots.values():
+            if slot.current is not None:
+                kind = slot.current.kind
+                slot.current.batcher = make_batcher(
+                    settings, kind, state.executor, slot.current.series.observe_batch, state.recent
+                )
     state.lifespans += 1
     loop = asyncio.get_running_loop()
     hup = False
@@ -118,12 +120,12 @@ async def lifespan(app: FastAPI):
         except (RuntimeError, ValueError, NotImplementedError):  # not the main thread (e.g. TestClient)
             pass
     task = None
-    if settings.bundle is not None:
+    if state.registry.slots:
         if settings.load_in_background:
             task = loop.create_task(_initial_load(app))
         else:
             try:
-                await state.registry.load()  # fails startup (and a rolling restart) if the bundle is bad
+                await _load_all(app)  # fails startup (and a rolling restart) if the default bundle is bad
             except XtagError:
                 if settings.uvicorn_supervisor_pid == os.getppid():
                     # A worker of `xtag serve --workers N` leaves at once (its reason is logged): uvicorn's
@@ -148,12 +150,22 @@ async def lifespan(app: FastAPI):
         state.metrics.process_exit()
 
 
+async def _load_all(app: FastAPI) -> None:
+    """Load every model, the default first; raise if the default fails (another model's failure is logged and
+    shown in /ready and GET /v1/models while the rest serve)."""
+    registry = app.state.registry
+    failed = await admin.reload_all(app)  # each failure is logged by its slot
+    if registry.default in failed:
+        raise XtagError(failed[registry.default])
+
+
 async def _initial_load(app: FastAPI) -> None:
-    """Load in the background; on failure /ready says why (registry.last_error), and `on_startup_failure`
-    callbacks run: `xtag serve` stops the server and exits non-zero (an orchestrator sees a failed start,
-    not a process that stays unready forever), while an embedding app may wait for a reload or SIGHUP."""
+    """Load in the background; on failure of the default model /ready says why (registry.last_error), and
+    `on_startup_failure` callbacks run: `xtag serve` stops the server and exits non-zero (an orchestrator sees a
+    failed start, not a process that stays unready forever), while an embedding app may wait for a reload or
+    SIGHUP."""
     try:
-        await admin.reload_model(app)
+        await _load_all(app)
     except XtagError as exc:
         for callback in app.state.on_startup_failure:
             callback(str(exc))
@@ -173,16 +185,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.registry = ModelRegistry(
-        settings.bundle,
+        settings.model_set,
         settings.warmup_text,
         Device.parse(settings.device, settings.tensorrt),
         drift_window=settings.drift_window,
         options=settings.runtime_options(),
+        max_memory_mb=settings.max_memory_mb,
     )
     app.state.timelines = timelines = Timelines(LATENCY_BUCKETS)
     app.state.metrics = metrics = Metrics(timelines)
     app.state.recent = recent = RecentRequests(settings.stats_window_s)
-    app.state.batcher = None
     app.state.tasks = set()
     app.state.lifespans = 0  # how many times it started: a restarted app needs new worker pools (lifespan)
     app.state.feedback = None  # routes/feedback.py opens the store on the first write
@@ -191,25 +203,29 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     def on_swap(old, new) -> None:
         metrics.set_model(old, new)
+        app.openapi_schema = None  # rebuilt on the next request: the label count bounds k (http/openapi_limits.py)
+        if new is None:  # unloaded
+            metrics.series(old.served_as).timeline.mark(f"{old.served_as} unloaded", "unload")
+            return
         was = f" (was {old.bundle.version})" if old is not None else ""
+        named = f"{new.served_as}: " if len(app.state.registry.slots) > 1 else ""
         new.series.timeline.mark(
-            f"{new.bundle.name} {new.bundle.version}{was}", "reload" if old is not None else "load"
+            f"{named}{new.bundle.name} {new.bundle.version}{was}", "reload" if old is not None else "load"
         )
-        app.state.batcher = make_batcher(settings, new.kind, app.state.executor, new.series.observe_batch, recent)
-        app.openapi_schema = (
-            None  # rebuilt on the next request: the label count bounds k (service/http/openapi_limits.py)
-        )
+        new.batcher = make_batcher(settings, new.kind, app.state.executor, new.series.observe_batch, recent)
+        new.shadow = app.state.shadows.get(new.served_as)  # the model scoring its requests after them, if any
 
     app.state.registry.listeners.append(on_swap)
-    app.state.shadow_metrics = ShadowMetrics(metrics.registry)
+    app.state.shadow_metrics = shadow.ShadowMetrics(metrics.registry)
     app.state.shadows = {}  # primary's name → its ShadowScorer (service/state/shadow.py)
-    app.state.registry.listeners.append(lambda old, new: setattr(new, "shadow", app.state.shadows.get(new.series.name)))
+    for new, old in app.state.registry.shadows.items():  # --shadow NEW=OLD, XTAG_SHADOW, models.toml's shadow_of
+        shadow.declare(app, old, new, partial(shadow.served, app.state.registry, new))
     problems.install(app)
     protected = [Depends(require_api_key)]
     app.include_router(health.router)
-    for module in (predict, labels, monitoring, annif):
+    for module in (predict, models, labels, monitoring, annif):
         app.include_router(module.router, dependencies=protected)
-    for module in (admin, feedback):  # XTAG_ADMIN_KEY, else the API key
+    for module in (admin, model_admin, feedback):  # XTAG_ADMIN_KEY, else the API key
         app.include_router(module.router, dependencies=[Depends(require_admin_key)])
     # The prediction handlers also run as plain Starlette routes placed first: same functions (they
     # check the API key themselves), without FastAPI's per-request dependency machinery, which is about

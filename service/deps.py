@@ -17,6 +17,7 @@ from xtag.service.http.problems import Problem, validation_problem
 from xtag.service.observability.metrics import MODEL_KEY, served_name
 from xtag.service.settings import Settings
 from xtag.service.state.model_slot import ServedModel
+from xtag.service.state.registry import ModelRegistry, UnknownModel
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -32,14 +33,35 @@ def settings(request: Request) -> Settings:
 
 
 def served_model(request: Request) -> ServedModel:
-    """The model serving this request; captured once so a reload mid-request cannot mix two models."""
-    model = request.app.state.registry.current
-    if model is None:
-        registry = request.app.state.registry
-        why = registry.last_error or ("the bundle is still loading" if registry.loading else "no bundle loaded")
-        raise Problem(503, "model-unavailable", f"no model is being served yet: {why}", headers={"Retry-After": "1"})
-    request.scope[MODEL_KEY] = served_name(model)  # the request's series carry it (ObservabilityMiddleware)
+    """The model serving this request, the one named in the path ({name}) or else the default; captured once so a
+    reload mid-request cannot mix two models."""
+    name = request.path_params.get("name")
+    if name is None:
+        model = request.app.state.registry.current
+        if model is not None:
+            request.scope[MODEL_KEY] = served_name(model)  # the request's series carry it (ObservabilityMiddleware)
+            return model
+    model = named_model(request.app.state.registry, name)
+    request.scope[MODEL_KEY] = served_name(model)
     return model
+
+
+def named_model(registry: ModelRegistry, name: str | None) -> ServedModel:
+    """404 for a name not served (listing those that are), 503 while the model is not ready."""
+    try:
+        slot = registry.default_slot if name is None else registry.slot(name)
+    except UnknownModel as exc:
+        raise Problem(404, "unknown-model", str(exc), models=registry.names) from None
+    if slot is None:
+        raise Problem(503, "model-unavailable", "no model is being served yet: no bundle loaded", RETRY)
+    if slot.current is None:
+        why = slot.last_error or ("the bundle is still loading" if slot.loading else "no bundle loaded")
+        named = f" (model {slot.name})" if len(registry.slots) > 1 else ""
+        raise Problem(503, "model-unavailable", f"no model is being served yet{named}: {why}", RETRY)
+    return slot.current
+
+
+RETRY = {"Retry-After": "1"}
 
 
 admin_key_header = APIKeyHeader(

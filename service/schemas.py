@@ -301,6 +301,14 @@ class ReloadRequest(Strict):
     )
 
 
+class ModelPutRequest(Strict):
+    bundle: StrictStr = Field(
+        min_length=1,
+        description="bundle directory to serve under this name, under XTAG_BUNDLE_ROOT (a relative path is looked "
+        "up under the root, then under the server's working directory); needs XTAG_ADMIN_KEY and a single worker",
+    )
+
+
 class ReloadResponse(BaseModel):
     status: Literal["reloaded", "unchanged"]
     model: ModelRef
@@ -388,6 +396,7 @@ REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     PredictRequest,
     BatchRequest,
     ReloadRequest,
+    ModelPutRequest,
     AnnifBatchRequest,
     FeedbackRequest,
     AnnifLearnRequest,

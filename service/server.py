@@ -90,11 +90,12 @@ def serve(
     workers: int | None = None,
     **overrides,
 ) -> None:
-    """Serve `bundle` (or XTAG_BUNDLE); explicit arguments win over XTAG_* variables and .env."""
+    """Serve `bundle` (or XTAG_BUNDLE) and the other models configured (service/model_config.py); explicit arguments
+    win over XTAG_* variables and .env."""
     given = {"bundle": bundle, "host": host, "port": port, "workers": workers, **overrides}
     settings = Settings(**{k: v for k, v in given.items() if v is not None})
-    if settings.bundle is None:
-        raise XtagError("no bundle to serve: give BUNDLE or set XTAG_BUNDLE")
+    if not settings.model_set.models:
+        raise XtagError("no bundle to serve: give BUNDLE, or set XTAG_BUNDLE, XTAG_MODELS or XTAG_MODELS_FILE")
     if settings.workers == 1:
         _serve_one(settings)
         return

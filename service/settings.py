@@ -6,15 +6,42 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from xtag.models.features.device import RuntimeOptions
+from xtag.service.model_config import ModelSet, gather
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="XTAG_", env_file=".env", extra="ignore")
 
     bundle: Path | None = Field(None, description="bundle directory to serve (reloads re-read this path)")
+    models: str | None = Field(
+        None,
+        description="more models served beside XTAG_BUNDLE, as NAME=PATH,NAME=PATH: each answers at "
+        "/v1/models/NAME/predict and as the Annif project NAME",
+    )
+    models_file: Path | None = Field(
+        None,
+        description='a models.toml naming the models (`default = "NAME"`, and under [models] NAME = "PATH" or '
+        'NAME = {path = "PATH", shadow_of = "OLD"}; paths relative to the file); default: '
+        "XTAG_BUNDLE_ROOT/models.toml when no model is named otherwise",
+    )
+    all_bundles: bool = Field(
+        False, description="also serve every bundle directory under XTAG_BUNDLE_ROOT, by its directory name (--all)"
+    )
+    default_model: str | None = Field(
+        None, description="the model /v1/predict, /predict and /ready answer for; default: the first one named"
+    )
+    shadow: str | None = Field(
+        None, description="NEW=OLD,...: NEW is declared the shadow of OLD (both must be served; see shadow scoring)"
+    )
+    max_memory_mb: float | None = Field(
+        None,
+        gt=0,
+        description="refuse to load a bundle (at start, reload or PUT) when the process's RSS plus the bundle's "
+        "file sizes would exceed this many MB; what is served is never evicted; default: no limit",
+    )
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     workers: int = Field(1, ge=1, description="uvicorn worker processes (each holds its own model)")
@@ -237,6 +264,21 @@ class Settings(BaseSettings):
     annif_language: str = Field("en", description="language reported for the Annif project")
     annif_uri_prefix: str = Field("", description="Annif 'uri' = this prefix + the label name")
 
+    _model_set: ModelSet = PrivateAttr(default_factory=ModelSet)
+
+    @model_validator(mode="after")
+    def _gather_models(self) -> Settings:
+        root = self.bundle_root
+        self._model_set = gather(
+            self.bundle, self.models, self.models_file, root, self.all_bundles, self.default_model, self.shadow
+        )
+        return self
+
+    @property
+    def model_set(self) -> ModelSet:
+        """The models to serve, checked (service/model_config.py)."""
+        return self._model_set
+
     @field_validator("device")
     @classmethod
     def _device_spec(cls, value: str) -> str:
@@ -266,8 +308,10 @@ class Settings(BaseSettings):
 
     def reload_root(self, resolve: bool = True) -> Path | None:
         """The directory HTTP reloads must stay under: XTAG_BUNDLE_ROOT, else the configured bundle's parent
-        (symlinks resolved, or with resolve=False as configured, made absolute)."""
-        root = self.bundle_root or (self.bundle.parent if self.bundle is not None else None)
+        (symlinks resolved, or with resolve=False as configured, made absolute); the first model's parent when there
+        are several."""
+        first = self.model_set.models[0].path if self.model_set.models else None
+        root = self.bundle_root or (Path(first).parent if first is not None else None)
         if root is None:
             return None
         return Path(root).resolve() if resolve else Path(os.path.abspath(root))

@@ -155,6 +155,8 @@ class Metrics:
         """`new` now serves under its name (replacing `old` under that name, if any): its info series."""
         if old is not None:
             self.drop_model(old)
+        if new is None:  # unloaded
+            return
         name = served_name(new)
         self.model_info.labels(name, new.bundle.name, new.bundle.version, new.kind, str(new.n_labels)).set(1)
         for labels in placement_labels(new):
@@ -206,8 +208,8 @@ class Metrics:
 
 
 def served_name(model) -> str:
-    """The name a model is served under, which its series carry as `model`."""
-    return model.bundle.name
+    """The name a model is served under (its slot's), which its series carry as `model`."""
+    return model.served_as or model.bundle.name
 
 
 class ModelSeries:

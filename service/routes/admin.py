@@ -25,16 +25,22 @@ from xtag.service.state.model_slot import ReloadInProgress
 router = APIRouter(tags=["admin"])
 
 
-async def reload_model(request_app, bundle: str | Path | None = None, wait: bool = True) -> dict:
-    """Shared by the route and SIGHUP: returns the reload summary; raises XtagError and keeps the old model."""
+async def reload_model(
+    request_app, bundle: str | Path | None = None, wait: bool = True, name: str | None = None
+) -> dict:
+    """Shared by the routes and SIGHUP: (re)load model `name` (default: the default model) from `bundle` (default:
+    its configured path); returns the reload summary; raises XtagError and keeps the old model."""
     start = time.perf_counter()
     state = request_app.state
     try:
-        old, new = await state.registry.load(bundle, wait=wait)
+        if name is None:
+            old, new = await state.registry.load(bundle, wait=wait)
+        else:
+            old, new = await state.registry.put(name, bundle, wait=wait)
     except ReloadInProgress:
         raise
     except XtagError:
-        state.metrics.reloads.labels(_reloaded_name(state, bundle), "failed").inc()
+        state.metrics.reloads.labels(_reloaded_name(state, bundle, name), "failed").inc()
         raise
     state.metrics.reloads.labels(served_name(new), "ok").inc()
     status = "unchanged" if old is not None and old.bundle.version == new.bundle.version else "reloaded"
@@ -46,13 +52,25 @@ async def reload_model(request_app, bundle: str | Path | None = None, wait: bool
     }
 
 
-def _reloaded_name(state, bundle: str | Path | None) -> str:
-    """The served name a failed reload was for: the model served now, else the bundle's directory name."""
-    current = state.registry.current
-    if current is not None:
-        return served_name(current)
-    target = bundle if bundle is not None else state.registry.path
-    return Path(target).name if target is not None else ""
+def _reloaded_name(state, bundle: str | Path | None, name: str | None) -> str:
+    """The served name a failed reload was for: the one asked for, else the default model's (else the bundle's)."""
+    if name is not None:
+        return name
+    if state.registry.default is not None:
+        return state.registry.default
+    return Path(bundle).name if bundle is not None else ""
+
+
+async def reload_all(request_app) -> dict[str, str]:
+    """Reload every model from its configured path, the default first (SIGHUP, start); {name: why} of the failed."""
+    failed = {}
+    registry = request_app.state.registry
+    for name in sorted(registry.names, key=lambda n: n != registry.default):
+        try:
+            await reload_model(request_app, name=name)
+        except XtagError as exc:
+            failed[name] = str(exc)
+    return failed
 
 
 def _still_serving(request: Request) -> str:

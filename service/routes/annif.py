@@ -13,9 +13,9 @@ from xtag.service.deps import (
     OFF_LOOP_BYTES,
     check_text_lengths,
     document_limit,
+    named_model,
     openapi_body,
     parse_body,
-    served_model,
 )
 from xtag.service.http.cost import Work, check_work
 from xtag.service.http.problems import Problem, problem_responses
@@ -63,7 +63,8 @@ class StrictMultiPartParser(MultiPartParser):
 
 
 def project_id(model: ServedModel) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]+", "-", model.bundle.name).strip("-") or "xtag"
+    """The model's served name (already URL-safe: service/model_config.py)."""
+    return model.served_as or re.sub(r"[^A-Za-z0-9_-]+", "-", model.bundle.name).strip("-") or "xtag"
 
 
 def project(request: Request, model: ServedModel) -> dict:
@@ -78,10 +79,11 @@ def project(request: Request, model: ServedModel) -> dict:
 
 
 def _project(request: Request, pid: str) -> ServedModel:
-    model = served_model(request)
-    if pid != project_id(model):
+    """The model served as project `pid` (404 as Annif words it, for a name not served; 503 while it loads)."""
+    registry = request.app.state.registry
+    if pid not in registry.names:
         raise Problem(404, "not-found", f"Project '{pid}' not found")
-    return model
+    return named_model(registry, pid)
 
 
 def _number(raw: str | None, name: str, cast, lo: float, hi: float, default):
@@ -174,11 +176,13 @@ async def api_info() -> dict:
 
 
 @router.get(
-    "/v1/projects", summary="Annif projects: the served bundle", responses=problem_responses({401: "missing API key"})
+    "/v1/projects",
+    summary="Annif projects: one per model served",
+    responses=problem_responses({401: "missing API key"}),
 )
 async def projects(request: Request) -> dict:
-    model = request.app.state.registry.current
-    return {"projects": [project(request, model)] if model else []}
+    slots = request.app.state.registry.slots.values()
+    return {"projects": [project(request, slot.current) for slot in slots if slot.current is not None]}
 
 
 @router.get("/v1/projects/{project_id}", summary="One Annif project", responses=problem_responses(PROJECT))

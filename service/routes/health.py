@@ -7,6 +7,7 @@ from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import Response
 from xtag.service.http.problems import problem_response, problem_responses
+from xtag.service.state.registry import UnknownModel
 from xtag.service.state.shadow import summaries
 
 router = APIRouter(tags=["operations"])
@@ -30,21 +31,63 @@ router.add_api_route("/health", health, methods=["HEAD"], include_in_schema=Fals
 async def ready(request: Request):
     registry = request.app.state.registry
     model = registry.current
+    several = len(registry.slots) > 1
     if model is None:
         why = registry.last_error or ("loading the bundle" if registry.loading else "no bundle loaded")
-        return problem_response(503, "not-ready", f"not ready: {why}", request.url.path, {"Retry-After": "1"})
+        named = f"model {registry.default}: " if several else ""
+        return problem_response(
+            503,
+            "not-ready",
+            f"not ready: {named}{why}",
+            request.url.path,
+            {"Retry-After": "1"},
+            **(_states(registry) if several else {}),
+        )
     out = {"status": "ready", "model": model.ref, "warmup_ms": round(model.warmup_ms, 3)}
     if registry.last_error:  # the old model still serves; say why the new one was refused
         out["last_reload_error"] = registry.last_error
+    if several:
+        out.update(_states(registry))
+    return out
+
+
+def _states(registry) -> dict:
+    """Each model's state and, for those that failed (or whose reload failed), why, by name."""
+    models = {name: slot.state for name, slot in registry.slots.items()}
+    errors = {name: slot.last_error for name, slot in registry.slots.items() if slot.last_error}
+    return {"models": models, "errors": errors}
+
+
+@router.get(
+    "/v1/models/{name}/ready",
+    summary="Readiness of one model: 200 once it is loaded and warmed up, else 503 (404: no such model)",
+    responses=problem_responses({404: "no model of that name is served", 503: "not ready; `detail` says why"}),
+)
+async def model_ready(request: Request, name: str):
+    registry = request.app.state.registry
+    try:
+        slot = registry.slot(name)
+    except UnknownModel as exc:
+        return problem_response(404, "unknown-model", str(exc), request.url.path, models=registry.names)
+    model = slot.current
+    if model is None:
+        why = slot.last_error or "loading the bundle"
+        return problem_response(
+            503, "not-ready", f"model {name} not ready: {why}", request.url.path, {"Retry-After": "1"}
+        )
+    out = {"status": "ready", "model": model.ref, "warmup_ms": round(model.warmup_ms, 3)}
+    if slot.last_error:
+        out["last_reload_error"] = slot.last_error
     return out
 
 
 @router.get("/metrics", summary="Prometheus exposition", response_class=Response)
 async def metrics(request: Request) -> Response:
     state = request.app.state
-    model = state.registry.current
-    if model is not None and model.drift is not None:  # computed when read: O(labels), not per request
-        state.metrics.publish_drift(model, model.drift.summary(model.names, top=0))
+    for slot in list(state.registry.slots.values()):  # each model's drift, computed when read: O(labels)
+        model = slot.current
+        if model is not None and model.drift is not None:
+            state.metrics.publish_drift(model, model.drift.summary(model.names, top=0))
     if state.shadows:  # live P@k reads the feedback store: off the loop, and only with a shadow declared
         await anyio.to_thread.run_sync(summaries, request.app)
     return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

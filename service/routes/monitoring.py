@@ -8,21 +8,13 @@ from typing import Annotated
 
 import anyio.to_thread
 from fastapi import APIRouter, Query, Request
-from xtag.service.deps import served_model
-from xtag.service.http.problems import Problem, problem_responses
+from xtag.service.deps import named_model
+from xtag.service.http.problems import problem_responses
 from xtag.service.observability.metrics import served_name
 from xtag.service.state.shadow import summaries
 
 router = APIRouter(tags=["monitoring"])
 MODEL_QUERY = Query(description="the served model's name (default: the default model)", max_length=200)
-
-
-def named_model(request: Request, name: str | None):
-    """The served model called `name` (None: the default one); 404 naming the models served."""
-    model = served_model(request)
-    if name is not None and name != served_name(model):
-        raise Problem(404, "unknown-model", f"no model {name!r} is served; served: {served_name(model)}")
-    return model
 
 
 @router.get(
@@ -37,7 +29,7 @@ async def drift(
     top: Annotated[int, Query(ge=1, le=100)] = 10,
     model: Annotated[str | None, MODEL_QUERY] = None,
 ) -> dict:
-    served = named_model(request, model)
+    served = named_model(request.app.state.registry, model)  # 404 listing the names, 503 while not ready
     out = served.drift.summary(served.names, top)
     request.app.state.metrics.publish_drift(served, out)
     return {**out, "model": served.ref}

@@ -36,7 +36,9 @@ router = APIRouter(tags=["predict"])
 # /predict and /predict/batch are unversioned aliases (the same handlers, auth included), kept out of
 # the OpenAPI schema so that it lists each operation once, under its versioned name.
 ALIASES = {"/v1/predict": "/predict", "/v1/predict/batch": "/predict/batch"}
-HOT_ROUTES = (*ALIASES, *ALIASES.values())
+# The same handlers again for a model by name: deps.served_model reads {name} from the path (default: the default).
+NAMED = {"/v1/predict": "/v1/models/{name}/predict", "/v1/predict/batch": "/v1/models/{name}/predict/batch"}
+HOT_ROUTES = (*ALIASES, *ALIASES.values(), *NAMED.values())
 ERRORS = problem_responses(
     {
         400: "invalid JSON or UTF-8",
@@ -48,6 +50,8 @@ ERRORS = problem_responses(
         503: "no model loaded yet",
     }
 )
+NAMED_ERRORS = {**ERRORS, **problem_responses({404: "no model of that name is served (the detail lists them)"})}
+NAME_PARAMETER = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
 
 
 class JSONBytes(Response):
@@ -165,7 +169,7 @@ async def predict_arrays(
 ) -> Predictions:
     """Top-k label ids and scores for `texts`, through the micro-batcher when it is on."""
     run = partial(model.predict, k=k, beam_size=beam, a=a, rerank=rerank)
-    batcher = request.app.state.batcher
+    batcher = model.batcher
     if batcher is not None:
         return await batcher.submit((id(model), k, beam, rw_key, rerank), texts, run, request.receive)
     model.series.observe_batch(len(texts))
@@ -268,4 +272,14 @@ for _route in list(router.routes):
             methods=["POST"],
             include_in_schema=False,
             summary=f"alias of {_route.path}",
+        )
+        router.add_api_route(
+            NAMED[_route.path],
+            _route.endpoint,
+            methods=["POST"],
+            response_model=_route.response_model,
+            responses=NAMED_ERRORS,
+            openapi_extra={**_route.openapi_extra, "parameters": [NAME_PARAMETER]},
+            summary=f"{_route.summary}, by the model NAME (as {_route.path} does with the default model)",
+            operation_id=f"{_route.name}_named",
         )

@@ -1,10 +1,10 @@
-"""The one piece of mutable service state: the served model, loaded and warmed beside the old one, swapped atomically."""
+"""One named model's slot: its served bundle, loaded and warmed beside the old one, swapped atomically, or unloaded.
+
+A server holds one slot per model (service/state/registry.py); each loads, reloads and unloads on its own."""
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import gc
 import logging
 import re
 import time
@@ -25,6 +25,7 @@ from xtag.models.inference.reweighting import gains_for, label_weights, predict_
 from xtag.service.http.cost import label_bytes, tree_shape
 from xtag.service.http.response_json import LabelPrefixes, explained_lists
 from xtag.service.observability.drift import DEFAULT_WINDOW, LabelDrift
+from xtag.service.state.memory import check_memory, release_memory, resident_mb
 
 if TYPE_CHECKING:
     from xtag.models.lamp.explain import LampExplainer
@@ -42,6 +43,8 @@ class ServedModel:
     loaded_at: float = field(default_factory=time.time)
     warmup_ms: float = 0.0
     drift: LabelDrift | None = None  # attached once warmed up, so warm-up answers are not counted as traffic
+    served_as: str = ""  # the name it is served under (its slot's), set when it goes live
+    batcher: object | None = None  # its own micro-batcher (service/batching.py), set when it goes live
     series: ModelSeries | None = None  # its Prometheus children (observability/metrics.py), set when it goes live
     shadow: ShadowScorer | None = None  # the model scoring its requests after them (state/shadow.py), if any
     _weights: dict[tuple[str, float | None], np.ndarray] = field(default_factory=dict, repr=False)
@@ -168,44 +171,18 @@ def _load_and_warm(path: Path, warmup_text: str, device, options) -> tuple[Serve
     return model, ""
 
 
-def release_memory() -> None:
-    """Collect what a failed load left and give the freed heap back to the OS: glibc keeps the pages a worker
-    thread's arrays used in that thread's arena (malloc_trim returns them; absent outside glibc: a no-op)."""
-    gc.collect()
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
-
-
-def _malloc_trim():
-    try:
-        return ctypes.CDLL(None).malloc_trim  # the process's own C library
-    except (OSError, TypeError, AttributeError):  # not glibc (or no dlopen(NULL) at all)
-        return None
-
-
-_MALLOC_TRIM = _malloc_trim()
-
-
-def resident_mb() -> float | None:
-    """This process's resident memory now (Linux /proc; None elsewhere), for the load lines."""
-    try:
-        status = Path("/proc/self/status").read_text()
-    except OSError:
-        return None
-    found = re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE)
-    return round(int(found.group(1)) / 1024, 1) if found else None
-
-
 def on_gpu(model: ServedModel) -> bool:
     """Whether any component of the bundle was placed on a GPU (XR-Linear's never are: models/features/device.py)."""
     return any(where != "cpu" and "CPU" not in where for where in model.bundle.runtime.get("placement", {}).values())
 
 
 def log_swap(old: ServedModel | None, new: ServedModel, path: Path, seconds: float) -> None:
-    """The one line per load or reload: old → new version, seconds (load + warm-up), RSS after the switch."""
+    """The one line per load or reload: the model's name, old → new version, seconds (load + warm-up), RSS after
+    the switch."""
     rss = resident_mb()
     fields = {
         "event": "bundle_reloaded" if old is not None else "bundle_loaded",
+        "model": new.served_as,
         "bundle": new.bundle.name,
         "version": new.bundle.version,
         "previous": f"{old.bundle.name} {old.bundle.version}" if old is not None else None,
@@ -217,7 +194,8 @@ def log_swap(old: ServedModel | None, new: ServedModel, path: Path, seconds: flo
     }
     was = f"reloaded {fields['previous']} → " if old is not None else "loaded "
     log.info(
-        "%s%s %s (%s, %d labels) from %s in %.2f s; RSS %s MB",
+        "model %s: %s%s %s (%s, %d labels) from %s in %.2f s; RSS %s MB",
+        new.served_as,
         was,
         new.bundle.name,
         new.bundle.version,
@@ -246,28 +224,44 @@ def public_message(message: str, path: Path) -> str:
 SERVER_PATH = re.compile(r"(?<![\w.~-])/[^\s'\"(),;]+")  # "/a/b", not "bundle/a/b" nor "1/2"
 
 
-class ModelRegistry:
-    """Holds the current ServedModel; `load` swaps it in only after a successful load and warm-up."""
+class ModelSlot:
+    """One named model: its current ServedModel; `load` swaps a new one in only after a successful load and warm-up,
+    `unload` lets it go. The other slots of the server are never touched."""
 
     def __init__(
         self,
+        name: str,
         path: Path | None,
         warmup_text: str,
         device=None,
         drift_window: int = DEFAULT_WINDOW,
         options: RuntimeOptions | None = None,
+        max_memory_mb: float | None = None,
+        listeners: list | None = None,
     ):
-        self.path, self.warmup_text, self.device, self.options = path, warmup_text, device, options
-        self.drift_window = drift_window
+        self.name, self.path, self.warmup_text, self.device, self.options = name, path, warmup_text, device, options
+        self.drift_window, self.max_memory_mb = drift_window, max_memory_mb
         self.current: ServedModel | None = None
         self.last_error: str | None = None
         self.loading = False
+        self.unloaded = False
         self._lock = asyncio.Lock()
-        self.listeners: list = []  # called with (old, new) after a swap
+        self.listeners: list = [] if listeners is None else listeners  # called with (old, new) after a swap or unload
 
     @property
     def busy(self) -> bool:
         return self._lock.locked()
+
+    @property
+    def state(self) -> str:
+        """loading | ready | failed | unloaded (a failed reload while the old model serves is still ready)."""
+        if self.loading:
+            return "loading"
+        if self.current is not None:
+            return "ready"
+        if self.unloaded:
+            return "unloaded"
+        return "failed" if self.last_error else "loading"
 
     async def load(self, path: Path | None = None, wait: bool = True) -> tuple[ServedModel | None, ServedModel]:
         """Load `path` (default: the configured one) beside the current model and switch to it; returns (old, new).
@@ -275,7 +269,7 @@ class ModelRegistry:
         With wait=False a load already running raises ReloadInProgress instead of queueing behind it.
         The error raised (and kept in last_error for /ready) names the bundle by its directory name only."""
         if not wait and self.busy:
-            raise ReloadInProgress("another reload is in progress; try again when it has finished")
+            raise ReloadInProgress(f"model {self.name}: another load is in progress; try again when it has finished")
         async with self._lock:
             target = Path(path) if path is not None else self.path
             if target is None:
@@ -283,19 +277,26 @@ class ModelRegistry:
             self.loading = True
             start = time.perf_counter()
             try:
+                check_memory(target, self.max_memory_mb)
                 new = await anyio.to_thread.run_sync(load_and_warm, target, self.warmup_text, self.device, self.options)
             except Exception as exc:  # anything that keeps a bundle from serving leaves the old one in place
                 msg = str(exc) if isinstance(exc, XtagError) else f"{target}: cannot load ({type(exc).__name__}: {exc})"
-                log.error("bundle not loaded: %s", msg, extra={"event": "load_failed", "bundle_path": str(target)})
+                log.error(
+                    "model %s: bundle not loaded: %s",
+                    self.name,
+                    msg,
+                    extra={"event": "load_failed", "model": self.name, "bundle_path": str(target)},
+                )
                 self.last_error = public_message(msg, target)
                 raise XtagError(self.last_error) from exc
             finally:
                 self.loading = False
             new.drift = LabelDrift(new.bundle.predictor.vocab.frequency_array, self.drift_window)
+            new.served_as = self.name
+            for listener in self.listeners:  # before the switch: it gets its batcher before its first request
+                listener(self.current, new)
             old, self.current = self.current, new  # the atomic switch: one reference assignment
-            self.path, self.last_error = target, None
-            for listener in self.listeners:
-                listener(old, new)
+            self.path, self.last_error, self.unloaded = target, None, False
             log_swap(old, new, target, time.perf_counter() - start)
             if self.device is not None and self.device.is_cuda and not on_gpu(new):
                 log.warning(
@@ -306,3 +307,13 @@ class ModelRegistry:
                     extra={"event": "nothing_on_gpu", "kind": new.kind},
                 )
             return old, new
+
+    def unload(self) -> ServedModel | None:
+        """Stop serving this model (requests already holding it finish); its arrays go once they are done."""
+        old, self.current, self.unloaded, self.last_error = self.current, None, True, None
+        if old is not None:
+            for listener in self.listeners:
+                listener(old, None)
+        log.info("model %s: unloaded", self.name, extra={"event": "bundle_unloaded", "model": self.name})
+        release_memory()
+        return old

@@ -219,6 +219,12 @@ def declare(app, primary: str, shadow: str, resolve: Callable[[], ServedModel | 
     return scorer
 
 
+def served(registry, name: str) -> ServedModel | None:
+    """The model served as `name` now (None while it loads, failed or was unloaded): a shadow follows its reloads."""
+    slot = registry.slots.get(name)
+    return None if slot is None else slot.current
+
+
 def feedback_labels(app) -> Callable[[list[str]], dict[str, list[str]]] | None:
     """The feedback store's ids → labels lookup: the writer's store, else the configured one if it exists; None
     when there is no store (live P@k is then absent)."""

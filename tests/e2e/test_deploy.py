@@ -48,9 +48,11 @@ def test_the_deployment_wires_probes_volume_shutdown_and_scraping():
     assert env["XTAG_PORT"] == str(port) and env["XTAG_HOST"] == "0.0.0.0"
     assert container["livenessProbe"]["httpGet"]["path"] == "/health"
     assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
-    mount = next(v for v in container["volumeMounts"] if v["mountPath"] == env["XTAG_BUNDLE"])
+    mount = next(v for v in container["volumeMounts"] if v["mountPath"] == env["XTAG_BUNDLE_ROOT"])
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == mount["name"])
     assert mount["readOnly"] and volume["persistentVolumeClaim"]["readOnly"]
+    served = served_models(env)  # two models, each a bundle on the one volume
+    assert len(served) == 2 and all(Path(path).parent == Path(mount["mountPath"]) for path in served.values())
     # SIGKILL only after preStop and the drain XTAG_GRACEFUL_SHUTDOWN_S, with a margin under 10 s
     pre_stop = float(container["lifecycle"]["preStop"]["exec"]["command"][-1])
     budget = pre_stop + float(env["XTAG_GRACEFUL_SHUTDOWN_S"])
@@ -64,6 +66,23 @@ def test_the_deployment_wires_probes_volume_shutdown_and_scraping():
     assert m["Service"]["spec"]["ports"][0]["targetPort"] in ("http", port)
     target = m["HorizontalPodAutoscaler"]["spec"]["scaleTargetRef"]
     assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
+
+
+def served_models(env: dict) -> dict[str, str]:
+    """The models the service would serve with these variables, read by its own settings: {name: path}."""
+    from xtag.service.settings import Settings
+
+    keys = ("XTAG_BUNDLE", "XTAG_MODELS", "XTAG_BUNDLE_ROOT", "XTAG_DEFAULT_MODEL")
+    given = {k.removeprefix("XTAG_").lower(): v for k, v in env.items() if k in keys}
+    return {m.name: str(m.path) for m in Settings(_env_file=None, **given).model_set.models}
+
+
+def test_compose_serves_two_models_from_one_volume():
+    service = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["xtag"]
+    env = {k: re.sub(r"\$\{\w+:-(.*)\}", r"\1", str(v)) for k, v in service["environment"].items()}
+    served = served_models(env)
+    mount = next(v.split(":")[-2] for v in service["volumes"] if v.endswith(":ro"))
+    assert len(served) == 2 and all(Path(path).parent == Path(mount) for path in served.values())
 
 
 def dashboard() -> dict:

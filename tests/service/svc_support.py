@@ -139,12 +139,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_ready(target, timeout: float = STARTUP_S, alive=lambda: None) -> None:
-    """Poll /ready until 200 with a generous deadline (a loaded machine loads slowly). `target` is a base URL
-    or a client (TestClient); `alive()` may raise to stop early (a server process that exited)."""
-    get = (
-        (lambda: httpx.get(target + "/ready", timeout=2)) if isinstance(target, str) else (lambda: target.get("/ready"))
-    )
+def wait_ready(target, timeout: float = STARTUP_S, alive=lambda: None, path: str = "/ready") -> None:
+    """Poll /ready (or `path`, e.g. one model's /v1/models/NAME/ready) until 200 with a generous deadline (a loaded
+    machine loads slowly). `target` is a base URL or a client (TestClient); `alive()` may raise to stop early (a
+    server process that exited)."""
+    get = (lambda: httpx.get(target + path, timeout=2)) if isinstance(target, str) else (lambda: target.get(path))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         alive()

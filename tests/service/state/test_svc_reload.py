@@ -162,7 +162,7 @@ def test_sighup_reloads_the_configured_path(bundles, tmp_path):
         link.unlink()
         link.symlink_to(bundles["broken"])
         proc.send_signal(signal.SIGHUP)
-        failed = 'xtag_model_reloads_total{model="tiny-b",outcome="failed"} 1.0'
+        failed = 'xtag_model_reloads_total{model="current",outcome="failed"} 1.0'  # the name it is served under
         deadline = time.time() + STARTUP_S  # poll for the refusal: a fixed sleep was too short under load
         while failed not in httpx.get(url + "/metrics", timeout=5).text and time.time() < deadline:
             time.sleep(0.1)

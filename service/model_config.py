@@ -1,0 +1,149 @@
+"""Which models one server holds: each a name and a bundle path, one the default, some the shadow of another.
+
+Gathered from the command line, XTAG_BUNDLE, XTAG_MODELS, a models.toml and XTAG_BUNDLE_ROOT with --all
+(service/settings.py puts them together), and refused at start, in one line, when a name could not be a URL
+segment and a metric label, or is given twice.
+
+A bundle given without a name is served under its directory's name (`bundles/debtags-xl` → `debtags-xl`): that
+name is known before anything loads, so that a duplicate is refused at start, not after minutes of loading.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError, field_validator, model_validator
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a URL path segment, a Prometheus label value, a project id
+MODELS_FILE = "models.toml"  # read from XTAG_BUNDLE_ROOT when no model is configured otherwise
+
+
+class ModelSpec(BaseModel):
+    """One served model: its name in routes (/v1/models/NAME/...) and the bundle directory it loads from."""
+
+    name: str
+    path: Path
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, name: str) -> str:
+        if not NAME.fullmatch(name) or ".." in name:
+            raise ValueError(
+                f"model name {name!r}: use letters, digits, '.', '_' and '-' (at most 64, no path characters)"
+            )
+        return name
+
+
+class ModelSet(BaseModel):
+    """The models of one server, in order; `default` answers /v1/predict, `shadows` maps NEW to the OLD it shadows."""
+
+    models: list[ModelSpec] = []
+    default: str | None = None
+    shadows: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelSet:
+        names = [m.name for m in self.models]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"model name {twice[0]!r} is given twice; name one of them with NAME=PATH")
+        if self.default is None and names:
+            self.default = names[0]
+        if self.default is not None and self.default not in names:
+            raise ValueError(f"default model {self.default!r} is not served (models: {', '.join(names) or 'none'})")
+        for new, old in self.shadows.items():
+            for name in (new, old):
+                if name not in names:
+                    raise ValueError(f"shadow {new}={old}: {name!r} is not served (models: {', '.join(names)})")
+            if new == old:
+                raise ValueError(f"shadow {new}={old}: a model cannot shadow itself")
+        return self
+
+    @property
+    def names(self) -> list[str]:
+        return [m.name for m in self.models]
+
+
+def gather(
+    bundle: Path | None,
+    models: str | None,
+    models_file: Path | None,
+    root: Path | None,
+    every_bundle: bool,
+    default: str | None,
+    shadow: str | None,
+) -> ModelSet:
+    """The models in the order given: XTAG_BUNDLE (the first argument of `xtag serve`), XTAG_MODELS, the models
+    file (XTAG_MODELS_FILE, else XTAG_BUNDLE_ROOT/models.toml when nothing else names a model), then with --all
+    every other bundle under the root; the default is XTAG_DEFAULT_MODEL, the file's, or the first."""
+    try:
+        specs = [ModelSpec(name=bundle_name(bundle), path=bundle)] if bundle is not None else []
+        specs += [ModelSpec(name=name, path=Path(path)) for name, path in pairs(models, "XTAG_MODELS")]
+        shadows = dict(pairs(shadow, "XTAG_SHADOW"))
+        if models_file is None and root is not None and not specs and not every_bundle:
+            models_file = Path(root) / MODELS_FILE if (Path(root) / MODELS_FILE).is_file() else None
+        if models_file is not None:
+            listed, file_default, file_shadows = read_models_file(models_file)
+            specs += listed
+            default = default or file_default
+            shadows = {**file_shadows, **shadows}
+        if every_bundle:
+            if root is None:
+                raise ValueError("--all (XTAG_ALL_BUNDLES) serves every bundle under XTAG_BUNDLE_ROOT: set it")
+            taken = {Path(s.path).resolve() for s in specs}
+            specs += [s for s in bundles_under(root) if s.path.resolve() not in taken]
+        return ModelSet(models=specs, default=default, shadows=shadows)
+    except ValidationError as exc:  # one line, the validator's own words
+        error = exc.errors(include_url=False)[0]
+        cause = (error.get("ctx") or {}).get("error")
+        raise ValueError(str(cause) if isinstance(cause, Exception) else error["msg"]) from None
+
+
+def bundle_name(path: Path) -> str:
+    """The name a bundle is served under when none is given: its directory's name."""
+    return Path(path).name or Path(path).resolve().name
+
+
+def pairs(text: str | None, what: str) -> list[tuple[str, str]]:
+    """`a=x,b=y` as [(a, x), (b, y)]; spaces around items are ignored."""
+    out = []
+    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise ValueError(f"{what}: {item!r} is not NAME=VALUE")
+        out.append((name.strip(), value.strip()))
+    return out
+
+
+def read_models_file(path: Path) -> tuple[list[ModelSpec], str | None, dict[str, str]]:
+    """A models.toml: `default = "NAME"` and a `[models]` table of NAME = "PATH" or NAME = {path = "PATH",
+    shadow_of = "OLD"}; relative paths are read from the file's directory."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read the models file ({exc})") from None
+    specs, shadows = [], {}
+    table = data.get("models")
+    if not isinstance(table, dict) or not table:
+        raise ValueError(f'{path}: a [models] table of NAME = "PATH" is required')
+    for name, entry in table.items():
+        entry = {"path": entry} if isinstance(entry, str) else entry
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+            raise ValueError(f'{path}: models.{name}: give a path (NAME = "PATH" or NAME = {{path = "PATH"}})')
+        specs.append(ModelSpec(name=name, path=Path(path).parent / entry["path"]))
+        if "shadow_of" in entry:
+            shadows[name] = str(entry["shadow_of"])
+    default = data.get("default")
+    return specs, None if default is None else str(default), shadows
+
+
+def bundles_under(root: Path) -> list[ModelSpec]:
+    """Every bundle directory (one holding a manifest.json) directly under `root`, by name."""
+    if not Path(root).is_dir():
+        raise ValueError(f"{root}: the bundle root (XTAG_BUNDLE_ROOT) is not a directory")
+    found = sorted(p for p in Path(root).iterdir() if (p / "manifest.json").is_file())
+    if not found:
+        raise ValueError(f"{root}: no bundle directory (with a manifest.json) under the bundle root")
+    return [ModelSpec(name=bundle_name(p), path=p) for p in found]

@@ -1,0 +1,119 @@
+"""The admin plane per model: POST /v1/admin/models/{name}/reload, PUT (load a bundle under a name) and DELETE.
+
+Fenced as /v1/admin/reload is (routes/admin.py): the admin credential, bundles only under XTAG_BUNDLE_ROOT,
+one load per model at a time (409), JSON bodies only. Each call touches its model alone: the others keep
+serving, and a load that fails leaves the model's old bundle (if any) in place.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from fastapi import APIRouter, Depends, Request
+from xtag.models.errors import XtagError
+from xtag.service.deps import json_body, openapi_body
+from xtag.service.http.problems import Problem, problem_responses
+from xtag.service.model_config import ModelSpec
+from xtag.service.routes.admin import reload_model, resolve_target
+from xtag.service.schemas import ModelPutRequest, ReloadResponse
+from xtag.service.state.model_slot import ReloadInProgress
+from xtag.service.state.registry import DefaultModelBusy, UnknownModel
+
+router = APIRouter(tags=["admin"])
+COMMON = {401: "missing or wrong admin key (or API key, when no admin key is configured)"}
+NAMED = {404: "no model of that name is served (the detail lists them)"}
+
+
+def _slot_or_404(request: Request, name: str):
+    registry = request.app.state.registry
+    try:
+        return registry.slot(name)
+    except UnknownModel as exc:
+        raise Problem(404, "unknown-model", str(exc), models=registry.names) from None
+
+
+def _single_worker(request: Request, what: str) -> None:
+    if request.app.state.settings.workers > 1:
+        raise Problem(
+            409,
+            "multi-worker",
+            f"{what} changes one worker only; with several, change the configuration (XTAG_MODELS, models.toml) "
+            "and restart, or send SIGHUP to reload every model in place",
+        )
+
+
+async def _load(request: Request, name: str, target=None) -> dict:
+    """The load, its failure as problem+json: 409 when this model is already loading, 422 when the bundle failed."""
+    try:
+        return await reload_model(request.app, target, wait=False, name=name)
+    except ReloadInProgress as exc:
+        raise Problem(409, "reload-in-progress", str(exc), headers={"Retry-After": "1"}) from exc
+    except XtagError as exc:
+        slot = request.app.state.registry.slots[name]
+        still = f"; still serving {slot.current.ref['name']} {slot.current.ref['version']}" if slot.current else ""
+        raise Problem(422, "reload-failed", f"model {name}: {exc}{still}") from exc
+
+
+@router.post(
+    "/v1/admin/models/{name}/reload",
+    response_model=ReloadResponse,
+    summary="Reload one model from its configured bundle; the others keep serving, and it keeps its old bundle if "
+    "the new one fails",
+    responses=problem_responses(
+        {**COMMON, **NAMED, 409: "this model is already loading", 422: "the bundle did not load or warm up"}
+    ),
+)
+async def reload_one(request: Request, name: str) -> dict:
+    _slot_or_404(request, name)
+    summary = await _load(request, name)
+    if request.app.state.settings.uvicorn_supervisor_pid == os.getppid():  # roll every sibling worker onto it
+        os.kill(os.getppid(), signal.SIGHUP)
+    return summary
+
+
+@router.put(
+    "/v1/admin/models/{name}",
+    response_model=ReloadResponse,
+    openapi_extra=openapi_body(ModelPutRequest),
+    summary="Serve a bundle under XTAG_BUNDLE_ROOT as model NAME: a new model, or a new bundle for a served one",
+    responses=problem_responses(
+        {
+            **COMMON,
+            400: "invalid JSON or UTF-8",
+            403: "no XTAG_ADMIN_KEY configured, or a bundle outside XTAG_BUNDLE_ROOT",
+            404: "no bundle there (not-a-bundle)",
+            409: "this model is already loading, or a multi-worker server",
+            415: "not application/json",
+            422: "invalid name or field, the bundle did not load or warm up, or XTAG_MAX_MEMORY_MB would be exceeded",
+        }
+    ),
+)
+async def put_model(request: Request, name: str, body: ModelPutRequest = Depends(json_body(ModelPutRequest))) -> dict:
+    if request.app.state.settings.admin_key is None:
+        raise Problem(403, "admin-key-required", "loading a bundle over HTTP needs an admin key (set XTAG_ADMIN_KEY)")
+    _single_worker(request, "loading a model over HTTP")
+    try:
+        ModelSpec(name=name, path=body.bundle)
+    except ValueError as exc:
+        raise Problem(422, "validation-error", str(exc.errors()[0]["ctx"]["error"])) from None
+    return await _load(request, name, resolve_target(request, body.bundle))
+
+
+@router.delete(
+    "/v1/admin/models/{name}",
+    status_code=204,
+    summary="Stop serving one model (the default only with ?new_default=NAME); requests already on it finish",
+    responses=problem_responses(
+        {**COMMON, **NAMED, 409: "the default model without a new_default, or a multi-worker server"}
+    ),
+)
+async def delete_model(request: Request, name: str, new_default: str | None = None) -> None:
+    _single_worker(request, "unloading a model over HTTP")
+    _slot_or_404(request, name)
+    try:
+        request.app.state.registry.unload(name, new_default)
+    except UnknownModel as exc:
+        raise Problem(404, "unknown-model", str(exc), models=request.app.state.registry.names) from None
+    except DefaultModelBusy as exc:
+        raise Problem(409, "default-model", str(exc)) from None

@@ -1,0 +1,164 @@
+"""The models one server holds, by name: a ModelSlot each, loaded, reloaded and unloaded on its own; one the default.
+
+The one-model API (/v1/predict, /ready, /v1/model, /v1/admin/reload) reads the default through `current`,
+`load`, `last_error` and `loading`, which are the default slot's: a one-model server behaves as before.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from xtag.models.errors import XtagError
+from xtag.service.model_config import ModelSet, bundle_name
+from xtag.service.observability.drift import DEFAULT_WINDOW
+from xtag.service.state.memory import bundle_bytes
+from xtag.service.state.model_slot import ModelSlot, ServedModel
+
+log = logging.getLogger("xtag.service")
+
+
+class UnknownModel(XtagError):
+    """No model of that name is served."""
+
+
+class DefaultModelBusy(XtagError):
+    """The default model cannot be unloaded unless another one becomes the default."""
+
+
+class ModelRegistry:
+    """Every model of the server; `default` answers the unnamed routes. Slots change only on the event loop."""
+
+    def __init__(
+        self,
+        models: ModelSet | None,
+        warmup_text: str,
+        device=None,
+        drift_window: int = DEFAULT_WINDOW,
+        options=None,
+        max_memory_mb: float | None = None,
+    ):
+        self.warmup_text, self.device, self.drift_window = warmup_text, device, drift_window
+        self.options, self.max_memory_mb = options, max_memory_mb
+        self.listeners: list = []  # called with (old, new) after any model's swap, (old, None) after an unload
+        self.slots: dict[str, ModelSlot] = {}
+        models = models or ModelSet()
+        for spec in models.models:
+            self.add(spec.name, spec.path)
+        self.default: str | None = models.default
+        self.shadows: dict[str, str] = dict(models.shadows)  # NEW → OLD (scored elsewhere: shadow scoring)
+
+    def add(self, name: str, path: Path | None) -> ModelSlot:
+        slot = ModelSlot(
+            name,
+            path,
+            self.warmup_text,
+            self.device,
+            self.drift_window,
+            self.options,
+            self.max_memory_mb,
+            self.listeners,
+        )
+        self.slots[name] = slot
+        return slot
+
+    # the default model, as the one-model routes see it
+    @property
+    def default_slot(self) -> ModelSlot | None:
+        return self.slots.get(self.default) if self.default is not None else None
+
+    @property
+    def current(self) -> ServedModel | None:
+        slot = self.default_slot
+        return None if slot is None else slot.current
+
+    @property
+    def last_error(self) -> str | None:
+        slot = self.default_slot
+        return None if slot is None else slot.last_error
+
+    @property
+    def loading(self) -> bool:
+        slot = self.default_slot
+        return slot is not None and slot.loading
+
+    @property
+    def path(self) -> Path | None:
+        slot = self.default_slot
+        return None if slot is None else slot.path
+
+    async def load(self, path: Path | None = None, wait: bool = True) -> tuple[ServedModel | None, ServedModel]:
+        """(Re)load the default model (from `path`, else its configured one); with no model yet, `path` becomes the
+        default, named after its directory."""
+        slot = self.default_slot
+        if slot is None:
+            if path is None:
+                raise XtagError("no bundle configured (set XTAG_BUNDLE or pass a bundle path)")
+            self.default = bundle_name(Path(path))
+            slot = self.add(self.default, Path(path))
+        return await slot.load(path, wait=wait)
+
+    # models by name
+    @property
+    def names(self) -> list[str]:
+        """The models that are loaded or loading (not the unloaded ones), in configuration order."""
+        return [name for name, slot in self.slots.items() if not slot.unloaded]
+
+    def slot(self, name: str) -> ModelSlot:
+        """The slot of a model that is served (or loading, or failed); UnknownModel names those there are."""
+        slot = self.slots.get(name)
+        if slot is None or slot.unloaded:
+            raise UnknownModel(f"no model named {name!r} is served; models: {', '.join(self.names) or 'none'}")
+        return slot
+
+    async def put(self, name: str, path: Path | None, wait: bool = False) -> tuple[ServedModel | None, ServedModel]:
+        """Load `path` as model `name`: a new model, or a new bundle for one served (swapped once it is warm); no
+        path: reload its configured one."""
+        slot = self.slots.get(name)
+        if slot is None:
+            slot = self.add(name, path)
+        return await slot.load(path, wait=wait)
+
+    def unload(self, name: str, new_default: str | None = None) -> ServedModel | None:
+        """Stop serving `name`; the default only when `new_default`, a ready model, takes its place."""
+        slot = self.slot(name)
+        if new_default is not None:
+            successor = self.slot(new_default)
+            if new_default == name or successor.current is None:
+                raise DefaultModelBusy(f"new default {new_default!r} must be another model, loaded and ready")
+            self.default = new_default
+        if name == self.default:
+            others = [n for n in self.names if n != name]
+            raise DefaultModelBusy(
+                f"{name!r} is the default model: name another one to take its place (?new_default=NAME; "
+                f"models: {', '.join(others) or 'none'})"
+            )
+        return slot.unload()
+
+    def describe(self) -> list[dict]:
+        """What GET /v1/models and /ready show of each model (no server paths)."""
+        return [self._entry(name, slot) for name, slot in self.slots.items()]
+
+    def _entry(self, name: str, slot: ModelSlot) -> dict:
+        model = slot.current
+        entry = {
+            "name": name,
+            "default": name == self.default,
+            "state": slot.state,
+            "error": slot.last_error,
+            "shadow_of": self.shadows.get(name),
+            "family": None,
+            "version": None,
+            "label_count": None,
+            "memory_bytes": None,
+            "loaded_at": None,
+        }
+        if model is not None:
+            entry.update(
+                family=model.kind,
+                version=model.bundle.version,
+                label_count=model.n_labels,
+                memory_bytes=bundle_bytes(model.bundle.path),
+                loaded_at=model.loaded_at,
+            )
+        return entry

@@ -218,11 +218,11 @@ class Settings(BaseSettings):
         "returned (k per document) are compared with the training label frequencies",
     )
     shadow_queue: int = Field(
-        8,
+        64,
         ge=1,
-        description="shadow scoring: requests to a shadowed model waiting for its shadow at once; one more is shed "
-        "(counted in xtag_shadow_shed_documents_total), never queued: a slow shadow compares fewer documents "
-        "instead of falling behind",
+        description="shadow scoring: requests to a shadowed model waiting for its shadow at once (it scores them "
+        "together, every 50 ms at most); one more is shed (counted in xtag_shadow_shed_documents_total), never "
+        "queued: a slow shadow compares fewer documents instead of falling behind",
     )
     shadow_timeout_s: float = Field(
         5.0,

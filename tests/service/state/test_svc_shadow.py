@@ -91,21 +91,28 @@ def test_a_slow_shadow_sheds_work_instead_of_queueing(make_client, bundles, monk
     c = make_client(shadow_queue=2)
     other = load_and_warm(bundles["b"], "warm up")
     scorer = with_shadow(c, other)
-    release = threading.Event()
+    entered, release = threading.Event(), threading.Event()
     slow_predict = other.predict
-    monkeypatch.setattr(other, "predict", lambda *a, **kw: release.wait(30) and slow_predict(*a, **kw))
-    for d in DOCS[:10]:
+
+    def slow(*args, **kwargs):
+        entered.set()
+        release.wait(30)
+        return slow_predict(*args, **kwargs)
+
+    monkeypatch.setattr(other, "predict", slow)
+    body = {"documents": [{"text": DOCS[0]["text"]}], "k": 2}
+    assert c.post("/v1/predict/batch", json=body).status_code == 200
+    assert entered.wait(30)  # the shadow now scores that one request, and takes long
+    for d in DOCS[1:11]:
         start = time.perf_counter()
         assert c.post("/v1/predict/batch", json={"documents": [{"text": d["text"]}], "k": 2}).status_code == 200
         assert time.perf_counter() - start < 5  # the primary never waits for its shadow
-    # one call runs (blocked), two wait in the queue, the other seven are shed
-    assert scorer.counts["shed_documents"] == 7 and scorer.queue.qsize() == 2
+    # two wait in the queue (XTAG_SHADOW_QUEUE=2), the other eight are shed, none queues beyond
+    assert scorer.queue.qsize() == 2 and scorer.counts["shed_documents"] == 8
     release.set()
-    wait_for(lambda: scorer.counts["documents"] == 3)
-    assert (
-        series(c.get("/metrics").text, "xtag_shadow_shed_documents_total")[(("model", "tiny-a"), ("shadow", "tiny-b"))]
-        == 7
-    )
+    wait_for(lambda: scorer.counts["documents"] == 3)  # every document not shed is compared
+    pair = (("model", "tiny-a"), ("shadow", "tiny-b"))
+    assert series(c.get("/metrics").text, "xtag_shadow_shed_documents_total")[pair] == 8
 
 
 def test_a_failing_or_stuck_shadow_leaves_the_primary_unchanged_and_is_counted(make_client, bundles, monkeypatch):

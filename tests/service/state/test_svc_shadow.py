@@ -19,7 +19,7 @@ from xtag.service.settings import Settings
 from xtag.service.state import shadow as shadow_module
 from xtag.service.state.model_slot import ServedModel, load_and_warm
 
-from tests.service.svc_support import ADMIN, ADMIN_KEY, LiveServer, bundles, make_client, tiny_corpus  # noqa: F401
+from tests.service.svc_support import ADMIN, ADMIN_KEY, LiveServer, bundles, make_client, tiny_corpus, wait_ready  # noqa: F401
 from xtag.cli import app as cli
 
 DOCS = tiny_corpus()[:24]
@@ -190,3 +190,28 @@ def test_shadow_report_prints_the_comparison_from_a_servers_metrics(bundles, tmp
     assert row["overlap_at_k"] == pytest.approx(expected["overlap_at_k"], abs=1e-4)
     gone = CliRunner().invoke(cli, ["shadow", "report", "--url", server.url])  # the server has stopped
     assert gone.exit_code == 2 and gone.output.startswith("error: ") and "Traceback" not in gone.output
+
+
+def test_a_shadow_declared_in_the_configuration_scores_every_route_to_its_primary(make_client, bundles):
+    """--shadow NEW=OLD (XTAG_SHADOW): requests to OLD on the default and named routes are scored by NEW, requests
+    to NEW are not; the shadow reloaded is the one that scores next."""
+    c = make_client(models=f"tiny-b={bundles['b']}", shadow="tiny-b=tiny-a", admin_key=ADMIN_KEY)
+    wait_ready(c, path="/v1/models/tiny-b/ready")
+    scorer = c.app.state.shadows["tiny-a"]
+    assert c.app.state.registry.current.shadow is scorer and scorer.shadow == "tiny-b"
+    text = {"text": DOCS[0]["text"], "k": 3}
+    assert c.post("/v1/predict", json=text).status_code == 200
+    assert c.post("/v1/models/tiny-a/predict", json=text).status_code == 200
+    assert (
+        c.post("/v1/models/tiny-a/predict/batch", json={"documents": [{"text": text["text"]}] * 2, "k": 3}).status_code
+        == 200
+    )
+    assert c.post("/v1/models/tiny-b/predict", json=text).status_code == 200  # the shadow's own traffic
+    wait_for(lambda: scorer.counts["documents"] == 4)
+    before = c.app.state.registry.slots["tiny-b"].current
+    r = c.post("/v1/admin/models/tiny-b/reload", headers=ADMIN)
+    assert r.status_code == 200 and c.app.state.registry.slots["tiny-b"].current is not before
+    assert c.post("/v1/predict", json=text).status_code == 200
+    wait_for(lambda: scorer.counts["documents"] == 5)
+    assert scorer.resolve() is c.app.state.registry.slots["tiny-b"].current
+    assert c.get("/v1/shadow").json()["pairs"][0]["top1_agreement"] is not None

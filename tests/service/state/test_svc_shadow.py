@@ -215,3 +215,16 @@ def test_a_shadow_declared_in_the_configuration_scores_every_route_to_its_primar
     wait_for(lambda: scorer.counts["documents"] == 5)
     assert scorer.resolve() is c.app.state.registry.slots["tiny-b"].current
     assert c.get("/v1/shadow").json()["pairs"][0]["top1_agreement"] is not None
+
+
+def test_annif_suggestions_of_a_shadowed_project_are_scored_too(make_client, bundles):
+    c = make_client(models=f"tiny-b={bundles['b']}", shadow="tiny-b=tiny-a")
+    wait_ready(c, path="/v1/models/tiny-b/ready")
+    scorer = c.app.state.shadows["tiny-a"]
+    form = c.post("/v1/projects/tiny-a/suggest", data={"text": DOCS[0]["text"], "limit": "3"})
+    assert form.status_code == 200 and form.json()["results"]
+    docs = [{"document_id": d["id"], "text": d["text"]} for d in DOCS[:3]] + [{"text": "  "}]  # a blank one: no answer
+    batch = c.post("/v1/projects/tiny-a/suggest-batch", json={"documents": docs})
+    assert batch.status_code == 200 and len(batch.json()) == 4
+    wait_for(lambda: scorer.counts["documents"] == 4)
+    assert [doc_id for doc_id, _, _ in scorer.window.answers] == ["d0", "d1", "d2"]  # ids kept for live P@k

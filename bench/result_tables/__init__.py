@@ -9,6 +9,7 @@ from .cold_start import cold_start, fresh_install
 from .hardening import amplification, guard_cost, request_cost
 from .lamp import lamp_debtags
 from .lightxml_cascadexml import cascadexml_debtags, equal_budget, lightxml_debtags, lightxml_subset
+from .multi_model import multi_model
 from .onnx_encoders import encoder_variants
 from .service import (
     explain_latency,
@@ -61,5 +62,6 @@ BUILDERS = {
         explain_latency,
         update_labels,
         lamp_debtags,
+        multi_model,
     )
 }

@@ -117,3 +117,13 @@ def test_reloading_another_model_under_load_fails_no_request_of_the_default(bund
         assert outcomes == [200, 200, 200, 204, 200, 422]
         assert len(statuses) > 20 and set(statuses) == {200}
         assert httpx.post(server.url + "/v1/models/other/predict", json=TEXT).json()["model"]["name"] == "tiny-b"
+
+
+def test_annif_learn_takes_any_served_project_and_refuses_others(make_client, bundles, tmp_path):
+    c = make_client(models=f"other={bundles['b']}", admin_key=ADMIN_KEY, feedback_db=str(tmp_path / "fb.sqlite3"))
+    wait_ready(c, path="/v1/models/other/ready")
+    body = [{"text": "astronomy telescope", "subjects": [{"label": "science::astro"}]}]
+    assert c.post("/v1/projects/other/learn", json=body, headers=ADMIN).status_code == 204
+    assert c.post("/v1/projects/nope/learn", json=body, headers=ADMIN).status_code == 404
+    r = c.post("/v1/projects/nope/suggest", data={"text": "sql"})
+    assert r.status_code == 404 and r.json()["detail"] == "Project 'nope' not found"

@@ -59,13 +59,16 @@ def test_ready_is_503_naming_the_default_when_it_failed(make_client, bundles):
     assert r.status_code == 503 and r.json()["detail"].startswith("not ready: model broken: ")
 
 
-def test_the_default_is_unloaded_only_when_another_takes_its_place(make_client, bundles):
+def test_the_default_is_unloaded_only_when_another_takes_its_place(make_client, bundles, caplog):
     c = two_models(make_client, bundles, admin_key=ADMIN_KEY)
     wait_settled(c, "second")
     r = c.delete("/v1/admin/models/tiny-a", headers=ADMIN)
     assert r.status_code == 409 and "second" in r.json()["detail"]
     assert c.delete("/v1/admin/models/tiny-a?new_default=nope", headers=ADMIN).status_code == 404
-    assert c.delete("/v1/admin/models/tiny-a?new_default=second", headers=ADMIN).status_code == 204
+    with caplog.at_level(logging.INFO, logger="xtag.service"):
+        assert c.delete("/v1/admin/models/tiny-a?new_default=second", headers=ADMIN).status_code == 204
+    unloaded = [x for x in caplog.records if getattr(x, "event", None) == "bundle_unloaded"]
+    assert [(x.getMessage(), x.model) for x in unloaded] == [("model tiny-a: unloaded", "tiny-a")]
     assert c.post("/v1/predict", json=TEXT).json()["model"]["name"] == "tiny-b"  # the new default
     gone = c.post("/v1/models/tiny-a/predict", json=TEXT)
     assert gone.status_code == 404 and gone.json()["models"] == ["second"]
@@ -85,7 +88,8 @@ def test_reloading_one_model_leaves_the_others_object_untouched(make_client, bun
         r = c.post("/v1/admin/models/second/reload", json={})
     assert r.status_code == 200 and r.json()["model"]["name"] == "tiny-b"
     assert registry.current is default and registry.slots["second"].current is not before
-    assert any(m.getMessage().startswith("model second: reloaded") for m in caplog.records)
+    reloaded = [x for x in caplog.records if getattr(x, "event", None) == "bundle_reloaded"]
+    assert [x.model for x in reloaded] == ["second"] and reloaded[0].getMessage().startswith("model second: reloaded")
     assert c.post("/v1/admin/models/nope/reload", json={}).status_code == 404
 
 

@@ -49,6 +49,16 @@ PECOS_PY = ROOT / "bench" / ".venv-pecos" / "bin" / "python"
 
 
 def free_port() -> int:
+    """A free loopback port: the first free one of BENCH_PORTS ("LOW-HIGH", a shared machine's allotted range) when
+    set, else any the system picks."""
+    low, _, high = os.environ.get("BENCH_PORTS", "").partition("-")
+    for port in range(int(low), int(high) + 1) if high else ():
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -8,6 +8,7 @@ import os
 import signal
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 from fastapi import Depends, FastAPI
@@ -28,10 +29,11 @@ from xtag.service.http.openapi_limits import apply_limits
 from xtag.service.http.request_body import BodyReadMiddleware
 from xtag.service.http.security import DASHBOARD_HEADERS, NoSniffMiddleware, ProblemCORSMiddleware
 from xtag.service.observability.metrics import LATENCY_BUCKETS, Metrics, ObservabilityMiddleware, RecentRequests
-from xtag.service.observability.timeline import Timeline
+from xtag.service.observability.timeline import Timelines
 from xtag.service.routes import admin, annif, feedback, health, labels, model_admin, models, monitoring, predict
 from xtag.service.schemas import REQUEST_MODELS, ProblemDetails
 from xtag.service.settings import Settings
+from xtag.service.state import shadow
 from xtag.service.state.registry import ModelRegistry
 
 DASHBOARD = Path(__file__).parent / "dashboard"  # the page's files, served under the public /static/ URLs
@@ -106,7 +108,7 @@ async def lifespan(app: FastAPI):
             if slot.current is not None:
                 kind = slot.current.kind
                 slot.current.batcher = make_batcher(
-                    settings, kind, state.executor, state.metrics.observe_batch, state.recent
+                    settings, kind, state.executor, slot.current.series.observe_batch, state.recent
                 )
     state.lifespans += 1
     loop = asyncio.get_running_loop()
@@ -143,6 +145,8 @@ async def lifespan(app: FastAPI):
         state.parse_executor.shutdown(wait=False, cancel_futures=True)
         if state.feedback is not None:
             state.feedback.close()
+        for scorer in state.shadows.values():
+            scorer.close()
         state.metrics.process_exit()
 
 
@@ -188,8 +192,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         options=settings.runtime_options(),
         max_memory_mb=settings.max_memory_mb,
     )
-    app.state.timeline = timeline = Timeline(LATENCY_BUCKETS)
-    app.state.metrics = metrics = Metrics(timeline)
+    app.state.timelines = timelines = Timelines(LATENCY_BUCKETS)
+    app.state.metrics = metrics = Metrics(timelines)
     app.state.recent = recent = RecentRequests(settings.stats_window_s)
     app.state.tasks = set()
     app.state.lifespans = 0  # how many times it started: a restarted app needs new worker pools (lifespan)
@@ -201,14 +205,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics.set_model(old, new)
         app.openapi_schema = None  # rebuilt on the next request: the label count bounds k (http/openapi_limits.py)
         if new is None:  # unloaded
-            timeline.mark(f"{old.served_as} unloaded", "unload")
+            metrics.series(old.served_as).timeline.mark(f"{old.served_as} unloaded", "unload")
             return
         was = f" (was {old.bundle.version})" if old is not None else ""
         named = f"{new.served_as}: " if len(app.state.registry.slots) > 1 else ""
-        timeline.mark(f"{named}{new.bundle.name} {new.bundle.version}{was}", "reload" if old is not None else "load")
-        new.batcher = make_batcher(settings, new.kind, app.state.executor, metrics.observe_batch, recent)
+        new.series.timeline.mark(
+            f"{named}{new.bundle.name} {new.bundle.version}{was}", "reload" if old is not None else "load"
+        )
+        new.batcher = make_batcher(settings, new.kind, app.state.executor, new.series.observe_batch, recent)
+        new.shadow = app.state.shadows.get(new.served_as)  # the model scoring its requests after them, if any
 
     app.state.registry.listeners.append(on_swap)
+    app.state.shadow_metrics = shadow.ShadowMetrics(metrics.registry)
+    app.state.shadows = {}  # primary's name → its ShadowScorer (service/state/shadow.py)
+    for new, old in app.state.registry.shadows.items():  # --shadow NEW=OLD, XTAG_SHADOW, models.toml's shadow_of
+        shadow.declare(app, old, new, partial(shadow.served, app.state.registry, new))
     problems.install(app)
     protected = [Depends(require_api_key)]
     app.include_router(health.router)

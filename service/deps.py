@@ -14,6 +14,7 @@ from fastapi import Request, Security
 from fastapi.security import APIKeyHeader
 from pydantic import BaseModel, SecretStr, ValidationError
 from xtag.service.http.problems import Problem, validation_problem
+from xtag.service.observability.metrics import MODEL_KEY, served_name
 from xtag.service.settings import Settings
 from xtag.service.state.model_slot import ServedModel
 from xtag.service.state.registry import ModelRegistry, UnknownModel
@@ -38,8 +39,11 @@ def served_model(request: Request) -> ServedModel:
     if name is None:
         model = request.app.state.registry.current
         if model is not None:
+            request.scope[MODEL_KEY] = served_name(model)  # the request's series carry it (ObservabilityMiddleware)
             return model
-    return named_model(request.app.state.registry, name)
+    model = named_model(request.app.state.registry, name)
+    request.scope[MODEL_KEY] = served_name(model)
+    return model
 
 
 def named_model(registry: ModelRegistry, name: str | None) -> ServedModel:

@@ -217,6 +217,24 @@ class Settings(BaseSettings):
         description="label drift (GET /v1/drift, xtag_label_drift_js_divergence): the last this many labels "
         "returned (k per document) are compared with the training label frequencies",
     )
+    shadow_queue: int = Field(
+        64,
+        ge=1,
+        description="shadow scoring: requests to a shadowed model waiting for its shadow at once (it scores them "
+        "together, every 50 ms at most); one more is shed (counted in xtag_shadow_shed_documents_total), never "
+        "queued: a slow shadow compares fewer documents instead of falling behind",
+    )
+    shadow_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        description="shadow scoring: a shadow call not done in this time counts as an error "
+        "(xtag_shadow_errors_total) and is asked to stop; the primary's answer has been sent long before",
+    )
+    shadow_window: int = Field(
+        10_000,
+        ge=10,
+        description="shadow scoring: agreement and live P@k are over the last this many documents compared",
+    )
     access_log: bool = Field(
         False, description="one INFO line per request (method, path, endpoint, status, ms, client) on xtag.access"
     )

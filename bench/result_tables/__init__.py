@@ -21,6 +21,7 @@ from .service import (
     service_latency,
     service_load,
 )
+from .shadow import shadow
 from .static import static_alpha_levels, static_debtags
 from .tail import losses_debtags, tail_debtags
 from .update import update_labels
@@ -42,6 +43,7 @@ BUILDERS = {
         service_load,
         guard_cost,
         ray_xlinear,
+        shadow,
         amplification,
         request_cost,
         inline_vs_worker,

@@ -1,4 +1,5 @@
-// The page's time series (uPlot, vendored in this folder): polls /v1/timeline and /v1/drift every 5 s.
+// The page's time series (uPlot, vendored in this folder): polls /v1/timeline and /v1/drift of the model picked in
+// #model-select (the server's default at first), and /v1/shadow, every 5 s.
 // Each chart's element says how many points it draws (data-points) and how many load/reload markers it shows
 // (data-markers), so a headless browser test can check them. Uses $ and getJSON from app.js.
 "use strict";
@@ -46,6 +47,33 @@ function draw(id, t, series, unit, step) {
   const points = series.reduce((n, s) => n + s.values.filter((v) => v !== null && v !== undefined).length, 0);
   el.dataset.points = String(points);
   el.dataset.markers = String(events.filter((e) => e.t >= t[0] && e.t <= t[t.length - 1] + step).length);
+}
+
+function modelOptions(tl) {
+  // the selector lists every model with a series; the server's choice (the default model) until one is picked
+  const select = $("model-select"), names = tl.models.includes(tl.model) || !tl.model ? tl.models : [tl.model, ...tl.models];
+  if ([...select.options].map((o) => o.value).join("|") !== names.join("|")) {
+    const keep = select.value || tl.model;
+    select.replaceChildren(...names.map((n) => new Option(n, n)));
+    select.value = names.includes(keep) ? keep : tl.model;
+  }
+}
+
+function renderShadow(pairs) {
+  $("shadow").hidden = pairs.length === 0;
+  const fixed = (v, digits = 3) => (v === null || v === undefined ? "–" : v.toFixed(digits));
+  $("shadow-window").textContent = pairs.length ? pairs[0].window_documents : "–";
+  $("shadow-pairs").tBodies[0].replaceChildren(...pairs.map((p) => {
+    const tr = document.createElement("tr");
+    tr.dataset.pair = `${p.model}|${p.shadow}`;
+    const live = p.live && p.live.documents ? `${fixed(p.live[p.model]["P@1"], 2)} / ${fixed(p.live[p.shadow]["P@1"], 2)} (${p.live.documents} docs)` : "–";
+    for (const text of [p.model, p.shadow, p.documents, p.shed_documents, p.errors, fixed(p.top1_agreement), fixed(p.overlap_at_k), fixed(p.rank_correlation), live]) {
+      const td = document.createElement("td");
+      td.textContent = String(text);
+      tr.append(td);
+    }
+    return tr;
+  }));
 }
 
 function renderTimeline(tl) {
@@ -104,13 +132,18 @@ function renderDrift(d) {
 
 async function pollCharts() {
   try {
-    renderTimeline(await getJSON("/v1/timeline"));
-    renderDrift(await getJSON("/v1/drift?top=5"));
+    const picked = $("model-select").value, model = picked ? `model=${encodeURIComponent(picked)}&` : "";
+    const tl = await getJSON(`/v1/timeline?${model}minutes=60`);
+    modelOptions(tl);
+    renderTimeline(tl);
+    renderDrift(await getJSON(`/v1/drift?${model}top=5`));
+    renderShadow((await getJSON("/v1/shadow")).pairs);
   } catch (e) {
     $("tl-note").textContent = e.message;
   }
 }
 
 $("tl-endpoint").addEventListener("change", pollCharts);
+$("model-select").addEventListener("change", pollCharts);
 pollCharts();
 setInterval(pollCharts, 5000);

@@ -18,6 +18,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from xtag.service.observability.logs import ACCESS
+from xtag.service.observability.timeline import Timeline, Timelines
 
 # 0.5–100 ms in steps of at most 2× (most answers take 0.3–30 ms), then coarse up to 10 s
 LATENCY_BUCKETS = (
@@ -25,6 +26,7 @@ LATENCY_BUCKETS = (
     0.25, 0.5, 1.0, 2.5, 10.0,
 )  # fmt: skip
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+MODEL_KEY = "xtag.model"  # the scope key where deps.served_model names the model that served a request
 QUIET_PATHS = ("/metrics", "/health", "/ready", "/v1/stats", "/v1/timeline", "/v1/drift", "/static", "/favicon.ico")
 CLIENT_CLOSED = 499  # the status counted for a request whose client went away before the answer
 ENDPOINT_CACHE = 1024
@@ -70,22 +72,21 @@ def forget_dead_workers() -> None:
 class Metrics:
     """The service's Prometheus metrics, on a registry of its own."""
 
-    def __init__(self, timeline=None) -> None:
-        self.timeline = (
-            timeline  # the built-in page's series (service/observability/timeline.py), fed from the same calls
-        )
+    def __init__(self, timelines: Timelines | None = None) -> None:
+        self.timelines = timelines  # the built-in page's series per model (observability/timeline.py), fed alike
+        self._models: dict[str, ModelSeries] = {}
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
             "xtag_http_requests",
-            "HTTP requests by endpoint, method and status",
-            ["endpoint", "method", "status"],
+            'HTTP requests by endpoint, method, status and the model that answered ("" for no model)',
+            ["endpoint", "method", "status", "model"],
             registry=r,
         )
         self.latency = Histogram(
             "xtag_http_request_duration_seconds",
-            "request latency by endpoint and status",
-            ["endpoint", "method", "status"],
+            "request latency by endpoint, status and model",
+            ["endpoint", "method", "status", "model"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
@@ -93,23 +94,27 @@ class Metrics:
             "xtag_http_requests_in_flight", "requests being handled", registry=r, multiprocess_mode="livesum"
         )
         self.batch_size = Histogram(
-            "xtag_predict_batch_documents", "documents per predictor call", buckets=BATCH_BUCKETS, registry=r
+            "xtag_predict_batch_documents", "documents per predictor call", ["model"], buckets=BATCH_BUCKETS, registry=r
         )
-        self.documents = Counter("xtag_predicted_documents", "documents tagged", registry=r)
+        self.documents = Counter("xtag_predicted_documents", "documents tagged", ["model"], registry=r)
         self.model_info = Gauge(
             "xtag_model_info",
-            "the served model (value 1)",
-            ["name", "version", "kind", "labels"],
+            "each served model (value 1): its served name, bundle name, version, kind and label count",
+            ["model", "name", "version", "kind", "labels"],
             registry=r,
             multiprocess_mode="liveall",
         )
         self.model_load = Gauge(
-            "xtag_model_load_seconds", "load time of the served bundle", registry=r, multiprocess_mode="liveall"
+            "xtag_model_load_seconds",
+            "load time of each served bundle",
+            ["model"],
+            registry=r,
+            multiprocess_mode="liveall",
         )
         self.placement = Gauge(
             "xtag_model_placement",
             "where each component of the served model runs (value 1): its onnxruntime provider or device",
-            ["device", "component", "provider"],
+            ["model", "device", "component", "provider"],
             registry=r,
             multiprocess_mode="liveall",
         )
@@ -117,34 +122,55 @@ class Metrics:
         self.drift_js = Gauge(
             "xtag_label_drift_js_divergence",
             "Jensen-Shannon divergence (base 2) of the labels returned in the drift window from the training labels",
+            ["model"],
             registry=r,
             multiprocess_mode="livemax",
         )
         self.band_share = Gauge(
             "xtag_predicted_label_band_share",
             "share of the labels returned in the drift window by training-frequency band (head, torso, tail)",
-            ["band"],
+            ["model", "band"],
             registry=r,
             multiprocess_mode="liveall",
         )
-        self.reloads = Counter("xtag_model_reloads", "bundle reloads by outcome", ["outcome"], registry=r)
+        self.reloads = Counter(
+            "xtag_model_reloads", "bundle reloads by model and outcome", ["model", "outcome"], registry=r
+        )
         self.rejected = Counter(
             "xtag_overload_rejected_requests",
             "prediction requests answered 503 at once because XTAG_MAX_QUEUE were in flight",
             registry=r,
         )
 
+    def series(self, model: str) -> ModelSeries:
+        """The prediction series of the model served as `model`, each label child resolved once, here, never per
+        request (a `.labels()` lookup costs a few µs: the hot path keeps today's cost with a model label)."""
+        found = self._models.get(model)
+        if found is None:
+            timeline = self.timelines.get(model) if self.timelines is not None else None
+            found = self._models[model] = ModelSeries(self, model, timeline)
+        return found
+
     def set_model(self, old, new) -> None:
+        """`new` now serves under its name (replacing `old` under that name, if any): its info series."""
         if old is not None:
-            self._drop(self.model_info, (old.bundle.name, old.bundle.version, old.kind, str(old.n_labels)))
-            for labels in placement_labels(old):
-                self._drop(self.placement, labels)
+            self.drop_model(old)
         if new is None:  # unloaded
             return
-        self.model_info.labels(new.bundle.name, new.bundle.version, new.kind, str(new.n_labels)).set(1)
+        name = served_name(new)
+        self.model_info.labels(name, new.bundle.name, new.bundle.version, new.kind, str(new.n_labels)).set(1)
         for labels in placement_labels(new):
-            self.placement.labels(*labels).set(1)
-        self.model_load.set(new.bundle.load_seconds)
+            self.placement.labels(name, *labels).set(1)
+        self.model_load.labels(name).set(new.bundle.load_seconds)
+        new.series = self.series(name)
+
+    def drop_model(self, old) -> None:
+        """The info series of a model no longer served (replaced or unloaded); its counters stay (Prometheus
+        counters never go back)."""
+        name = served_name(old)
+        self._drop(self.model_info, (name, old.bundle.name, old.bundle.version, old.kind, str(old.n_labels)))
+        for labels in placement_labels(old):
+            self._drop(self.placement, (name, *labels))
 
     @staticmethod
     def _drop(gauge: Gauge, labels: tuple[str, ...]) -> None:
@@ -157,19 +183,15 @@ class Metrics:
         except KeyError:
             pass
 
-    def publish_drift(self, summary: dict | None) -> None:
-        """Copy a drift summary (LabelDrift.summary) into the gauges; called when /metrics or /v1/drift is read."""
+    def publish_drift(self, model, summary: dict | None) -> None:
+        """Copy a served model's drift summary (LabelDrift.summary) into its gauges; called when /metrics or
+        /v1/drift is read."""
         if summary is None or summary["js_divergence"] is None:
             return
-        self.drift_js.set(summary["js_divergence"])
+        name = served_name(model)
+        self.drift_js.labels(name).set(summary["js_divergence"])
         for band, share in summary["bands"].items():
-            self.band_share.labels(band).set(share["served"])
-
-    def observe_batch(self, n: int) -> None:
-        self.batch_size.observe(n)
-        self.documents.inc(n)
-        if self.timeline is not None:
-            self.timeline.add_batch(n)
+            self.band_share.labels(name, band).set(share["served"])
 
     def process_exit(self) -> None:
         """Drop this worker's live gauges (model info, in-flight) from the multiprocess aggregate."""
@@ -183,6 +205,27 @@ class Metrics:
             MultiProcessCollector(registry)
             return generate_latest(registry)
         return generate_latest(self.registry)
+
+
+def served_name(model) -> str:
+    """The name a model is served under (its slot's), which its series carry as `model`."""
+    return model.served_as or model.bundle.name
+
+
+class ModelSeries:
+    """One served model's prediction series, label children resolved once (Metrics.series)."""
+
+    def __init__(self, metrics: Metrics, model: str, timeline: Timeline | None):
+        self.name, self.timeline = model, timeline
+        self.batch_size = metrics.batch_size.labels(model)
+        self.documents = metrics.documents.labels(model)
+
+    def observe_batch(self, n: int) -> None:
+        """One predictor call of `n` documents (the micro-batcher's on_batch)."""
+        self.batch_size.observe(n)
+        self.documents.inc(n)
+        if self.timeline is not None:
+            self.timeline.add_batch(n)
 
 
 class RecentRequests:
@@ -301,12 +344,13 @@ class ObservabilityMiddleware:
                 status = CLIENT_CLOSED if disconnected else 500
             endpoint = self.endpoint(scope, root_path)
             code = str(status)
-            self.metrics.requests.labels(endpoint, scope["method"], code).inc()
-            self.metrics.latency.labels(endpoint, scope["method"], code).observe(elapsed)
+            model = scope.get(MODEL_KEY, "")  # set by deps.served_model: the name of the model that answered
+            self.metrics.requests.labels(endpoint, scope["method"], code, model).inc()
+            self.metrics.latency.labels(endpoint, scope["method"], code, model).observe(elapsed)
             if not scope["path"].startswith(QUIET_PATHS) and scope["path"] != "/":
                 self.recent.add(elapsed, status)
-                if self.metrics.timeline is not None:
-                    self.metrics.timeline.add(endpoint, status, elapsed)
+                if self.metrics.timelines is not None:
+                    self.metrics.timelines.add(model, endpoint, status, elapsed)
             if self.access is not None:
                 self._access_line(scope, endpoint, status, elapsed)
 

@@ -5,6 +5,9 @@ the request count, 4xx+5xx and 503 counts and a latency histogram over observabi
 page's percentiles come from the same bins as Prometheus's), plus the predictor calls' document counts. A
 bucket is cleared when the clock comes round to it again. Reloads and model versions are kept as events
 (a bounded deque). Endpoints are route templates (few); past MAX_ENDPOINTS they share one "other" row.
+
+Timelines keeps one Timeline per served model (the page's model selector picks one), and one under "" for the
+requests no model answered (labels, admin, feedback, errors before a model was chosen).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections import deque
 import numpy as np
 
 MAX_ENDPOINTS = 32
+MAX_TIMELINES = 64  # models ever served in this process, plus ""; past it they share one
 
 
 class Timeline:
@@ -157,3 +161,30 @@ class Timeline:
             share = (q * total - before) / row[i] if row[i] else 0.0
             out.append(round(float(edges[i] + share * (edges[i + 1] - edges[i])), 3))
         return out
+
+
+class Timelines:
+    """One Timeline per model name ("" for requests no model answered), made on first use."""
+
+    def __init__(self, bounds: tuple[float, ...], **options):
+        self.bounds, self.options = bounds, options
+        self.by_model: dict[str, Timeline] = {}
+
+    def get(self, model: str) -> Timeline:
+        found = self.by_model.get(model)
+        if found is None:
+            if len(self.by_model) >= MAX_TIMELINES:  # never reached by a sane server; bounded all the same
+                model = "other"
+            found = self.by_model.setdefault(model, Timeline(self.bounds, **self.options))
+        return found
+
+    def series(self, model: str, minutes: float = 60) -> dict:
+        """`model`'s series (empty for a name never seen: a reader creates no timeline)."""
+        found = self.by_model.get(model) or Timeline(self.bounds, **self.options)
+        return found.series(minutes)
+
+    def add(self, model: str, endpoint: str, status: int, seconds: float) -> None:
+        self.get(model).add(endpoint, status, seconds)
+
+    def models(self) -> list[str]:
+        return sorted(name for name in self.by_model if name)

@@ -18,6 +18,7 @@ from fastapi import APIRouter, Depends, Request
 from xtag.models.errors import XtagError
 from xtag.service.deps import json_body, openapi_body
 from xtag.service.http.problems import Problem, problem_responses
+from xtag.service.observability.metrics import served_name
 from xtag.service.schemas import ReloadRequest, ReloadResponse
 from xtag.service.state.model_slot import ReloadInProgress
 
@@ -39,9 +40,9 @@ async def reload_model(
     except ReloadInProgress:
         raise
     except XtagError:
-        state.metrics.reloads.labels("failed").inc()
+        state.metrics.reloads.labels(_reloaded_name(state, bundle, name), "failed").inc()
         raise
-    state.metrics.reloads.labels("ok").inc()
+    state.metrics.reloads.labels(served_name(new), "ok").inc()
     status = "unchanged" if old is not None and old.bundle.version == new.bundle.version else "reloaded"
     return {
         "status": status,
@@ -49,6 +50,15 @@ async def reload_model(
         "previous": old.ref if old else None,
         "took_ms": round((time.perf_counter() - start) * 1e3, 3),
     }
+
+
+def _reloaded_name(state, bundle: str | Path | None, name: str | None) -> str:
+    """The served name a failed reload was for: the one asked for, else the default model's (else the bundle's)."""
+    if name is not None:
+        return name
+    if state.registry.default is not None:
+        return state.registry.default
+    return Path(bundle).name if bundle is not None else ""
 
 
 async def reload_all(request_app) -> dict[str, str]:

@@ -19,9 +19,10 @@ from xtag.service.deps import (
 )
 from xtag.service.http.cost import Work, check_work
 from xtag.service.http.problems import Problem, problem_responses
-from xtag.service.routes.predict import JSONBytes, predict_arrays
+from xtag.service.routes.predict import JSONBytes, predict_arrays, shadow_task
 from xtag.service.schemas import AnnifBatchRequest
 from xtag.service.state.model_slot import ServedModel
+from xtag.service.state.shadow import JOB_KEY
 
 router = APIRouter(tags=["annif"])
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
@@ -99,9 +100,10 @@ def _number(raw: str | None, name: str, cast, lo: float, hi: float, default):
 
 
 async def _suggest(
-    request: Request, model: ServedModel, texts: list[str], limit_raw, threshold_raw
+    request: Request, model: ServedModel, texts: list[str], limit_raw, threshold_raw, ids: list | None = None
 ) -> list[list[dict]]:
-    """Annif semantics: limit (default 10) and threshold (default 0) filter; blank texts get no results."""
+    """Annif semantics: limit (default 10) and threshold (default 0) filter; blank texts get no results. A shadowed
+    model's request is left for its shadow (routes/predict.py shadow_task), `ids` the documents' for live P@k."""
     s = request.app.state.settings
     limit = min(_number(limit_raw, "limit", int, 1, s.max_k, 10), model.n_labels)
     threshold = _number(threshold_raw, "threshold", float, 0.0, 1.0, 0.0)
@@ -119,6 +121,10 @@ async def _suggest(
     )
     check_work(work, model.label_bytes, s.max_request_cost, s.max_response_bytes)
     preds = await predict_arrays(request, model, [texts[i] for i in todo], limit, None, None)
+    if model.shadow is not None:
+        scored = [texts[i] for i in todo]
+        doc_ids = [None] * len(todo) if ids is None else [ids[i] for i in todo]
+        request.scope[JOB_KEY] = model.shadow.job(scored, doc_ids, limit, None, True, model, preds.labels)
     prefix, names = s.annif_uri_prefix, model.names
     for i, ids, scores in zip(todo, preds.labels.tolist(), preds.scores.tolist()):
         out[i] = [
@@ -235,7 +241,7 @@ async def suggest(request: Request, project_id: str):
     if not isinstance(text, str):
         raise Problem(400, "bad-request", "text: a form field 'text' is required")
     rows = await _suggest(request, model, [text], form.get("limit"), form.get("threshold"))
-    return JSONBytes({"results": rows[0]})
+    return JSONBytes({"results": rows[0]}, background=shadow_task(request))
 
 
 @router.post(
@@ -267,7 +273,8 @@ async def suggest_batch(request: Request, project_id: str):
     limit = request.app.state.settings.max_batch_documents
     body = await parse_body(request, AnnifBatchRequest, check=document_limit(limit, status=400))
     q = request.query_params
-    rows = await _suggest(request, model, [d.text for d in body.documents], q.get("limit"), q.get("threshold"))
     # Annif's document_id is a string, absent ids come back null; an integer id is echoed as its string (issue 28)
     ids = [None if d.document_id is None else str(d.document_id) for d in body.documents]
-    return JSONBytes([{"document_id": i, "results": r} for i, r in zip(ids, rows)])
+    rows = await _suggest(request, model, [d.text for d in body.documents], q.get("limit"), q.get("threshold"), ids)
+    answer = [{"document_id": i, "results": r} for i, r in zip(ids, rows)]
+    return JSONBytes(answer, background=shadow_task(request))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import anyio.to_thread
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import Response
 from xtag.service.http.problems import problem_response, problem_responses
 from xtag.service.state.registry import UnknownModel
+from xtag.service.state.shadow import summaries
 
 router = APIRouter(tags=["operations"])
 
@@ -82,7 +84,10 @@ async def model_ready(request: Request, name: str):
 @router.get("/metrics", summary="Prometheus exposition", response_class=Response)
 async def metrics(request: Request) -> Response:
     state = request.app.state
-    model = state.registry.current
-    if model is not None and model.drift is not None:  # computed when read: O(labels), not per request
-        state.metrics.publish_drift(model.drift.summary(model.names, top=0))
+    for slot in list(state.registry.slots.values()):  # each model's drift, computed when read: O(labels)
+        model = slot.current
+        if model is not None and model.drift is not None:
+            state.metrics.publish_drift(model, model.drift.summary(model.names, top=0))
+    if state.shadows:  # live P@k reads the feedback store: off the loop, and only with a shadow declared
+        await anyio.to_thread.run_sync(summaries, request.app)
     return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -8,6 +8,7 @@ from functools import partial
 import numpy as np
 import orjson
 from fastapi import APIRouter, Request
+from starlette.background import BackgroundTask
 from starlette.responses import Response
 from xtag.models.errors import XtagError
 from xtag.models.explain.linear import ExplainUnavailable
@@ -29,6 +30,7 @@ from xtag.service.http.problems import Problem, problem_responses
 from xtag.service.http.response_json import label_lists
 from xtag.service.schemas import BatchRequest, BatchResponse, PredictOptions, PredictRequest, PredictResponse, Reweight
 from xtag.service.state.model_slot import ServedModel
+from xtag.service.state.shadow import JOB_KEY
 
 router = APIRouter(tags=["predict"])
 # /predict and /predict/batch are unversioned aliases (the same handlers, auth included), kept out of
@@ -120,10 +122,15 @@ async def predict_rows(
     rw_key: tuple = (),
     explain: bool = False,
     rerank: bool = True,
+    ids: list[str | None] | None = None,
 ) -> list[orjson.Fragment]:
     """Each text's top-k labels as JSON ({id, name, score} list, and each label's `gain` when reweighted),
-    through the micro-batcher when it is on."""
+    through the micro-batcher when it is on. For a shadowed model, the request's ShadowJob (texts, client `ids`,
+    options, the answer's labels) is left in the scope for the handler's background task (shadow_task)."""
     preds = await predict_arrays(request, model, texts, k, beam, a, rw_key, rerank)
+    if model.shadow is not None:
+        ids = ids or [None] * len(texts)
+        request.scope[JOB_KEY] = model.shadow.job(texts, ids, k, rw_key or None, rerank, model, preds.labels)
     gains = (
         None if a is None else gains_of(preds, a)
     )  # what the labels were ranked by (models/inference/reweighting.py)
@@ -165,8 +172,14 @@ async def predict_arrays(
     batcher = model.batcher
     if batcher is not None:
         return await batcher.submit((id(model), k, beam, rw_key, rerank), texts, run, request.receive)
-    request.app.state.metrics.observe_batch(len(texts))
+    model.series.observe_batch(len(texts))
     return await run_off_loop(request.app.state.executor, run, texts, request.receive)
+
+
+def shadow_task(request: Request) -> BackgroundTask | None:
+    """The shadow's turn for this request (service/state/shadow.py), run once the answer has been sent."""
+    job = request.scope.get(JOB_KEY)
+    return None if job is None else job.background()
 
 
 def _rw_key(opts: PredictOptions) -> tuple:
@@ -190,7 +203,8 @@ async def predict(request: Request) -> Response:
     rows = await predict_rows(
         request, model, [body.text], k, beam, a, body.threshold, _rw_key(body), body.explain, body.rerank
     )
-    return JSONBytes({"labels": rows[0], "model": model.ref, "took_ms": round((time.perf_counter() - start) * 1e3, 3)})
+    took = round((time.perf_counter() - start) * 1e3, 3)
+    return JSONBytes({"labels": rows[0], "model": model.ref, "took_ms": took}, background=shadow_task(request))
 
 
 @router.post(
@@ -208,8 +222,9 @@ async def predict_batch(request: Request) -> Response:
     texts = [d.text for d in body.documents]
     k, beam, a = check_options(request, model, body, texts, "documents[{i}].text")
     if body.optimize is None:
+        ids = [None if d.id is None else str(d.id) for d in body.documents]
         rows = await predict_rows(
-            request, model, texts, k, beam, a, body.threshold, _rw_key(body), body.explain, body.rerank
+            request, model, texts, k, beam, a, body.threshold, _rw_key(body), body.explain, body.rerank, ids
         )
     else:
         rows = await optimized_rows(request, model, body, texts, k, beam)
@@ -217,7 +232,8 @@ async def predict_batch(request: Request) -> Response:
     results = [
         {"id": str(i if d.id is None else d.id), "labels": r} for i, (d, r) in enumerate(zip(body.documents, rows))
     ]
-    return JSONBytes({"results": results, "model": model.ref, "took_ms": round((time.perf_counter() - start) * 1e3, 3)})
+    took = round((time.perf_counter() - start) * 1e3, 3)
+    return JSONBytes({"results": results, "model": model.ref, "took_ms": took}, background=shadow_task(request))
 
 
 async def optimized_rows(
@@ -241,7 +257,7 @@ async def optimized_rows(
         n_labels=model.n_labels,
         config=config,
     )
-    request.app.state.metrics.observe_batch(len(texts))
+    model.series.observe_batch(len(texts))
     preds = await run_off_loop(request.app.state.executor, run, texts, request.receive)  # one call: the batch's optimum
     if not body.explain:
         return label_lists(model.label_prefixes, preds, body.threshold)

@@ -153,6 +153,18 @@ class FeedbackStore:
                 "labels": json.loads(labels),
             }
 
+    def labels_by_id(self, ids: list[str], chunk: int = 500) -> dict[str, list[str]]:
+        """The stored label names of the documents with these client ids (shadow scoring's live P@k)."""
+        mark = "%s" if self.postgres else "?"
+        found: dict[str, list[str]] = {}
+        with self._lock:
+            conn = self._connection()
+            for at in range(0, len(ids), chunk):
+                part = ids[at : at + chunk]
+                sql = f"SELECT client_id, labels FROM feedback WHERE client_id IN ({', '.join([mark] * len(part))})"
+                found.update((i, json.loads(labels)) for i, labels in conn.execute(sql, part).fetchall())
+        return found
+
     def close(self) -> None:
         with self._lock:
             self._drop()

@@ -29,6 +29,7 @@ from xtag.service.state.memory import check_memory, release_memory, resident_mb
 
 if TYPE_CHECKING:
     from xtag.models.lamp.explain import LampExplainer
+    from xtag.service.observability.metrics import ModelSeries
 
 log = logging.getLogger("xtag.service")
 
@@ -43,6 +44,8 @@ class ServedModel:
     drift: LabelDrift | None = None  # attached once warmed up, so warm-up answers are not counted as traffic
     served_as: str = ""  # the name it is served under (its slot's), set when it goes live
     batcher: object | None = None  # its own micro-batcher (service/batching.py), set when it goes live
+    series: ModelSeries | None = None  # its Prometheus children (observability/metrics.py), set when it goes live
+    shadow: object | None = None  # its ShadowScorer (state/shadow.py, which imports this module), if any
     _weights: dict[tuple[str, float | None], np.ndarray] = field(default_factory=dict, repr=False)
     _explainer: Explainer | LampExplainer | None = field(default=None, repr=False)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -141,16 +142,41 @@ def test_grafana_is_provisioned_and_compose_mounts_it():
         assert {"h", "w", "x", "y"} <= set(panel["gridPos"])
 
 
-def test_every_dashboard_query_names_a_metric_the_service_exports(make_client):
-    c = make_client()
-    c.post("/v1/predict", json={"text": "python script", "k": 3})
+def test_every_dashboard_query_names_a_metric_the_service_exports(make_client, bundles, tmp_path):
+    from xtag.service.state.model_slot import load_and_warm
+    from xtag.service.state.shadow import declare
+
+    c = make_client(admin_key="k", feedback_db=str(tmp_path / "feedback.sqlite3"))
+    shadow = load_and_warm(bundles["b"], "warm up")  # so that the shadow panels' series exist too
+    scorer = c.app.state.registry.current.shadow = declare(c.app, "tiny-a", "tiny-b", lambda: shadow)
+    doc = {"id": "d1", "text": "python script"}
+    c.post("/v1/predict/batch", json={"documents": [doc], "k": 3})
+    c.post("/v1/feedback", json={"documents": [{**doc, "labels": ["lang::python"]}]}, headers={"X-Admin-Key": "k"})
     c.get("/v1/drift")
+    deadline = time.monotonic() + 30
+    while scorer.counts["documents"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
     exported = set(re.findall(r"^(xtag_\w+)", c.get("/metrics").text, re.MULTILINE))
     d = dashboard()
     queries = [t["expr"] for p in d["panels"] for t in p["targets"]] + [a["expr"] for a in d["annotations"]["list"]]
     titles = " ".join(p["title"] for p in d["panels"]).lower()
-    for needed in ("requests per second", "latency", "error", "503", "predictor call", "drift", "head / torso"):
+    for needed in (
+        "requests per second", "latency", "error", "503", "predictor call", "drift", "head / torso", "shadow", "live p@k"
+    ):  # fmt: skip
         assert needed in titles, needed  # the built-in page's panels plus drift
     for query in queries:
         for name in re.findall(r"\b(xtag_\w+)", query):
             assert name in exported, (name, query)
+
+
+def test_the_dashboard_has_a_model_variable_that_every_prediction_query_uses():
+    d = dashboard()
+    variable = {v["name"]: v for v in d["templating"]["list"]}["model"]
+    assert "label_values(xtag_model_info, model)" in variable["definition"] and variable["includeAll"]
+    per_model = ("xtag_http_request", "xtag_predict", "xtag_label_drift", "xtag_model_", "xtag_shadow_")
+    queries = [t["expr"] for p in d["panels"] for t in p["targets"]] + [a["expr"] for a in d["annotations"]["list"]]
+    for query in queries:
+        for selector in re.findall(r"(xtag_\w+)(\{[^}]*\})?", query):
+            name, labels = selector
+            if name.startswith(per_model) and name != "xtag_http_requests_in_flight":
+                assert 'model=~"$model"' in labels, query

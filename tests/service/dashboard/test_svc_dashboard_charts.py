@@ -5,13 +5,14 @@ names the labels a one-topic burst pushed up. The run saves a screenshot (dashbo
 from __future__ import annotations
 
 import subprocess
+import time
 
 import httpx
 import pytest
 from xtag.service.settings import Settings
 
 from tests.service.dashboard.test_svc_dashboard import CHROMIUM, dump_dom
-from tests.service.svc_support import ADMIN, ADMIN_KEY, LiveServer, bundles, tiny_corpus  # noqa: F401  (pytest fixtures)
+from tests.service.svc_support import ADMIN, ADMIN_KEY, LiveServer, bundles, tiny_corpus, wait_ready  # noqa: F401  (pytest fixtures)
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
 
@@ -52,3 +53,24 @@ def test_the_page_charts_a_burst_and_marks_the_reload(bundles, tmp_path):
     assert [label for where, label in before.rows if where == "drift-risers"][0] == "use::gaming"
     # the reload started a new drift window: the panel shows what tiny-b served since (nothing yet)
     assert f["drift-window"]["text"] == "0"
+
+
+def test_the_page_has_a_model_selector_and_shows_the_shadow(bundles, tmp_path):
+    """Two models, the second the shadow of the default: the selector lists both (the default picked), and the
+    shadow panel shows the pair with the documents it compared."""
+    settings = Settings(_env_file=None, bundle=bundles["a"], models=f"tiny-b={bundles['b']}", shadow="tiny-b=tiny-a")
+    with LiveServer(settings) as server, httpx.Client(base_url=server.url) as c:
+        wait_ready(server.url, path="/v1/models/tiny-b/ready")
+        for row in tiny_corpus()[:10]:
+            assert c.post("/v1/predict", json={"text": row["text"], "k": 2}).status_code == 200
+            assert c.post("/v1/models/tiny-b/predict", json={"text": row["text"], "k": 2}).status_code == 200
+        scorer = server.app.state.shadows["tiny-a"]
+        deadline = time.monotonic() + 30
+        while scorer.counts["documents"] < 10 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        page = dump_dom(server.url + "/", tmp_path / "profile")
+    f = page.by_id
+    assert f["model-select"]["text"] == "tiny-atiny-b"  # the two options, in order
+    assert "hidden" not in f["shadow"]
+    assert "primaryshadowcompared" in f["shadow-pairs"]["text"] and "tiny-atiny-b10" in f["shadow-pairs"]["text"]
+    assert int(f["chart-qps"]["data-points"]) > 0  # the default model's series

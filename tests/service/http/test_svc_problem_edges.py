@@ -73,7 +73,9 @@ def test_an_unexpected_error_is_a_500_problem_with_nosniff(bundles, monkeypatch)
         problem = check_problem(r.status_code, r.headers, r.content, 500)
         assert "RuntimeError" in problem["detail"]
         metrics = c.get("/metrics").text
-        assert 'xtag_http_requests_total{endpoint="/v1/predict",method="POST",status="500"} 1.0' in metrics
+        assert (
+            'xtag_http_requests_total{endpoint="/v1/predict",method="POST",model="tiny-a",status="500"} 1.0' in metrics
+        )
 
 
 def test_head_probes_get_200(client):

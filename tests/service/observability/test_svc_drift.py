@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from xtag.service.observability.drift import LabelDrift, jensen_shannon
 from xtag.service.observability.metrics import LATENCY_BUCKETS
 
-from tests.service.svc_support import bundles, make_client, tiny_corpus  # noqa: F401  (pytest fixtures)
+from tests.service.svc_support import bundles, make_client, tiny_corpus, wait_ready  # noqa: F401  (pytest fixtures)
 
 GAME = "game player level arcade puzzle fun"
 
@@ -68,3 +68,25 @@ def test_latency_buckets_resolve_half_a_millisecond_to_a_hundred():
     inside = [b for b in LATENCY_BUCKETS if 0.0005 <= b <= 0.1]
     assert inside[0] == 0.0005 and inside[-1] == 0.1
     assert all(b / a <= 2 for a, b in zip(inside, inside[1:], strict=False))
+
+
+def test_drift_and_the_time_series_are_per_model(make_client, bundles):
+    """Two models: traffic on one moves its drift and its time series only; /metrics has a drift series per model,
+    /v1/drift and /v1/timeline take ?model= (default: the default model), an unknown name is a 404 listing names."""
+    c = make_client(models=f"tiny-b={bundles['b']}")
+    wait_ready(c, path="/v1/models/tiny-b/ready")
+    for _ in range(20):
+        assert c.post("/v1/models/tiny-b/predict", json={"text": GAME, "k": 1}).status_code == 200
+    assert c.post("/v1/predict", json={"text": "sql database query", "k": 1}).status_code == 200
+    b, a = c.get("/v1/drift", params={"model": "tiny-b"}).json(), c.get("/v1/drift").json()
+    assert b["documents"] == 20 and b["risers"][0]["name"] == "use::gaming" and b["model"]["name"] == "tiny-b"
+    assert a["documents"] == 1 and a["model"]["name"] == "tiny-a"
+    js = {s.labels["model"]: s.value for s in metric_samples(c.get("/metrics").text)
+          if s.name == "xtag_label_drift_js_divergence"}  # fmt: skip
+    assert js == {"tiny-a": a["js_divergence"], "tiny-b": b["js_divergence"]}
+    tb, ta = c.get("/v1/timeline", params={"model": "tiny-b"}).json(), c.get("/v1/timeline").json()
+    assert ta["model"] == "tiny-a" and {"tiny-a", "tiny-b"} <= set(ta["models"])
+    assert sum(tb["endpoints"]["/v1/models/{name}/predict"]["qps"]) * tb["step_s"] == 20
+    assert "/v1/models/{name}/predict" not in ta["endpoints"] and "/v1/predict" in ta["endpoints"]
+    missing = c.get("/v1/drift", params={"model": "nope"})
+    assert missing.status_code == 404 and missing.json()["models"] == ["tiny-a", "tiny-b"]

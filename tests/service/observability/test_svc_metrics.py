@@ -24,22 +24,26 @@ def test_metrics_count_requests_per_endpoint_and_status(client):
     r = client.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     s = samples(r.text)
-    key = lambda ep, st, m="POST": (("endpoint", ep), ("method", m), ("status", st))  # noqa: E731
+
+    def key(ep, st, m="POST", model="tiny-a"):  # a request refused before a model was chosen has model ""
+        return (("endpoint", ep), ("method", m), ("model", model), ("status", st))
+
     assert s[("xtag_http_requests_total", key("/v1/predict", "200"))] == 3
-    assert s[("xtag_http_requests_total", key("/v1/predict", "422"))] == 1
+    assert s[("xtag_http_requests_total", key("/v1/predict", "422", model=""))] == 1
     assert s[("xtag_http_requests_total", key("/v1/predict/batch", "200"))] == 1
-    assert s[("xtag_http_requests_total", key("unmatched", "404", "GET"))] == 1
+    assert s[("xtag_http_requests_total", key("unmatched", "404", "GET", ""))] == 1
     assert s[("xtag_http_request_duration_seconds_count", key("/v1/predict", "200"))] == 3
     inf = tuple(sorted(key("/v1/predict", "200") + (("le", "+Inf"),)))
     assert s[("xtag_http_request_duration_seconds_bucket", inf)] == 3
-    assert s[("xtag_predict_batch_documents_sum", ())] == 3 + 3  # three single requests and one batch of 3
-    assert s[("xtag_predict_batch_documents_bucket", (("le", "4.0"),))] == 4
-    assert s[("xtag_predicted_documents_total", ())] == 6
+    model = (("model", "tiny-a"),)
+    assert s[("xtag_predict_batch_documents_sum", model)] == 3 + 3  # three single requests and one batch of 3
+    assert s[("xtag_predict_batch_documents_bucket", (("le", "4.0"), *model))] == 4
+    assert s[("xtag_predicted_documents_total", model)] == 6
     assert s[("xtag_http_requests_in_flight", ())] == 1  # the /metrics request itself
     info = [k for k in s if k[0] == "xtag_model_info"]
     assert len(info) == 1 and dict(info[0][1])["name"] == "tiny-a" and s[info[0]] == 1
-    assert dict(info[0][1])["labels"] == "9"
-    assert s[("xtag_model_load_seconds", ())] > 0
+    assert dict(info[0][1])["labels"] == "9" and dict(info[0][1])["model"] == "tiny-a"
+    assert s[("xtag_model_load_seconds", model)] > 0
 
 
 def test_model_info_follows_a_reload(make_client, bundles):
@@ -89,3 +93,38 @@ def test_static_files_are_counted_under_their_mount_not_as_unmatched(client):
         and dict(k[1])["endpoint"] not in ("/metrics", "/ready")
     }
     assert counts == {("/static", "200"): 2, ("/static", "404"): 1, ("/static/docs", "200"): 1, ("unmatched", "404"): 1}
+
+
+PER_MODEL = (
+    "xtag_http_request_duration",
+    "xtag_http_requests_total",
+    "xtag_predict",
+    "xtag_label_drift",
+    "xtag_model_",
+)
+
+
+def test_every_prediction_series_names_the_model(make_client, bundles):
+    """Each series about predictions carries `model`, the name the model is served under, so that a server with
+    several models (or one whose model changes) is charted per model; the request series of a prediction carry
+    the model that answered it."""
+    c = make_client(admin_key=ADMIN_KEY)
+    c.post("/v1/predict", json={"text": "python script", "k": 3})
+    c.post("/v1/predict/batch", json={"documents": [{"text": "sql"}], "k": 3})
+    c.get("/v1/drift")  # publishes the drift gauges (a reload then starts an empty window)
+    c.post("/v1/admin/reload", json={}, headers=ADMIN)
+    found = [(name, labels) for (name, labels) in samples(c.get("/metrics").text) if name.startswith(PER_MODEL)]
+    assert {name.rsplit("_", 1)[0] for name, _ in found} >= {
+        "xtag_predict_batch_documents",
+        "xtag_predicted_documents",
+        "xtag_label_drift_js",
+        "xtag_model_reloads",
+        "xtag_model_load",
+        "xtag_http_request_duration_seconds",
+    }
+    for name, labels in found:
+        assert "model" in dict(labels), name
+    predicted = [dict(labels)["model"] for name, labels in found if name.startswith("xtag_predict")]
+    assert set(predicted) == {"tiny-a"}
+    answered = {dict(lb)["endpoint"]: dict(lb)["model"] for name, lb in found if name == "xtag_http_requests_total"}
+    assert answered["/v1/predict"] == answered["/v1/predict/batch"] == "tiny-a"

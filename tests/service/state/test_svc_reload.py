@@ -95,7 +95,7 @@ def test_a_bad_bundle_is_refused_and_the_old_one_keeps_serving(admin, bundles):
     assert ready.status_code == 200 and "checksum mismatch" in ready.json()["last_reload_error"]
     assert client.post("/v1/predict", json={"text": "python"}).json()["model"]["name"] == "tiny-a"
     metrics = client.get("/metrics").text
-    assert 'xtag_model_reloads_total{outcome="failed"} 1.0' in metrics
+    assert 'xtag_model_reloads_total{model="tiny-a",outcome="failed"} 1.0' in metrics
 
 
 def test_no_request_fails_during_reloads(admin, bundles):
@@ -162,7 +162,7 @@ def test_sighup_reloads_the_configured_path(bundles, tmp_path):
         link.unlink()
         link.symlink_to(bundles["broken"])
         proc.send_signal(signal.SIGHUP)
-        failed = 'xtag_model_reloads_total{outcome="failed"} 1.0'
+        failed = 'xtag_model_reloads_total{model="current",outcome="failed"} 1.0'  # the name it is served under
         deadline = time.time() + STARTUP_S  # poll for the refusal: a fixed sleep was too short under load
         while failed not in httpx.get(url + "/metrics", timeout=5).text and time.time() < deadline:
             time.sleep(0.1)

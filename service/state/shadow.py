@@ -1,0 +1,284 @@
+"""Shadow scoring: a model declared the shadow of another scores the same requests, after they were answered.
+
+The prediction routes hand each answered request of a shadowed model to its ShadowScorer as a background task,
+which runs once the response has been sent (Starlette's BackgroundTask): the client never waits for the shadow.
+The scorer queues the request in a bounded queue (XTAG_SHADOW_QUEUE) and scores what gathered there on a thread
+of its own, in one call (_drain); a request that finds the queue full is shed and counted, so a slow shadow compares fewer
+documents instead of falling behind or holding memory. A shadow call that raises or takes over
+XTAG_SHADOW_TIMEOUT_S counts as an error (asked to stop; the next request waits for its thread, and sheds
+meanwhile). Nothing here can change the primary's answer or status: it was sent before the shadow started.
+
+Each compared document feeds an AgreementWindow (service/observability/agreement.py) whose means, and the live P@k of
+both models on the documents the feedback store holds corrected labels for, are exported as Prometheus series
+labelled with both names (`model`: the primary, `shadow`) and on GET /v1/shadow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+from prometheus_client import Counter, Gauge
+from starlette.background import BackgroundTask
+from xtag.models.inference.stopping import StopFlag
+from xtag.service.http.hangups import stopping
+from xtag.service.observability.agreement import AgreementWindow
+from xtag.service.state.model_slot import ServedModel
+
+log = logging.getLogger("xtag.service")
+LINGER_S = 0.05  # how long the shadow lets requests gather before it scores them together
+JOB_KEY = "xtag.shadow"  # the scope key where predict_rows leaves the request's ShadowJob for its handler
+
+
+class ShadowMetrics:
+    """The shadow series, registered once on the app's registry; children per (primary, shadow) pair."""
+
+    def __init__(self, registry) -> None:
+        pair = ["model", "shadow"]
+        self.documents = Counter(
+            "xtag_shadow_documents", "documents scored by the shadow and compared", pair, registry=registry
+        )
+        self.shed = Counter(
+            "xtag_shadow_shed_documents",
+            "documents the shadow did not score because XTAG_SHADOW_QUEUE requests already waited for it",
+            pair,
+            registry=registry,
+        )
+        self.errors = Counter(
+            "xtag_shadow_errors",
+            "shadow calls that raised or timed out (XTAG_SHADOW_TIMEOUT_S)",
+            pair,
+            registry=registry,
+        )
+        gauge = {"registry": registry, "multiprocess_mode": "liveall"}
+        self.top1 = Gauge(
+            "xtag_shadow_top1_agreement", "share of compared documents whose first label is the same", pair, **gauge
+        )
+        self.overlap = Gauge("xtag_shadow_overlap_at_k", "mean share of the k labels both returned", pair, **gauge)
+        self.rank = Gauge("xtag_shadow_rank_correlation", "mean Kendall tau-b of the two top-k rankings", pair, **gauge)
+        self.live = Gauge(
+            "xtag_shadow_live_precision",
+            "P@k (percent) of `scored` (the primary or the shadow) on the compared documents whose id has corrected "
+            "labels in the feedback store",
+            [*pair, "scored", "k"],
+            **gauge,
+        )
+        self.live_documents = Gauge(
+            "xtag_shadow_feedback_documents",
+            "compared documents with corrected labels in the feedback store",
+            pair,
+            **gauge,
+        )
+
+
+@dataclass
+class ShadowJob:
+    """One answered request, as the shadow needs it: the texts, their ids, the options and the primary's labels."""
+
+    scorer: ShadowScorer
+    texts: list[str]
+    ids: list[str | None]
+    k: int
+    reweight: tuple | None  # (scheme, alpha, beta) of the request's reweighting, applied with the shadow's weights
+    rerank: bool
+    names: list[str]  # the primary's label names
+    labels: np.ndarray  # the primary's top-k label ids, -1 padded
+
+    def background(self) -> BackgroundTask:
+        return BackgroundTask(self.scorer.offer, self)
+
+
+class ShadowScorer:
+    """Scores the requests of `primary` with the model `resolve()` returns (the shadow as served now)."""
+
+    def __init__(
+        self,
+        primary: str,
+        shadow: str,
+        resolve: Callable[[], ServedModel | None],
+        metrics: ShadowMetrics,
+        queue_size: int = 64,
+        timeout_s: float = 5.0,
+        window: int = 10_000,
+    ):
+        self.primary, self.shadow, self.resolve, self.timeout_s = primary, shadow, resolve, timeout_s
+        self.window = AgreementWindow(window)
+        self.queue: asyncio.Queue[ShadowJob] | None = None
+        self.queue_size = queue_size
+        self.executor: ThreadPoolExecutor | None = None
+        self.task: asyncio.Task | None = None
+        self.half_full: asyncio.Event | None = None  # ends the gathering early: the queue is half full
+        m = metrics
+        self.documents, self.shed, self.errors = (c.labels(primary, shadow) for c in (m.documents, m.shed, m.errors))
+        self.top1, self.overlap, self.rank = (g.labels(primary, shadow) for g in (m.top1, m.overlap, m.rank))
+        self.metrics = metrics
+        self.counts = {"documents": 0, "shed_documents": 0, "errors": 0}  # this process's, for /v1/shadow
+
+    def job(self, texts, ids, k, reweight, rerank, primary: ServedModel, labels: np.ndarray) -> ShadowJob:
+        return ShadowJob(self, texts, ids, k, reweight, rerank, primary.names, labels)
+
+    async def offer(self, job: ShadowJob) -> None:
+        """Queue an answered request for the shadow, or shed it (counted) when XTAG_SHADOW_QUEUE already wait."""
+        if self.queue is None:  # made on the loop that serves (the first request's), again after a restart
+            self.queue = asyncio.Queue(self.queue_size)
+            self.half_full = asyncio.Event()
+            self.executor = ThreadPoolExecutor(1, thread_name_prefix="xtag-shadow")
+            self.task = asyncio.get_running_loop().create_task(self._drain())
+        try:
+            self.queue.put_nowait(job)
+            if self.queue.qsize() * 2 >= self.queue_size:
+                self.half_full.set()
+        except asyncio.QueueFull:
+            self.shed.inc(len(job.texts))
+            self.counts["shed_documents"] += len(job.texts)
+
+    async def _drain(self) -> None:
+        """Score what waits, LINGER_S after the first request came (sooner once the queue is half full), in one predictor call per set of options: a
+        shadow's results are wanted soon, not at once, and one call of many texts costs far less than as many calls
+        (on debtags XR-Linear, per-call overhead is most of a one-text call), so it takes the CPU from the primary
+        less often."""
+        loop = asyncio.get_running_loop()
+        while True:
+            jobs = [await self.queue.get()]
+            with contextlib.suppress(TimeoutError):  # fast traffic: go when half the queue is taken, not later
+                await asyncio.wait_for(self.half_full.wait(), LINGER_S)
+            self.half_full.clear()
+            while not self.queue.empty():
+                jobs.append(self.queue.get_nowait())
+            stop = StopFlag()
+            future = loop.run_in_executor(self.executor, stopping, self._score, stop, jobs)
+            try:
+                await asyncio.wait_for(asyncio.shield(future), self.timeout_s)
+            except TimeoutError:
+                stop.set()
+                self._failed(jobs, f"took over {self.timeout_s:g} s (XTAG_SHADOW_TIMEOUT_S)")
+                with contextlib.suppress(Exception):  # one shadow call at a time: the queue sheds meanwhile
+                    await future
+            except Exception as exc:  # the shadow's failure is counted, never the primary's
+                self._failed(jobs, f"{type(exc).__name__}: {exc}")
+
+    def _failed(self, jobs: list[ShadowJob], why: str) -> None:
+        self.errors.inc()
+        self.counts["errors"] += 1
+        log.warning(
+            "shadow %s of %s failed on %d documents: %s",
+            self.shadow,
+            self.primary,
+            sum(len(job.texts) for job in jobs),
+            why,
+            extra={"event": "shadow_failed", "model": self.primary, "shadow": self.shadow},
+        )
+
+    def _score(self, jobs: list[ShadowJob]) -> None:
+        """On the shadow's thread: predict as the requests asked (one call per set of options), then compare each
+        document's two lists."""
+        model = self.resolve()
+        if model is None:
+            raise LookupError(f"the shadow model {self.shadow} is not served")
+        groups: dict[tuple, list[ShadowJob]] = {}
+        for job in jobs:
+            groups.setdefault((job.k, job.reweight, job.rerank), []).append(job)
+        for (k, reweight, rerank), same in groups.items():
+            gains = None if reweight is None else model.gains(*reweight)
+            texts = [t for job in same for t in job.texts]
+            labels = model.predict(texts, min(k, model.n_labels), None, gains, rerank).labels
+            if model.series is not None:
+                model.series.observe_batch(len(texts))
+            at = 0
+            for job in same:
+                for i, doc_id in enumerate(job.ids):
+                    primary = [job.names[j] for j in job.labels[i] if j >= 0]
+                    shadow = [model.names[j] for j in labels[at + i] if j >= 0]
+                    self.window.add(doc_id, primary, shadow, k)
+                at += len(job.texts)
+            self.documents.inc(len(texts))
+            self.counts["documents"] += len(texts)
+        means = self.window.means()
+        self.top1.set(means["top1_agreement"])
+        self.overlap.set(means["overlap_at_k"])
+        self.rank.set(means["rank_correlation"])
+
+    def summary(self, labels_for: Callable[[list[str]], dict[str, list[str]]] | None) -> dict:
+        """The comparison as JSON (GET /v1/shadow), the live P@k gauges published on the way (call off the loop:
+        it reads the feedback store)."""
+        out = {
+            "model": self.primary,
+            "shadow": self.shadow,
+            **self.counts,
+            **self.window.means(),
+        }
+        if labels_for is not None:
+            live = self.window.live_precision(labels_for)
+            self.metrics.live_documents.labels(self.primary, self.shadow).set(live["documents"])
+            for side, name in (("primary", self.primary), ("shadow", self.shadow)):
+                for at, value in live[side].items():
+                    self.metrics.live.labels(self.primary, self.shadow, name, at.removeprefix("P@")).set(value)
+            out["live"] = {"documents": live["documents"], self.primary: live["primary"], self.shadow: live["shadow"]}
+        return out
+
+    def close(self) -> None:
+        """Stop scoring (the app's shutdown); the next request after a restart starts again."""
+        if self.task is not None:
+            self.task.cancel()
+        if self.executor is not None:
+            self.executor.shutdown(wait=False, cancel_futures=True)
+        self.queue = self.task = self.executor = self.half_full = None
+
+
+def declare(app, primary: str, shadow: str, resolve: Callable[[], ServedModel | None]) -> ShadowScorer:
+    """Make `shadow` (found by `resolve`) score the requests of `primary` from its next load on, and at once if
+    `primary` serves now (app.py's swap listener attaches it to every model loaded under that name)."""
+    s = app.state.settings
+    scorer = ShadowScorer(
+        primary, shadow, resolve, app.state.shadow_metrics, s.shadow_queue, s.shadow_timeout_s, s.shadow_window
+    )
+    app.state.shadows[primary] = scorer
+    return scorer
+
+
+def served(registry, name: str) -> ServedModel | None:
+    """The model served as `name` now (None while it loads, failed or was unloaded): a shadow follows its reloads."""
+    slot = registry.slots.get(name)
+    return None if slot is None else slot.current
+
+
+def feedback_labels(app) -> Callable[[list[str]], dict[str, list[str]]] | None:
+    """The feedback store's ids → labels lookup: the writer's store, else the configured one if it exists; None
+    when there is no store (live P@k is then absent)."""
+    from pathlib import Path
+
+    from xtag.service.state.feedback_store import POSTGRES_SCHEMES, FeedbackStore
+
+    state = app.state
+    if state.feedback is not None:
+        return state.feedback.store.labels_by_id
+    target = state.settings.feedback_db
+    if getattr(state, "feedback_reader", None) is None:
+        if not target.startswith(POSTGRES_SCHEMES) and not Path(target).is_file():
+            return None
+        state.feedback_reader = FeedbackStore(target, state.settings.feedback_timeout_s)
+    return state.feedback_reader.labels_by_id
+
+
+def summaries(app) -> list[dict]:
+    """Every shadow pair's comparison, live P@k included where the store can say (blocking: call off the loop)."""
+    if not app.state.shadows:
+        return []
+    try:
+        labels_for = feedback_labels(app)
+    except Exception as exc:  # an unreachable store costs the live P@k only
+        log.warning("shadow scoring: the feedback store cannot be read: %s", exc)
+        labels_for = None
+    out = []
+    for scorer in list(app.state.shadows.values()):
+        try:
+            out.append(scorer.summary(labels_for))
+        except Exception as exc:  # a store failing mid-read: the figures without live P@k
+            log.warning("shadow scoring: live P@k of %s unavailable: %s", scorer.primary, exc)
+            out.append(scorer.summary(None))
+    return out

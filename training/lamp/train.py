@@ -43,6 +43,7 @@ from xtag.training.lamp.config import LampConfig
 from xtag.training.lamp.cross_fit import cross_fit_folds, cross_fitted_topk
 from xtag.training.lamp.net import LampNet, first_layers
 from xtag.training.lamp.result import LAMP_NET, LampParts
+from xtag.training.lamp.selection import EpochSelection, held_out_rows, p_at_1
 from xtag.training.lamp.states import StateCache, label_init, normalized, shared_basis
 
 
@@ -63,7 +64,7 @@ class Trainer:
 
     def __init__(self, net: LampNet, cache: StateCache, cand: Candidates, codes, lc: LampConfig, ctx: DistContext):
         self.net, self.cache, self.cand, self.codes, self.lc, self.ctx = net, cache, cand, codes, lc, ctx
-        self.rows = np.arange(len(cand.labels))
+        self.rows, self.held_out = held_out_rows(len(cand.labels), lc.val_fraction, lc.seed)
         self.budget = Budget.of(len(self.rows), ctx.world, lc)
         self.parts: list[float] = []
 
@@ -82,8 +83,19 @@ class Trainer:
         self.parts = [round(float(v.detach()), 6) for v in readout_losses(readouts, y, valid)]
         return loss, float(loss.detach())
 
+    def held_out_p_at_1(self, batch: int = 256) -> float:
+        """P@1 of the final readout on the held-out texts' candidates (the head in the caller's mode)."""
+        hits = 0.0
+        for lo in range(0, len(self.held_out), batch):
+            idx = self.held_out[lo : lo + batch]
+            states, attention = (t.to(self.ctx.device) for t in self.cache.batch(idx))
+            labels, scores, mask, y, valid = self.inputs(idx)
+            hits += p_at_1(self.net.head(states, attention, labels, scores, mask)[-1], y, valid) * len(idx)
+        return hits / len(self.held_out)
+
     def fit(self, folder: Path, progress: bool, log: Callable[[dict], None]) -> dict:
         lc, budget = self.lc, self.budget
+        selection = EpochSelection(self.net.head, self.held_out_p_at_1, log) if len(self.held_out) else None
         loop = TrainingLoop(
             self.net,
             torch.optim.AdamW(decay_groups(self.net.head, lc.lr, lc.weight_decay)),
@@ -94,13 +106,15 @@ class Trainer:
             order=lambda epoch: epoch_order(self.rows, [lc.seed, epoch], self.ctx.world),
             lr_lambda=lambda step: max(0.0, 1.0 - step / max(budget.total, 1)),
             log_fields=lambda loop: {"readout_losses": self.parts, "lr": loop.sched.get_last_lr()[0]},
+            callbacks=[selection] if selection else [],
             name="lamp",
             desc="lamp",
             progress=progress,
             log=log,
         )
         stats = loop.run(self.step_loss)
-        return {**stats, "readout_losses": self.parts, "train_documents": len(self.rows)}
+        stats = {**stats, "readout_losses": self.parts, "train_documents": len(self.rows)}
+        return {**stats, "selected": selection.finish()} if selection else stats
 
 
 # Below this first-stage recall@C on LaMP's texts, training with teacher forcing draws a warning (debtags: 0.93,

@@ -62,9 +62,11 @@ def lamp_loss(readouts: list[torch.Tensor], y: torch.Tensor, valid: torch.Tensor
 class Trainer:
     """State of one LaMP run: cached token states and candidates, the loss for the shared loop."""
 
-    def __init__(self, net: LampNet, cache: StateCache, cand: Candidates, codes, lc: LampConfig, ctx: DistContext):
+    def __init__(
+        self, net: LampNet, cache: StateCache, cand: Candidates, codes, lc: LampConfig, ctx: DistContext, held_out
+    ):
         self.net, self.cache, self.cand, self.codes, self.lc, self.ctx = net, cache, cand, codes, lc, ctx
-        self.rows, self.held_out = held_out_rows(len(cand.labels), lc.val_fraction, lc.seed)
+        self.rows, self.held_out = np.setdiff1d(np.arange(len(cand.labels)), held_out), held_out
         self.budget = Budget.of(len(self.rows), ctx.world, lc)
         self.parts: list[float] = []
 
@@ -189,7 +191,9 @@ def train_lamp(run: TrainInputs) -> NetRunResult:
     transformer = first_layers(TextEncoder.from_pretrained(lc.encoder, "mean").transformer, lc.encoder_layers)
     net = LampNet(transformer, len(vocab), lc.dim, lc.steps, lc.heads, lc.ffn_factor, lc.dropout)
     cache = StateCache.build(net, tokenizer, run.texts, lc.batch_size, run.progress)
-    init, from_name = label_init(net, tokenizer, cache, Y_first, vocab.names, lc.init, lc.batch_size)
+    held_out = held_out_rows(len(run.texts), lc.val_fraction, lc.seed)  # lamp.val_fraction: kept out of PIFA too
+    Y_seen = sp.diags(np.isin(np.arange(len(run.texts)), held_out, invert=True).astype(np.float32)) @ Y_first
+    init, from_name = label_init(net, tokenizer, cache, Y_seen.tocsr(), vocab.names, lc.init, lc.batch_size)
     basis = shared_basis(init, lc.dim, lc.seed)
     with torch.no_grad():
         net.head.embedding.weight.copy_(torch.from_numpy(normalized(init @ basis.T)))
@@ -211,7 +215,7 @@ def train_lamp(run: TrainInputs) -> NetRunResult:
         }
     )
     net = net.to(ctx.device)
-    trainer = Trainer(net, cache, cand, codes, lc, ctx)
+    trainer = Trainer(net, cache, cand, codes, lc, ctx, held_out)
     stats = fit_or_reload(net, folder, lambda: trainer.fit(folder, run.progress, run.log), ctx, run.log, "lamp")
     enc_config, sample = finish_run(ctx, lc, run.texts, net.hidden, pooling="mean")
     head = LampHeadConfig(candidates=C, graph=lc.graph, steps=lc.steps, heads=lc.heads, dim=lc.dim, n_labels=len(vocab))

@@ -50,6 +50,7 @@ VARIANTS = {
     "epochs-2": {"epochs": 2},
     "c-30": {"candidates": 30},
     "c-100": {"candidates": 100},
+    "select-epochs": {"epochs": 6, "val_fraction": 0.05},  # lamp.val_fraction keeps the best of up to 6 epochs
 }
 
 

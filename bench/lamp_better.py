@@ -120,6 +120,7 @@ def main() -> None:
         other, _ = train_export(TrainConfig.model_validate(seed1), work / "xlinear_seed1")
         result["first_stage_recall_test"] = first_stage_recall([first, load_bundle(other)], test, (30, 50, 100))
     commands = logged_commands(work / f"{args.result_name}.commands.json")
+    save_result(args.result_name, result, command=commands)  # the first stage and its recall, before any variant
     for name in filter(None, args.variants.split(",")):
         bundle_path, summary, facts = train_variant(name, first_bundle, first_path, work)
         bundle = load_bundle(bundle_path)

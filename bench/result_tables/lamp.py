@@ -43,3 +43,38 @@ def lamp_debtags(r: dict) -> dict[str, str]:
         f'with LaMP, {ms(lat["first_stage_p50_ms"])} ms with `"rerank": false`.'
     )
     return {"quality": quality + "\n\n" + notes}
+
+
+BETTER = ("P@1", "PSP@5", "macro-F1@5")
+
+
+@one_result_each
+def lamp_better(r: dict) -> dict[str, str]:
+    """One row per LaMP variant (one setting changed from today's), validation and TEST side by side."""
+    today = r["variants"].get("today")
+    first = r["first_stage"]
+    rows = [["XR-Linear (first stage alone)", "", *(f2(first[s][m]) for s in ("val", "test") for m in BETTER), "", ""]]
+    for name, v in r["variants"].items():
+        change = ", ".join(f"{k}={x}" for k, x in v["change"].items()) or "today's LaMP"
+        delta = signed(v["test"]["P@1"] - today["test"]["P@1"]) if today and name != "today" else ""
+        cells = [f2(v[s][m]) for s in ("val", "test") for m in BETTER]
+        rows.append([f"LaMP {name}", change, *cells, delta, f"{v['lamp_train_s']:.0f}"])
+    header = ["model", "change", *(f"val {m}" for m in BETTER), *(f"test {m}" for m in BETTER)]
+    header += ["test P@1 vs today", "LaMP train s"]
+    split = r["split"]
+    notes = (
+        f"XR-Linear and LaMP train on the same {split['train_docs']:,} texts (LaMP on 5-fold out-of-fold "
+        f"candidates); validation {split['val_docs']:,} texts carved from TRAIN (which picks), test "
+        f"{split['test_docs']:,}. Today's LaMP: "
+        + ", ".join(f"{k}={x}" for k, x in r["today"].items())
+        + ". Metric convention: xmc."
+    )
+    out = {"variants": table(header, "ll" + "r" * (len(header) - 2), rows) + "\n\n" + notes}
+    if r.get("first_stage_recall_test"):
+        recall_rows = [
+            [name, f2(v["recall"]), f2(v["texts_with_a_true_label"]), f"{v['mean_candidates']:.1f}"]
+            for name, v in r["first_stage_recall_test"].items()
+        ]
+        head = ["first stage's top-C on TEST", "recall (% of true labels)", "texts with a true label (%)", "mean C"]
+        out["recall"] = table(head, "lrrr", recall_rows)
+    return out

@@ -63,6 +63,14 @@ class LampConfig(TransformerConfig):
     )
     intermediate_weight: float = Field(1.0, ge=0, description="λ: weight of the intermediate readouts' BCE")
     epochs: int = Field(4, ge=1)
+    val_fraction: float = Field(
+        0.0,
+        ge=0,
+        lt=0.5,
+        description="share of LaMP's texts held out to pick the epoch (training/lamp/selection.py): after each "
+        "epoch the re-ranked P@1 on them is measured and the best epoch's weights are kept, so lamp.epochs becomes "
+        "the most it trains; 0: every text trains and the last epoch is kept (the held-out texts do not train)",
+    )
     lr: float = Field(1e-3, gt=0, description="AdamW learning rate of the LaMP layers (the encoder is frozen)")
     export: LampExportConfig = Field(default_factory=LampExportConfig)
 

@@ -43,6 +43,7 @@ from xtag.training.lamp.config import LampConfig
 from xtag.training.lamp.cross_fit import cross_fit_folds, cross_fitted_topk
 from xtag.training.lamp.net import LampNet, first_layers
 from xtag.training.lamp.result import LAMP_NET, LampParts
+from xtag.training.lamp.selection import EpochSelection, held_out_rows, p_at_1
 from xtag.training.lamp.states import StateCache, label_init, normalized, shared_basis
 
 
@@ -61,9 +62,11 @@ def lamp_loss(readouts: list[torch.Tensor], y: torch.Tensor, valid: torch.Tensor
 class Trainer:
     """State of one LaMP run: cached token states and candidates, the loss for the shared loop."""
 
-    def __init__(self, net: LampNet, cache: StateCache, cand: Candidates, codes, lc: LampConfig, ctx: DistContext):
+    def __init__(
+        self, net: LampNet, cache: StateCache, cand: Candidates, codes, lc: LampConfig, ctx: DistContext, held_out
+    ):
         self.net, self.cache, self.cand, self.codes, self.lc, self.ctx = net, cache, cand, codes, lc, ctx
-        self.rows = np.arange(len(cand.labels))
+        self.rows, self.held_out = np.setdiff1d(np.arange(len(cand.labels)), held_out), held_out
         self.budget = Budget.of(len(self.rows), ctx.world, lc)
         self.parts: list[float] = []
 
@@ -82,8 +85,19 @@ class Trainer:
         self.parts = [round(float(v.detach()), 6) for v in readout_losses(readouts, y, valid)]
         return loss, float(loss.detach())
 
+    def held_out_p_at_1(self, batch: int = 256) -> float:
+        """P@1 of the final readout on the held-out texts' candidates (the head in the caller's mode)."""
+        hits = 0.0
+        for lo in range(0, len(self.held_out), batch):
+            idx = self.held_out[lo : lo + batch]
+            states, attention = (t.to(self.ctx.device) for t in self.cache.batch(idx))
+            labels, scores, mask, y, valid = self.inputs(idx)
+            hits += p_at_1(self.net.head(states, attention, labels, scores, mask)[-1], y, valid) * len(idx)
+        return hits / len(self.held_out)
+
     def fit(self, folder: Path, progress: bool, log: Callable[[dict], None]) -> dict:
         lc, budget = self.lc, self.budget
+        selection = EpochSelection(self.net.head, self.held_out_p_at_1, log) if len(self.held_out) else None
         loop = TrainingLoop(
             self.net,
             torch.optim.AdamW(decay_groups(self.net.head, lc.lr, lc.weight_decay)),
@@ -94,13 +108,15 @@ class Trainer:
             order=lambda epoch: epoch_order(self.rows, [lc.seed, epoch], self.ctx.world),
             lr_lambda=lambda step: max(0.0, 1.0 - step / max(budget.total, 1)),
             log_fields=lambda loop: {"readout_losses": self.parts, "lr": loop.sched.get_last_lr()[0]},
+            callbacks=[selection] if selection else [],
             name="lamp",
             desc="lamp",
             progress=progress,
             log=log,
         )
         stats = loop.run(self.step_loss)
-        return {**stats, "readout_losses": self.parts, "train_documents": len(self.rows)}
+        stats = {**stats, "readout_losses": self.parts, "train_documents": len(self.rows)}
+        return {**stats, "selected": selection.finish()} if selection else stats
 
 
 # Below this first-stage recall@C on LaMP's texts, training with teacher forcing draws a warning (debtags: 0.93,
@@ -185,7 +201,9 @@ def train_lamp(run: TrainInputs) -> NetRunResult:
     transformer = first_layers(TextEncoder.from_pretrained(lc.encoder, "mean").transformer, lc.encoder_layers)
     net = LampNet(transformer, len(vocab), lc.dim, lc.steps, lc.heads, lc.ffn_factor, lc.dropout)
     cache = StateCache.build(net, tokenizer, run.texts, lc.batch_size, run.progress)
-    init, from_name = label_init(net, tokenizer, cache, Y_first, vocab.names, lc.init, lc.batch_size)
+    held_out = held_out_rows(len(run.texts), lc.val_fraction, lc.seed)  # lamp.val_fraction: kept out of PIFA too
+    Y_seen = sp.diags(np.isin(np.arange(len(run.texts)), held_out, invert=True).astype(np.float32)) @ Y_first
+    init, from_name = label_init(net, tokenizer, cache, Y_seen.tocsr(), vocab.names, lc.init, lc.batch_size)
     basis = shared_basis(init, lc.dim, lc.seed)
     with torch.no_grad():
         net.head.embedding.weight.copy_(torch.from_numpy(normalized(init @ basis.T)))
@@ -207,7 +225,7 @@ def train_lamp(run: TrainInputs) -> NetRunResult:
         }
     )
     net = net.to(ctx.device)
-    trainer = Trainer(net, cache, cand, codes, lc, ctx)
+    trainer = Trainer(net, cache, cand, codes, lc, ctx, held_out)
     stats = fit_or_reload(net, folder, lambda: trainer.fit(folder, run.progress, run.log), ctx, run.log, "lamp")
     enc_config, sample = finish_run(ctx, lc, run.texts, net.hidden, pooling="mean")
     head = LampHeadConfig(candidates=C, graph=lc.graph, steps=lc.steps, heads=lc.heads, dim=lc.dim, n_labels=len(vocab))

@@ -223,7 +223,7 @@ FAMILIES: dict[str, Family] = {
             "xtag.training.lamp.export:export",
             ("first-stage", "lamp-reranker"),
             batch_wait_ms=2.0,
-            capabilities=frozenset({"transformer"}),
+            capabilities=frozenset({"transformer", "int8"}),
             train_needs=TRAIN_EXTRA,
         ),
     )

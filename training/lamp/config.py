@@ -17,6 +17,13 @@ class LampExportConfig(TransformerExportConfig):
         description="onnxruntime's transformer fusions: off by default, the fusion passes are not checked on "
         "LaMP's attention blocks (parity still gates them when on)",
     )
+    min_top5_agreement: float = Field(
+        0.95,
+        ge=0,
+        le=1,
+        description="int8 (or fp16) weights: the reduced graph's top 5 on the parity texts must agree with the fp32 "
+        "graph's on at least this share, else the export is refused (a re-ranker's outputs are its ranking)",
+    )
 
 
 class LampConfig(TransformerConfig):

@@ -85,8 +85,10 @@ class StateCache:
             ids = np.zeros(keep.shape, dtype=np.int64)
             ids[keep] = self.data[order]
             device = next(self.net.transformer.parameters()).device  # the net's, once it moved (CUDA)
-            with torch.no_grad(), frozen(self.net.transformer):
-                return self.net.states(torch.from_numpy(ids).to(device), mask.to(device)).float(), mask.to(device)
+            with torch.no_grad(), frozen(self.net.transformer):  # no layer: the states are the embedding layer's
+                return self.net.transformer.embeddings(input_ids=torch.from_numpy(ids).to(device)).float(), mask.to(
+                    device
+                )
         states = np.zeros((*keep.shape, self.data.shape[1]), dtype=np.float32)
         states[keep] = self.data[order]
         return torch.from_numpy(states), mask

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .cold_start import cold_start, fresh_install
 from .hardening import amplification, guard_cost, request_cost
-from .lamp import lamp_debtags
+from .lamp import lamp_debtags, lamp_fast
 from .lightxml_cascadexml import cascadexml_debtags, equal_budget, lightxml_debtags, lightxml_subset
 from .onnx_encoders import encoder_variants
 from .service import (
@@ -59,5 +59,6 @@ BUILDERS = {
         explain_latency,
         update_labels,
         lamp_debtags,
+        lamp_fast,
     )
 }

@@ -224,7 +224,7 @@ FAMILIES: dict[str, Family] = {
             "xtag.training.lamp.export:export",
             ("first-stage", "lamp-reranker"),
             batch_wait_ms=2.0,
-            capabilities=frozenset({"transformer", "ray"}),
+            capabilities=frozenset({"transformer", "ray", "int8"}),
             train_needs=TRAIN_EXTRA,
         ),
     )

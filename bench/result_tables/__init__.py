@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .cold_start import cold_start, fresh_install
 from .hardening import amplification, guard_cost, request_cost
-from .lamp import lamp_better, lamp_debtags
+from .lamp import lamp_better, lamp_debtags, lamp_fast
 from .lamp_ray import lamp_ray
 from .lightxml_cascadexml import cascadexml_debtags, equal_budget, lightxml_debtags, lightxml_subset
 from .multi_model import multi_model
@@ -68,5 +68,6 @@ BUILDERS = {
         lamp_debtags,
         lamp_ray,
         multi_model,
+        lamp_fast,
     )
 }

@@ -78,3 +78,36 @@ def lamp_better(r: dict) -> dict[str, str]:
         head = ["first stage's top-C on TEST", "recall (% of true labels)", "texts with a true label (%)", "mean C"]
         out["recall"] = table(head, "lrrr", recall_rows)
     return out
+
+
+@one_result_each
+def lamp_fast(r: dict) -> dict[str, str]:
+    """One row per change (bench/lamp_fast.py), then each goal against the best row and how far it is missed."""
+    header = ["row", "P@1", "PSP@5", "macro-F1@5", "added p50 ms, in-process", "/v1/predict p50 ms", "batch docs/s"]
+    rows = []
+    for name, row in r["rows"].items():
+        added = (row.get("in_process") or {}).get("added_p50_ms")
+        rows.append(
+            [
+                name,
+                *(f2(row[m]) for m in ("P@1", "PSP@5", "macro-F1@5")),
+                "" if added is None else ms(added),
+                ms(row["http_p50_ms"]),
+                f"{row['batch_docs_per_s']:,.0f}",
+            ]
+        )
+    quality = table(header, "l" + "r" * (len(header) - 1), rows)
+    lamp_rows = {n: row for n, row in r["rows"].items() if n != "first stage alone"}
+    goals = []
+    for key, goal in r["goals"].items():
+        lower_is_better = key == "http_p50_ms"
+        best_name, best = (min if lower_is_better else max)(lamp_rows.items(), key=lambda item: item[1][key])
+        met = best[key] <= goal if lower_is_better else best[key] >= goal
+        gap = "met" if met else f"missed by {abs(best[key] - goal):,.2f}"
+        goals.append(f"{key} goal {goal:g}: best LaMP row {best[key]:,.2f} ({best_name}), {gap}")
+    notes = (
+        f"{r['test_docs']:,} test texts; batch requests of {r['batch']} documents. {r['note']}".strip()
+        + "\n\n"
+        + "\n".join(f"- {g}" for g in goals)
+    )
+    return {"quality": quality + "\n\n" + notes}

@@ -6,6 +6,8 @@ serving split text into exactly the same token ids.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -66,19 +68,42 @@ class TextTokenizer:
         except Exception as exc:  # tokenizers raises a plain Exception for unreadable files
             raise XtagError(f"{path}: cannot read the tokenizer ({exc})") from exc
 
+    def _ids(self, texts: list[str]) -> list[list[int]]:
+        """Each text's token ids, truncated: `tokenizers`' batch encoder in Rust (its threads), without the
+        offsets and word ids where the library offers that (encode_batch_fast: about a third faster)."""
+        encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
+        return [e.ids for e in encode(list(texts))]
+
     def lengths(self, texts: list[str]) -> np.ndarray:
-        return np.array([len(e.ids) for e in self.tokenizer.encode_batch(texts)], dtype=np.int64)
+        return np.fromiter(map(len, self._ids(texts)), dtype=np.int64, count=len(texts))
+
+    def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(input_ids, attention_mask, token counts) of all `texts`, padded to the longest: one call into Rust
+        and numpy scatters, no Python loop per text (the batch path's tokenizer cost was the loop's)."""
+        ids = self._ids(texts)
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        width = max(int(lengths.max(initial=0)), 1)
+        mask = np.arange(width)[None, :] < lengths[:, None]
+        padded = np.full((len(ids), width), self.pad_id, dtype=np.int64)
+        padded[mask] = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
+        return padded, mask.astype(np.int64), lengths
 
     def __call__(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(input_ids, attention_mask) as int64 arrays padded to the batch's longest text."""
-        encs = self.tokenizer.encode_batch(list(texts))
-        width = max((len(e.ids) for e in encs), default=1)
-        ids = np.full((len(encs), width), self.pad_id, dtype=np.int64)
-        mask = np.zeros((len(encs), width), dtype=np.int64)
-        for i, e in enumerate(encs):
-            ids[i, : len(e.ids)] = e.ids
-            mask[i, : len(e.ids)] = 1
+        ids, mask, _ = self.encode(texts)
         return ids, mask
+
+    def batches(self, texts: list[str], batch_size: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """(text indices, input_ids, attention_mask) per forward: the texts tokenized once, then cut into
+        batches of similar length (`length_sorted_batches`), each padded to its own longest; up to
+        `batch_size` texts are one batch in their own order."""
+        ids, mask, lengths = self.encode(texts)
+        if len(texts) <= batch_size:
+            yield np.arange(len(texts)), ids, mask
+            return
+        for idx in length_sorted_batches(lengths, batch_size):
+            width = max(int(lengths[idx].max()), 1)
+            yield idx, ids[idx, :width], mask[idx, :width]
 
 
 def pool_numpy(hidden: np.ndarray, mask: np.ndarray, pooling: Pooling) -> np.ndarray:
@@ -177,10 +202,8 @@ class OnnxEncoder:
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """n × dim float32 embeddings (not normalised), in the order of `texts`."""
-        if len(texts) <= self.batch_size:
-            return self._run(*self.tokenizer(texts))
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for idx in length_sorted_batches(self.tokenizer.lengths(texts), self.batch_size):
+        for idx, ids, mask in self.tokenizer.batches(texts, self.batch_size):
             check()  # between two batches, a call nobody waits for stops (models/inference/stopping.py)
-            out[idx] = self._run(*self.tokenizer([texts[i] for i in idx]))
+            out[idx] = self._run(ids, mask)
         return out

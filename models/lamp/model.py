@@ -19,7 +19,7 @@ from scipy.special import expit
 from xtag.models.bundle import index_bounds
 from xtag.models.errors import XtagError
 from xtag.models.features.device import Device, RuntimeOptions
-from xtag.models.features.onnx_encoder import OnnxEncoder, length_sorted_batches
+from xtag.models.features.onnx_encoder import OnnxEncoder
 from xtag.models.inference.beam_search import Predictions, top_k
 from xtag.models.inference.model import Model
 from xtag.models.lamp.masks import label_mask
@@ -100,11 +100,8 @@ class LampReranker:
         return {"candidates": candidates, "scores": score_features(scores) * valid, "label_mask": mask}
 
     def batches(self, texts: list[str]):
-        """(text indices, input_ids, attention_mask) per forward, batched by text length."""
-        tokenizer = self.onnx.tokenizer
-        batches = [np.arange(len(texts))] if len(texts) <= self.onnx.batch_size else None
-        for idx in batches or length_sorted_batches(tokenizer.lengths(texts), self.onnx.batch_size):
-            yield (idx, *tokenizer([texts[i] for i in idx]))
+        """(text indices, input_ids, attention_mask) per forward: tokenized once, batched by text length."""
+        return self.onnx.tokenizer.batches(texts, self.onnx.batch_size)
 
     def logits(self, texts: list[str], labels: np.ndarray, scores: np.ndarray) -> np.ndarray:
         """n × C logits of the candidates (the attention outputs are not fetched)."""

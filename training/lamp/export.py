@@ -1,7 +1,9 @@
 """LaMP run → bundle: the first-stage bundle as it is (first_stage/), and the re-ranker as one ONNX graph
 (frozen encoder + LaMP layers) in lamp/, parity-checked against torch on the run's sample texts with the
-first stage's real candidates: the logits and the attention outputs that explanations read. The bundle's
-labels are the first stage's: LaMP scores its label ids."""
+first stage's real candidates: the logits and the attention outputs that explanations read. With int8
+weights (`--quantize int8`, lamp.export.precision) the quantized graph must also rank as the fp32 graph
+does: its top 5 on the parity texts agree with fp32's on at least lamp.export.min_top5_agreement, else
+nothing is published. The bundle's labels are the first stage's: LaMP scores its label ids."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from xtag.training.config import TrainConfig
 from xtag.training.export.steps import copy_run_model, step
 from xtag.training.lamp.result import LAMP_NET
 from xtag.training.onnx.graph import write_graph
+from xtag.training.onnx.optimize import set_precision
 from xtag.training.onnx.parity import parity_gate
 
 
@@ -86,8 +89,17 @@ def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:
         order = np.argsort(-logits, axis=1, kind="stable")[:, :5]
         return np.take_along_axis(cand.labels, order, 1)
 
+    valid = cand.labels >= 0
+
+    def graph_outputs() -> dict[str, np.ndarray]:  # of the graph in lamp/ as it stands (fp32, then int8)
+        return real_candidates(onnx_outputs(LampReranker.load(tmp / "lamp"), texts, cand.labels, cand.scores), valid)
+
     with step(f"parity check, torch vs ONNX on {len(texts)} texts (logits and {', '.join(ATTENTION)})"):
-        valid = cand.labels >= 0
         reference = real_candidates(torch_outputs(net, reranker, texts, cand.labels, cand.scores), valid)
-        onnx = real_candidates(onnx_outputs(reranker, texts, cand.labels, cand.scores), valid)
-    return {"candidates": C, **parity_gate(lc.export, len(texts), onnx, reference, top5)}
+        onnx = graph_outputs()
+    report = {"candidates": C, **parity_gate(lc.export, len(texts), onnx, reference, top5)}
+    precision = lc.export.precision
+    if precision != "fp32":  # gated on the ranking it gives: LaMP's outputs are the ranking
+        floor = lc.export.min_top5_agreement
+        report[precision] = set_precision(tmp / "lamp", precision, graph_outputs, onnx, reference, top5, floor)
+    return report

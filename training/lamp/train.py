@@ -200,7 +200,7 @@ def train_lamp(run: TrainInputs) -> NetRunResult:
     tokenizer = load_tokenizer(lc.encoder, lc.max_length)
     transformer = first_layers(TextEncoder.from_pretrained(lc.encoder, "mean").transformer, lc.encoder_layers)
     net = LampNet(transformer, len(vocab), lc.dim, lc.steps, lc.heads, lc.ffn_factor, lc.dropout)
-    cache = StateCache.build(net, tokenizer, run.texts, lc.batch_size, run.progress)
+    cache = StateCache.build(net, tokenizer, run.texts, lc.batch_size, run.progress, folder / "token_states.npy")
     held_out = held_out_rows(len(run.texts), lc.val_fraction, lc.seed)  # lamp.val_fraction: kept out of PIFA too
     Y_seen = sp.diags(np.isin(np.arange(len(run.texts)), held_out, invert=True).astype(np.float32)) @ Y_first
     init, from_name = label_init(net, tokenizer, cache, Y_seen.tocsr(), vocab.names, lc.init, lc.batch_size)
@@ -221,12 +221,16 @@ def train_lamp(run: TrainInputs) -> NetRunResult:
             "encoder_layers": int(transformer.config.num_hidden_layers),
             "labels_from_name": from_name,
             "cooccurring_pairs": None if codes is None else len(codes) // 2,
-            "cached_token_states_mb": round(cache.data.nbytes / 2**20, 1),
+            "cached_token_states_mb": round(cache.nbytes / 2**20, 1),
+            "token_cache": "token ids" if cache.net is not None else "float16, memory-mapped",
         }
     )
     net = net.to(ctx.device)
     trainer = Trainer(net, cache, cand, codes, lc, ctx, held_out)
-    stats = fit_or_reload(net, folder, lambda: trainer.fit(folder, run.progress, run.log), ctx, run.log, "lamp")
+    try:
+        stats = fit_or_reload(net, folder, lambda: trainer.fit(folder, run.progress, run.log), ctx, run.log, "lamp")
+    finally:
+        cache.close()
     enc_config, sample = finish_run(ctx, lc, run.texts, net.hidden, pooling="mean")
     head = LampHeadConfig(candidates=C, graph=lc.graph, steps=lc.steps, heads=lc.heads, dim=lc.dim, n_labels=len(vocab))
     return NetRunResult(LAMP_NET, net.cpu().eval(), None, tokenizer, enc_config, LampParts(head, codes), sample, stats)

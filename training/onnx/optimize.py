@@ -4,9 +4,10 @@ Fusion (onnxruntime.transformers.optimizer) rewrites the exported graph into onn
 (SkipLayerNormalization, BiasGelu, Attention where its pattern matches); it runs before the parity check,
 so what ships is what was checked. Precision then rewrites model.onnx once more: dynamic int8 weights
 (onnxruntime.quantization) for CPUs, or fp16 (float inputs and outputs kept fp32) for GPUs. Each is
-measured against the fp32 graph on the parity texts and the numbers go into the export report; int8's
-cost is reported, not gated (it is a choice the user makes with `--quantize int8`), while an fp16 graph
-whose outputs leave fp32's direction (cosine below FP16_MIN_COSINE) or go non-finite is refused.
+measured against the fp32 graph on the parity texts and the numbers go into the export report; an encoder's
+int8 cost is reported, not gated (it is a choice the user makes with `--quantize int8`), while an fp16 graph
+whose outputs leave fp32's direction (cosine below FP16_MIN_COSINE) or go non-finite is refused, and so is
+a graph whose top 5 agree with fp32's less than the caller's `min_top5` (LaMP's int8 re-ranker).
 """
 
 from __future__ import annotations
@@ -94,11 +95,13 @@ def set_precision(
     fp32: Outputs,
     torch: Outputs,
     top5: Callable[[Outputs], np.ndarray] | None = None,
+    min_top5: float | None = None,
 ) -> dict:
     """Rewrite folder/model.onnx to `precision` (int8 or fp16), mark it in config.json, and measure the new
     graph's `outputs()` against the fp32 graph's and torch's, and (`top5`: outputs → top-5 label ids) how far
     its predictions agree with the fp32 graph's. fp16 runs on onnxruntime's CPU provider here: GPU kernels
-    round differently, so the figures say which provider checked them."""
+    round differently, so the figures say which provider checked them. `min_top5` gates any precision on its
+    top-5 agreement with the fp32 graph (a re-ranker, whose outputs are the ranking itself: LaMP's int8)."""
     source = folder / "model.fp32.onnx"
     (folder / "model.onnx").rename(source)
     with step(f"{precision} conversion"):
@@ -111,6 +114,14 @@ def set_precision(
     report = {"vs_fp32": compare(got, fp32), "vs_torch": compare(got, torch), "checked_on": "CPUExecutionProvider"}
     if top5 is not None:
         report["top5_agreement_vs_fp32"] = top_agreement(top5(got), top5(fp32))
+    if min_top5 is not None:
+        agreement = report.get("top5_agreement_vs_fp32", 0.0)
+        finite = all(np.isfinite(a).all() for a in (got.values() if isinstance(got, dict) else [got]))
+        if not finite or not agreement >= min_top5:
+            raise XtagError(
+                f"{precision} graph: outputs non-finite or its top 5 agree with the fp32 graph's on only "
+                f"{agreement:.3f} of them (< {min_top5}); refusing to export"
+            )
     if precision == "fp16":
         arrays = got.values() if isinstance(got, dict) else [got]
         worst = min(m["mean_cosine"] for m in per_output(report["vs_fp32"]))

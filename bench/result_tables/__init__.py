@@ -10,6 +10,7 @@ from .hardening import amplification, guard_cost, request_cost
 from .lamp import lamp_debtags
 from .lightxml_cascadexml import cascadexml_debtags, equal_budget, lightxml_debtags, lightxml_subset
 from .onnx_encoders import encoder_variants
+from .ray_scoring import ray_scoring
 from .service import (
     explain_latency,
     inference_threads,
@@ -59,5 +60,6 @@ BUILDERS = {
         explain_latency,
         update_labels,
         lamp_debtags,
+        ray_scoring,
     )
 }

@@ -1,0 +1,41 @@
+"""Batch scoring on Ray (issue 40): the local command against 1 and 2 actors on the same 2 cores."""
+
+from __future__ import annotations
+
+from .common import f1, f2, one_result_each, table, thousands
+
+RUNS = (
+    ("local", "`xtag predict --corpus` (one process)"),
+    ("ray_1_node", "`--ray`: 1 node, 1 CPU (1 actor)"),
+    ("ray_2_workers", "`--ray`: 2 nodes of 1 CPU (2 actors, the same 2 cores)"),
+)
+
+
+def _equal(run: dict) -> str:
+    eq = run.get("equal_to_local")
+    if eq is None:
+        return "(reference)"
+    return f"{thousands(eq['same_top10'])} / {thousands(eq['texts'])} ({thousands(eq['same_line'])} identical lines)"
+
+
+@one_result_each
+def ray_scoring(r: dict) -> dict[str, str]:
+    runs = r["runs"]
+    rows = [
+        [
+            label,
+            f1(runs[key]["seconds"]),
+            thousands(runs[key]["docs_per_s"]),
+            f"{f2(runs[key]['time_vs_local'])}×",
+            thousands(runs[key]["driver_peak_rss_mb"]),
+            ", ".join(thousands(mb) for mb, _ in runs[key]["actor_peak_rss_mb"]) or "",
+            _equal(runs[key]),
+        ]
+        for key, label in RUNS
+    ]
+    header = ["run", "s", "docs/s", "time / local", "driver peak RSS MB", "actors' peak RSS MB", "same top-10 as local"]
+    head = (
+        f"{r['corpus']} ({r['files']} gzipped files, shards of {thousands(r['shard_rows'])} lines), "
+        f"bundle {r['bundle']}, k = 10"
+    )
+    return {"table": head + "\n\n" + table(header, "lrrrrrl", rows)}

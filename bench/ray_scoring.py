@@ -1,6 +1,6 @@
 """Batch scoring on Ray against the local command (issue 40): debdeps TEST repeated to N texts, scored three ways
-in one run: `xtag predict --corpus` on one file, `xtag predict --ray` on a local cluster of 1 node (1 CPU: one actor,
-the local command's one core) and on 2 nodes of 1 CPU (2 actors sharing this machine's 2 cores).
+in one run: `xtag predict --corpus` on one file (the engine on numba's 2 threads), `xtag predict --ray` on a local
+cluster of 1 node of 2 CPUs and on 2 nodes of 1 CPU: 2 actors of one engine thread each, the same 2 cores.
 
     .venv/bin/python bench/ray_scoring.py --bundle bundles/debdeps-xl --texts 1000000   # → results/ray_scoring_1000k.json
 
@@ -130,9 +130,9 @@ def main() -> None:
             [*XTAG, "predict", bundle, "--corpus", str(whole), "--out", str(local_out), "--no-progress"], None
         )
     }
-    for name, workers in (("ray_1_node", 0), ("ray_2_workers", 1)):
+    for name, workers, cpus in (("ray_1_node", 0, 2), ("ray_2_workers", 1, 1)):
         out = args.scratch / name
-        with local_cluster(workers=workers, cpus=1) as cluster:
+        with local_cluster(workers=workers, cpus=cpus) as cluster:
             ray_args = [
                 "--corpus",
                 pattern,

@@ -48,6 +48,11 @@ class Scored:
     skipped_notes: list[str] = field(default_factory=list)
 
 
+# Each actor holds this many CPUs and runs the engine on as many threads: the pool's parallelism is its actors
+# (one per CPU of the cluster), not threads that would each want every core of their node.
+ACTOR_CPUS = 1
+
+
 class ShardScorer:
     """A Ray Data actor: the bundle loaded once, then one shard per call, its output renamed into place."""
 
@@ -55,11 +60,16 @@ class ShardScorer:
         from xtag.models.bundle.loader import load_bundle
 
         self.job, self.shards = job, shards
-        self.tagger = Tagger(load_bundle(job.bundle, options=job.runtime), job.options)
+        runtime = job.runtime or RuntimeOptions()
+        if not runtime.encoder_threads:  # onnxruntime's default is every core of the node, as numba's below
+            runtime = runtime.model_copy(update={"encoder_threads": ACTOR_CPUS})
+        self.tagger = Tagger(load_bundle(job.bundle, options=runtime), job.options)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list]:
+        import numba
         from xtag.training.data.corpus import read_span
 
+        numba.set_num_threads(ACTOR_CPUS)  # per calling thread in numba: set where the engine is called
         done: dict[str, list] = {"lines": [], "documents": [], "note": [], "error": []}
         for index in batch["index"]:
             shard, job = self.shards[int(index)], self.job
@@ -113,7 +123,7 @@ def score_on_ray(job: ScoringJob, shards: list[Shard], address: str, progress: b
             return scored
         if cluster.cpus < 1:
             raise XtagError(f"--ray {address}: the cluster has no CPU to run scoring actors on")
-        results = _dataset(job, todo, min(cluster.cpus, len(todo))).iter_rows()
+        results = _dataset(job, todo, min(cluster.cpus // ACTOR_CPUS, len(todo))).iter_rows()
         with tqdm(total=total, initial=kept_lines, desc="predict", unit="doc", disable=not progress) as bar:
             for done in results:
                 if done["error"]:
@@ -139,7 +149,7 @@ def _dataset(job: ScoringJob, todo: list[Shard], actors: int):
         fn_constructor_kwargs={"job": job, "shards": todo},
         batch_size=1,
         compute=ray.data.ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=1),
-        num_cpus=1,
+        num_cpus=ACTOR_CPUS,
     )
 
 

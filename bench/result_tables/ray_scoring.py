@@ -5,9 +5,9 @@ from __future__ import annotations
 from .common import f1, f2, one_result_each, table, thousands
 
 RUNS = (
-    ("local", "`xtag predict --corpus` (one process)"),
-    ("ray_1_node", "`--ray`: 1 node, 1 CPU (1 actor)"),
-    ("ray_2_workers", "`--ray`: 2 nodes of 1 CPU (2 actors, the same 2 cores)"),
+    ("local", "`xtag predict --corpus` (one process, 2 engine threads)"),
+    ("ray_1_node", "`--ray`: 1 node of 2 CPUs (2 actors of 1 thread)"),
+    ("ray_2_workers", "`--ray`: 2 nodes of 1 CPU (2 actors of 1 thread)"),
 )
 
 

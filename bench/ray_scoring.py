@@ -154,7 +154,7 @@ def main() -> None:
         "bundle": args.bundle.name,
     }
     save_result(
-        "ray_scoring",
+        f"ray_scoring_{args.texts // 1000}k",
         {**payload, "shard_rows": args.shard_rows, "files": -(-args.texts // args.per_file), "runs": runs},
     )
 

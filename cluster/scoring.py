@@ -142,7 +142,7 @@ def _dataset(job: ScoringJob, todo: list[Shard], actors: int):
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False  # ours counts documents, Ray Data's would count shards
     context.print_on_execution_start = False
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)  # its "progress bars disabled" note
     items = [{"index": i} for i in range(len(todo))]
     return ray.data.from_items(items, override_num_blocks=len(todo)).map_batches(
         ShardScorer,

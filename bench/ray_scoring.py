@@ -55,6 +55,16 @@ def _hwm_mb(pid: int) -> float | None:
     return next((int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmHWM:")), None)
 
 
+def _cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of a process so far (/proc/PID/stat), which a shared machine's load does not inflate
+    as it does wall time."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _name(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()[:60]
@@ -65,7 +75,8 @@ def _name(pid: int) -> str:
 def run_sampled(command: list[str], cluster: LocalCluster | None) -> dict:
     """`command` run to its end, timed, with the peak RSS of it and of every task process of the cluster."""
     peaks: dict[int, tuple[str, float]] = {}
-    start = time.perf_counter()
+    cpu: dict[int, float] = {}
+    start, before = time.perf_counter(), os.times()
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     done = threading.Event()
 
@@ -77,19 +88,30 @@ def run_sampled(command: list[str], cluster: LocalCluster | None) -> dict:
                 name = _name(pid)  # a worker is ray::IDLE until its actor takes it, then named after it
                 if mb is not None and (pid not in peaks or name != "ray::IDLE"):
                     peaks[pid] = (name, mb)
+                cpu[pid] = _cpu_s(pid) or cpu.get(pid, 0.0)
             time.sleep(0.3)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     _, err = proc.communicate()
     seconds = time.perf_counter() - start
+    children = os.times()
     done.set()
     sampler.join()
     if proc.returncode:
         raise RuntimeError(f"{' '.join(command)} failed: {err[-2000:]}")
     driver = peaks.pop(proc.pid, ("driver", None))[1]
-    workers = sorted((round(mb), name) for name, mb in peaks.values() if name.startswith("ray::MapWorker"))
-    return {"seconds": round(seconds, 1), "driver_peak_rss_mb": round(driver or 0), "actor_peak_rss_mb": workers}
+    actors = [pid for pid, (name, _) in peaks.items() if name.startswith("ray::MapWorker")]
+    workers = sorted((round(peaks[pid][1]), peaks[pid][0]) for pid in actors)
+    # exact, from wait(): the only child waited for in between
+    driver_cpu = children.children_user + children.children_system - before.children_user - before.children_system
+    return {
+        "seconds": round(seconds, 1),
+        "driver_cpu_s": round(driver_cpu, 1),
+        "actors_cpu_s": round(sum(cpu.get(pid, 0.0) for pid in actors), 1),  # sampled: up to 0.3 s short each
+        "driver_peak_rss_mb": round(driver or 0),
+        "actor_peak_rss_mb": workers,
+    }
 
 
 def _rows(paths: list[Path]):

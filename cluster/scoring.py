@@ -142,7 +142,8 @@ def _dataset(job: ScoringJob, todo: list[Shard], actors: int):
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False  # ours counts documents, Ray Data's would count shards
     context.print_on_execution_start = False
-    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)  # its "progress bars disabled" note
+    logging.getLogger("ray.data").setLevel(logging.WARNING)  # not its executor's debug dumps on the user's terminal
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)  # nor its "progress bars disabled"
     items = [{"index": i} for i in range(len(todo))]
     return ray.data.from_items(items, override_num_blocks=len(todo)).map_batches(
         ShardScorer,

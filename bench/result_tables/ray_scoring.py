@@ -27,15 +27,18 @@ def ray_scoring(r: dict) -> dict[str, str]:
             f1(runs[key]["seconds"]),
             thousands(runs[key]["docs_per_s"]),
             f"{f2(runs[key]['time_vs_local'])}×",
+            f1(runs[key].get("driver_cpu_s")),
+            f1(runs[key].get("actors_cpu_s")) if key != "local" else "",
             thousands(runs[key]["driver_peak_rss_mb"]),
             ", ".join(thousands(mb) for mb, _ in runs[key]["actor_peak_rss_mb"]) or "",
             _equal(runs[key]),
         ]
         for key, label in RUNS
     ]
-    header = ["run", "s", "docs/s", "time / local", "driver peak RSS MB", "actors' peak RSS MB", "same top-10 as local"]
+    header = ["run", "s", "docs/s", "time / local", "driver CPU s", "actors' CPU s"]
+    header += ["driver peak RSS MB", "actors' peak RSS MB", "same top-10 as local"]
     head = (
         f"{r['corpus']} ({r['files']} gzipped files, shards of {thousands(r['shard_rows'])} lines), "
         f"bundle {r['bundle']}, k = 10"
     )
-    return {"table": head + "\n\n" + table(header, "lrrrrrl", rows)}
+    return {"table": head + "\n\n" + table(header, "lrrrrrrrl", rows)}

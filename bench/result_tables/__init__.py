@@ -13,6 +13,7 @@ from .lightxml_cascadexml import cascadexml_debtags, equal_budget, lightxml_debt
 from .multi_model import multi_model
 from .onnx_encoders import encoder_variants
 from .ray import ray_xlinear
+from .ray_scoring import ray_scoring
 from .service import (
     explain_latency,
     inference_threads,
@@ -69,5 +70,6 @@ BUILDERS = {
         lamp_ray,
         multi_model,
         lamp_fast,
+        ray_scoring,
     )
 }

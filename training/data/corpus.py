@@ -110,10 +110,16 @@ def _open_text(path: Path) -> io.TextIOBase:
     return open(path, encoding="utf-8", errors="strict")
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
+Span = tuple[int, int | None]  # lines first..stop-1, numbered from 1 (stop None: to the end): one shard of a file
+
+
+def _lines(path: Path, span: Span | None = None) -> Iterator[tuple[int, str]]:
     with _open_text(path) as fh:
+        numbered = enumerate(fh, start=1)
+        if span is not None:
+            numbered = itertools.islice(numbered, span[0] - 1, None if span[1] is None else span[1] - 1)
         try:
-            for number, line in enumerate(fh, start=1):
+            for number, line in numbered:
                 yield number, line.rstrip("\n").rstrip("\r")
         except UnicodeDecodeError as exc:
             raise XtagError(f"{path}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from exc
@@ -133,8 +139,8 @@ def detect_format(path: Path) -> CorpusFormat:
 class _Reader:
     """Collects rows, and either raises on a malformed one or counts it when skipping is allowed."""
 
-    def __init__(self, path: Path, skip_bad: bool):
-        self.path, self.skip_bad = path, skip_bad
+    def __init__(self, path: Path, skip_bad: bool, span: Span | None = None):
+        self.path, self.skip_bad, self.span = path, skip_bad, span
         self.corpus = Corpus(ids=[], texts=[], labels=[], source=str(path))
 
     def bad(self, line: int, why: str) -> None:
@@ -161,7 +167,7 @@ class _Reader:
 
 
 def _read_jsonl(r: _Reader, need_labels: bool) -> None:
-    for number, line in _lines(r.path):
+    for number, line in _lines(r.path, r.span):
         if not line.strip():
             continue
         try:  # orjson reads a row several times faster; the json module's reading stands where it refuses one
@@ -179,7 +185,7 @@ def _read_jsonl(r: _Reader, need_labels: bool) -> None:
 
 
 def _read_tsv(r: _Reader, need_labels: bool) -> None:
-    for number, line in _lines(r.path):
+    for number, line in _lines(r.path, r.span):
         if not line.strip():
             continue
         cols = line.split("\t")
@@ -196,8 +202,8 @@ def _read_attentionxml(r: _Reader, need_labels: bool) -> None:
     labels_path = r.path.with_name(labels_name) if labels_name else None
     if labels_path is None or not labels_path.exists():
         raise XtagError(f"{r.path}: AttentionXML texts need a labels file beside them ({labels_path})")
-    texts = list(_lines(r.path))
-    labels = list(_lines(labels_path))
+    texts = list(_lines(r.path, r.span))
+    labels = list(_lines(labels_path, r.span))
     if len(texts) != len(labels):
         raise XtagError(f"{r.path}: {len(texts)} texts but {labels_path} has {len(labels)} label lines")
     for (number, text), (_, label_line) in zip(texts, labels):
@@ -208,10 +214,19 @@ def load_corpus(
     path: str | Path, fmt: CorpusFormat = "auto", skip_bad: bool = False, need_labels: bool = True
 ) -> Corpus:
     """Read a corpus; malformed rows raise XtagError naming file and line unless `skip_bad`."""
+    corpus = read_span(path, None, fmt, skip_bad, need_labels)
+    if not corpus.texts:
+        raise XtagError(f"{path}: no usable rows")
+    return corpus
+
+
+def read_span(
+    path: str | Path, span: Span | None, fmt: CorpusFormat = "auto", skip_bad: bool = False, need_labels: bool = True
+) -> Corpus:
+    """The rows of lines `span` of a corpus file (all of it: None), read and checked as load_corpus reads them, with
+    the same line numbers (and ids of rows without one): distributed scoring reads its shards with this."""
     path = Path(path)
     fmt = detect_format(path) if fmt == "auto" else fmt
-    reader = _Reader(path, skip_bad)
+    reader = _Reader(path, skip_bad, span)
     {"jsonl": _read_jsonl, "tsv": _read_tsv, "attentionxml": _read_attentionxml}[fmt](reader, need_labels)
-    if not reader.corpus.texts:
-        raise XtagError(f"{path}: no usable rows")
     return reader.corpus

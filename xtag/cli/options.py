@@ -24,6 +24,14 @@ CorpusFormat = Annotated[
 ]
 SkipBadRows = Annotated[bool, typer.Option(help="skip malformed rows (and report how many) instead of failing")]
 Progress = Annotated[bool, typer.Option(help="show progress bars")]
+RayAddress = Annotated[
+    str | None,
+    typer.Option(
+        help="run on a Ray cluster: HOST:PORT of its head | auto (RAY_ADDRESS, or the cluster `ray start` left "
+        "here) | local (a Ray runtime started for this command); README 'Past one machine (Ray)'"
+    ),
+]
+Resume = Annotated[bool, typer.Option("--resume", help="with --ray: keep the shards a previous run finished")]
 BeamSize = Annotated[
     int | None, typer.Option(min=1, help="beam width of the label-tree search (default: the bundle's)")
 ]

@@ -5,24 +5,39 @@ Torch-free: it uses xtag.evaluation and the corpus reader (xtag.training.data), 
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from xtag.cli.options import BeamSize, BundleDir, CorpusFormat, Progress, fail, failing, finish, load_bundle_or_fail
+from xtag.cli.options import (
+    BeamSize,
+    BundleDir,
+    CorpusFormat,
+    Progress,
+    RayAddress,
+    Resume,
+    SkipBadRows,
+    fail,
+    failing,
+    finish,
+    load_bundle_or_fail,
+    read_noting_skips,
+    service_settings,
+    warn,
+)
 from xtag.models.errors import XtagError
 
 Opt = typer.Option
-Rows = list[list[tuple[int, str, float]]]
 
 
 def predict(
     bundle: BundleDir,
     text: Annotated[str | None, typer.Argument(help="a text to tag")] = None,
-    corpus: Annotated[Path | None, Opt(help="tag every document of a corpus instead")] = None,
+    corpus: Annotated[
+        Path | None, Opt(help="tag every document of a corpus instead (with --ray: a glob of files, quoted)")
+    ] = None,
     format: CorpusFormat = "auto",
     k: Annotated[int, Opt(min=1, help="labels per text")] = 10,
     beam_size: BeamSize = None,
@@ -36,10 +51,17 @@ def predict(
     threshold: Annotated[
         float | None, Opt(min=0.0, max=1.0, help="drop labels whose model score is below this (after re-ranking)")
     ] = None,
-    out: Annotated[Path | None, Opt(help="JSON lines output (default: stdout)")] = None,
+    out: Annotated[
+        Path | None, Opt(help="JSON lines output (default: stdout); with --ray: a folder, one file per shard")
+    ] = None,
     explain: Annotated[
         bool, Opt("--explain", help="the words that raised each label's score (bundles with TF-IDF features)")
     ] = False,
+    skip_bad_rows: SkipBadRows = False,
+    ray: RayAddress = None,
+    out_format: Annotated[str, Opt(help="with --ray: each shard's file: jsonl | parquet")] = "jsonl",
+    resume: Resume = False,
+    shard_rows: Annotated[int, Opt(min=1, help="with --ray: corpus lines per shard")] = 20_000,
     progress: Progress = True,
 ) -> None:
     """Top-k labels with scores for one text, or for a whole corpus as JSON lines.
@@ -55,43 +77,53 @@ def predict(
     score most over its path in the tree (TF-IDF value × ranker weight, summed over levels) and each level's
     margin; in JSON lines each label gets the service's `explanation` object.
     """
-    from xtag.models.inference.corpus import predict_corpus
+    from xtag.models.inference.tagging import Tagger, TagOptions
     from xtag.training.data.corpus import load_corpus
 
     if (text is None) == (corpus is None):
         fail(XtagError("give either a TEXT or --corpus"))
+    options = TagOptions(k, beam_size, reweight, alpha, beta, threshold, explain)
+    if ray is not None:
+        job = dict(corpus_format=format, out_format=out_format, resume=resume, skip_bad_rows=skip_bad_rows)
+        return _on_ray(bundle, corpus, out, options, ray, job, shard_rows, progress)
+    if (resume, out_format, shard_rows) != (False, "jsonl", 20_000):
+        fail(XtagError("--resume, --out-format and --shard-rows are options of --ray's sharded output"))
     b = load_bundle_or_fail(bundle)
     with failing():
-        gains = _reweight_gains(b.predictor, reweight, alpha, beta)
-        explainer = _explainer(b.predictor) if explain else None  # refused before predicting a whole corpus
+        tagger = Tagger(b, options)  # refuses a bad option before predicting a whole corpus
         if text is not None:
             if not text.strip():
                 raise XtagError("the text is empty")
-            preds = predict_corpus(b, [text], k, beam_size, progress=False, gains=gains)
-            rows = _above(b.predictor.named(preds), threshold)
-            _print_text(rows[0], gains, reweight, _explanations(explainer, [text], rows)[0])
+            rows, explanations = tagger.tag([text])
+            _print_text(rows[0], tagger.gains, reweight, explanations[0])
             return
-        data = load_corpus(corpus, format, need_labels=False)
-        preds = predict_corpus(b, data.texts, k, beam_size, progress, gains=gains)
-        rows = _above(b.predictor.named(preds), threshold)
-        explanations = _explanations(explainer, data.texts, rows)
-    _write_jsonl(data.ids, rows, gains, out, explanations)
+        data = read_noting_skips(load_corpus(corpus, format, skip_bad=skip_bad_rows, need_labels=False))
+        lines = tagger.json_rows(data.ids, data.texts, progress)
+    _write_jsonl(lines, out)
     if out:
         finish(f"wrote {out}: top-{k} labels of each of {len(data.ids)} documents, as JSON lines")
 
 
-def _explainer(predictor):
-    """The bundle's explainer; a bundle with nothing to explain with is a one-line error (ExplainUnavailable)."""
-    from xtag.models.explain.select import explainer_for
+def _on_ray(
+    bundle: Path, corpus: Path | None, out: Path | None, options, address: str, job: dict, shard_rows, progress
+):
+    """The corpus scored on a Ray cluster (cluster/scoring.py), one output file per shard in `out`."""
+    from xtag.cluster.scoring import ScoringJob, score_on_ray
+    from xtag.cluster.shards import plan_shards
+    from xtag.models.inference.tagging import Tagger
 
-    return explainer_for(predictor)
-
-
-def _explanations(explainer, texts: list[str], rows: Rows) -> list[list[dict | None]]:
-    """Each shown label's explanation (models/explain/linear.py) with --explain, else None for every label."""
-    if explainer is None:
-        return [[None] * len(row) for row in rows]
-    return explainer.explain(texts, [[j for j, _, _ in row] for row in rows])
+    if corpus is None or out is None:
+        fail(XtagError("--ray scores a corpus: give --corpus 'GLOB' and --out FOLDER"))
+    with failing():
+        Tagger(load_bundle_or_fail(bundle), options)  # a bad bundle or option is refused before a cluster is joined
+        shards = plan_shards(str(corpus), shard_rows)
+        runtime = service_settings().runtime_options()
+        spec = ScoringJob(bundle=bundle.resolve(), out=out.resolve(), options=options, runtime=runtime, **job)
+        done = score_on_ray(spec, shards, address, progress)
+    for note in done.skipped_notes:
+        warn(note)
+    kept = f" ({done.kept} kept from a previous run)" if done.kept else ""
+    finish(f"wrote {out}: {done.written} shard files{kept}, top-{options.k} labels of {done.documents} documents")
 
 
 def _print_text(row: list[tuple[int, str, float]], gains, scheme: str | None, explanations: list[dict | None]) -> None:
@@ -148,44 +180,14 @@ def explanation_line(explanation: dict) -> str:
     return "    " + " · ".join(parts)
 
 
-def _write_jsonl(ids: list, rows: Rows, gains, out: Path | None, explanations: list[list[dict | None]]) -> None:
-    """One `{"id", "labels": [{"name", "score"(, "gain")(, "explanation")}]}` line per document, to `out` or
-    stdout; with --reweight each label also carries the gain it was ranked by, with --explain its explanation."""
+def _write_jsonl(lines: list[dict], out: Path | None) -> None:
+    """The rows (models/inference/tagging.py json_rows) as JSON lines, to `out` or stdout."""
+    from xtag.models.inference.tagging import to_jsonl
+
     sink = open(out, "w") if out else sys.stdout
     try:
-        for doc_id, row, explained in zip(ids, rows, explanations):
-            labels = [
-                {
-                    "name": n,
-                    "score": round(s, 6),
-                    **({} if gains is None else {"gain": round(float(gains[j] * s), 6)}),
-                    **({} if e is None else {"explanation": e}),
-                }
-                for (j, n, s), e in zip(row, explained)
-            ]
-            sink.write(json.dumps({"id": doc_id, "labels": labels}, ensure_ascii=False) + "\n")
+        for line in lines:
+            sink.write(to_jsonl(line))
     finally:
         if out:
             sink.close()
-
-
-def _reweight_gains(predictor, scheme: str | None, alpha: float | None, beta: float | None):
-    """The gains a_j of a reweighting request, as the service derives them (None: plain scores, also at alpha 0)."""
-    from xtag.models.inference.reweighting import SCHEMES, gains_for, label_weights
-
-    if scheme is None:
-        if alpha is not None or beta is not None:
-            raise XtagError("--alpha and --beta need --reweight psp | power | macro-recall")
-        return None
-    if alpha is None:
-        raise XtagError("--reweight needs --alpha (0 = plain scores, 1 = pure scheme)")
-    if scheme not in SCHEMES:
-        raise XtagError(f"unknown reweighting scheme {scheme!r}; use one of {', '.join(SCHEMES)}")
-    if alpha == 0:  # as the service: alpha 0 is the plain prediction, nothing widened
-        return None
-    return gains_for(label_weights(predictor.vocab.frequency_array, predictor.vocab.n_train_docs, scheme, beta), alpha)
-
-
-def _above(rows: Rows, threshold: float | None) -> Rows:
-    """The service's `threshold`: labels whose score is below it are dropped (none without one)."""
-    return rows if threshold is None else [[r for r in row if r[2] >= threshold] for row in rows]

@@ -1,0 +1,109 @@
+"""Tagging texts as `xtag predict` does, with the service's per-request options: the one place that turns a corpus
+into output rows, so the local command and the Ray actors (cluster/scoring.py) write the same rows."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+from xtag.models.bundle.loader import Bundle
+from xtag.models.errors import XtagError
+from xtag.models.inference.corpus import predict_corpus
+
+Rows = list[list[tuple[int, str, float]]]
+
+
+@dataclass(frozen=True)
+class TagOptions:
+    """`xtag predict`'s per-text options; they mean what the service's per-request options mean (service/schemas.py)."""
+
+    k: int = 10
+    beam_size: int | None = None
+    reweight: str | None = None
+    alpha: float | None = None
+    beta: float | None = None
+    threshold: float | None = None
+    explain: bool = False
+
+
+class Tagger:
+    """A bundle with its options checked once (a bad combination is refused before a whole corpus is predicted)."""
+
+    def __init__(self, bundle: Bundle, options: TagOptions):
+        self.bundle, self.options = bundle, options
+        self.gains = reweight_gains(bundle.predictor, options.reweight, options.alpha, options.beta)
+        self.explainer = _explainer(bundle.predictor) if options.explain else None
+
+    def tag(self, texts: list[str], progress: bool = False) -> tuple[Rows, list[list[dict | None]]]:
+        """(label id, name, score) per text, best first, above the threshold; and each label's explanation."""
+        o = self.options
+        preds = predict_corpus(self.bundle, texts, o.k, o.beam_size, progress, gains=self.gains)
+        rows = above(self.bundle.predictor.named(preds), o.threshold)
+        return rows, explanations(self.explainer, texts, rows)
+
+    def json_rows(self, ids: list, texts: list[str], progress: bool = False) -> list[dict]:
+        """The JSON-lines rows of `texts` (json_rows below)."""
+        rows, explained = self.tag(texts, progress)
+        return json_rows(ids, rows, self.gains, explained)
+
+
+def json_rows(ids: list, rows: Rows, gains, explanations: list[list[dict | None]]) -> list[dict]:
+    """One `{"id", "labels": [{"name", "score"(, "gain")(, "explanation")}]}` per document; with --reweight each
+    label also carries the gain it was ranked by, with --explain its explanation."""
+    return [
+        {
+            "id": doc_id,
+            "labels": [
+                {
+                    "name": n,
+                    "score": round(s, 6),
+                    **({} if gains is None else {"gain": round(float(gains[j] * s), 6)}),
+                    **({} if e is None else {"explanation": e}),
+                }
+                for (j, n, s), e in zip(row, explained)
+            ],
+        }
+        for doc_id, row, explained in zip(ids, rows, explanations)
+    ]
+
+
+def to_jsonl(row: dict) -> str:
+    """One row as the line `xtag predict` writes (UTF-8 kept as is), local and distributed alike."""
+    return json.dumps(row, ensure_ascii=False) + "\n"
+
+
+def _explainer(predictor):
+    """The bundle's explainer; a bundle with nothing to explain with is a one-line error (ExplainUnavailable)."""
+    from xtag.models.explain.select import explainer_for
+
+    return explainer_for(predictor)
+
+
+def explanations(explainer, texts: list[str], rows: Rows) -> list[list[dict | None]]:
+    """Each shown label's explanation (models/explain/linear.py) with --explain, else None for every label."""
+    if explainer is None:
+        return [[None] * len(row) for row in rows]
+    return explainer.explain(texts, [[j for j, _, _ in row] for row in rows])
+
+
+def reweight_gains(predictor, scheme: str | None, alpha: float | None, beta: float | None) -> np.ndarray | None:
+    """The gains a_j of a reweighting request, as the service derives them (None: plain scores, also at alpha 0)."""
+    from xtag.models.inference.reweighting import SCHEMES, gains_for, label_weights
+
+    if scheme is None:
+        if alpha is not None or beta is not None:
+            raise XtagError("--alpha and --beta need --reweight psp | power | macro-recall")
+        return None
+    if alpha is None:
+        raise XtagError("--reweight needs --alpha (0 = plain scores, 1 = pure scheme)")
+    if scheme not in SCHEMES:
+        raise XtagError(f"unknown reweighting scheme {scheme!r}; use one of {', '.join(SCHEMES)}")
+    if alpha == 0:  # as the service: alpha 0 is the plain prediction, nothing widened
+        return None
+    return gains_for(label_weights(predictor.vocab.frequency_array, predictor.vocab.n_train_docs, scheme, beta), alpha)
+
+
+def above(rows: Rows, threshold: float | None) -> Rows:
+    """The service's `threshold`: labels whose score is below it are dropped (none without one)."""
+    return rows if threshold is None else [[r for r in row if r[2] >= threshold] for row in rows]

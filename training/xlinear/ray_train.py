@@ -167,8 +167,9 @@ def _run_subtrees(ray, refs, parts, order, config, weighted, folder: Path, progr
             part = pending.pop(ready[0])
             order_j, levels_j, facts = ray.get(ready[0])
             save_part(_subtree_file(folder, part), order_j, levels_j, part.level)
-            done[part.index] = order_j
-            del levels_j
+            # a copy: the result's arrays map the object store, and a view kept would pin the whole object
+            done[part.index] = np.array(order_j)
+            del order_j, levels_j, ready
             log({"event": "subtree", "index": part.index, "labels": part.hi - part.lo, **facts})
             bar.update(1)
     return done

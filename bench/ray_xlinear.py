@@ -3,10 +3,13 @@
     .venv/bin/python bench/ray_xlinear.py --data bench/out/synthetic_200k --workdir bench/out/ray_xlinear_200k \\
         --result-name ray_xlinear_synthetic_200k [--ngram-max 1] [--kill-after 20]
 
-Three trainings, each in a process of its own (its peak RSS is its own VmHWM): `train_xlinear` (2 threads), then
+Three trainings, each in a process of its own (its peak RSS is its own VmHWM, the model's saving included):
+`train_xlinear` (2 threads), then
 `train_xlinear_on_ray` as the driver of a local cluster (tests/ray_support.py: a head and a worker node of one
 CPU each, so two worker processes share the same two cores), then the same with the first sub-tree task's worker
-killed `--kill-after` seconds into the task. Reports times, the driver's and each worker's peak RSS (workers' from
+killed `--kill-after` seconds into the task. After the Ray driver has saved its model (its lower levels streamed
+from the sub-trees' files), it also loads the whole model, for its peak had it gathered every ranker (before/after
+in one run). Reports times, the driver's and each worker's peak RSS (workers' from
 the task facts; the object store's pages of X and Y they map count in it), the per-sub-tree figures the 10M/100M
 plan is derived from, whether every array of the tree and rankers is identical to the local run's, and P@1/P@5.
 """
@@ -59,9 +62,14 @@ def trainer(args: argparse.Namespace) -> None:
         ckpt = args.workdir / f"{args.name}_checkpoints"
         shutil.rmtree(ckpt, ignore_errors=True)  # a fresh run: no part resumed from an earlier one
         model = train_xlinear_on_ray(X, Y, XLinearConfig(), args.address, ckpt, progress=False, log=events.append)
-    seconds, peak = time.perf_counter() - start, peak_rss_mb()
-    model.save(out)
+    seconds = time.perf_counter() - start
+    model.save(out)  # the Ray driver streams its lower levels from the sub-trees' files here
+    peak = peak_rss_mb()
     facts = {"seconds": round(seconds, 1), "peak_rss_mb": round(peak), "rss_before_mb": round(before), "events": events}
+    if args.role == "ray":  # the same driver, had it gathered every ranker (as it did before it streamed them)
+        whole = model.load()
+        facts["gathered_peak_rss_mb"] = round(peak_rss_mb())
+        del whole
     (args.workdir / f"{args.name}.json").write_text(json.dumps(facts))
 
 

@@ -17,6 +17,13 @@ def _accuracy(run: dict, local: dict) -> str:
     return f"{run['P@1']:.2f} / {run['P@5']:.2f} (arrays differ)"
 
 
+def _gathered(run: dict, local: dict) -> str:
+    """The same driver's peak once it also held the whole model (as it did before it streamed the levels)."""
+    if "gathered_peak_rss_mb" not in run:
+        return ""
+    return f"{thousands(run['gathered_peak_rss_mb'])} ({run['gathered_peak_rss_mb'] / local['peak_rss_mb']:.0%})"
+
+
 @one_result_each
 def ray_xlinear(r: dict) -> dict[str, str]:
     runs, local = r["runs"], r["runs"]["local"]
@@ -45,6 +52,7 @@ def ray_xlinear(r: dict) -> dict[str, str]:
                 f"{run['seconds'] / local['seconds']:.2f}",
                 thousands(run["peak_rss_mb"]),
                 ratio,
+                _gathered(run, local),
                 workers,
                 subs,
                 _accuracy(run, local),
@@ -56,8 +64,9 @@ def ray_xlinear(r: dict) -> dict[str, str]:
         "× local",
         "driver peak RSS MB",
         "of local",
+        "had it gathered the rankers",
         "worker peaks MB",
         "sub-trees (labels)",
         "P@1 / P@5",
     ]
-    return {"table": head + "\n\n" + table(header, "lrrrrrll", rows)}
+    return {"table": head + "\n\n" + table(header, "lrrrrrrll", rows)}

@@ -7,17 +7,19 @@ matcher-aware negatives use on partially trained trees.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from xtag.models.bundle import index_bounds
-from xtag.models.bundle.atomic import write_atomic, write_text_atomic
+from xtag.models.bundle.atomic import write_text_atomic
 from xtag.models.errors import XtagError, reading
 from xtag.models.inference.beam_search import FirstLevelSearch, PostProcessor, Predictions, RankerLevel, TreeIndex
 from xtag.models.inference.model import Model
 from xtag.models.label_tree import ClusterChain
+from xtag.models.xlinear.level_file import LevelPart, write_level
 
 ENGINE_DIR = "engine"  # rankers/engine/: the compiled engine's layout, written by export, memory-mapped at load
 
@@ -101,12 +103,10 @@ class XLinearModel(Model):
         return readable_scores(self, X, preds)
 
     def save(self, folder: Path) -> None:
-        (folder / "tree").mkdir(parents=True, exist_ok=True)
-        (folder / "rankers").mkdir(parents=True, exist_ok=True)
-        self.chain.save(folder / "tree" / "chain.npz")
-        for t, level in enumerate(self.levels, start=1):
-            save_level(level, folder / "rankers" / f"level_{t}.npz")
-        write_text_atomic(folder / "rankers" / "config.json", self.config.model_dump_json(indent=2))
+        save_tree_and_rankers(folder, self.chain, [[LevelPart.of(level)] for level in self.levels], self.config)
+
+    def with_config(self, config: RankerConfig) -> XLinearModel:
+        return XLinearModel(self.chain, self.levels, config, self.first_level)
 
     @classmethod
     def load(cls, folder: Path) -> XLinearModel:
@@ -137,17 +137,23 @@ class XLinearModel(Model):
         self.compiled.save(rankers / ENGINE_DIR)
 
 
+def save_tree_and_rankers(
+    folder: Path, chain: ClusterChain, levels: Sequence[Sequence[LevelPart]], config: RankerConfig
+) -> None:
+    """tree/ and rankers/ of a run's model folder, each level written from its parts (models/xlinear/level_file.py):
+    the one writer of a model held whole (XLinearModel.save) and of one whose rankers are still on disk in pieces
+    (the Ray trainer's, training/xlinear/ray_parts.py)."""
+    (folder / "tree").mkdir(parents=True, exist_ok=True)
+    (folder / "rankers").mkdir(parents=True, exist_ok=True)
+    chain.save(folder / "tree" / "chain.npz")
+    for t, parts in enumerate(levels, start=1):
+        write_level(folder / "rankers" / f"level_{t}.npz", parts, config.n_features)
+    write_text_atomic(folder / "rankers" / "config.json", config.model_dump_json(indent=2))
+
+
 def save_level(level: RankerLevel, path: Path) -> None:
     """Atomically (models/bundle/atomic.py): a training checkpoint killed mid-write keeps the previous file."""
-    W = level.W.tocsr()
-    arrays = {
-        "data": W.data.astype(np.float32),
-        "indices": W.indices.astype(np.int32),
-        "indptr": W.indptr.astype(np.int64),
-        "shape": np.asarray(W.shape, dtype=np.int64),
-        "bias": level.bias.astype(np.float32),
-    }
-    write_atomic(path, lambda fh: np.savez(fh, **arrays))
+    write_level(path, [LevelPart.of(level)], level.W.shape[1])
 
 
 def load_level(path: Path) -> RankerLevel:

@@ -27,7 +27,8 @@ LEVEL = RankerLevel(W=sp.csr_matrix(np.array([[0.5, 0.0], [0.0, -1.0], [2.0, 3.0
 
 
 def _interrupted_savez(file, *args, **kwargs):
-    """np.savez killed mid-write: some bytes reach the file it was given, then it fails."""
+    """np.savez (or a level's streamed member) killed mid-write: some bytes reach the file it was given, then it
+    fails."""
     fh = open(file, "wb") if isinstance(file, str | Path) else file
     fh.write(b"PK\x03\x04 half a zip")
     fh.flush()
@@ -35,17 +36,22 @@ def _interrupted_savez(file, *args, **kwargs):
 
 
 @pytest.mark.parametrize(
-    ("save", "load", "same"),
+    ("save", "load", "same", "writer"),
     [
-        (CHAIN.save, ClusterChain.load, lambda c: np.array_equal(c.leaf_labels, CHAIN.leaf_labels)),
-        (lambda p: save_level(LEVEL, p), load_level, lambda lv: np.array_equal(lv.W.toarray(), LEVEL.W.toarray())),
+        (CHAIN.save, ClusterChain.load, lambda c: np.array_equal(c.leaf_labels, CHAIN.leaf_labels), (np, "savez")),
+        (
+            lambda p: save_level(LEVEL, p),
+            load_level,
+            lambda lv: np.array_equal(lv.W.toarray(), LEVEL.W.toarray()),
+            (np.lib.format, "write_array_header_1_0"),  # models/xlinear/level_file.py streams each member
+        ),
     ],
     ids=["chain", "level"],
 )
-def test_interrupted_checkpoint_write_keeps_the_previous_file(tmp_path, monkeypatch, save, load, same):
+def test_interrupted_checkpoint_write_keeps_the_previous_file(tmp_path, monkeypatch, save, load, same, writer):
     path = tmp_path / "ckpt.npz"
     save(path)
-    monkeypatch.setattr(np, "savez", _interrupted_savez)
+    monkeypatch.setattr(*writer, _interrupted_savez)
     with pytest.raises(OSError, match="killed mid-write"):
         save(path)
     monkeypatch.undo()

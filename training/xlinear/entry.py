@@ -7,7 +7,6 @@ import time
 from functools import partial
 
 from xtag.models.registry import TrainInputs
-from xtag.models.xlinear.model import XLinearModel
 from xtag.models.xr_transformer.concat_features import concat_features
 from xtag.training.xlinear.train import XLinearResult, train_xlinear
 
@@ -53,5 +52,5 @@ def train(run: TrainInputs) -> XLinearResult:
         missing_labels=run.config.missing_labels,
     )
     if static is not None:
-        model = XLinearModel(model.chain, model.levels, model.config.model_copy(update={"dense_features": static.dim}))
+        model = model.with_config(model.config.model_copy(update={"dense_features": static.dim}))
     return XLinearResult(model, static)

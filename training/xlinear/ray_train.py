@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,15 +23,14 @@ import scipy.sparse as sp
 from tqdm.auto import tqdm
 from xtag.cluster.connect import ray_cluster, require_ray
 from xtag.models.bundle import index_bounds
-from xtag.models.bundle.atomic import write_atomic
-from xtag.models.errors import XtagError, reading
-from xtag.models.inference.beam_search import RankerLevel
+from xtag.models.errors import XtagError
 from xtag.models.label_tree import ClusterChain
 from xtag.models.xlinear.model import RankerConfig, XLinearModel
 from xtag.training.tree.build import TreePlan, level_branching
 from xtag.training.weighting.label_weights import LabelWeights, MissingLabelsConfig, label_positive_weights
 from xtag.training.xlinear import subtrees
 from xtag.training.xlinear.config import XLinearConfig
+from xtag.training.xlinear.ray_parts import StreamedXLinear, load_order, load_part, save_part
 from xtag.training.xlinear.train import _as_float_csr, train_xlinear
 
 TASK_RETRIES = 3  # a task whose worker or node dies runs again elsewhere, this many times
@@ -78,31 +78,6 @@ def _subtree_task(X: dict, Y: dict, part, labels, config: XLinearConfig, weighte
     return order, levels, _task_facts(start)
 
 
-def _save_part(path: Path, order: np.ndarray, levels: list[RankerLevel], split_level: int) -> None:
-    """A finished part (top or sub-tree): its label order and its rankers, in one file written atomically."""
-    arrays: dict = {"order": order.astype(np.int64), "split_level": np.int64(split_level)}
-    for s, level in enumerate(levels):
-        W = level.W.tocsr()
-        arrays |= {f"data_{s}": W.data, f"indices_{s}": W.indices, f"indptr_{s}": W.indptr}
-        arrays |= {f"shape_{s}": np.asarray(W.shape, np.int64), f"bias_{s}": level.bias}
-    write_atomic(path, lambda fh: np.savez(fh, **arrays))
-
-
-def _load_part(path: Path) -> tuple[np.ndarray, list[RankerLevel], int]:
-    with reading(path, "a finished part of the Ray run"), np.load(path, allow_pickle=False) as z:
-        n = sum(1 for name in z.files if name.startswith("bias_"))
-        levels = []
-        for s in range(n):
-            shape = tuple(int(v) for v in index_bounds.integers(f"shape_{s}", z[f"shape_{s}"]))
-            indptr, indices = z[f"indptr_{s}"], z[f"indices_{s}"]
-            index_bounds.pointer(f"indptr_{s}", indptr, len(indices), shape[0] + 1)
-            index_bounds.in_range(f"indices_{s}", indices, 0, shape[1], "the feature columns")
-            levels.append(
-                RankerLevel(W=sp.csr_matrix((z[f"data_{s}"], indices, indptr), shape=shape), bias=z[f"bias_{s}"])
-            )
-        return z["order"], levels, int(z["split_level"])
-
-
 def _check_supported(config: XLinearConfig) -> None:
     if config.negatives != "tfn":
         raise XtagError(
@@ -120,8 +95,9 @@ def train_xlinear_on_ray(
     progress: bool = True,
     log: Callable[[dict], None] = lambda event: None,
     missing_labels: MissingLabelsConfig | None = None,
-) -> XLinearModel:
-    """train_xlinear's model, trained as Ray tasks on the cluster at `address` (cluster/connect.py)."""
+) -> XLinearModel | StreamedXLinear:
+    """train_xlinear's model, trained as Ray tasks on the cluster at `address` (cluster/connect.py): its rankers
+    below the split stay in the sub-trees' files (ray_parts.py), in a temporary folder without `checkpoint_dir`."""
     _check_supported(config)
     levels_b = level_branching(Y.shape[1], config.tree)
     if not levels_b:  # one leaf: no tree to split
@@ -131,61 +107,55 @@ def train_xlinear_on_ray(
     X, Y = _as_float_csr(X.astype(np.float32, copy=False)), Y.tocsr()
     plan = TreePlan.of(Y.shape[1], levels_b)
     weighted = label_positive_weights(Y, missing_labels or MissingLabelsConfig())
-    folder = (checkpoint_dir or Path(".")) / "ray"
+    scratch = None if checkpoint_dir else tempfile.TemporaryDirectory(prefix="xtag-ray-")
+    folder = Path(checkpoint_dir or scratch.name) / "ray"
     with ray_cluster(address, num_cpus=config.n_jobs or None) as cluster:
         # X, Y and the per-label weights go into the object store once: every task maps them from there
         refs = (ray.put(_csr_parts(X)), ray.put(_csr_parts(Y)))
         weights = ray.put(weighted)
-        order, top, level = _top(ray, refs, plan, config, weights, folder if checkpoint_dir else None, cluster, log)
+        order, top, level = _top(ray, refs, plan, config, weights, folder, cluster, log)
         parts = subtrees.split(plan, level)
         log({"event": "ray", "address": address, "nodes": cluster.nodes, "cpus": cluster.cpus, "subtrees": len(parts)})
-        pieces = _run_subtrees(
-            ray, refs, parts, order, config, weights, folder if checkpoint_dir else None, progress, log
-        )
+        orders = _run_subtrees(ray, refs, parts, order, config, weights, folder, progress, log)
     for part in parts:
-        order[part.lo : part.hi] = pieces[part.index][0]
-    levels = list(top)
-    for s in range(len(plan.ptrs) - level):  # level by level, each sub-tree's rows dropped once stacked
-        W = sp.vstack([pieces[p.index][1][s].W for p in parts], format="csr")
-        bias = np.concatenate([pieces[p.index][1][s].bias for p in parts])
-        for p in parts:
-            pieces[p.index][1][s] = None
-        levels.append(RankerLevel(W=W, bias=bias))
+        order[part.lo : part.hi] = orders[part.index]
     chain = ClusterChain(plan.ptrs, order.astype(np.int64))
     beam = min(config.beam_size, index_bounds.beam_limit(chain.n_labels))
-    return XLinearModel(
-        chain, levels, RankerConfig(post_processor=config.post_processor, beam_size=beam, n_features=X.shape[1])
-    )
+    ranker = RankerConfig(post_processor=config.post_processor, beam_size=beam, n_features=X.shape[1])
+    files = [_subtree_file(folder, part) for part in parts]
+    return StreamedXLinear(chain, list(top), files, len(plan.ptrs) - level, ranker, scratch)
 
 
-def _top(ray, refs, plan, config, weighted, folder: Path | None, cluster, log) -> tuple[np.ndarray, list, int]:
+def _subtree_file(folder: Path, part: subtrees.Subtree) -> Path:
+    return folder / f"subtree_{part.index:06d}.npz"
+
+
+def _top(ray, refs, plan, config, weighted, folder: Path, cluster, log) -> tuple[np.ndarray, list, int]:
     """The top levels: from the run's checkpoint, or as one task (with the split level this cluster's CPUs give)."""
-    path = folder / "top.npz" if folder else None
-    if path and path.exists():
-        order, levels, level = _load_part(path)
+    path = folder / "top.npz"
+    if path.exists():
+        order, levels, level = load_part(path)
         log({"event": "resume", "what": "top levels"})
         return order, levels, level
     level = subtrees.split_level(plan, cluster.cpus)
     task = ray.remote(num_cpus=1, max_retries=TASK_RETRIES)(_top_task)
     order, levels, facts = ray.get(task.remote(*refs, plan, level, config, weighted))
     log({"event": "tree", "what": "top levels", "split_level": level, "nodes": int(plan.ptrs[level - 1][-1]), **facts})
-    if path:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _save_part(path, order, levels, level)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_part(path, order, levels, level)
     return np.array(order), levels, level
 
 
-def _run_subtrees(ray, refs, parts, order, config, weighted, folder: Path | None, progress: bool, log) -> dict:
-    """Every sub-tree's (label order, rankers): those saved by an earlier attempt, the rest from tasks, each
-    saved as it arrives."""
+def _run_subtrees(ray, refs, parts, order, config, weighted, folder: Path, progress: bool, log) -> dict:
+    """Every sub-tree's label order: those saved by an earlier attempt, the rest from tasks. Each task's rankers
+    are saved as they arrive and dropped: the driver never holds more than one sub-tree's."""
     done: dict = {}
     pending = {}
     task = ray.remote(num_cpus=1, max_retries=TASK_RETRIES)(_subtree_task)
     for part in parts:
-        path = folder / f"subtree_{part.index:06d}.npz" if folder else None
-        if path and path.exists():
-            order_j, levels_j, _ = _load_part(path)
-            done[part.index] = (order_j, levels_j)
+        path = _subtree_file(folder, part)
+        if path.exists():
+            done[part.index] = load_order(path)
             continue
         labels = order[part.lo : part.hi]
         pending[task.remote(*refs, part, labels, config, weighted)] = part
@@ -196,9 +166,10 @@ def _run_subtrees(ray, refs, parts, order, config, weighted, folder: Path | None
             ready, _ = ray.wait(list(pending), num_returns=1)
             part = pending.pop(ready[0])
             order_j, levels_j, facts = ray.get(ready[0])
-            if folder:
-                _save_part(folder / f"subtree_{part.index:06d}.npz", order_j, levels_j, part.level)
-            done[part.index] = (order_j, levels_j)
+            save_part(_subtree_file(folder, part), order_j, levels_j, part.level)
+            # a copy: the result's arrays map the object store, and a view kept would pin the whole object
+            done[part.index] = np.array(order_j)
+            del order_j, levels_j, ready
             log({"event": "subtree", "index": part.index, "labels": part.hi - part.lo, **facts})
             bar.update(1)
     return done

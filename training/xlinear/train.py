@@ -15,6 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
@@ -376,11 +377,16 @@ def train_xlinear(
     return XLinearModel(chain, levels, ranker_config)
 
 
+if TYPE_CHECKING:
+    from xtag.training.xlinear.ray_parts import StreamedXLinear
+
+
 @dataclass
 class XLinearResult(RunResult):
-    """A finished XR-Linear run: the model as the bundle stores it, with its static block when it has one."""
+    """A finished XR-Linear run: the model as the bundle stores it, with its static block when it has one; a Ray
+    run's model keeps its lower rankers in the sub-trees' files until saved (training/xlinear/ray_parts.py)."""
 
-    model: XLinearModel
+    model: XLinearModel | StreamedXLinear
     static: StaticEncoder | None = None
 
     def save(self, folder: Path) -> None:

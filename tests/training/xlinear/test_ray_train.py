@@ -60,7 +60,8 @@ def assert_same_model(a: XLinearModel, b: XLinearModel) -> None:
 def test_tree_and_rankers_are_identical_to_a_local_run(cluster, data, local_model, tmp_path):
     events: list[dict] = []
     model = train_xlinear_on_ray(*data, CONFIG, cluster.address, tmp_path, progress=False, log=events.append)
-    assert_same_model(model, local_model)
+    model.save(tmp_path / "model")  # the lower levels streamed from the sub-trees' files
+    assert_same_model(XLinearModel.load(tmp_path / "model"), local_model)
     ray_event = next(e for e in events if e["event"] == "ray")
     assert (ray_event["nodes"], ray_event["subtrees"]) == (2, len(list(tmp_path.glob("ray/subtree_*.npz"))))
     assert ray_event["subtrees"] >= 4
@@ -73,7 +74,7 @@ def test_resume_skips_the_finished_subtrees(cluster, data, local_model, tmp_path
     kept = {p: p.stat().st_mtime_ns for p in saved if p != saved[1]}
     events: list[dict] = []
     model = train_xlinear_on_ray(*data, CONFIG, cluster.address, tmp_path, progress=False, log=events.append)
-    assert_same_model(model, local_model)
+    assert_same_model(model.load(), local_model)
     trained = [e["index"] for e in events if e["event"] == "subtree"]
     assert trained == [1]
     assert {"what": "top levels"}.items() <= next(e for e in events if e["event"] == "resume").items()
@@ -90,7 +91,13 @@ def test_a_worker_killed_mid_task_is_retried_to_the_same_model(cluster, data, lo
         stop.set()
         killer.join()
     assert killed[0] is not None, "no sub-tree task was seen running"
-    assert_same_model(model, local_model)
+    assert_same_model(model.load(), local_model)
+
+
+def test_without_a_checkpoint_folder_the_parts_live_in_a_temporary_one(cluster, data, local_model):
+    model = train_xlinear_on_ray(*data, CONFIG, cluster.address, progress=False)
+    assert all(path.exists() for path in model.parts)
+    assert_same_model(model.load(), local_model)
 
 
 def test_matcher_aware_negatives_are_refused_in_one_line(data):

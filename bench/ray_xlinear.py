@@ -9,7 +9,8 @@ Three trainings, each in a process of its own (its peak RSS is its own VmHWM, th
 CPU each, so two worker processes share the same two cores), then the same with the first sub-tree task's worker
 killed `--kill-after` seconds into the task. After the Ray driver has saved its model (its lower levels streamed
 from the sub-trees' files), it also loads the whole model, for its peak had it gathered every ranker (before/after
-in one run). Reports times, the driver's and each worker's peak RSS (workers' from
+in one run). Reports times, the driver's and each worker's peak RSS (the driver's also split into its private
+pages and the object store's shared ones it maps, sampled every 0.1 s; workers' from
 the task facts; the object store's pages of X and Y they map count in it), the per-sub-tree figures the 10M/100M
 plan is derived from, whether every array of the tree and rankers is identical to the local run's, and P@1/P@5.
 """
@@ -48,13 +49,14 @@ def parse_args() -> argparse.Namespace:
 def trainer(args: argparse.Namespace) -> None:
     """One training in this process: the matrices, the model saved to WORKDIR/NAME, facts to WORKDIR/NAME.json."""
     import scipy.sparse as sp
-    from memory import peak_rss_mb
+    from memory import RssParts, peak_rss_mb
     from xtag.training.xlinear.config import XLinearConfig
     from xtag.training.xlinear.ray_train import train_xlinear_on_ray
     from xtag.training.xlinear.train import train_xlinear
 
     X, Y = sp.load_npz(args.workdir / "X_train.npz").tocsr(), sp.load_npz(args.workdir / "Y_train.npz").tocsr()
     before, events, out = peak_rss_mb(), [], args.workdir / args.name
+    parts = RssParts()
     start = time.perf_counter()
     if args.role == "local":
         model = train_xlinear(X, Y, XLinearConfig(n_jobs=2), progress=False, log=events.append)
@@ -64,8 +66,9 @@ def trainer(args: argparse.Namespace) -> None:
         model = train_xlinear_on_ray(X, Y, XLinearConfig(), args.address, ckpt, progress=False, log=events.append)
     seconds = time.perf_counter() - start
     model.save(out)  # the Ray driver streams its lower levels from the sub-trees' files here
-    peak = peak_rss_mb()
+    peak, parts = peak_rss_mb(), parts.stop()
     facts = {"seconds": round(seconds, 1), "peak_rss_mb": round(peak), "rss_before_mb": round(before), "events": events}
+    facts |= {"peak_private_mb": round(parts.peak_private_mb), "peak_shared_mb": round(parts.peak_shared_mb)}
     if args.role == "ray":  # the same driver, had it gathered every ranker (as it did before it streamed them)
         whole = model.load()
         facts["gathered_peak_rss_mb"] = round(peak_rss_mb())

@@ -16,3 +16,38 @@ def peak_rss_mb() -> float:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+class RssParts:
+    """The peaks of this process's RSS by kind, sampled from /proc/self/status on a thread: private (RssAnon +
+    RssFile) apart from shared memory (RssShmem). A Ray driver's VmHWM counts the object store's pages it wrote or
+    read (X and Y put, the results got); those pages are the node's store, mapped by every process that touches
+    them, not the driver's own memory, so the driver's private peak is read beside its VmHWM."""
+
+    def __init__(self, every_s: float = 0.1):
+        import threading
+
+        self.peak_private_mb = self.peak_shared_mb = 0.0
+        self._stop = threading.Event()
+        self._every = every_s
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        try:
+            with open("/proc/self/status") as fh:
+                kb = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in fh) if k.startswith("Rss")}
+        except OSError:
+            return
+        self.peak_private_mb = max(self.peak_private_mb, (kb.get("RssAnon", 0) + kb.get("RssFile", 0)) / 1024)
+        self.peak_shared_mb = max(self.peak_shared_mb, kb.get("RssShmem", 0) / 1024)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            self._sample()
+
+    def stop(self) -> "RssParts":
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        return self

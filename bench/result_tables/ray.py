@@ -24,6 +24,13 @@ def _gathered(run: dict, local: dict) -> str:
     return f"{thousands(run['gathered_peak_rss_mb'])} ({run['gathered_peak_rss_mb'] / local['peak_rss_mb']:.0%})"
 
 
+def _private(run: dict, local: dict) -> str:
+    """The driver's peak without the object store's shared pages (sampled; results before it was sampled: blank)."""
+    if "peak_private_mb" not in run:
+        return ""
+    return f"{thousands(run['peak_private_mb'])} ({run['peak_private_mb'] / local['peak_rss_mb']:.0%})"
+
+
 @one_result_each
 def ray_xlinear(r: dict) -> dict[str, str]:
     runs, local = r["runs"], r["runs"]["local"]
@@ -52,6 +59,7 @@ def ray_xlinear(r: dict) -> dict[str, str]:
                 f"{run['seconds'] / local['seconds']:.2f}",
                 thousands(run["peak_rss_mb"]),
                 ratio,
+                _private(run, local),
                 _gathered(run, local),
                 workers,
                 subs,
@@ -64,9 +72,10 @@ def ray_xlinear(r: dict) -> dict[str, str]:
         "× local",
         "driver peak RSS MB",
         "of local",
+        "private (no store pages) MB, of local",
         "had it gathered the rankers",
         "worker peaks MB",
         "sub-trees (labels)",
         "P@1 / P@5",
     ]
-    return {"table": head + "\n\n" + table(header, "lrrrrrrll", rows)}
+    return {"table": head + "\n\n" + table(header, "lrrrrrrrll", rows)}

@@ -109,6 +109,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--first", type=Path, required=True, help="the first-stage bundle (XR-Linear)")
     ap.add_argument("--lamp", type=Path, required=True, help="the LaMP bundle (fp32 re-ranker)")
     ap.add_argument("--lamp-int8", type=Path, default=None, help="the same run exported with --quantize int8")
+    ap.add_argument(
+        "--also", action="append", default=[], metavar="NAME=PATH", help="another LaMP bundle as a row (repeatable)"
+    )
     ap.add_argument("--old-code", type=Path, default=None, help="a folder holding the older commit's xtag package")
     ap.add_argument("--test", type=Path, default=Path("/work/shared/data/debtags/test.jsonl.gz"))
     ap.add_argument("--test-limit", type=int, default=None, help="first N test texts only (smoke runs; no result)")
@@ -129,6 +132,9 @@ def main() -> None:
     bundles = {"first stage alone": args.first, "LaMP, this code": args.lamp}
     if args.lamp_int8 is not None:
         bundles["LaMP int8, this code"] = args.lamp_int8
+    for item in args.also:
+        name, _, path = item.rpartition("=")  # the last "=": a row name may hold one (C=30)
+        bundles[name] = Path(path)
     rows: dict[str, dict] = {}
     for name, path in bundles.items():
         bundle = load_bundle(path)

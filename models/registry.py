@@ -150,6 +150,7 @@ class Family:
 CAPABILITIES: dict[str, str] = {
     "transformer": "a transformer encoder (--encoder, --max-length, --epochs, --batch-size, --device)",
     "int8": "int8 weights (--quantize int8)",
+    "rerank-candidates": "a serving C for its re-ranker (--candidates)",
     "fp16": "fp16 weights (--fp16)",
     "onnx-optimize": "onnxruntime's transformer fusions (--optimize/--no-optimize)",
     "shortlist": "a FAISS level-1 shortlist (--shortlist-min-nodes)",
@@ -224,7 +225,7 @@ FAMILIES: dict[str, Family] = {
             "xtag.training.lamp.export:export",
             ("first-stage", "lamp-reranker"),
             batch_wait_ms=2.0,
-            capabilities=frozenset({"transformer", "ray", "int8"}),
+            capabilities=frozenset({"transformer", "ray", "int8", "rerank-candidates"}),
             train_needs=TRAIN_EXTRA,
         ),
     )

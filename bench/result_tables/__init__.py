@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .cold_start import cold_start, fresh_install
 from .hardening import amplification, guard_cost, request_cost
-from .lamp import lamp_better, lamp_debtags, lamp_fast
+from .lamp import lamp_better, lamp_candidates, lamp_debtags, lamp_fast
 from .lamp_ray import lamp_ray
 from .lightxml_cascadexml import cascadexml_debtags, equal_budget, lightxml_debtags, lightxml_subset
 from .multi_model import multi_model
@@ -70,6 +70,7 @@ BUILDERS = {
         lamp_ray,
         multi_model,
         lamp_fast,
+        lamp_candidates,
         ray_scoring,
     )
 }

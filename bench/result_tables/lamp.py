@@ -111,3 +111,28 @@ def lamp_fast(r: dict) -> dict[str, str]:
         + "\n".join(f"- {g}" for g in goals)
     )
     return {"quality": quality + "\n\n" + notes}
+
+
+@one_result_each
+def lamp_candidates(r: dict) -> dict[str, str]:
+    """bench/lamp_candidates.py: the bundle at each C, on validation (where C is chosen) and on TEST."""
+    header = ["C", "validation P@1", "validation PSP@5", "TEST P@1", "TEST P@5", "TEST PSP@5", "docs/s, in-process"]
+    val, test = r["rows"]["validation"], r["rows"]["test"]
+    rows = [
+        [
+            C
+            + (" (trained)" if int(C) == r["trained_candidates"] else "")
+            + (" **chosen**" if int(C) == r["chosen"] else ""),
+            f2(val[C]["P@1"]),
+            f2(val[C]["PSP@5"]),
+            *(f2(test[C][m]) for m in ("P@1", "P@5", "PSP@5")),
+            f"{test[C]['docs_per_s']:,.0f}",
+        ]
+        for C in sorted(test, key=int)
+    ]
+    tol = r["tolerances"]
+    rule = (
+        f"bundle {r['bundle']}; chosen: the smallest C whose validation P@1 and PSP@5 are within {tol['P@1']:g} and "
+        f"{tol['PSP@5']:g} points of C = {r['trained_candidates']}'s"
+    )
+    return {"table": rule + "\n\n" + table(header, "l" + "r" * (len(header) - 1), rows)}

@@ -21,21 +21,30 @@ from collections.abc import Callable
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.stats import kendalltau
 from xtag.models.metrics import evaluate
 
 LIVE_KS = (1, 3, 5)
 
 
 def rank_correlation(a: list[str], b: list[str]) -> float:
-    """Kendall's tau-b of two top-k lists over their union (a label absent from a list ranks last in it)."""
+    """Kendall's tau-b of two top-k lists over their union (a label absent from a list ranks last in it).
+
+    Written out rather than scipy.stats.kendalltau (which gives the same value, tests/service/state/
+    test_svc_shadow.py): on lists of a few labels scipy's checks cost 143 µs a call, held under the GIL on
+    the shadow's thread once per compared document, which the primary's requests waited for; this costs ~15 µs.
+    tau-b = Σ sign(Δa)·sign(Δb) / √(Σ|sign(Δa)| · Σ|sign(Δb)|) over the pairs of the union."""
     union = list(dict.fromkeys(a + b))
     if len(union) < 2:
         return 1.0 if a == b else 0.0
     rank_a = {name: i for i, name in enumerate(a)}
     rank_b = {name: i for i, name in enumerate(b)}
-    tau = kendalltau([rank_a.get(n, len(a)) for n in union], [rank_b.get(n, len(b)) for n in union]).statistic
-    return 1.0 if math.isnan(tau) else float(tau)  # nan: one list ranks every label alike (no information)
+    x = np.array([rank_a.get(n, len(a)) for n in union])
+    y = np.array([rank_b.get(n, len(b)) for n in union])
+    sx, sy = np.sign(x[:, None] - x[None, :]), np.sign(y[:, None] - y[None, :])
+    ties_free = float(np.abs(sx).sum()) * float(np.abs(sy).sum())
+    if ties_free == 0:
+        return 1.0  # one list ranks every label alike (no information), as scipy's nan was read
+    return float((sx * sy).sum()) / math.sqrt(ties_free)
 
 
 def compare(a: list[str], b: list[str], k: int) -> tuple[bool, float, float]:

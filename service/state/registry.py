@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 
 from xtag.models.errors import XtagError
+from xtag.models.features.device import RuntimeOptions
 from xtag.service.model_config import ModelSet, bundle_name
 from xtag.service.observability.drift import DEFAULT_WINDOW
 from xtag.service.state.memory import bundle_bytes
@@ -43,10 +44,17 @@ class ModelRegistry:
         self.listeners: list = []  # called with (old, new) after any model's swap, (old, None) after an unload
         self.slots: dict[str, ModelSlot] = {}
         models = models or ModelSet()
+        self.shadows: dict[str, str] = dict(models.shadows)  # NEW → OLD (scored elsewhere: shadow scoring)
         for spec in models.models:
             self.add(spec.name, spec.path)
         self.default: str | None = models.default
-        self.shadows: dict[str, str] = dict(models.shadows)  # NEW → OLD (scored elsewhere: shadow scoring)
+
+    def options_for(self, name: str):
+        """The runtime options a model loads with: a shadow's graphs run on one intra-op thread, since its scoring is
+        background work that must leave the other cores to the requests it shadows (service/state/shadow.py)."""
+        if name not in self.shadows:
+            return self.options
+        return (self.options or RuntimeOptions()).model_copy(update={"encoder_threads": 1})
 
     def add(self, name: str, path: Path | None) -> ModelSlot:
         slot = ModelSlot(
@@ -55,7 +63,7 @@ class ModelRegistry:
             self.warmup_text,
             self.device,
             self.drift_window,
-            self.options,
+            self.options_for(name),
             self.max_memory_mb,
             self.listeners,
         )

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from prometheus_client import Counter, Gauge
 from starlette.background import BackgroundTask
+from xtag.models.engine.search import share_cores
 from xtag.models.inference.stopping import StopFlag
 from xtag.service.http.hangups import stopping
 from xtag.service.observability.agreement import AgreementWindow
@@ -33,6 +35,13 @@ from xtag.service.state.model_slot import ServedModel
 log = logging.getLogger("xtag.service")
 LINGER_S = 0.05  # how long the shadow lets requests gather before it scores them together
 JOB_KEY = "xtag.shadow"  # the scope key where predict_rows leaves the request's ShadowJob for its handler
+
+
+def _one_core() -> None:
+    """The shadow thread's engine calls use one core's share of numba's threads, and its graphs have one intra-op
+    thread (ModelRegistry.options_for): its batches leave the other cores to the primary's requests, which on 2
+    cores otherwise met a shadow batch running on both (bench/RESULTS.md, "Per-model series and shadow scoring")."""
+    share_cores(os.cpu_count() or 1)
 
 
 class ShadowMetrics:
@@ -127,7 +136,7 @@ class ShadowScorer:
         if self.queue is None:  # made on the loop that serves (the first request's), again after a restart
             self.queue = asyncio.Queue(self.queue_size)
             self.half_full = asyncio.Event()
-            self.executor = ThreadPoolExecutor(1, thread_name_prefix="xtag-shadow")
+            self.executor = ThreadPoolExecutor(1, thread_name_prefix="xtag-shadow", initializer=_one_core)
             self.task = asyncio.get_running_loop().create_task(self._drain())
         try:
             self.queue.put_nowait(job)

@@ -29,12 +29,14 @@ def export_run(
     shortlist_min_nodes: int | None = None,
     precision: str | None = None,
     optimize: bool | None = None,
+    candidates: int | None = None,
 ) -> dict:
     """Write the run's final model as a bundle in `out`, with its manifest, and load it back as a check.
 
     `shortlist_min_nodes` overrides the run's `export.shortlist_config.min_nodes` (families that write a
     FAISS level-1 index): 0 always writes it. `precision` (fp32, int8, fp16) and `optimize` (transformer
-    fusions) override the run's export settings of the transformer families (training/onnx/optimize.py).
+    fusions) override the run's export settings of the transformer families (training/onnx/optimize.py);
+    `candidates` the C a re-ranker serves with (LaMP's lamp.export.candidates).
     """
     model = run / "model"
     if not run.is_dir():
@@ -60,6 +62,9 @@ def export_run(
     if optimize is not None:
         chosen.require("onnx-optimize", "--optimize" if optimize else "--no-optimize")
         export_settings.optimize = optimize
+    if candidates is not None:
+        chosen.require("rerank-candidates", f"--candidates {candidates}")
+        export_settings.candidates = candidates
     # The server's NaN scan (models/bundle/finite_scan.py) on what is exported, and below on the bundle: a run resumed or
     # trained into NaN weights would export fine, and `xtag predict` would answer garbage.
     refuse_nonfinite(model, array_files(model), "not exported")

@@ -11,9 +11,10 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+from xtag.models.bundle.atomic import write_text_atomic
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.errors import XtagError
-from xtag.models.lamp.model import ATTENTION, INPUTS, OUTPUTS, LampReranker
+from xtag.models.lamp.model import ATTENTION, HEAD_FILE, INPUTS, OUTPUTS, LampHeadConfig, LampReranker
 from xtag.training.config import TrainConfig
 from xtag.training.export.steps import copy_run_model, step
 from xtag.training.lamp.result import LAMP_NET
@@ -68,6 +69,17 @@ def real_candidates(outputs: dict, valid: np.ndarray) -> dict:
     return kept
 
 
+def serve_with_candidates(folder: Path, candidates: int, trained: int) -> None:
+    """The bundle's lamp.json with C = `candidates` (lamp.export.candidates): the graph takes any C, but it learned
+    on `trained`, so more than that is refused; the parity check below then runs at the C the bundle serves."""
+    if candidates > trained:
+        raise XtagError(
+            f"--candidates {candidates}: the re-ranker was trained on {trained} candidates; give at most that"
+        )
+    head = LampHeadConfig.model_validate_json((folder / HEAD_FILE).read_text())
+    write_text_atomic(folder / HEAD_FILE, head.model_copy(update={"candidates": candidates}).model_dump_json(indent=2))
+
+
 def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:
     lc = config.lamp
     if lc.first_stage is None or not (Path(lc.first_stage) / "manifest.json").is_file():
@@ -80,6 +92,9 @@ def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:
     with step("loading the trained LaMP net"):
         net, enc_config = LAMP_NET.load_run_net(run_encoder)
     tokenizer, texts = write_graph(net, run_encoder, tmp / "lamp", enc_config, lc.export, list(OUTPUTS), example_inputs)
+    trained_c = LampReranker.load(tmp / "lamp").config.candidates
+    if lc.export.candidates is not None:
+        serve_with_candidates(tmp / "lamp", lc.export.candidates, trained_c)
     reranker = LampReranker.load(tmp / "lamp")
     C = reranker.config.candidates
     cand = first.predictor.predict(texts, k=C, calibrated=False)
@@ -97,7 +112,11 @@ def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:
     with step(f"parity check, torch vs ONNX on {len(texts)} texts (logits and {', '.join(ATTENTION)})"):
         reference = real_candidates(torch_outputs(net, reranker, texts, cand.labels, cand.scores), valid)
         onnx = graph_outputs()
-    report = {"candidates": C, **parity_gate(lc.export, len(texts), onnx, reference, top5)}
+    report = {
+        "candidates": C,
+        "trained_candidates": trained_c,
+        **parity_gate(lc.export, len(texts), onnx, reference, top5),
+    }
     precision = lc.export.precision
     if precision != "fp32":  # gated on the ranking it gives: LaMP's outputs are the ranking
         floor = lc.export.min_top5_agreement

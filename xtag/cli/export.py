@@ -15,6 +15,10 @@ SHORTLIST_HELP = (
     "xr-transformer: write the FAISS level-1 index only from this many level-1 nodes (default: the run's config, "
     "4096; 0 = always)"
 )
+CANDIDATES_HELP = (
+    "lamp bundles: re-score the first stage's top-C (at most the C it was trained on; default: that C). Fewer is "
+    "faster and keeps P@1 but loses tail labels: choose it on validation texts"
+)
 QUANTIZE_HELP = (
     "transformer bundles: 'int8' ships dynamic int8 weights for CPUs (its accuracy cost goes into the export report)"
 )
@@ -32,6 +36,7 @@ def export(
     optimize: Annotated[
         bool | None, Opt(help="transformer bundles: onnxruntime's transformer fusions (default: the run's config, on)")
     ] = None,
+    candidates: Annotated[int | None, Opt(min=2, help=CANDIDATES_HELP)] = None,
 ) -> None:
     """Turn a run into a self-describing serving bundle (manifest with versions and checksums)."""
     from xtag.training.export.export_run import export_run
@@ -42,7 +47,7 @@ def export(
         fail(XtagError("--quantize int8 and --fp16 exclude each other: int8 is for CPUs, fp16 for GPUs"))
     precision = "int8" if quantize else "fp16" if fp16 else None
     with failing(), echo_log("xtag.export", "export", progress):
-        manifest = export_run(run, out, name, overwrite, shortlist_min_nodes, precision, optimize)
+        manifest = export_run(run, out, name, overwrite, shortlist_min_nodes, precision, optimize, candidates)
     _summary(out, manifest)
     finish(f"wrote bundle {out}", f"xtag serve {out}  (or: xtag evaluate {out} --corpus TEST)")
 

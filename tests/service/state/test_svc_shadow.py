@@ -4,6 +4,7 @@ bounded (a slow shadow sheds), never changing the primary's answer, and exported
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 
@@ -14,7 +15,7 @@ import scipy.sparse as sp
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 from xtag.models.metrics import evaluate
-from xtag.service.observability.agreement import AgreementWindow, compare
+from xtag.service.observability.agreement import AgreementWindow, compare, rank_correlation
 from xtag.service.settings import Settings
 from xtag.service.state import shadow as shadow_module
 from xtag.service.state.model_slot import ServedModel, load_and_warm
@@ -57,6 +58,22 @@ def test_agreement_figures_of_two_lists():
     for row in (["a"], ["b"]), (["a"], ["a"]), (["c"], ["c"]):
         w.add(None, *row, 1)
     assert w.means()["top1_agreement"] == 1.0 and w.means()["window_documents"] == 2  # the first one fell out
+
+
+def test_rank_correlation_is_scipys_kendall_tau_b_over_the_lists_union():
+    from scipy.stats import kendalltau
+
+    rng = np.random.default_rng(0)
+    names = [f"l{i}" for i in range(12)]
+    for _ in range(200):
+        k = int(rng.integers(1, 10))
+        a, b = (list(rng.choice(names, size=k, replace=False)) for _ in range(2))
+        union = list(dict.fromkeys(a + b))
+        if len(union) < 2:
+            continue
+        rank = [[lst.index(n) if n in lst else len(lst) for n in union] for lst in (a, b)]
+        want = kendalltau(*rank).statistic
+        assert rank_correlation(a, b) == pytest.approx(1.0 if np.isnan(want) else want, abs=1e-12)
 
 
 def test_a_shadow_scores_every_request_after_it_and_exports_agreement(make_client, bundles):
@@ -228,3 +245,27 @@ def test_annif_suggestions_of_a_shadowed_project_are_scored_too(make_client, bun
     assert batch.status_code == 200 and len(batch.json()) == 4
     wait_for(lambda: scorer.counts["documents"] == 4)
     assert [doc_id for doc_id, _, _ in scorer.window.answers] == ["d0", "d1", "d2"]  # ids kept for live P@k
+
+
+def test_a_shadow_runs_on_one_core_so_its_batches_leave_the_others_to_the_primary(tmp_path):
+    from xtag.models.features.device import RuntimeOptions
+    from xtag.service.model_config import ModelSet, ModelSpec
+    from xtag.service.state.registry import ModelRegistry
+
+    models = ModelSet(
+        models=[ModelSpec(name="old", path=tmp_path / "old"), ModelSpec(name="new", path=tmp_path / "new")],
+        default="old",
+        shadows={"new": "old"},
+    )
+    registry = ModelRegistry(models, "warm", options=RuntimeOptions(encoder_threads=4))
+    assert registry.slots["new"].options.encoder_threads == 1  # its graphs: one intra-op thread
+    assert registry.slots["old"].options.encoder_threads == 4  # the primary keeps the configured threads
+    assert ModelRegistry(models, "warm").slots["new"].options.encoder_threads == 1
+    import numba
+
+    before = numba.get_num_threads()
+    try:
+        shadow_module._one_core()  # the shadow thread's engine calls: one core's share of numba's threads
+        assert numba.get_num_threads() == max(1, numba.config.NUMBA_NUM_THREADS // (os.cpu_count() or 1))
+    finally:
+        numba.set_num_threads(before)  # numba's count is this thread's: later tests keep theirs

@@ -1,4 +1,5 @@
-"""LaMP's int8 re-ranker: exported only when it ranks as the fp32 graph does (the parity gate's int8 part)."""
+"""LaMP's export: the int8 re-ranker exported only when it ranks as the fp32 graph does (the parity gate's int8
+part), and the C a bundle serves with (`--candidates`)."""
 
 from __future__ import annotations
 
@@ -49,3 +50,25 @@ def test_a_quantized_graph_that_ranks_otherwise_is_refused(lamp_bundle, tmp_path
     shutil.copytree(lamp_bundle[1] / "lamp", tmp_path / "again")
     report = set_precision(tmp_path / "again", "int8", lambda: fp32, fp32, fp32, top5, min_top5=0.95)
     assert report["top5_agreement_vs_fp32"] == 1.0
+
+
+def test_a_bundle_serves_with_fewer_candidates_than_it_was_trained_on(lamp_bundle, tmp_path):
+    run, full = lamp_bundle  # trained on C = 6 (tests/conftest.py lamp_config)
+    bundle = tmp_path / "c3"
+    export_run(run, bundle, candidates=3)
+    assert json.loads((bundle / "lamp" / "lamp.json").read_text())["candidates"] == 3
+    report = json.loads((bundle / "manifest.json").read_text())["export"]
+    assert report["candidates"] == 3 and report["trained_candidates"] == 6  # the parity check ran at C = 3
+    fewer, all_six = (load_bundle(b).predictor.model for b in (bundle, full))
+    first = fewer.candidates(TEXTS, 2, None).labels
+    got = fewer.predict(TEXTS, k=2).labels
+    assert first.shape[1] == 3 and all(set(g) <= set(f) for g, f in zip(got, first))  # re-ranked among its top 3
+    assert all_six.candidates(TEXTS, 2, None).labels.shape[1] == 6
+
+
+def test_more_candidates_than_trained_or_a_family_without_a_reranker_is_refused(lamp_bundle, tiny_bundle, tmp_path):
+    with pytest.raises(XtagError, match="--candidates 7: the re-ranker was trained on 6 candidates"):
+        export_run(lamp_bundle[0], tmp_path / "c7", candidates=7)
+    assert not (tmp_path / "c7").exists()
+    with pytest.raises(XtagError, match="--candidates 3: model xlinear does not support a serving C"):
+        export_run(tiny_bundle.parent / "run", tmp_path / "xl", candidates=3)

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from lamp_debtags import scored, split, train_export
+from lamp_debtags import cross_fit_split, scored, train_export
 from results import logged_commands, save_result
 from xr_transformer_debtags import ROOT, subset
 from xtag.models.bundle.loader import load_bundle
@@ -105,8 +105,7 @@ def main() -> None:
     args = ap.parse_args()
     work = args.workdir
     work.mkdir(parents=True, exist_ok=True)
-    first_path, _, val_path = split(args.data / "train.jsonl.gz", work, (0.0, 0.05), 0)
-    first_bundle, first_summary = train_export(TrainConfig(corpus=first_path), work / "xlinear")
+    first_path, val_path, first_bundle, first_summary = cross_fit_split(args.data, work)
     val = load_corpus(val_path)
     test = load_corpus(subset(args.data / "test.jsonl.gz", work / "test.jsonl", None))
     out = work / f"{args.result_name}.partial.json"

@@ -72,6 +72,14 @@ def train_export(config: TrainConfig, folder: Path) -> tuple[Path, dict]:
     return folder / "bundle", json.loads((folder / "run" / "summary.json").read_text())
 
 
+def cross_fit_split(data: Path, work: Path) -> tuple[Path, Path, Path, dict]:
+    """The cross-fitting benches' split: all of TRAIN but 5 % held out for validation (first stage and LaMP on the
+    same texts), and the XR-Linear first stage trained on it: (its corpus, the validation file, bundle, summary)."""
+    corpus, _, val_path = split(data / "train.jsonl.gz", work, (0.0, 0.05), 0)
+    bundle, summary = train_export(TrainConfig(corpus=corpus), work / "xlinear")
+    return corpus, val_path, bundle, summary
+
+
 def scored(bundle, corpus) -> tuple:
     """Top-SET_K predictions of `bundle` on `corpus` (rows of the served path) and the corpus's ground truth."""
     preds = predict_corpus(bundle, corpus.texts, SET_K, progress=True)

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from lamp_debtags import best_threshold, quality, split, train_export
+from lamp_debtags import best_threshold, cross_fit_split, quality, train_export
 from results import ROOT, save_result
 from xr_transformer_debtags import subset
 from xtag.models.bundle.loader import load_bundle
@@ -123,8 +123,7 @@ def main() -> None:
     args = ap.parse_args()
     work = args.workdir
     work.mkdir(parents=True, exist_ok=True)
-    corpus, _, val_path = split(args.data / "train.jsonl.gz", work, (0.0, 0.05), 0)
-    first, first_summary = train_export(TrainConfig(corpus=corpus), work / "xlinear")
+    corpus, val_path, first, first_summary = cross_fit_split(args.data, work)
     runs = {}
     with local_cluster(workers=1, cpus=1) as cluster:
         for name, ray in (("local", None), ("ray", cluster.address)):

@@ -9,7 +9,6 @@ a rerun with --resume keeps exactly the shards whose file is there, and a worker
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -117,7 +116,8 @@ def score_on_ray(job: ScoringJob, shards: list[Shard], address: str, progress: b
     clear_partial_writes(job.out)
     todo = unfinished(shards, job.out, job.out_format) if job.resume else shards
     scored = Scored(kept=len(shards) - len(todo))
-    total, kept_lines = sum(s.lines for s in shards), sum(s.lines for s in shards if s not in todo)
+    total = sum(s.lines for s in shards)
+    kept_lines = total - sum(s.lines for s in todo)
     with ray_cluster(address) as cluster:
         if not todo:
             return scored
@@ -152,8 +152,3 @@ def _dataset(job: ScoringJob, todo: list[Shard], actors: int):
         compute=ray.data.ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=1),
         num_cpus=ACTOR_CPUS,
     )
-
-
-def read_jsonl_shards(out: Path) -> list[dict]:
-    """Every row of a folder of JSON-lines shards, in shard-name order (to compare runs, or read them back)."""
-    return [json.loads(line) for path in sorted(out.glob("*.jsonl")) for line in path.read_text().splitlines()]

@@ -11,7 +11,7 @@ import time
 
 import pytest
 from typer.testing import CliRunner
-from xtag.cluster.scoring import ScoringJob, read_jsonl_shards, score_on_ray
+from xtag.cluster.scoring import ScoringJob, score_on_ray
 from xtag.cluster.shards import plan_shards
 from xtag.models.inference.tagging import TagOptions
 
@@ -20,6 +20,11 @@ from tests.ray_support import free_port, local_cluster
 from xtag.cli import app
 
 runner = CliRunner()
+
+
+def read_jsonl_shards(out) -> list[dict]:
+    """Every row of a folder of JSON-lines shards, in shard-name order."""
+    return [json.loads(line) for path in sorted(out.glob("*.jsonl")) for line in path.read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")

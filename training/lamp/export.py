@@ -69,15 +69,19 @@ def real_candidates(outputs: dict, valid: np.ndarray) -> dict:
     return kept
 
 
-def serve_with_candidates(folder: Path, candidates: int, trained: int) -> None:
-    """The bundle's lamp.json with C = `candidates` (lamp.export.candidates): the graph takes any C, but it learned
-    on `trained`, so more than that is refused; the parity check below then runs at the C the bundle serves."""
-    if candidates > trained:
-        raise XtagError(
-            f"--candidates {candidates}: the re-ranker was trained on {trained} candidates; give at most that"
-        )
+def serve_with_candidates(folder: Path, candidates: int | None) -> int:
+    """The C the re-ranker was trained on (its lamp.json's); with `candidates` (lamp.export.candidates) lamp.json
+    then says C = `candidates`: the graph takes any C, but it learned on the trained one, so more than that is
+    refused; the parity check then runs at the C the bundle serves."""
     head = LampHeadConfig.model_validate_json((folder / HEAD_FILE).read_text())
+    if candidates is None:
+        return head.candidates
+    if candidates > head.candidates:
+        raise XtagError(
+            f"--candidates {candidates}: the re-ranker was trained on {head.candidates} candidates; give at most that"
+        )
     write_text_atomic(folder / HEAD_FILE, head.model_copy(update={"candidates": candidates}).model_dump_json(indent=2))
+    return head.candidates
 
 
 def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:
@@ -92,9 +96,7 @@ def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:
     with step("loading the trained LaMP net"):
         net, enc_config = LAMP_NET.load_run_net(run_encoder)
     tokenizer, texts = write_graph(net, run_encoder, tmp / "lamp", enc_config, lc.export, list(OUTPUTS), example_inputs)
-    trained_c = LampReranker.load(tmp / "lamp").config.candidates
-    if lc.export.candidates is not None:
-        serve_with_candidates(tmp / "lamp", lc.export.candidates, trained_c)
+    trained_c = serve_with_candidates(tmp / "lamp", lc.export.candidates)
     reranker = LampReranker.load(tmp / "lamp")
     C = reranker.config.candidates
     cand = first.predictor.predict(texts, k=C, calibrated=False)

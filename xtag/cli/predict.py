@@ -30,6 +30,7 @@ from xtag.cli.options import (
 from xtag.models.errors import XtagError
 
 Opt = typer.Option
+SHARD_ROWS = 20_000  # --shard-rows' default: a shard a worker reads, scores and writes in seconds
 
 
 def predict(
@@ -61,7 +62,7 @@ def predict(
     ray: RayAddress = None,
     out_format: Annotated[str, Opt(help="with --ray: each shard's file: jsonl | parquet")] = "jsonl",
     resume: Resume = False,
-    shard_rows: Annotated[int, Opt(min=1, help="with --ray: corpus lines per shard")] = 20_000,
+    shard_rows: Annotated[int, Opt(min=1, help="with --ray: corpus lines per shard")] = SHARD_ROWS,
     progress: Progress = True,
 ) -> None:
     """Top-k labels with scores for one text, or for a whole corpus as JSON lines.
@@ -86,7 +87,7 @@ def predict(
     if ray is not None:
         job = dict(corpus_format=format, out_format=out_format, resume=resume, skip_bad_rows=skip_bad_rows)
         return _on_ray(bundle, corpus, out, options, ray, job, shard_rows, progress)
-    if (resume, out_format, shard_rows) != (False, "jsonl", 20_000):
+    if (resume, out_format, shard_rows) != (False, "jsonl", SHARD_ROWS):
         fail(XtagError("--resume, --out-format and --shard-rows are options of --ray's sharded output"))
     b = load_bundle_or_fail(bundle)
     with failing():

@@ -161,3 +161,30 @@ def test_300_slow_bodies_and_100_slow_heads_beside_a_legitimate_client(bundles):
                 assert time.monotonic() - started < TIMEOUT_S + MARGIN_S
         assert {read_response(s, TIMEOUT_S + 10)[0] for s in bodies} == {408}
         assert {read_response(s, TIMEOUT_S + 10)[0] for s in heads} == {408}
+
+
+def test_memory_comes_back_after_a_burst_of_stalled_bodies(bundles):
+    """Issue 47, defect 6: 2 MB bodies stalled one byte short, then dropped by their clients, must not leave the
+    RSS higher (glibc keeps freed heap pages unless trimmed: 300 such bodies left 500 MB)."""
+    from xtag.service.state.memory import resident_mb
+
+    bodies, size = 40, 2_000_000
+    body = b'{"text": "' + b"a" * (size - 11)  # one byte short: never complete
+    with serve(bundles, body_timeout_s=60) as server, ExitStack() as stack:
+        for _ in range(5):
+            assert httpx.post(server.url + "/v1/predict", json={"text": "python script"}, timeout=10).status_code == 200
+        before = resident_mb()
+        clients = [connect(server, stack) for _ in range(bodies)]
+        for s in clients:
+            s.sendall(post_head("/v1/predict", size) + body)
+        deadline = time.monotonic() + 30
+        while resident_mb() - before < 0.8 * bodies * size / 2**20:  # the server has read (nearly) all of them
+            assert time.monotonic() < deadline, (before, resident_mb())
+            time.sleep(0.1)
+        for s in clients:
+            s.close()
+        deadline = time.monotonic() + 10
+        while resident_mb() - before > 0.1 * before:
+            assert time.monotonic() < deadline, f"RSS {resident_mb()} MB, {before} MB before the burst"
+            time.sleep(0.1)
+        assert httpx.post(server.url + "/v1/predict", json={"text": "python script"}, timeout=10).status_code == 200

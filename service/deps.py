@@ -141,11 +141,17 @@ def decode_json(body: bytes, content_type: str, optional: bool = False) -> objec
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        # orjson refuses an integer of 310 digits or more (a float's range); the json module reads it exactly
-        exact = _exact_reading(body)
-        if exact is None:
+        if not WIDE_INTEGER.search(body):
             raise Problem(400, "invalid-json", f"the body is not valid JSON ({exc})") from exc
-        return exact
+    # orjson refuses an integer of 310 digits or more (a float's range); the json module reads it exactly
+    try:
+        return _read_exactly(body)
+    except UnicodeEncodeError as exc:
+        raise Problem(400, "invalid-json", "the body is not valid JSON (a string holds a lone surrogate)") from exc
+    except RecursionError as exc:
+        raise Problem(400, "invalid-json", "the body is not valid JSON (nested too deeply)") from exc
+    except ValueError as exc:
+        raise Problem(400, "invalid-json", f"the body is not valid JSON ({exc})") from exc
 
 
 def document_limit(limit: int, status: int = 422) -> Callable[[object], None]:
@@ -198,9 +204,17 @@ def _exact_reading(body: bytes) -> object | None:
     if not WIDE_INTEGER.search(body):
         return None
     try:
-        return json.loads(body, parse_int=_exact_integer, parse_constant=_not_json)
-    except (ValueError, RecursionError):
+        return _read_exactly(body)
+    except (ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
         return None
+
+
+def _read_exactly(body: bytes) -> object:
+    """The json module's reading, with integers exact and what orjson refuses refused too: NaN and Infinity, and
+    lone surrogates (\ud800), which no store or answer could encode (UnicodeEncodeError)."""
+    data = json.loads(body, parse_int=_exact_integer, parse_constant=_not_json)
+    json.dumps(data, ensure_ascii=False).encode("utf-8")
+    return data
 
 
 def _decode_and_validate(

@@ -66,7 +66,9 @@ def test_the_reported_body_is_a_4xx_problem(bundles, make_client):
 @given(
     template=st.sampled_from(TEMPLATES),
     depth=st.one_of(st.integers(0, 50), st.integers(900, 1100), st.integers(1100, 5000)),
-    leaf=st.sampled_from([WIDE, "-" + WIDE, "9" * 400, "1", '"x"', "1e400", "NaN", "{}", "[]", "null", ""]),
+    leaf=st.sampled_from(
+        [WIDE, "-" + WIDE, "9" * 400, "1", '"x"', '"\\ud800"', "1e400", "NaN", "{}", "[]", "null", ""]
+    ),
     opener=st.sampled_from(["[", '{"a":']),
 )
 @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
@@ -78,3 +80,17 @@ def test_any_nesting_on_any_json_route_is_a_4xx_problem(api, template, depth, le
         return
     r = client.request(method, path.replace("PROJECT", project), content=body.replace("NEST", value), headers=HEADERS)
     assert_problem_4xx(r)
+
+
+@pytest.mark.parametrize(
+    "value, words",
+    [('"a\\ud800b"', "lone surrogate"), ("NaN", "NaN is not JSON"), ('"a",', "Expecting property name")],
+)
+def test_what_orjson_refuses_stays_refused_beside_an_integer_it_cannot_read(api, value, words):
+    # an integer of 400 digits sends the body to the json module, which takes NaN and lone surrogates: they must
+    # still get 400 (a lone surrogate reached the feedback store and came back as a 503)
+    client, _ = api
+    body = f'{{"documents": [{{"id": {"9" * 400}, "text": {value}, "labels": ["x"]}}]}}'
+    r = client.post("/v1/feedback", content=body, headers=HEADERS)
+    assert_problem_4xx(r)
+    assert r.status_code == 400 and words in r.json()["detail"], r.text

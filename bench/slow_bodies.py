@@ -55,7 +55,11 @@ def tiny_bundle(folder: Path) -> Path:
 
     names = list(TOPICS)
     rows = [
-        {"id": f"d{i}", "text": f"{TOPICS[names[i % 6]]} {TOPICS[names[(i + 1) % 6]]} doc{i % 5}", "labels": [names[i % 6]]}
+        {
+            "id": f"d{i}",
+            "text": f"{TOPICS[names[i % 6]]} {TOPICS[names[(i + 1) % 6]]} doc{i % 5}",
+            "labels": [names[i % 6]],
+        }
         for i in range(48)
     ]
     corpus = folder / "corpus.jsonl"

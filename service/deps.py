@@ -6,6 +6,7 @@ import asyncio
 import hmac
 import json
 import re
+import sys
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -15,6 +16,7 @@ from fastapi.security import APIKeyHeader
 from pydantic import BaseModel, SecretStr, ValidationError
 from xtag.service.http.problems import Problem, validation_problem
 from xtag.service.observability.metrics import MODEL_KEY, served_name
+from xtag.service.schemas import IntegerText
 from xtag.service.settings import Settings
 from xtag.service.state.model_slot import ServedModel
 from xtag.service.state.registry import ModelRegistry, UnknownModel
@@ -139,6 +141,16 @@ def decode_json(body: bytes, content_type: str, optional: bool = False) -> objec
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
+        if not WIDE_INTEGER.search(body):
+            raise Problem(400, "invalid-json", f"the body is not valid JSON ({exc})") from exc
+    # orjson refuses an integer of 310 digits or more (a float's range); the json module reads it exactly
+    try:
+        return _read_exactly(body)
+    except UnicodeEncodeError as exc:
+        raise Problem(400, "invalid-json", "the body is not valid JSON (a string holds a lone surrogate)") from exc
+    except RecursionError as exc:
+        raise Problem(400, "invalid-json", "the body is not valid JSON (nested too deeply)") from exc
+    except ValueError as exc:
         raise Problem(400, "invalid-json", f"the body is not valid JSON ({exc})") from exc
 
 
@@ -174,15 +186,35 @@ def check_text_lengths(request: Request, texts: list[str], what: str = "document
 WIDE_INTEGER = re.compile(rb"\d{19}")
 
 
+def _exact_integer(text: str) -> int | IntegerText:
+    """An integer as int, or as its text past int()'s digit limit (a guard against quadratic work, not a limit on
+    ids: the body limit bounds their size)."""
+    limit = sys.get_int_max_str_digits()
+    return int(text) if limit == 0 or len(text) <= limit else IntegerText(text)
+
+
+def _not_json(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")  # the json module would take NaN and Infinity, which orjson refuses
+
+
 def _exact_reading(body: bytes) -> object | None:
-    """The body read again with the json module, whose integers are exact; None when that cannot help (no integer
-    wide enough for orjson to have made a float of it, or one too long for Python's int, over 4,300 digits)."""
+    """The body read again with the json module, whose integers are exact; None when that cannot help: no integer
+    wide enough for orjson to have made a float of it, invalid JSON, or nesting deeper than the json module's
+    recursion allows (orjson's limit is 1,024 levels, the json module's about sys.getrecursionlimit())."""
     if not WIDE_INTEGER.search(body):
         return None
     try:
-        return json.loads(body)
-    except ValueError:
+        return _read_exactly(body)
+    except (ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
         return None
+
+
+def _read_exactly(body: bytes) -> object:
+    """The json module's reading, with integers exact and what orjson refuses refused too: NaN and Infinity, and
+    lone surrogates (\ud800), which no store or answer could encode (UnicodeEncodeError)."""
+    data = json.loads(body, parse_int=_exact_integer, parse_constant=_not_json)
+    json.dumps(data, ensure_ascii=False).encode("utf-8")
+    return data
 
 
 def _decode_and_validate(

@@ -14,6 +14,8 @@ from pydantic import (
     StrictBool,
     StrictInt,
     StrictStr,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
 )
 
 
@@ -53,8 +55,23 @@ def _string_or_integer(value: object) -> object:
     return value
 
 
-# A document's id, echoed back (or stored) as a string. service/deps.py reads integers beyond 64 bits exactly.
-DocumentId = Annotated[StrictStr | StrictInt, BeforeValidator(_string_or_integer)]
+class IntegerText(str):
+    """A JSON integer longer than Python's int() takes (sys.get_int_max_str_digits, 4,300 digits by default: a guard
+    against its quadratic conversion), kept as its text; an id of this type is an integer id (service/deps.py)."""
+
+
+def _keep_integer_text(value: object, handler: ValidatorFunctionWrapHandler) -> object:
+    return value if isinstance(value, IntegerText) else handler(value)
+
+
+def integer_id(value: object) -> bool:
+    """Whether a validated id was sent as a JSON integer (123), not as a string ("123"): two different ids."""
+    return isinstance(value, int | IntegerText)
+
+
+# A document's id, echoed back (or stored) as a string. service/deps.py reads integers beyond 64 bits exactly, and
+# those beyond int()'s digit limit as IntegerText, which passes as is (the wrap validator runs first).
+DocumentId = Annotated[StrictStr | StrictInt, BeforeValidator(_string_or_integer), WrapValidator(_keep_integer_text)]
 
 
 # JSON Schema's integer: 183.0 is the integer 183 (JSON has one number type); 183.5, "183" and true are not.
@@ -340,6 +357,7 @@ StoredId = Annotated[
     Annotated[StrictStr, Field(json_schema_extra=NO_NUL)] | StrictInt,
     BeforeValidator(_string_or_integer),
     AfterValidator(_storable),
+    WrapValidator(_keep_integer_text),
 ]
 StoredText = Annotated[
     StrictStr,

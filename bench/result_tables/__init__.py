@@ -10,6 +10,7 @@ from .hardening import amplification, guard_cost, request_cost
 from .lamp import lamp_better, lamp_candidates, lamp_debtags, lamp_fast
 from .lamp_ray import lamp_ray
 from .lightxml_cascadexml import cascadexml_debtags, equal_budget, lightxml_debtags, lightxml_subset
+from .memory_bursts import slow_bodies
 from .multi_model import multi_model
 from .onnx_encoders import encoder_variants
 from .ray import ray_xlinear
@@ -72,5 +73,6 @@ BUILDERS = {
         lamp_fast,
         lamp_candidates,
         ray_scoring,
+        slow_bodies,
     )
 }

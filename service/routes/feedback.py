@@ -19,7 +19,7 @@ from starlette.responses import Response
 from xtag.service.deps import check_text_lengths, document_limit, openapi_body, parse_body
 from xtag.service.http.problems import Problem, problem_responses
 from xtag.service.routes.annif import _project
-from xtag.service.schemas import AnnifLearnRequest, FeedbackRequest, FeedbackResponse
+from xtag.service.schemas import AnnifLearnRequest, FeedbackRequest, FeedbackResponse, integer_id
 from xtag.service.state.feedback_store import Feedback, FeedbackStore, Written
 
 router = APIRouter(tags=["feedback"])
@@ -138,7 +138,10 @@ async def feedback(request: Request) -> dict:
     body = await parse_body(request, FeedbackRequest, check=document_limit(limit))
     check_text_lengths(request, [d.text for d in body.documents])
     items = [
-        Feedback(d.text, list(dict.fromkeys(d.labels)), None if d.id is None else str(d.id)) for d in body.documents
+        Feedback(
+            d.text, list(dict.fromkeys(d.labels)), None if d.id is None else str(d.id), integer_id=integer_id(d.id)
+        )
+        for d in body.documents
     ]
     written = await out.write(items)
     return {"stored": written.stored, "duplicates": written.duplicates}
@@ -175,7 +178,13 @@ async def learn(request: Request, project_id: str) -> Response:
         if not d.text.strip() or not names:  # Annif skips such documents too; storing them teaches nothing
             continue
         items.append(
-            Feedback(d.text, list(dict.fromkeys(names)), None if d.document_id is None else str(d.document_id), "annif")
+            Feedback(
+                d.text,
+                list(dict.fromkeys(names)),
+                None if d.document_id is None else str(d.document_id),
+                "annif",
+                integer_id(d.document_id),
+            )
         )
     if items:
         await out.write(items)

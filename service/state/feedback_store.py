@@ -1,8 +1,11 @@
 """Durable feedback (documents with their correct label names) in SQLite or PostgreSQL.
 
-One table, one row per document: an autoincrement `seq` orders the export, and a nullable unique
-`client_id` makes a retried write idempotent (the first write of an id wins; a repeat is counted as a
-duplicate, never stored twice, within one transaction too). SQLite runs in WAL mode so `xtag feedback
+One table, one row per document: an autoincrement `seq` orders the export, and a nullable client id, unique
+with its type (`id_type`: "string" or "integer", since "123" and 123 are two ids), makes a retried write
+idempotent (the first write of an id wins; a repeat is counted as a duplicate, never stored twice, within one
+transaction too). A store written before ids had a type is migrated when first opened: its ids that cannot be
+an integer's text become "string", the others stay untyped (NULL: either might have sent them), and an
+untyped id counts as a duplicate of both of its kinds, as it did when it was written. SQLite runs in WAL mode so `xtag feedback
 export` can read while the service writes; PostgreSQL (XTAG_FEEDBACK_DB=postgresql://...) lets replicas
 share one store. Nothing here knows about HTTP: the service calls `add` off the event loop, the CLI
 calls `rows`.
@@ -11,6 +14,7 @@ calls `rows`.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import threading
 import time
@@ -22,6 +26,9 @@ from xtag.models.errors import XtagError
 
 DEFAULT_SQLITE = "xtag-feedback.sqlite3"  # relative to the working directory, beside the service's .env
 POSTGRES_SCHEMES = ("postgres://", "postgresql://")
+COLUMNS = "client_id TEXT, id_type TEXT, received REAL NOT NULL, source TEXT NOT NULL, text TEXT NOT NULL, labels TEXT NOT NULL, UNIQUE (client_id, id_type)"
+INTEGER_TEXT = r"^-?(0|[1-9][0-9]*)$"  # what str() gives for an integer id (PostgreSQL's regex, Python's too)
+UNTYPED = "client_id IS NOT NULL AND id_type IS NULL"  # ids stored before they had a type
 
 
 @dataclass(frozen=True)
@@ -30,6 +37,11 @@ class Feedback:
     labels: list[str]
     client_id: str | None = None
     source: str = "xtag"  # which endpoint took it: "xtag" (/v1/feedback) or "annif" (/learn)
+    integer_id: bool = False  # the client id was sent as a JSON integer (123), not as a string ("123")
+
+    @property
+    def id_type(self) -> str | None:
+        return None if self.client_id is None else "integer" if self.integer_id else "string"
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,7 @@ class FeedbackStore:
         self.timeout_s = timeout_s
         self.postgres = target.startswith(POSTGRES_SCHEMES)
         self._conn = None
+        self._untyped = False  # the store holds ids written before they had a type
         self._lock = threading.Lock()
 
     @property
@@ -76,20 +89,22 @@ class FeedbackStore:
                 self.target, connect_timeout=max(1, int(self.timeout_s)), options=f"-c statement_timeout={ms}"
             )
             with conn.transaction():
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS feedback (seq BIGSERIAL PRIMARY KEY, client_id TEXT UNIQUE, "
-                    "received REAL NOT NULL, source TEXT NOT NULL, text TEXT NOT NULL, labels TEXT NOT NULL)"
-                )
+                conn.execute(f"CREATE TABLE IF NOT EXISTS feedback (seq BIGSERIAL PRIMARY KEY, {COLUMNS})")
+                if not _typed_postgres(conn):
+                    conn.execute("LOCK TABLE feedback IN SHARE ROW EXCLUSIVE MODE")  # one replica migrates it
+                    if not _typed_postgres(conn):
+                        _migrate_postgres(conn)
+                self._untyped = conn.execute(f"SELECT 1 FROM feedback WHERE {UNTYPED} LIMIT 1").fetchone() is not None
             return conn
         path = Path(self.target)
         path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(path, timeout=self.timeout_s, check_same_thread=False, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")  # durable once the write answered
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS feedback (seq INTEGER PRIMARY KEY AUTOINCREMENT, client_id TEXT UNIQUE, "
-            "received REAL NOT NULL, source TEXT NOT NULL, text TEXT NOT NULL, labels TEXT NOT NULL)"
-        )
+        conn.execute(f"CREATE TABLE IF NOT EXISTS feedback (seq INTEGER PRIMARY KEY AUTOINCREMENT, {COLUMNS})")
+        if "id_type" not in [row[1] for row in conn.execute("PRAGMA table_info(feedback)")]:
+            _migrate_sqlite(conn)
+        self._untyped = conn.execute(f"SELECT 1 FROM feedback WHERE {UNTYPED} LIMIT 1").fetchone() is not None
         return conn
 
     def _connection(self):
@@ -113,24 +128,31 @@ class FeedbackStore:
         transaction (group commit, routes/feedback.py), one sync to disk for all of them."""
         mark = "%s" if self.postgres else "?"
         sql = (
-            f"INSERT INTO feedback (client_id, received, source, text, labels) VALUES ({mark}, {mark}, {mark}, "
-            f"{mark}, {mark}) ON CONFLICT (client_id) DO NOTHING"
+            f"INSERT INTO feedback (client_id, id_type, received, source, text, labels) VALUES ({mark}, {mark}, "
+            f"{mark}, {mark}, {mark}, {mark}) ON CONFLICT (client_id, id_type) DO NOTHING"
         )
+        untyped = f"SELECT 1 FROM feedback WHERE client_id = {mark} AND id_type IS NULL"
         now = time.time()
         rows = [
-            [(f.client_id, now, f.source, f.text, json.dumps(f.labels, ensure_ascii=False)) for f in items]
+            [(f.client_id, f.id_type, now, f.source, f.text, json.dumps(f.labels, ensure_ascii=False)) for f in items]
             for items in groups
         ]
+
+        def insert(conn, row) -> int:
+            if self._untyped and row[0] is not None and conn.execute(untyped, row[:1]).fetchone() is not None:
+                return 0  # written before ids had a type: a duplicate of either kind
+            return conn.execute(sql, row).rowcount
+
         with self._lock:
             try:
                 conn = self._connection()
                 if self.postgres:
                     with conn.transaction():
-                        stored = [sum(conn.execute(sql, row).rowcount for row in group) for group in rows]
+                        stored = [sum(insert(conn, row) for row in group) for group in rows]
                 else:
                     conn.execute("BEGIN IMMEDIATE")
                     try:
-                        stored = [sum(conn.execute(sql, row).rowcount for row in group) for group in rows]
+                        stored = [sum(insert(conn, row) for row in group) for group in rows]
                         conn.execute("COMMIT")
                     except BaseException:
                         conn.execute("ROLLBACK")
@@ -154,7 +176,8 @@ class FeedbackStore:
             }
 
     def labels_by_id(self, ids: list[str], chunk: int = 500) -> dict[str, list[str]]:
-        """The stored label names of the documents with these client ids (shadow scoring's live P@k)."""
+        """The stored label names of the documents with these client ids (shadow scoring's live P@k), by the id's
+        text, as a batch echoes it: where "123" and 123 are both stored, one of them answers."""
         mark = "%s" if self.postgres else "?"
         found: dict[str, list[str]] = {}
         with self._lock:
@@ -168,6 +191,45 @@ class FeedbackStore:
     def close(self) -> None:
         with self._lock:
             self._drop()
+
+
+def _typed_postgres(conn) -> bool:
+    return (
+        conn.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() "
+            "AND table_name = 'feedback' AND column_name = 'id_type'"
+        ).fetchone()
+        is not None
+    )
+
+
+def _migrate_postgres(conn) -> None:
+    """A table from before ids had a type given id_type, and its unique key (client_id) made (client_id, id_type)."""
+    conn.execute("ALTER TABLE feedback ADD COLUMN id_type TEXT")
+    conn.execute("ALTER TABLE feedback DROP CONSTRAINT IF EXISTS feedback_client_id_key")
+    conn.execute(f"UPDATE feedback SET id_type = 'string' WHERE {UNTYPED} AND client_id !~ %s", [INTEGER_TEXT])
+    conn.execute("ALTER TABLE feedback ADD CONSTRAINT feedback_client_id_id_type_key UNIQUE (client_id, id_type)")
+
+
+def _migrate_sqlite(conn: sqlite3.Connection) -> None:
+    """A table from before ids had a type (client_id UNIQUE alone) rebuilt with id_type, in one transaction: SQLite
+    cannot drop a column's UNIQUE in place. Rows keep their seq, so the export's order is unchanged."""
+    conn.create_function("xtag_integer_text", 1, lambda text: re.fullmatch(INTEGER_TEXT, text) is not None)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if "id_type" not in [row[1] for row in conn.execute("PRAGMA table_info(feedback)")]:  # another process did
+            conn.execute("ALTER TABLE feedback RENAME TO feedback_untyped")
+            conn.execute(f"CREATE TABLE feedback (seq INTEGER PRIMARY KEY AUTOINCREMENT, {COLUMNS})")
+            conn.execute(
+                "INSERT INTO feedback (seq, client_id, id_type, received, source, text, labels) SELECT seq, client_id, "
+                "CASE WHEN client_id IS NULL OR xtag_integer_text(client_id) THEN NULL ELSE 'string' END, received, "
+                "source, text, labels FROM feedback_untyped ORDER BY seq"
+            )
+            conn.execute("DROP TABLE feedback_untyped")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def export_jsonl(store: FeedbackStore, out: Path) -> int:

@@ -234,3 +234,65 @@ def test_batch_echoes_integer_ids_beyond_64_bits_exactly(client):
     raw = f'{{"documents": [{{"id": {BIG + 1}, "text": "python"}}, {{"id": {BIG + 2}, "text": "game"}}, {{"id": 5, "text": "c"}}]}}'
     r = client.post("/v1/predict/batch", content=raw, headers={"Content-Type": "application/json"})
     assert r.status_code == 200 and [x["id"] for x in r.json()["results"]] == [str(BIG + 1), str(BIG + 2), "5"]
+
+
+@pytest.mark.parametrize("digits", [310, 400, 5000, 1_000_000])
+def test_integer_ids_of_any_size_are_echoed_exactly(client, digits):
+    # orjson refuses 310 digits or more (a float's range) and int() past 4,300 (its digit limit): neither may
+    # bound an id, only the body limit does (1,000,000 digits fit XTAG_MAX_BODY_BYTES' 2 MiB)
+    big = "9" * digits
+    raw = f'{{"documents": [{{"id": {big}, "text": "python"}}, {{"id": -{big}, "text": "game"}}]}}'
+    r = client.post("/v1/predict/batch", content=raw, headers={"Content-Type": "application/json"})
+    assert r.status_code == 200, r.text[:300]
+    assert [x["id"] for x in r.json()["results"]] == [big, "-" + big]
+
+
+def test_an_integer_id_and_its_string_are_two_documents(make_client, store_db, tmp_path):
+    c = make_client(admin_key=ADMIN_KEY, feedback_db=store_db)
+    huge = "7" * 5000  # past int()'s digit limit: still an integer id, not its string
+    for raw_id in ("123", '"123"', huge, f'"{huge}"'):
+        raw = f'{{"documents": [{{"id": {raw_id}, "text": "doc", "labels": ["x"]}}]}}'
+        for answer in ({"stored": 1, "duplicates": 0}, {"stored": 0, "duplicates": 1}):  # a retry is a duplicate
+            r = c.post(FEEDBACK, content=raw, headers={**ADMIN, "Content-Type": "application/json"})
+            assert r.json() == answer, raw_id[:10]
+    learn = f"/v1/projects/{project_id(c.app.state.registry.current)}/learn"
+    both = [{"document_id": i, "text": "doc", "subjects": [{"label": "x"}]} for i in (8, "8", 8)]
+    assert c.post(learn, json=both, headers=ADMIN).status_code == 204
+    assert [r["id"] for r in export(store_db, tmp_path / "out.jsonl")] == ["123", "123", huge, huge, "8", "8"]
+
+
+def untyped_store(store_db: str, ids: list[str | None]) -> None:
+    """A store as written before ids had a type: client_id UNIQUE alone."""
+    create = (
+        "CREATE TABLE feedback (seq {} PRIMARY KEY, client_id TEXT UNIQUE, received REAL NOT NULL, source TEXT NOT "
+        "NULL, text TEXT NOT NULL, labels TEXT NOT NULL)"
+    )
+    insert = "INSERT INTO feedback (client_id, received, source, text, labels) VALUES ({0}, 0, 'xtag', {0}, '[\"x\"]')"
+    if store_db.startswith("postgresql"):
+        import psycopg
+
+        with psycopg.connect(store_db, autocommit=True) as conn:
+            conn.execute(create.format("BIGSERIAL"))
+            for i in ids:
+                conn.execute(insert.format("%s"), [i, i or "no id"])
+    else:
+        with sqlite3.connect(store_db) as conn:
+            conn.execute(create.format("INTEGER"))
+            conn.executemany(insert.format("?"), [(i, i or "no id") for i in ids])
+
+
+def test_a_store_from_before_typed_ids_is_migrated_and_still_idempotent(make_client, store_db, tmp_path):
+    untyped_store(store_db, ["123", "abc", None, "-0", "7"])
+    c = make_client(admin_key=ADMIN_KEY, feedback_db=store_db)
+    sent = [123, "123", "abc", "-0", -0, 7, "7", 8, "8", None]
+    r = c.post(FEEDBACK, json={"documents": [doc(i) for i in sent]}, headers=ADMIN)
+    # "123" and "7" might have been either kind: a duplicate of both; "abc" and "-0" were strings (str() of no
+    # integer gives "-0"): the integer 0 (-0 in JSON) is new; 8, "8" and None are new
+    assert r.json() == {"stored": 4, "duplicates": 6}
+    rows = export(store_db, tmp_path / "out.jsonl")
+    assert [r["id"] for r in rows][:5] == ["123", "abc", "feedback-3", "-0", "7"]  # old rows first, in order
+    assert [r["id"] for r in rows][5:8] == ["0", "8", "8"] and len(rows) == 9
+    assert c.post(FEEDBACK, json={"documents": [doc(8), doc("8")]}, headers=ADMIN).json() == {
+        "stored": 0,
+        "duplicates": 2,
+    }

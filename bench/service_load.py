@@ -393,7 +393,7 @@ def main() -> int:
     ap.add_argument("--env", action="append", default=[], metavar="XTAG_NAME=VALUE", help="a server setting")
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--api-key", help="sent as X-API-Key when the server requires one")
-    ap.add_argument("--admin-key", help="sent as X-Admin-Key on reloads")
+    ap.add_argument("--admin-key", help="the server's XTAG_ADMIN_KEY, sent as X-Admin-Key on reloads (which need it)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument(
         "--save", metavar="NAME", help="write bench/results/NAME.json (needs a service_load table builder to render)"
@@ -411,6 +411,8 @@ def main() -> int:
     load_start = os.getloadavg()
     port = free_port()
     extra = dict(item.split("=", 1) for item in args.env)
+    if args.admin_key:  # the reloads need the admin plane on, and as many as asked (no XTAG_RELOAD_INTERVAL_S)
+        extra = {"XTAG_ADMIN_KEY": args.admin_key, "XTAG_RELOAD_INTERVAL_S": "0", **extra}
     server = start_server(args.bundle, port, args.max_queue, args.server_code, extra)
     results: dict = {
         "bundle": str(args.bundle),

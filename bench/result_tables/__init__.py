@@ -14,6 +14,7 @@ from .multi_model import multi_model
 from .onnx_encoders import encoder_variants
 from .ray import ray_xlinear
 from .ray_scoring import ray_scoring
+from .reload_storm import reload_storm
 from .service import (
     explain_latency,
     inference_threads,
@@ -72,5 +73,6 @@ BUILDERS = {
         lamp_fast,
         lamp_candidates,
         ray_scoring,
+        reload_storm,
     )
 }

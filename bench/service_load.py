@@ -5,8 +5,8 @@ in a subprocess and drives it from this process, the load generator, with closed
 clients: each sends POST /v1/predict (one text, k=10), waits for the answer, and sends the next.
 
   (a) steady: --clients clients for --seconds → errors, p50, p99 (targets: 0 errors, p99 ≤ 5 × p50)
-  (b) reloads: the same with --reloads POST /v1/admin/reload (no body: re-read the configured bundle)
-      spread over the run → failed requests (target 0) and each reload's status and duration
+  (b) reloads: the same with --reloads POST /v1/admin/reload (no body: re-read the configured bundle; needs
+      --admin-key, since the admin plane is off without one) spread over the run → failed requests (target 0) and each reload's status and duration
   (c) flood: --flood-clients clients → every answer 2xx, or 503/429 with Retry-After (target); p99 of
       the admitted requests; how fast refusals come back; the server's RSS (start, peak, end)
   (d) storm: the same clients, but a refused client retries at once instead of waiting its Retry-After

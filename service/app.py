@@ -196,7 +196,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics = Metrics(timelines)
     app.state.recent = recent = RecentRequests(settings.stats_window_s)
     app.state.tasks = set()
-    app.state.reload_started = {}  # model name → monotonic start of its last HTTP load (admin.throttle)
+    app.state.reload_started = {}  # model name → time.time() of its last HTTP load attempted (admin.throttle)
     app.state.lifespans = 0  # how many times it started: a restarted app needs new worker pools (lifespan)
     app.state.feedback = None  # routes/feedback.py opens the store on the first write
     app.state.on_startup_failure = []  # called with the reason when the bundle given at startup does not load

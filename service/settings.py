@@ -58,9 +58,9 @@ class Settings(BaseSettings):
     reload_interval_s: float = Field(
         5.0,
         ge=0,
-        description="an HTTP reload or PUT of a model sooner than this after the last one of that model began "
-        "gets 429 with Retry-After (a reload costs a whole load and warm-up of CPU beside the traffic); "
-        "0 = no limit; SIGHUP is not limited",
+        description="an HTTP reload or PUT of a model sooner than this after its last load (over HTTP, at start "
+        "or by SIGHUP) gets 429 with Retry-After (a reload costs a whole load and warm-up of CPU beside the "
+        "traffic); 0 = no limit; SIGHUP is not limited",
     )
     bundle_root: Path | None = Field(
         None,

@@ -79,20 +79,25 @@ async def reload_all(request_app) -> dict[str, str]:
 
 
 def throttle(request: Request, name: str) -> None:
-    """429 with Retry-After for an HTTP load of `name` sooner than XTAG_RELOAD_INTERVAL_S after its last one began:
-    two clients looping on reload held 20 of 25 CPU seconds and took another model's p99 from 12 to 255 ms
-    (issue 47). Counted per model, from the start of each load the route went on to attempt."""
+    """429 with Retry-After for an HTTP load of `name` sooner than XTAG_RELOAD_INTERVAL_S after its last load: two
+    clients looping on reload held 20 of 25 CPU seconds and took another model's p99 from 12 to 255 ms (issue 47).
+    Per model, from the later of the last HTTP load attempted and the served model's own load (at start, SIGHUP):
+    with several workers each HTTP reload rolls them all (SIGHUP), and fresh workers must not take the next one
+    at once. Wall-clock times (loaded_at is one); a clock set back never blocks longer than one interval."""
     interval = request.app.state.settings.reload_interval_s
     if interval <= 0:
         return
-    started, now = request.app.state.reload_started, time.monotonic()
-    wait = started.get(name, -math.inf) + interval - now
+    slot = request.app.state.registry.slots.get(name)
+    loaded = slot.current.loaded_at if slot is not None and slot.current is not None else -math.inf
+    started, now = request.app.state.reload_started, time.time()
+    ago = now - max(started.get(name, -math.inf), loaded)
+    wait = min(interval - ago, interval)
     if wait > 0:
         raise Problem(
             429,
             "reload-rate-limited",
-            f"model {name} was loaded over HTTP {interval - wait:.1f} s ago; one HTTP reload or PUT per model "
-            f"every {interval:g} s (XTAG_RELOAD_INTERVAL_S); retry in {wait:.1f} s (SIGHUP is not limited)",
+            f"model {name} was loaded {max(ago, 0):.1f} s ago; one HTTP reload or PUT per model every {interval:g} s "
+            f"(XTAG_RELOAD_INTERVAL_S); retry in {wait:.1f} s (SIGHUP is not limited)",
             headers={"Retry-After": str(math.ceil(wait))},
         )
     started[name] = now

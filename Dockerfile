@@ -1,8 +1,8 @@
 # xtag prediction service: serves one bundle mounted read-only at /bundle.
 #   docker build -t xtag .
 #   docker run -p 8000:8000 -v "$PWD/bundles/debtags-xl:/bundle:ro" xtag
-# Reload after replacing the bundle's files: `docker kill -s HUP <container>` (or POST /v1/admin/reload with
-# Content-Type: application/json).
+# Reload after replacing the bundle's files: `docker kill -s HUP <container>` (or, with XTAG_ADMIN_KEY set,
+# POST /v1/admin/reload with X-Admin-Key and Content-Type: application/json).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

@@ -56,7 +56,8 @@ def read_texts(path: Path, n: int) -> list[str]:
 def server(a: Path, port: int, extra: dict, code: Path = ROOT):
     """One `xtag serve` of `a` (plus what `extra` configures; `code`: a folder holding the `xtag` package to run),
     killed on exit."""
-    env = {"XTAG_ADMIN_KEY": ADMIN_KEY, "XTAG_MAX_QUEUE": "0", **extra}
+    # back-to-back reloads are what the lifecycle measures: no XTAG_RELOAD_INTERVAL_S between them
+    env = {"XTAG_ADMIN_KEY": ADMIN_KEY, "XTAG_MAX_QUEUE": "0", "XTAG_RELOAD_INTERVAL_S": "0", **extra}
     proc = service_load.start_server(a, port, None, code, env)
     try:
         yield proc

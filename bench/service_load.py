@@ -5,8 +5,8 @@ in a subprocess and drives it from this process, the load generator, with closed
 clients: each sends POST /v1/predict (one text, k=10), waits for the answer, and sends the next.
 
   (a) steady: --clients clients for --seconds → errors, p50, p99 (targets: 0 errors, p99 ≤ 5 × p50)
-  (b) reloads: the same with --reloads POST /v1/admin/reload (no body: re-read the configured bundle)
-      spread over the run → failed requests (target 0) and each reload's status and duration
+  (b) reloads: the same with --reloads POST /v1/admin/reload (no body: re-read the configured bundle; needs
+      --admin-key, since the admin plane is off without one) spread over the run → failed requests (target 0) and each reload's status and duration
   (c) flood: --flood-clients clients → every answer 2xx, or 503/429 with Retry-After (target); p99 of
       the admitted requests; how fast refusals come back; the server's RSS (start, peak, end)
   (d) storm: the same clients, but a refused client retries at once instead of waiting its Retry-After
@@ -393,7 +393,7 @@ def main() -> int:
     ap.add_argument("--env", action="append", default=[], metavar="XTAG_NAME=VALUE", help="a server setting")
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--api-key", help="sent as X-API-Key when the server requires one")
-    ap.add_argument("--admin-key", help="sent as X-Admin-Key on reloads")
+    ap.add_argument("--admin-key", help="the server's XTAG_ADMIN_KEY, sent as X-Admin-Key on reloads (which need it)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument(
         "--save", metavar="NAME", help="write bench/results/NAME.json (needs a service_load table builder to render)"
@@ -411,6 +411,8 @@ def main() -> int:
     load_start = os.getloadavg()
     port = free_port()
     extra = dict(item.split("=", 1) for item in args.env)
+    if args.admin_key:  # the reloads need the admin plane on, and as many as asked (no XTAG_RELOAD_INTERVAL_S)
+        extra = {"XTAG_ADMIN_KEY": args.admin_key, "XTAG_RELOAD_INTERVAL_S": "0", **extra}
     server = start_server(args.bundle, port, args.max_queue, args.server_code, extra)
     results: dict = {
         "bundle": str(args.bundle),

@@ -196,6 +196,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics = Metrics(timelines)
     app.state.recent = recent = RecentRequests(settings.stats_window_s)
     app.state.tasks = set()
+    app.state.reload_started = {}  # model name → time.time() of its last HTTP load attempted (admin.throttle)
     app.state.lifespans = 0  # how many times it started: a restarted app needs new worker pools (lifespan)
     app.state.feedback = None  # routes/feedback.py opens the store on the first write
     app.state.on_startup_failure = []  # called with the reason when the bundle given at startup does not load
@@ -225,7 +226,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     for module in (predict, models, labels, monitoring, annif):
         app.include_router(module.router, dependencies=protected)
-    for module in (admin, model_admin, feedback):  # XTAG_ADMIN_KEY, else the API key
+    for module in (admin, model_admin, feedback):  # XTAG_ADMIN_KEY; without one configured: off (403)
         app.include_router(module.router, dependencies=[Depends(require_admin_key)])
     # The prediction handlers also run as plain Starlette routes placed first: same functions (they
     # check the API key themselves), without FastAPI's per-request dependency machinery, which is about

@@ -70,8 +70,8 @@ admin_key_header = APIKeyHeader(
     name="X-Admin-Key",
     scheme_name="AdminKeyHeader",
     auto_error=False,
-    description="needed on /v1/admin/* when XTAG_ADMIN_KEY is set (or Authorization: Bearer KEY); without "
-    "XTAG_ADMIN_KEY the API key guards it and a reload may only re-read the configured bundle",
+    description="needed on /v1/admin/* (or Authorization: Bearer KEY); without XTAG_ADMIN_KEY configured the "
+    "admin plane is off (403)",
 )
 
 
@@ -96,17 +96,19 @@ async def require_api_key(request: Request, _documented: str | None = Security(a
         )
 
 
-def admin_configured(request: Request) -> bool:
-    return request.app.state.settings.admin_key is not None
-
-
 async def require_admin_key(request: Request, _documented: str | None = Security(admin_key_header)) -> None:
-    """The admin plane has its own credential (XTAG_ADMIN_KEY) so that holders of the API key cannot swap
-    the model; without one configured the API key guards it and the routes allow only harmless actions."""
+    """The admin plane has its own credential (XTAG_ADMIN_KEY), and is off without one: unloading, reloading or
+    swapping a model is never open to anyone, nor to holders of the API key (issue 47). SIGHUP is the local way
+    to reload without a key."""
     expected = request.app.state.settings.admin_key
     if expected is None:
-        await require_api_key(request)
-    elif not _key_matches(request, "x-admin-key", expected):
+        raise Problem(
+            403,
+            "admin-key-required",
+            f"{request.method} {request.url.path} is on the admin plane, which is off: set XTAG_ADMIN_KEY to "
+            "enable it (an API key never grants admin); SIGHUP reloads every configured model locally",
+        )
+    if not _key_matches(request, "x-admin-key", expected):
         raise Problem(
             401,
             "unauthorized",

@@ -15,8 +15,12 @@ import tomllib
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError, field_validator, model_validator
+from xtag.models.bundle.manifest import MANIFEST, not_a_bundle
 
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a URL path segment, a Prometheus label value, a project id
+# A URL path segment, a Prometheus label value, an Annif project id; no "..". The OpenAPI states the same pattern
+# for every {name} and {project_id} (service/http/openapi_limits.py).
+NAME_PATTERN = r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+NAME = re.compile(NAME_PATTERN)
 MODELS_FILE = "models.toml"  # read from XTAG_BUNDLE_ROOT when no model is configured otherwise
 
 
@@ -29,7 +33,7 @@ class ModelSpec(BaseModel):
     @field_validator("name")
     @classmethod
     def _plain_name(cls, name: str) -> str:
-        if not NAME.fullmatch(name) or ".." in name:
+        if not NAME.fullmatch(name):
             raise ValueError(
                 f"model name {name!r}: use letters, digits, '.', '_' and '-' (at most 64, no path characters)"
             )
@@ -64,6 +68,15 @@ class ModelSet(BaseModel):
     @property
     def names(self) -> list[str]:
         return [m.name for m in self.models]
+
+    def unservable(self) -> str | None:
+        """Why the first model whose path holds no bundle cannot be served, naming the model and the path; None when
+        every path holds a manifest. `xtag serve` asks before it binds or loads anything: a typo in the second
+        --model was found only after the first had loaded, and the error named neither (issue 47)."""
+        for spec in self.models:
+            if not (spec.path / MANIFEST).is_file():
+                return f"model {spec.name}: {spec.path}: {not_a_bundle(spec.path)}"
+        return None
 
 
 def gather(

@@ -96,6 +96,8 @@ def serve(
     settings = Settings(**{k: v for k, v in given.items() if v is not None})
     if not settings.model_set.models:
         raise XtagError("no bundle to serve: give BUNDLE, or set XTAG_BUNDLE, XTAG_MODELS or XTAG_MODELS_FILE")
+    if (why := settings.model_set.unservable()) is not None:
+        raise XtagError(why)
     if settings.workers == 1:
         _serve_one(settings)
         return

@@ -52,8 +52,15 @@ class Settings(BaseSettings):
     )
     admin_key: SecretStr | None = Field(
         None,
-        description="credential for /v1/admin/* in X-Admin-Key (or Authorization: Bearer); without it, "
-        "an HTTP reload may only re-read the configured bundle (SIGHUP and the CLI work regardless)",
+        description="credential for /v1/admin/* in X-Admin-Key (or Authorization: Bearer); without it the admin "
+        "plane is off (403: no HTTP reload, load or unload; SIGHUP reloads locally); the API key never grants it",
+    )
+    reload_interval_s: float = Field(
+        5.0,
+        ge=0,
+        description="an HTTP reload or PUT of a model sooner than this after its last load (over HTTP, at start "
+        "or by SIGHUP) gets 429 with Retry-After (a reload costs a whole load and warm-up of CPU beside the "
+        "traffic); 0 = no limit; SIGHUP is not limited",
     )
     bundle_root: Path | None = Field(
         None,

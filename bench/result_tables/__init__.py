@@ -15,6 +15,7 @@ from .multi_model import multi_model
 from .onnx_encoders import encoder_variants
 from .ray import ray_xlinear
 from .ray_scoring import ray_scoring
+from .reload_storm import reload_storm
 from .service import (
     explain_latency,
     inference_threads,
@@ -74,5 +75,6 @@ BUILDERS = {
         lamp_candidates,
         ray_scoring,
         slow_bodies,
+        reload_storm,
     )
 }

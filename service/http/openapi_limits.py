@@ -12,6 +12,7 @@ which is rebuilt when the served model changes (its label count bounds k).
 from __future__ import annotations
 
 from xtag.models.inference.macro_optimal import SERVING_MAX_DOCS, SERVING_MAX_SECONDS
+from xtag.service.model_config import NAME_PATTERN
 from xtag.service.settings import Settings
 
 API_KEY, ADMIN_KEY = "APIKeyHeader", "AdminKeyHeader"  # the schemes' names (service/deps.py)
@@ -39,8 +40,19 @@ def apply_limits(schema: dict, settings: Settings, n_labels: int | None) -> dict
         f"never more than {SERVING_MAX_DOCS}) and {SERVING_MAX_SECONDS:g} s of optimisation per request."
     )
     _annif_limits(schema.get("paths", {}), k_max)
+    _name_patterns(schema.get("paths", {}))
     _security_in_force(schema, settings)
     return schema
+
+
+def _name_patterns(paths: dict) -> None:
+    """A model's name in a path ({name}, Annif's {project_id}) obeys the pattern every model name obeys
+    (service/model_config.py); stated here because pydantic's regex engine has no look-ahead (the "no ..")."""
+    for item in paths.values():
+        for operation in item.values():
+            for parameter in operation.get("parameters", []):
+                if parameter.get("in") == "path" and parameter.get("name") in ("name", "project_id"):
+                    parameter["schema"]["pattern"] = NAME_PATTERN
 
 
 def _integer_branch(prop: dict) -> dict:
@@ -65,14 +77,13 @@ def _annif_limits(paths: dict, k_max: int) -> None:
 
 def _security_in_force(schema: dict, settings: Settings) -> None:
     """Keep X-API-Key only when XTAG_API_KEY is set; X-Admin-Key only when XTAG_ADMIN_KEY is (without it the
-    admin routes take the API key, when there is one: service/deps.require_admin_key)."""
+    admin routes are off, 403, whatever key is sent: service/deps.require_admin_key)."""
     in_force = {name for name, key in ((API_KEY, settings.api_key), (ADMIN_KEY, settings.admin_key)) if key}
-    fallback = {ADMIN_KEY: API_KEY} if settings.admin_key is None else {}
     for item in schema.get("paths", {}).values():
         for operation in item.values():
             kept: list[dict] = []
             for requirement in operation.get("security", []):
-                names = sorted({fallback.get(name, name) for name in requirement} & in_force)
+                names = sorted(set(requirement) & in_force)
                 if names and {n: [] for n in names} not in kept:
                     kept.append({n: [] for n in names})
             if kept:

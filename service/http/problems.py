@@ -13,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from xtag.models.errors import XtagError
 from xtag.service.http.hangups import ClientGone
@@ -110,10 +111,29 @@ def install(app: FastAPI) -> None:
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         if exc.status_code == 404 and detail == "Not Found":
             detail = f"no route {request.method} {request.url.path}"
+        headers = getattr(exc, "headers", None)
         if exc.status_code == 405:
             detail = f"method {request.method} is not allowed on {request.url.path}"
+            headers = {**(headers or {}), "Allow": allowed_methods(request)}
         slug = HTTPStatus(exc.status_code).phrase.lower().replace(" ", "-")
-        return problem_response(exc.status_code, slug, detail, request.url.path, getattr(exc, "headers", None))
+        return problem_response(exc.status_code, slug, detail, request.url.path, headers)
+
+
+def allowed_methods(request: Request) -> str:
+    """Every method some route of this path takes: Starlette's Allow names only the first route that matched the
+    path, so PUT /v1/admin/models/{name} hid its DELETE (issue 47)."""
+    methods: set[str] = set()
+    for route in _leaves(request.app.router.routes):
+        if route.matches(request.scope)[0] != Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods))
+
+
+def _leaves(routes):
+    """The routes themselves, through FastAPI's included routers (which match only their first route)."""
+    for route in routes:
+        included = getattr(route, "original_router", None)
+        yield from _leaves(included.routes) if included is not None else (route,)
 
 
 class LastResortMiddleware:

@@ -1,7 +1,8 @@
 """The admin plane per model: POST /v1/admin/models/{name}/reload, PUT (load a bundle under a name) and DELETE.
 
-Fenced as /v1/admin/reload is (routes/admin.py): the admin credential, bundles only under XTAG_BUNDLE_ROOT,
-one load per model at a time (409), JSON bodies only. Each call touches its model alone: the others keep
+Fenced as /v1/admin/reload is (routes/admin.py): the admin credential (off without XTAG_ADMIN_KEY), bundles
+only under XTAG_BUNDLE_ROOT, one load per model at a time (409) and one per XTAG_RELOAD_INTERVAL_S (429), JSON
+bodies only. An unloaded configured model comes back by SIGHUP too. Each call touches its model alone: the others keep
 serving, and a load that fails leaves the model's old bundle (if any) in place.
 """
 
@@ -15,13 +16,14 @@ from xtag.models.errors import XtagError
 from xtag.service.deps import json_body, openapi_body
 from xtag.service.http.problems import Problem, problem_responses
 from xtag.service.model_config import ModelSpec
-from xtag.service.routes.admin import reload_model, resolve_target
+from xtag.service.routes.admin import reload_model, resolve_target, throttle
 from xtag.service.schemas import ModelPutRequest, ReloadResponse
 from xtag.service.state.model_slot import ReloadInProgress
 from xtag.service.state.registry import DefaultModelBusy, UnknownModel
 
 router = APIRouter(tags=["admin"])
-COMMON = {401: "missing or wrong admin key (or API key, when no admin key is configured)"}
+COMMON = {401: "missing or wrong admin key", 403: "no XTAG_ADMIN_KEY configured: the admin plane is off"}
+LIMITED = {429: "this model was loaded less than XTAG_RELOAD_INTERVAL_S ago (Retry-After says when to retry)"}
 NAMED = {404: "no model of that name is served (the detail lists them)"}
 
 
@@ -44,14 +46,17 @@ def _single_worker(request: Request, what: str) -> None:
 
 
 async def _load(request: Request, name: str, target=None) -> dict:
-    """The load, its failure as problem+json: 409 when this model is already loading, 422 when the bundle failed."""
+    """The load, its failure as problem+json: 429 too soon after the last, 409 when this model is already loading,
+    422 when the bundle failed."""
+    throttle(request, name)
     try:
         return await reload_model(request.app, target, wait=False, name=name)
     except ReloadInProgress as exc:
         raise Problem(409, "reload-in-progress", str(exc), headers={"Retry-After": "1"}) from exc
     except XtagError as exc:
-        slot = request.app.state.registry.slots[name]
-        still = f"; still serving {slot.current.ref['name']} {slot.current.ref['version']}" if slot.current else ""
+        slot = request.app.state.registry.slots.get(name)  # gone: a new name that failed (registry.put)
+        current = slot.current if slot is not None else None
+        still = f"; still serving {current.ref['name']} {current.ref['version']}" if current else ""
         raise Problem(422, "reload-failed", f"model {name}: {exc}{still}") from exc
 
 
@@ -61,7 +66,13 @@ async def _load(request: Request, name: str, target=None) -> dict:
     summary="Reload one model from its configured bundle; the others keep serving, and it keeps its old bundle if "
     "the new one fails",
     responses=problem_responses(
-        {**COMMON, **NAMED, 409: "this model is already loading", 422: "the bundle did not load or warm up"}
+        {
+            **COMMON,
+            **NAMED,
+            **LIMITED,
+            409: "this model is already loading",
+            422: "the bundle did not load or warm up",
+        }
     ),
 )
 async def reload_one(request: Request, name: str) -> dict:
@@ -81,17 +92,17 @@ async def reload_one(request: Request, name: str) -> dict:
         {
             **COMMON,
             400: "invalid JSON or UTF-8",
-            403: "no XTAG_ADMIN_KEY configured, or a bundle outside XTAG_BUNDLE_ROOT",
+            403: "no XTAG_ADMIN_KEY configured (the admin plane is off), or a bundle outside XTAG_BUNDLE_ROOT",
             404: "no bundle there (not-a-bundle)",
             409: "this model is already loading, or a multi-worker server",
             415: "not application/json",
-            422: "invalid name or field, the bundle did not load or warm up, or XTAG_MAX_MEMORY_MB would be exceeded",
+            422: "invalid name or field, the bundle did not load or warm up (a new name is then not kept), or "
+            "XTAG_MAX_MEMORY_MB would be exceeded",
+            **LIMITED,
         }
     ),
 )
 async def put_model(request: Request, name: str, body: ModelPutRequest = Depends(json_body(ModelPutRequest))) -> dict:
-    if request.app.state.settings.admin_key is None:
-        raise Problem(403, "admin-key-required", "loading a bundle over HTTP needs an admin key (set XTAG_ADMIN_KEY)")
     _single_worker(request, "loading a model over HTTP")
     try:
         ModelSpec(name=name, path=body.bundle)
@@ -103,7 +114,8 @@ async def put_model(request: Request, name: str, body: ModelPutRequest = Depends
 @router.delete(
     "/v1/admin/models/{name}",
     status_code=204,
-    summary="Stop serving one model (the default only with ?new_default=NAME); requests already on it finish",
+    summary="Stop serving one model (the default only with ?new_default=NAME); requests already on it finish; "
+    "SIGHUP brings a configured model back",
     responses=problem_responses(
         {**COMMON, **NAMED, 409: "the default model without a new_default, or a multi-worker server"}
     ),

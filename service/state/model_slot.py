@@ -8,6 +8,7 @@ import asyncio
 import logging
 import re
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,7 +26,7 @@ from xtag.models.inference.reweighting import gains_for, label_weights, predict_
 from xtag.service.http.cost import label_bytes, tree_shape
 from xtag.service.http.response_json import LabelPrefixes, explained_lists
 from xtag.service.observability.drift import DEFAULT_WINDOW, LabelDrift
-from xtag.service.state.memory import check_memory, release_memory, resident_mb
+from xtag.service.state.memory import check_memory, release_memory, resident_mb, trim_heap
 
 if TYPE_CHECKING:
     from xtag.models.lamp.explain import LampExplainer
@@ -295,6 +296,8 @@ class ModelSlot:
             for listener in self.listeners:  # before the switch: it gets its batcher before its first request
                 listener(self.current, new)
             old, self.current = self.current, new  # the atomic switch: one reference assignment
+            if old is not None:  # once the last request on it is done: a storm of reloads kept 135 MB (issue 47)
+                weakref.finalize(old, trim_heap)
             self.path, self.last_error, self.unloaded = target, None, False
             log_swap(old, new, target, time.perf_counter() - start)
             if self.device is not None and self.device.is_cuda and not on_gpu(new):

@@ -45,6 +45,7 @@ class ModelRegistry:
         self.slots: dict[str, ModelSlot] = {}
         models = models or ModelSet()
         self.shadows: dict[str, str] = dict(models.shadows)  # NEW → OLD (scored elsewhere: shadow scoring)
+        self.configured: dict[str, Path] = {spec.name: spec.path for spec in models.models}  # SIGHUP's way back
         for spec in models.models:
             self.add(spec.name, spec.path)
         self.default: str | None = models.default
@@ -112,6 +113,11 @@ class ModelRegistry:
         """The models that are loaded or loading (not the unloaded ones), in configuration order."""
         return [name for name, slot in self.slots.items() if not slot.unloaded]
 
+    @property
+    def reloadable(self) -> list[str]:
+        """What SIGHUP reloads: every model served, and every configured one unloaded since (from its configured path)."""
+        return [name for name, slot in self.slots.items() if not slot.unloaded or name in self.configured]
+
     def slot(self, name: str) -> ModelSlot:
         """The slot of a model that is served (or loading, or failed); UnknownModel names those there are."""
         slot = self.slots.get(name)
@@ -121,11 +127,18 @@ class ModelRegistry:
 
     async def put(self, name: str, path: Path | None, wait: bool = False) -> tuple[ServedModel | None, ServedModel]:
         """Load `path` as model `name`: a new model, or a new bundle for one served (swapped once it is warm); no
-        path: reload its configured one."""
+        path: reload its configured one. A new name whose bundle fails is dropped again, as if never asked for:
+        the caller got the reason, and a `failed` entry would stay in /v1/models and /ready for ever (issue 47)."""
         slot = self.slots.get(name)
-        if slot is None:
+        new = slot is None
+        if new:
             slot = self.add(name, path)
-        return await slot.load(path, wait=wait)
+        try:
+            return await slot.load(path, wait=wait)
+        except XtagError:
+            if new and self.slots.get(name) is slot and slot.current is None:
+                del self.slots[name]
+            raise
 
     def unload(self, name: str, new_default: str | None = None) -> ServedModel | None:
         """Stop serving `name`; the default only when `new_default`, a ready model, takes its place."""

@@ -51,3 +51,12 @@ def test_serve_with_cuda_but_no_gpu_exits_non_zero(xr_bundle):
     code, err, _ = serve(xr_bundle[1], "--device", "cuda")
     assert code != 0
     assert "not serving" in err and "no CUDA provider" in err, err[-2000:]
+
+
+def test_a_missing_model_path_is_named_before_anything_binds_or_loads(tiny_bundle, tmp_path):
+    """Issue 47 (first hour 3): `--model lamp=bundles/missing` was found only after the server had bound and loaded
+    the other model, and the error named neither the model nor the path."""
+    missing = tmp_path / "missing"
+    code, err, _ = serve(tiny_bundle, "--model", f"lamp={missing}")
+    assert code == 2, err[-2000:]
+    assert err.strip().splitlines() == [f"error: model lamp: {missing}: no such bundle directory"]

@@ -259,6 +259,7 @@ def make_client(bundles):
 
     def make(wait: bool = True, **overrides) -> TestClient:
         overrides.setdefault("bundle", bundles["a"])
+        overrides.setdefault("reload_interval_s", 0)  # tests reload back to back; the limit has its own tests
         client = TestClient(create_app(Settings(_env_file=None, **overrides)))
         client.__enter__()
         clients.append(client)

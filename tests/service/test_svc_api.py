@@ -135,7 +135,7 @@ def test_api_key(make_client):
         == 200
     )
     assert c.get("/v1/labels").status_code == 401
-    assert c.post("/v1/admin/reload").status_code == 401
+    assert c.post("/v1/admin/reload", json={}, headers={"X-API-Key": "s3cret"}).status_code == 403  # admin is off
 
 
 def test_unversioned_predict_aliases_behave_like_v1(make_client):
@@ -186,7 +186,7 @@ def test_openapi_documents_every_error_as_problem_json(client):
                     assert list(response["content"]) == ["application/problem+json"], (path, method, code)
     expect = {
         ("/v1/predict", "post"): {"400", "401", "413", "415", "422", "503"},
-        ("/v1/admin/reload", "post"): {"400", "401", "403", "409", "413", "415", "422"},
+        ("/v1/admin/reload", "post"): {"400", "401", "403", "409", "413", "415", "422", "429"},
         ("/v1/labels", "get"): {"401", "422", "503"},
         ("/v1/model", "get"): {"401", "503"},
         ("/v1/projects/{project_id}/suggest", "post"): {"400", "401", "404", "413", "415", "503"},

@@ -7,8 +7,7 @@ from typing import Annotated
 
 import typer
 
-from xtag.cli.options import fail, failing, setting_name
-from xtag.models.errors import XtagError
+from xtag.cli.options import failing, setting_name
 
 Opt = typer.Option
 FLAGS = ("host", "port", "workers", "device", "models_file", "default_model", "bundle_root")  # also settings
@@ -52,10 +51,7 @@ def serve(
     from xtag.service.model_config import bundle_name
     from xtag.service.server import serve as run_server
 
-    bundles = bundles or []
-    for bundle in bundles:
-        if not bundle.is_dir():
-            fail(XtagError(f"{bundle}: bundle directory not found"))
+    bundles = bundles or []  # each model's path is checked before anything binds (service/server.py)
     named = [f"{bundle_name(b)}={b}" for b in bundles[1:]] + list(model or [])
     overrides = {
         "models": ",".join(named) or None,

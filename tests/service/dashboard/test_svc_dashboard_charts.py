@@ -28,7 +28,7 @@ def screenshot(url: str, path, profile) -> None:
 
 
 def test_the_page_charts_a_burst_and_marks_the_reload(bundles, tmp_path):
-    settings = Settings(_env_file=None, bundle=bundles["a"], admin_key=ADMIN_KEY)
+    settings = Settings(_env_file=None, bundle=bundles["a"], admin_key=ADMIN_KEY, reload_interval_s=0)
     with LiveServer(settings) as server, httpx.Client(base_url=server.url) as c:
         for row in tiny_corpus()[:40]:  # traffic like the training data, then a burst of one topic
             assert c.post("/v1/predict", json={"text": row["text"], "k": 2}).status_code == 200

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.service.svc_support import bundles, client, make_client  # noqa: F401  (pytest fixtures)
+from tests.service.svc_support import ADMIN, ADMIN_KEY, bundles, client, make_client  # noqa: F401  (pytest fixtures)
 
 OK = {"text": "python script", "k": 2}
 
@@ -167,7 +167,9 @@ def test_unknown_routes_methods_and_query_params(client):
     assert_problem(client.get("/v1/labels", params={"offset": -1}), 422, "query.offset")
 
 
-def test_admin_reload_with_bad_body(client):
+def test_admin_reload_with_bad_body(make_client):
+    client = make_client(admin_key=ADMIN_KEY)
+    client.headers.update(ADMIN)
     assert_problem(client.post("/v1/admin/reload", json={"bundel": "/x"}), 422, "bundel")
     assert_problem(client.post("/v1/admin/reload", json={"bundle": 5}), 422, "bundle")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import threading
 import time
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.inference.beam_search import Predictions
+from xtag.service.routes.admin import reload_all
 from xtag.service.state import model_slot as registry
 from xtag.service.state.model_slot import ServedModel
 
@@ -34,13 +36,87 @@ def version(path) -> str:
     return load_bundle(path).version
 
 
-def test_without_an_admin_key_http_may_only_reread_the_configured_bundle(client, bundles):
-    r = client.post(RELOAD, json={"bundle": str(bundles["b"])})
-    assert r.status_code == 403 and r.headers["content-type"] == "application/problem+json"
-    assert "XTAG_ADMIN_KEY" in r.json()["detail"]
-    assert client.post("/v1/predict", json={"text": "python"}).json()["model"]["name"] == "tiny-a"
-    again = client.post(RELOAD, json={})
-    assert again.status_code == 200 and again.json()["model"]["name"] == "tiny-a"
+STATE_CHANGING = [  # every admin route that changes what is served
+    ("POST", RELOAD, {}),
+    ("POST", RELOAD, {"bundle": "tiny-b"}),
+    ("POST", "/v1/admin/models/tiny-a/reload", {}),
+    ("PUT", "/v1/admin/models/other", {"bundle": "tiny-b"}),
+    ("DELETE", "/v1/admin/models/tiny-a?new_default=other", None),
+    ("DELETE", "/v1/admin/models/other", None),
+]
+
+
+@pytest.mark.parametrize("api_key", [None, "api-s3cret"])
+def test_without_an_admin_key_the_admin_plane_is_off(make_client, bundles, api_key):
+    """Issue 47: with no XTAG_ADMIN_KEY anyone (or any API-key holder) could unload the default model and reload in
+    a loop. Now every state-changing admin route is refused, saying how to enable it, and nothing changes."""
+    c = make_client(api_key=api_key, models=f"other={bundles['b']}")
+    wait_ready(c, path="/v1/models/other/ready")
+    headers = {"X-API-Key": api_key, "X-Admin-Key": api_key} if api_key else {}
+    before = {name: slot.current for name, slot in c.app.state.registry.slots.items()}
+    for method, path, body in STATE_CHANGING:
+        r = c.request(method, path, json=body, headers=headers)
+        assert r.status_code == 403 and r.headers["content-type"] == "application/problem+json", (method, path)
+        assert r.json()["type"].endswith("admin-key-required") and "set XTAG_ADMIN_KEY" in r.json()["detail"]
+    assert {name: slot.current for name, slot in c.app.state.registry.slots.items()} == before
+    assert [m["state"] for m in c.get("/v1/models", headers=headers).json()["models"]] == ["ready", "ready"]
+
+
+def test_reloads_are_rate_limited_per_model(make_client, bundles):
+    """A model's load at start counts too: with several workers each HTTP reload rolls them all (SIGHUP), and the
+    fresh workers must not take the next reload at once."""
+    c = make_client(admin_key=ADMIN_KEY, reload_interval_s=60)
+    c.headers.update(ADMIN)
+    for method, path, body in [
+        ("POST", RELOAD, {}),
+        ("POST", "/v1/admin/models/tiny-a/reload", {}),
+        ("PUT", "/v1/admin/models/tiny-a", {"bundle": str(bundles["b"])}),
+    ]:
+        r = c.request(method, path, json=body)
+        assert r.status_code == 429 and r.json()["type"].endswith("reload-rate-limited"), (method, path)
+        assert 50 <= int(r.headers["retry-after"]) <= 60 and "XTAG_RELOAD_INTERVAL_S" in r.json()["detail"]
+    put = {"bundle": str(bundles["b"])}
+    assert c.put("/v1/admin/models/other", json=put).status_code == 200  # another model: its own budget
+    assert c.put("/v1/admin/models/other", json=put).status_code == 429
+    assert c.post("/v1/predict", json={"text": "python"}).json()["model"]["name"] == "tiny-a"
+
+
+def test_an_unloaded_configured_model_comes_back_by_sighup(make_client, bundles):
+    c = make_client(admin_key=ADMIN_KEY, models=f"other={bundles['b']}")
+    wait_ready(c, path="/v1/models/other/ready")
+    assert c.delete("/v1/admin/models/tiny-a?new_default=other", headers=ADMIN).status_code == 204
+    assert c.post("/v1/models/tiny-a/predict", json={"text": "python"}).status_code == 404
+    assert c.portal.call(reload_all, c.app) == {}  # what SIGHUP runs (app._sighup)
+    assert {m["name"]: m["state"] for m in c.get("/v1/models").json()["models"]} == {
+        "tiny-a": "ready",
+        "other": "ready",
+    }
+    assert c.post("/v1/models/tiny-a/predict", json={"text": "python"}).json()["model"]["name"] == "tiny-a"
+
+
+def test_a_failed_put_under_a_new_name_is_not_kept(make_client, bundles):
+    """Issue 47: it stayed `failed` in /v1/models and /ready for ever. The 422 says why; nothing is left behind."""
+    c = make_client(admin_key=ADMIN_KEY)
+    r = c.put("/v1/admin/models/newbie", json={"bundle": str(bundles["broken"])}, headers=ADMIN)
+    assert r.status_code == 422 and "model newbie" in r.json()["detail"]
+    assert [m["name"] for m in c.get("/v1/models").json()["models"]] == ["tiny-a"]
+    assert c.get("/ready").status_code == 200 and "newbie" not in c.get("/ready").text
+    assert c.get("/v1/models/newbie/ready").status_code == 404
+    assert c.put("/v1/admin/models/newbie", json={"bundle": str(bundles["b"])}, headers=ADMIN).status_code == 200
+
+
+def test_options_on_a_model_route_lists_every_method(client):
+    r = client.options("/v1/admin/models/tiny-a")
+    assert r.status_code == 405 and r.headers["allow"] == "DELETE, PUT"
+
+
+def test_the_name_parameter_states_the_model_name_pattern(make_client):
+    paths = make_client(admin_key=ADMIN_KEY).get("/openapi.json").json()["paths"]
+    for path in ("/v1/admin/models/{name}", "/v1/models/{name}/predict", "/v1/projects/{project_id}/suggest"):
+        for operation in paths[path].values():
+            (parameter,) = [p for p in operation["parameters"] if p["in"] == "path"]
+            pattern = re.compile(parameter["schema"]["pattern"])
+            assert pattern.search("tiny-a.v2") and not pattern.search("a..b") and not pattern.search("a/b"), path
 
 
 def test_the_admin_key_is_required_and_is_not_the_api_key(make_client, bundles):
@@ -149,16 +225,18 @@ def test_a_relative_path_is_looked_up_under_the_root_then_the_working_directory(
         ({}, b""),
     ],
 )
-def test_reload_needs_a_json_content_type(client, headers, body):
+def test_reload_needs_a_json_content_type(make_client, headers, body):
+    client = make_client(admin_key=ADMIN_KEY)
     before = client.app.state.registry.current
-    r = client.post(RELOAD, content=body, headers={"Origin": "https://evil.example", **headers})
+    r = client.post(RELOAD, content=body, headers={"Origin": "https://evil.example", **ADMIN, **headers})
     assert r.status_code == 415 and r.headers["content-type"] == "application/problem+json"
     assert client.app.state.registry.current is before  # nothing was reloaded
     assert "access-control-allow-origin" not in r.headers
 
 
 def test_a_second_concurrent_reload_gets_409(make_client, monkeypatch):
-    c = make_client()
+    c = make_client(admin_key=ADMIN_KEY)
+    c.headers.update(ADMIN)
     gate, entered = threading.Event(), threading.Event()
     real = registry.load_and_warm
 

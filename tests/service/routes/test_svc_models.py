@@ -93,7 +93,9 @@ def test_the_named_routes_are_documented_once_each(make_client):
 
 
 def test_reloading_another_model_under_load_fails_no_request_of_the_default(bundles):
-    settings = Settings(_env_file=None, bundle=bundles["a"], models=f"other={bundles['b']}", admin_key=ADMIN_KEY)
+    settings = Settings(
+        _env_file=None, bundle=bundles["a"], models=f"other={bundles['b']}", admin_key=ADMIN_KEY, reload_interval_s=0
+    )
     with LiveServer(settings) as server:
         wait_ready(server.url, path="/v1/models/other/ready")
         stop, statuses = threading.Event(), []

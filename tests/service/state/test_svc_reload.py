@@ -178,7 +178,8 @@ def test_live_server_reload_under_load(bundles):
     """Over real HTTP: concurrent clients see no error while the admin endpoint switches bundles."""
     import httpx
 
-    with LiveServer(Settings(_env_file=None, bundle=bundles["a"], admin_key=ADMIN_KEY)) as server:
+    settings = Settings(_env_file=None, bundle=bundles["a"], admin_key=ADMIN_KEY, reload_interval_s=0)
+    with LiveServer(settings) as server:
         errors, done = [], threading.Event()
 
         def hammer():

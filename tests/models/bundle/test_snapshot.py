@@ -1,0 +1,45 @@
+"""The private read-only copy a server serves a bundle from (models/bundle/snapshot.py), and what it says of a change."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+from xtag.models.bundle.loader import load_bundle
+from xtag.models.bundle.snapshot import server_root, take_snapshot
+
+
+def test_the_copy_is_read_only_loads_and_is_shared_until_the_bundle_changes(tiny_bundle, tmp_path):
+    source = shutil.copytree(tiny_bundle, tmp_path / "b")
+    root = server_root(tmp_path / "copies", os.getpid())
+    snap = take_snapshot(source, root)
+    assert snap.copy.parent == root and (root.stat().st_mode & 0o777) == 0o700
+    files = [p for p in snap.copy.rglob("*") if p.is_file()]
+    assert files and all(p.stat().st_mode & 0o777 == 0o400 for p in files)
+    assert load_bundle(snap.copy).predictor.n_labels == 12
+    assert snap.changed() is None
+    assert take_snapshot(source, root).copy == snap.copy  # another worker of the server: the same copy
+
+    engine = next((source / "rankers" / "engine").glob("*.npy"))
+    os.truncate(engine, 128)
+    assert snap.changed() == f"bundle file rankers/engine/{engine.name} changed on disk since load: reload it"
+    assert (snap.copy / "rankers" / "engine" / engine.name).stat().st_size > 128  # the copy is untouched
+    assert take_snapshot(source, root).copy != snap.copy  # a reload reads the bundle as it is now
+    (source / "labels.json").unlink()
+    assert "labels.json is gone from disk since load" in (snap.changed() or "")
+
+    snap.discard()
+    assert not snap.copy.exists()
+
+
+def test_the_copies_of_servers_that_no_longer_run_are_removed(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / "copies" / dead.stdout.strip() / "b-0123"
+    stale.mkdir(parents=True)
+    (stale / "x.npy").write_bytes(b"x")
+    os.chmod(stale / "x.npy", 0o400)
+    os.chmod(stale, 0o500)
+    root = server_root(tmp_path / "copies", os.getpid())
+    assert root.is_dir() and not stale.parent.exists()

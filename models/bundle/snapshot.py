@@ -89,13 +89,14 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def take_snapshot(source: Path, root: Path) -> Snapshot:
-    """Copy the bundle at `source` into `root` (read-only files and folders) unless a copy of the same manifest is
-    there already (another worker of this server made it); the caller loads, and so verifies, the copy."""
+def take_snapshot(source: Path, root: Path) -> Snapshot | None:
+    """Copy the bundle at `source` into `root` (read-only files and folders) unless a copy of the same manifest and
+    files is there already (another worker of this server made it); the caller loads, and so verifies, the copy.
+    None when `source` holds no manifest: nothing is copied, and loading it says why it is not a bundle."""
     source = Path(source)
     manifest = source / MANIFEST
     if not manifest.is_file():
-        return Snapshot(source, source, {})  # load_bundle says why it is not a bundle
+        return None
     stamps = {rel: _stamp(source / rel) for rel in (*bundle_files(source), MANIFEST)}  # before the copy: see changed
     # The same manifest and the same files (stamps): another worker's copy is this one; a source changed since is
     # copied anew, so that a reload reads the bundle as it is now.

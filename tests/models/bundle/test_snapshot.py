@@ -43,3 +43,11 @@ def test_the_copies_of_servers_that_no_longer_run_are_removed(tmp_path):
     os.chmod(stale, 0o500)
     root = server_root(tmp_path / "copies", os.getpid())
     assert root.is_dir() and not stale.parent.exists()
+
+
+def test_a_folder_that_is_no_bundle_is_neither_copied_nor_touched(tmp_path):
+    run = tmp_path / "run"
+    (run / "model").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    assert take_snapshot(run, server_root(tmp_path / "copies", os.getpid())) is None
+    assert (run / "config.json").read_text() == "{}" and (run / "model").is_dir()

@@ -92,8 +92,11 @@ def _alive(pid: int) -> bool:
 def take_snapshot(source: Path, root: Path) -> Snapshot | None:
     """Copy the bundle at `source` into `root` (read-only files and folders) unless a copy of the same manifest and
     files is there already (another worker of this server made it); the caller loads, and so verifies, the copy.
-    None when `source` holds no manifest: nothing is copied, and loading it says why it is not a bundle."""
-    source = Path(source)
+    None when `source` holds no manifest: nothing is copied, and loading it says why it is not a bundle. The stamps are
+    of the files behind a symbolic link: a link switched to another bundle leaves the served files as they were (the
+    bundle is changed by a reload, which may be refused while the old one serves on), while a file edited in place is
+    a change."""
+    source = Path(source).resolve()
     manifest = source / MANIFEST
     if not manifest.is_file():
         return None

@@ -51,3 +51,14 @@ def test_a_folder_that_is_no_bundle_is_neither_copied_nor_touched(tmp_path):
     (run / "config.json").write_text("{}")
     assert take_snapshot(run, server_root(tmp_path / "copies", os.getpid())) is None
     assert (run / "config.json").read_text() == "{}" and (run / "model").is_dir()
+
+
+def test_a_symbolic_link_switched_to_another_bundle_is_no_change_of_the_served_files(tiny_bundle, tmp_path):
+    link = tmp_path / "current"
+    link.symlink_to(shutil.copytree(tiny_bundle, tmp_path / "v1"))
+    snap = take_snapshot(link, server_root(tmp_path / "copies", os.getpid()))
+    link.unlink()
+    link.symlink_to(shutil.copytree(tiny_bundle, tmp_path / "v2"))  # a deployment's switch, before its SIGHUP
+    assert snap.changed() is None
+    (tmp_path / "v1" / "labels.json").write_text("{}")  # but the served files edited in place are a change
+    assert snap.changed() == "bundle file labels.json changed on disk since load: reload it"

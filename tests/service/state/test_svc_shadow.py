@@ -23,6 +23,7 @@ from xtag.service.state.model_slot import ServedModel, load_and_warm
 
 from tests.service.svc_support import ADMIN, ADMIN_KEY, LiveServer, bundles, make_client, tiny_corpus, wait_ready  # noqa: F401
 from xtag.cli import app as cli
+from xtag.cli.shadow import pairs_from_metrics, render
 
 DOCS = tiny_corpus()[:24]
 
@@ -170,7 +171,9 @@ def test_a_shadow_that_is_not_served_is_logged_once_and_counted_not_per_batch(ma
             wait_for(lambda i=i: scorer.counts["unserved_documents"] == i + 1)
         assert len(said()) == 1 and scorer.counts["errors"] == 0
         pair = (("model", "tiny-a"), ("shadow", "tiny-b"))
-        assert series(c.get("/metrics").text, "xtag_shadow_unserved_documents_total")[pair] == 3
+        metrics = c.get("/metrics").text
+        assert series(metrics, "xtag_shadow_unserved_documents_total")[pair] == 3
+        assert "0 shed, 3 while the shadow was not served, 0 errors" in render(pairs_from_metrics(metrics)[0])
         now[0] = other  # served again: compared; a later absence is said again, once
         assert c.post("/v1/predict", json={"text": "python script", "k": 3}).status_code == 200
         wait_for(lambda: scorer.counts["documents"] == 1)

@@ -18,6 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.responses import FileResponse
 from starlette.routing import Match, Route
 from uvicorn.config import STARTUP_FAILURE
+from xtag.models.bundle.snapshot import server_root
 from xtag.models.errors import XtagError
 from xtag.models.features.device import Device
 from xtag.models.registry import FAMILIES, family
@@ -191,6 +192,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         drift_window=settings.drift_window,
         options=settings.runtime_options(),
         max_memory_mb=settings.max_memory_mb,
+        snapshot_root=server_root(settings.snapshot_dir, settings.uvicorn_supervisor_pid or os.getpid()),
     )
     app.state.timelines = timelines = Timelines(LATENCY_BUCKETS)
     app.state.metrics = metrics = Metrics(timelines)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import uvicorn
 from uvicorn.config import STARTUP_FAILURE
+from xtag.models.bundle.snapshot import remove_tree
 from xtag.models.errors import XtagError
 from xtag.service.observability.logs import log_config
 from xtag.service.settings import Settings
@@ -98,6 +99,13 @@ def serve(
         raise XtagError("no bundle to serve: give BUNDLE, or set XTAG_BUNDLE, XTAG_MODELS or XTAG_MODELS_FILE")
     if (why := settings.model_set.unservable()) is not None:
         raise XtagError(why)
+    try:
+        _serve(settings)
+    finally:  # the private copies of its bundles (models/bundle/snapshot.py): its workers share them until here
+        remove_tree(settings.snapshot_dir / str(os.getpid()))
+
+
+def _serve(settings: Settings) -> None:
     if settings.workers == 1:
         _serve_one(settings)
         return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Literal
 
@@ -41,6 +42,13 @@ class Settings(BaseSettings):
         gt=0,
         description="refuse to load a bundle (at start, reload or PUT) when the process's RSS plus the bundle's "
         "file sizes would exceed this many MB; what is served is never evicted; default: no limit",
+    )
+    snapshot_dir: Path = Field(
+        Path(tempfile.gettempdir()) / f"xtag-bundles-{os.getuid()}",
+        description="each served bundle is copied here (owner-only, read-only) and served from the copy, so that a "
+        "bundle file changed or cut short on disk can never crash the server (its model is then not ready until "
+        "reloaded); the workers of one server share one copy. Default: xtag-bundles-UID in the system's temporary "
+        "directory",
     )
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)

@@ -5,6 +5,7 @@ One module per benchmark family; what they share (accuracy columns, cell formats
 
 from __future__ import annotations
 
+from .bundle_truncate import bundle_truncate
 from .cold_start import cold_start, fresh_install
 from .hardening import amplification, guard_cost, request_cost
 from .lamp import lamp_better, lamp_candidates, lamp_debtags, lamp_fast
@@ -47,6 +48,7 @@ BUILDERS = {
         guard_cost,
         ray_xlinear,
         shadow,
+        bundle_truncate,
         amplification,
         request_cost,
         inline_vs_worker,

@@ -63,6 +63,12 @@ def load_bundle(path: str | Path, device=None, options: RuntimeOptions | None = 
         vocab=LabelVocab.load(folder / "labels.json"),
         calibration=parts.calibration,
     )
+    stated = manifest.get("label_count")
+    if stated is not None and stated != len(predictor.vocab):  # a manifest edited, or a labels.json swapped in
+        raise XtagError(
+            f"{folder}: manifest label_count {stated} disagrees with labels.json, which has {len(predictor.vocab)} "
+            "labels; re-export the bundle"
+        )
     if predictor.model.n_labels != len(predictor.vocab):
         raise XtagError(f"{folder}: model has {predictor.model.n_labels} labels, labels.json {len(predictor.vocab)}")
     runtime = {"device": str(parts.device), "placement": parts.placement}

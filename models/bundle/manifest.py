@@ -57,6 +57,7 @@ class ManifestFields(BaseModel):
     model_kind: str
     name: str | None = None
     components: list[Component] | None = None
+    label_count: int | None = None  # written since format 2; checked against labels.json by load_bundle
     files: dict[str, Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]]
 
 

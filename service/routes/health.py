@@ -25,15 +25,18 @@ router.add_api_route("/health", health, methods=["HEAD"], include_in_schema=Fals
 @router.get(
     "/ready",
     summary="Readiness: 200 once the bundle is loaded and a warm-up prediction succeeded, else 503",
-    description="While a model serves, `last_reload_error` says why the latest reload was refused (if it was).",
+    description="While a model serves, `last_reload_error` says why the latest reload was refused (if it was). A "
+    "model whose bundle files changed on disk since it was loaded is not ready (it still answers from its private "
+    "copy) until it is reloaded.",
     responses=problem_responses({503: "not ready; `detail` says why"}),
 )
 async def ready(request: Request):
     registry = request.app.state.registry
     model = registry.current
     several = len(registry.slots) > 1
-    if model is None:
-        why = registry.last_error or ("loading the bundle" if registry.loading else "no bundle loaded")
+    changed = registry.default_slot.changed if model is not None else None
+    if model is None or changed:
+        why = changed or registry.last_error or ("loading the bundle" if registry.loading else "no bundle loaded")
         named = f"model {registry.default}: " if several else ""
         return problem_response(
             503,
@@ -54,7 +57,7 @@ async def ready(request: Request):
 def _states(registry) -> dict:
     """Each model's state and, for those that failed (or whose reload failed), why, by name."""
     models = {name: slot.state for name, slot in registry.slots.items()}
-    errors = {name: slot.last_error for name, slot in registry.slots.items() if slot.last_error}
+    errors = {name: slot.error for name, slot in registry.slots.items() if slot.error}
     return {"models": models, "errors": errors}
 
 
@@ -70,8 +73,9 @@ async def model_ready(request: Request, name: str):
     except UnknownModel as exc:
         return problem_response(404, "unknown-model", str(exc), request.url.path, models=registry.names)
     model = slot.current
-    if model is None:
-        why = slot.last_error or "loading the bundle"
+    changed = slot.changed if model is not None else None
+    if model is None or changed:
+        why = changed or slot.last_error or "loading the bundle"
         return problem_response(
             503, "not-ready", f"model {name} not ready: {why}", request.url.path, {"Retry-After": "1"}
         )

@@ -57,7 +57,7 @@ async def timeline(
 @router.get(
     "/v1/shadow",
     summary="Shadow scoring: each shadow's agreement with its primary, and both models' live P@k from feedback",
-    description="Per pair: documents compared, shed and errors, the window's top-1 agreement, overlap@k and rank "
+    description="Per pair: documents compared, shed, unserved and errors, the window's top-1 agreement, overlap@k and rank "
     "correlation, and `live`: each model's P@k on the compared documents whose id the feedback store holds "
     "corrected labels for (absent without a store).",
     responses=problem_responses({401: "missing API key"}),

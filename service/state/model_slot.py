@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import time
 import weakref
@@ -17,6 +18,7 @@ import anyio.to_thread
 import numpy as np
 import orjson
 from xtag.models.bundle.loader import Bundle, load_bundle
+from xtag.models.bundle.snapshot import Snapshot, take_snapshot
 from xtag.models.errors import XtagError
 from xtag.models.explain.linear import Explainer
 from xtag.models.explain.select import explainer_for
@@ -47,6 +49,7 @@ class ServedModel:
     batcher: object | None = None  # its own micro-batcher (service/batching.py), set when it goes live
     series: ModelSeries | None = None  # its Prometheus children (observability/metrics.py), set when it goes live
     shadow: object | None = None  # its ShadowScorer (state/shadow.py, which imports this module), if any
+    snapshot: Snapshot | None = None  # the private copy it was loaded from (models/bundle/snapshot.py), if any
     _weights: dict[tuple[str, float | None], np.ndarray] = field(default_factory=dict, repr=False)
     _explainer: Explainer | LampExplainer | None = field(default=None, repr=False)
 
@@ -139,36 +142,54 @@ def check_warmup(preds: Predictions, what: str) -> None:
         raise WarmupCheckFailed(f"the {what} warm-up prediction gave {bad} non-finite scores (NaN or inf weights?)")
 
 
-def load_and_warm(path: Path, warmup_text: str, device=None, options: RuntimeOptions | None = None) -> ServedModel:
+def load_and_warm(
+    path: Path,
+    warmup_text: str,
+    device=None,
+    options: RuntimeOptions | None = None,
+    snapshot_root: Path | None = None,
+) -> ServedModel:
     """Load (on `device`, default cpu, with the settings' `options`), verify and warm a bundle; raises XtagError if
-    any step fails.
+    any step fails. With `snapshot_root`, the bundle is first copied there and the copy is what is verified and
+    served, so that no change to the bundle's files can reach the pages it serves (models/bundle/snapshot.py).
 
     The error raised is a fresh one, made after the half-built model is gone: a failure's traceback holds
     the frames that built it, and in the worker thread that loads, anyio's future and that traceback form a
     reference cycle, so each refused bundle stayed in memory until a full collection, and the memory it freed
     then stayed in the thread's malloc arena (issue 30: every refused reload grew RSS by ~7 MB)."""
-    model, error = _load_and_warm(path, warmup_text, device, options)
+    model, error = _load_and_warm(path, warmup_text, device, options, snapshot_root)
     if model is None:
         release_memory()
         raise XtagError(error)
     return model
 
 
-def _load_and_warm(path: Path, warmup_text: str, device, options) -> tuple[ServedModel | None, str]:
-    """(the warmed model, "") or (None, why not): no exception, so no traceback, leaves this function."""
+def _load_and_warm(path: Path, warmup_text: str, device, options, snapshot_root) -> tuple[ServedModel | None, str]:
+    """(the warmed model, "") or (None, why not): no exception, so no traceback, leaves this function. A copy
+    that did not load is removed: the next load copies the bundle again rather than trusting it."""
+    snapshot = None
     try:
-        model = ServedModel(load_bundle(path, device, options))
-    except XtagError as exc:
-        return None, str(exc)
+        snapshot = take_snapshot(path, snapshot_root) if snapshot_root is not None else None
+        bundle = load_bundle(snapshot.copy if snapshot else path, device, options)
+        bundle.path = Path(path)  # what the logs, the memory figures and reloads name: the bundle, not its copy
+        model = ServedModel(bundle, snapshot=snapshot)
     except Exception as exc:  # anything that keeps a bundle from loading leaves the old one in place
-        return None, f"{path}: cannot load ({type(exc).__name__}: {exc})"
+        why = str(exc) if isinstance(exc, XtagError) else f"{path}: cannot load ({type(exc).__name__}: {exc})"
+        if snapshot is not None:
+            snapshot.discard()
+            why = why.replace(str(snapshot.copy), str(path))  # the bundle's files, named as the user knows them
+        return None, why
     try:
         model.warm_up(warmup_text)
     except WarmupCheckFailed as exc:
-        return None, f"{path}: refused: {exc}"
+        why = f"{path}: refused: {exc}"
     except Exception as exc:  # a bundle that loads but cannot predict must not go live
-        return None, f"{path}: warm-up prediction failed ({type(exc).__name__}: {exc})"
-    return model, ""
+        why = f"{path}: warm-up prediction failed ({type(exc).__name__}: {exc})"
+    else:
+        return model, ""
+    if snapshot is not None:
+        snapshot.discard()
+    return None, why
 
 
 def on_gpu(model: ServedModel) -> bool:
@@ -238,9 +259,11 @@ class ModelSlot:
         options: RuntimeOptions | None = None,
         max_memory_mb: float | None = None,
         listeners: list | None = None,
+        snapshot_root: Path | None = None,
     ):
         self.name, self.path, self.warmup_text, self.device, self.options = name, path, warmup_text, device, options
-        self.drift_window, self.max_memory_mb = drift_window, max_memory_mb
+        self.drift_window, self.max_memory_mb, self.snapshot_root = drift_window, max_memory_mb, snapshot_root
+        self.changed_logged: str | None = None  # the change already logged (changed: one WARNING per change)
         self.current: ServedModel | None = None
         self.last_error: str | None = None
         self.loading = False
@@ -253,12 +276,34 @@ class ModelSlot:
         return self._lock.locked()
 
     @property
+    def changed(self) -> str | None:
+        """Why the served bundle's files no longer hold what was loaded (one stat per file), else None: the model
+        still answers from its private copy, but is not ready until it is reloaded. Logged once per change."""
+        model = self.current
+        why = model.snapshot.changed() if model is not None and model.snapshot is not None else None
+        if why is not None and why != self.changed_logged:
+            log.warning(
+                "model %s: %s",
+                self.name,
+                why,
+                extra={"event": "bundle_changed", "model": self.name, "bundle_path": str(self.path)},
+            )
+        self.changed_logged = why
+        return why
+
+    @property
+    def error(self) -> str | None:
+        """Why this model is not ready, or why its latest reload was refused: what /ready and GET /v1/models say."""
+        return self.changed or self.last_error
+
+    @property
     def state(self) -> str:
-        """loading | ready | failed | unloaded (a failed reload while the old model serves is still ready)."""
+        """loading | ready | failed | unloaded (a failed reload while the old model serves is still ready; a model
+        whose bundle changed on disk since load has failed, though it still answers from its private copy)."""
         if self.loading:
             return "loading"
         if self.current is not None:
-            return "ready"
+            return "failed" if self.changed else "ready"
         if self.unloaded:
             return "unloaded"
         return "failed" if self.last_error else "loading"
@@ -278,7 +323,9 @@ class ModelSlot:
             start = time.perf_counter()
             try:
                 check_memory(target, self.max_memory_mb)
-                new = await anyio.to_thread.run_sync(load_and_warm, target, self.warmup_text, self.device, self.options)
+                new = await anyio.to_thread.run_sync(
+                    load_and_warm, target, self.warmup_text, self.device, self.options, self.snapshot_root
+                )
             except Exception as exc:  # anything that keeps a bundle from serving leaves the old one in place
                 msg = str(exc) if isinstance(exc, XtagError) else f"{target}: cannot load ({type(exc).__name__}: {exc})"
                 log.error(
@@ -299,6 +346,8 @@ class ModelSlot:
             if old is not None:  # once the last request on it is done: a storm of reloads kept 135 MB (issue 47)
                 weakref.finalize(old, trim_heap)
             self.path, self.last_error, self.unloaded = target, None, False
+            _hold(new)
+            _let_go(old)
             log_swap(old, new, target, time.perf_counter() - start)
             if self.device is not None and self.device.is_cuda and not on_gpu(new):
                 log.warning(
@@ -316,6 +365,29 @@ class ModelSlot:
         if old is not None:
             for listener in self.listeners:
                 listener(old, None)
+            _let_go(old)
         log.info("model %s: unloaded", self.name, extra={"event": "bundle_unloaded", "model": self.name})
         release_memory()
         return old
+
+
+_COPIES: dict[Path, int] = {}  # private copy → how many slots of this process serve it
+
+
+def _hold(model: ServedModel) -> None:
+    if model.snapshot is not None:
+        _COPIES[model.snapshot.copy] = _COPIES.get(model.snapshot.copy, 0) + 1
+
+
+def _let_go(model: ServedModel | None) -> None:
+    """Remove the copy a model was served from once no slot of this process serves it, when this process alone
+    uses it (its folder is named after this pid: one worker; the workers of `--workers N` share theirs, removed
+    when the server stops). Requests still running on the model keep their mappings: unlinked pages stay valid."""
+    if model is None or model.snapshot is None:
+        return
+    copy = model.snapshot.copy
+    _COPIES[copy] = _COPIES.get(copy, 1) - 1
+    if _COPIES[copy] <= 0:
+        del _COPIES[copy]
+        if copy.parent.name == str(os.getpid()):
+            model.snapshot.discard()

@@ -38,9 +38,11 @@ class ModelRegistry:
         drift_window: int = DEFAULT_WINDOW,
         options=None,
         max_memory_mb: float | None = None,
+        snapshot_root: Path | None = None,
     ):
         self.warmup_text, self.device, self.drift_window = warmup_text, device, drift_window
         self.options, self.max_memory_mb = options, max_memory_mb
+        self.snapshot_root = snapshot_root  # where bundles are copied to be served (models/bundle/snapshot.py)
         self.listeners: list = []  # called with (old, new) after any model's swap, (old, None) after an unload
         self.slots: dict[str, ModelSlot] = {}
         models = models or ModelSet()
@@ -67,6 +69,7 @@ class ModelRegistry:
             self.options_for(name),
             self.max_memory_mb,
             self.listeners,
+            self.snapshot_root,
         )
         self.slots[name] = slot
         return slot
@@ -166,7 +169,7 @@ class ModelRegistry:
             "name": name,
             "default": name == self.default,
             "state": slot.state,
-            "error": slot.last_error,
+            "error": slot.error,
             "shadow_of": self.shadows.get(name),
             "family": None,
             "version": None,

@@ -58,6 +58,12 @@ class ShadowMetrics:
             pair,
             registry=registry,
         )
+        self.unserved = Counter(
+            "xtag_shadow_unserved_documents",
+            "documents not compared because the shadow model was not served (loading, failed or unloaded)",
+            pair,
+            registry=registry,
+        )
         self.errors = Counter(
             "xtag_shadow_errors",
             "shadow calls that raised or timed out (XTAG_SHADOW_TIMEOUT_S)",
@@ -83,6 +89,10 @@ class ShadowMetrics:
             pair,
             **gauge,
         )
+
+
+class ShadowUnserved(LookupError):
+    """The shadow model is not served now: its documents are counted as unserved, not as an error."""
 
 
 @dataclass
@@ -124,9 +134,11 @@ class ShadowScorer:
         self.half_full: asyncio.Event | None = None  # ends the gathering early: the queue is half full
         m = metrics
         self.documents, self.shed, self.errors = (c.labels(primary, shadow) for c in (m.documents, m.shed, m.errors))
+        self.unserved = m.unserved.labels(primary, shadow)
+        self.unserved_logged = False  # whether "not served" was logged since the shadow last scored
         self.top1, self.overlap, self.rank = (g.labels(primary, shadow) for g in (m.top1, m.overlap, m.rank))
         self.metrics = metrics
-        self.counts = {"documents": 0, "shed_documents": 0, "errors": 0}  # this process's, for /v1/shadow
+        self.counts = {"documents": 0, "shed_documents": 0, "unserved_documents": 0, "errors": 0}  # for /v1/shadow
 
     def job(self, texts, ids, k, reweight, rerank, primary: ServedModel, labels: np.ndarray) -> ShadowJob:
         return ShadowJob(self, texts, ids, k, reweight, rerank, primary.names, labels)
@@ -163,6 +175,8 @@ class ShadowScorer:
             future = loop.run_in_executor(self.executor, stopping, self._score, stop, jobs)
             try:
                 await asyncio.wait_for(asyncio.shield(future), self.timeout_s)
+            except ShadowUnserved:
+                self._unserved(jobs)
             except TimeoutError:
                 stop.set()
                 self._failed(jobs, f"took over {self.timeout_s:g} s (XTAG_SHADOW_TIMEOUT_S)")
@@ -170,6 +184,22 @@ class ShadowScorer:
                     await future
             except Exception as exc:  # the shadow's failure is counted, never the primary's
                 self._failed(jobs, f"{type(exc).__name__}: {exc}")
+
+    def _unserved(self, jobs: list[ShadowJob]) -> None:
+        """The shadow is not served (loading, failed, unloaded): its documents are counted, and said once in the log
+        until it scores again, not once per batch (issue 47: one WARNING per batch flooded the log)."""
+        documents = sum(len(job.texts) for job in jobs)
+        self.unserved.inc(documents)
+        self.counts["unserved_documents"] += documents
+        if not self.unserved_logged:
+            self.unserved_logged = True
+            log.warning(
+                "shadow %s of %s is not served: its primary's requests are not compared until it is "
+                "(counted in xtag_shadow_unserved_documents_total)",
+                self.shadow,
+                self.primary,
+                extra={"event": "shadow_unserved", "model": self.primary, "shadow": self.shadow},
+            )
 
     def _failed(self, jobs: list[ShadowJob], why: str) -> None:
         self.errors.inc()
@@ -188,7 +218,8 @@ class ShadowScorer:
         document's two lists."""
         model = self.resolve()
         if model is None:
-            raise LookupError(f"the shadow model {self.shadow} is not served")
+            raise ShadowUnserved(self.shadow)
+        self.unserved_logged = False  # served again: a later absence is logged again
         groups: dict[tuple, list[ShadowJob]] = {}
         for job in jobs:
             groups.setdefault((job.k, job.reweight, job.rerank), []).append(job)

@@ -18,6 +18,7 @@ app = typer.Typer(no_args_is_help=True, help="Shadow scoring: a new model scorin
 COUNTERS = {
     "xtag_shadow_documents_total": "documents",
     "xtag_shadow_shed_documents_total": "shed_documents",
+    "xtag_shadow_unserved_documents_total": "unserved_documents",
     "xtag_shadow_errors_total": "errors",
 }
 MEANS = {
@@ -62,7 +63,9 @@ def render(row: dict) -> str:
     figure = lambda key: "–" if row.get(key) is None else f"{row[key]:.3f}"  # noqa: E731
     lines = [
         f"{row['shadow']} shadowing {row['model']}: {row.get('documents', 0)} documents compared, "
-        f"{row.get('shed_documents', 0)} shed, {row.get('errors', 0)} errors",
+        f"{row.get('shed_documents', 0)} shed, "
+        + (f"{row['unserved_documents']} while the shadow was not served, " if row.get("unserved_documents") else "")
+        + f"{row.get('errors', 0)} errors",
         f"  top-1 agreement {figure('top1_agreement')}   overlap@k {figure('overlap_at_k')}   "
         f"rank correlation {figure('rank_correlation')}",
     ]

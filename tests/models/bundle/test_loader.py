@@ -116,3 +116,12 @@ def test_engine_layout_ships_in_the_bundle_and_is_memory_mapped(tiny_bundle):
     a, b = model.predict(X, k=4), engine_beam_search(X, rebuilt, model.config.beam_size, 4, model.config.post_processor)
     np.testing.assert_array_equal(a.labels, b.labels)
     np.testing.assert_array_equal(a.scores, b.scores)
+
+
+def test_a_manifest_label_count_that_disagrees_with_the_labels_is_refused(tiny_bundle, tmp_path):
+    b = copy(tiny_bundle, tmp_path)
+    manifest = json.loads((b / "manifest.json").read_text())
+    manifest["label_count"] = 13
+    (b / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(XtagError, match="manifest label_count 13 disagrees with labels.json, which has 12 labels"):
+        load_bundle(b)

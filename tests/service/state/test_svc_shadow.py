@@ -4,6 +4,7 @@ bounded (a slow shadow sheds), never changing the primary's answer, and exported
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -22,6 +23,7 @@ from xtag.service.state.model_slot import ServedModel, load_and_warm
 
 from tests.service.svc_support import ADMIN, ADMIN_KEY, LiveServer, bundles, make_client, tiny_corpus, wait_ready  # noqa: F401
 from xtag.cli import app as cli
+from xtag.cli.shadow import pairs_from_metrics, render
 
 DOCS = tiny_corpus()[:24]
 
@@ -154,6 +156,32 @@ def test_a_failing_or_stuck_shadow_leaves_the_primary_unchanged_and_is_counted(m
     errors = series(c.get("/metrics").text, "xtag_shadow_errors_total")
     assert errors[(("model", "tiny-a"), ("shadow", "tiny-b"))] == 2
     assert scorer.counts["documents"] == 0
+
+
+def test_a_shadow_that_is_not_served_is_logged_once_and_counted_not_per_batch(make_client, bundles, caplog):
+    c = make_client()
+    other = load_and_warm(bundles["b"], "warm up")
+    now: list[ServedModel | None] = [None]  # the shadow as served: not at first (loading, failed or unloaded)
+    scorer = shadow_module.declare(c.app, "tiny-a", "tiny-b", lambda: now[0])
+    c.app.state.registry.current.shadow = scorer
+    said = lambda: [r for r in caplog.records if "tiny-b of tiny-a is not served" in r.getMessage()]  # noqa: E731
+    with caplog.at_level(logging.WARNING, logger="xtag.service"):
+        for i in range(3):  # three batches: each request waits until the one before was handled
+            assert c.post("/v1/predict", json={"text": "python script", "k": 3}).status_code == 200
+            wait_for(lambda i=i: scorer.counts["unserved_documents"] == i + 1)
+        assert len(said()) == 1 and scorer.counts["errors"] == 0
+        pair = (("model", "tiny-a"), ("shadow", "tiny-b"))
+        metrics = c.get("/metrics").text
+        assert series(metrics, "xtag_shadow_unserved_documents_total")[pair] == 3
+        assert "0 shed, 3 while the shadow was not served, 0 errors" in render(pairs_from_metrics(metrics)[0])
+        now[0] = other  # served again: compared; a later absence is said again, once
+        assert c.post("/v1/predict", json={"text": "python script", "k": 3}).status_code == 200
+        wait_for(lambda: scorer.counts["documents"] == 1)
+        now[0] = None
+        for i in range(2):
+            assert c.post("/v1/predict", json={"text": "python script", "k": 3}).status_code == 200
+            wait_for(lambda i=i: scorer.counts["unserved_documents"] == 4 + i)
+        assert len(said()) == 2
 
 
 def test_live_precision_of_both_models_from_feedback(make_client, bundles, tmp_path):

@@ -167,8 +167,10 @@ async def _initial_load(app: FastAPI) -> None:
     try:
         await _load_all(app)
     except XtagError as exc:
+        slot = app.state.registry.default_slot  # the path as given: `xtag serve runs/x` is told `xtag export runs/x`
+        why = (slot.local_error if slot is not None else None) or str(exc)
         for callback in app.state.on_startup_failure:
-            callback(str(exc))
+            callback(why)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -134,7 +134,9 @@ def _serve_one(settings: Settings) -> None:
     except SystemExit as exc:  # uvicorn's exit when the lifespan failed (load_in_background=False) or bind failed
         if exc.code != STARTUP_FAILURE:
             raise
-        failed.append(app.state.registry.last_error or "the server did not start (see the log above)")
+        slot = app.state.registry.default_slot
+        why = slot and (slot.local_error or slot.last_error)  # the path as given (service/state/model_slot.py)
+        failed.append(why or "the server did not start (see the log above)")
     if failed:
         raise XtagError(f"not serving: {failed[0]}")
 

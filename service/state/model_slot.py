@@ -242,6 +242,9 @@ class ModelSlot:
         self.drift_window, self.max_memory_mb = drift_window, max_memory_mb
         self.current: ServedModel | None = None
         self.last_error: str | None = None
+        # the same error with the bundle's path as it was given: for the operator who started the server (the log,
+        # `xtag serve`'s exit line), whose own paths are no secret and whose suggested commands must work as typed
+        self.local_error: str | None = None
         self.loading = False
         self.unloaded = False
         self._lock = asyncio.Lock()
@@ -286,7 +289,7 @@ class ModelSlot:
                     msg,
                     extra={"event": "load_failed", "model": self.name, "bundle_path": str(target)},
                 )
-                self.last_error = public_message(msg, target)
+                self.last_error, self.local_error = public_message(msg, target), msg
                 raise XtagError(self.last_error) from exc
             finally:
                 self.loading = False
@@ -295,7 +298,7 @@ class ModelSlot:
             for listener in self.listeners:  # before the switch: it gets its batcher before its first request
                 listener(self.current, new)
             old, self.current = self.current, new  # the atomic switch: one reference assignment
-            self.path, self.last_error, self.unloaded = target, None, False
+            self.path, self.last_error, self.local_error, self.unloaded = target, None, None, False
             log_swap(old, new, target, time.perf_counter() - start)
             if self.device is not None and self.device.is_cuda and not on_gpu(new):
                 log.warning(
@@ -310,6 +313,7 @@ class ModelSlot:
     def unload(self) -> ServedModel | None:
         """Stop serving this model (requests already holding it finish); its arrays go once they are done."""
         old, self.current, self.unloaded, self.last_error = self.current, None, True, None
+        self.local_error = None
         if old is not None:
             for listener in self.listeners:
                 listener(old, None)

@@ -51,3 +51,23 @@ def test_serve_with_cuda_but_no_gpu_exits_non_zero(xr_bundle):
     code, err, _ = serve(xr_bundle[1], "--device", "cuda")
     assert code != 0
     assert "not serving" in err and "no CUDA provider" in err, err[-2000:]
+
+
+def test_serve_on_a_training_run_suggests_an_export_that_works(tiny_bundle, tmp_path, monkeypatch):
+    """`xtag serve runs/debtags-xl` suggested `xtag export debtags-xl ...` (the path cut to its name), which failed:
+    the suggestion keeps the path as typed, and running it gives a bundle."""
+    from typer.testing import CliRunner
+
+    from xtag.cli import app
+
+    shutil.copytree(tiny_bundle.parent / "run", tmp_path / "runs" / "debtags-xl")  # the fixture's training run
+    monkeypatch.chdir(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XTAG_", "PROMETHEUS_MULTIPROC_DIR"))}
+    cmd = [str(XTAG), "serve", "runs/debtags-xl", "--host", "127.0.0.1", "--port", str(free_port())]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=DEADLINE_S, cwd=tmp_path)
+    assert done.returncode != 0, done.stderr[-2000:]
+    suggested = "xtag export runs/debtags-xl --out bundles/debtags-xl"
+    assert f"`{suggested}`" in done.stderr, done.stderr[-2000:]
+    result = CliRunner().invoke(app, suggested.split()[1:])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "bundles" / "debtags-xl" / "manifest.json").is_file()

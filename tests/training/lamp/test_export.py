@@ -140,3 +140,28 @@ def test_a_run_without_held_out_texts_serves_its_trained_c_and_says_why(lamp_bun
     export_run(run, tmp_path / "b")
     report = json.loads((tmp_path / "b" / "manifest.json").read_text())["export"]
     assert report["chosen"].endswith("; C=6 as trained: the run held no texts out (lamp.val_fraction=0)"), report
+
+
+def test_quantize_none_exports_fp32_and_says_so(lamp_bundle, tmp_path):
+    from typer.testing import CliRunner
+
+    from xtag.cli import app
+
+    run = auto_run(lamp_bundle, tmp_path)
+    args = ["export", str(run), "--out", str(tmp_path / "b"), "--quantize", "none", "--candidates", "4"]
+    result = CliRunner().invoke(app, [*args, "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert "serves fp32 as asked; C=4 as given (--candidates)" in result.output, result.output
+    assert json.loads((tmp_path / "b" / "lamp" / "config.json").read_text())["precision"] == "fp32"
+
+
+def test_quantize_takes_int8_or_none_only(tiny_bundle, tmp_path):
+    from typer.testing import CliRunner
+
+    from xtag.cli import app
+
+    run = str(tiny_bundle.parent / "run")
+    said = CliRunner().invoke(app, ["export", run, "--out", str(tmp_path / "b"), "--quantize", "int4"]).output
+    assert said.strip() == "error: --quantize int4: the one quantisation offered is int8 ('none': fp32 weights)"
+    said = CliRunner().invoke(app, ["export", run, "--out", str(tmp_path / "b"), "--quantize", "none", "--fp16"]).output
+    assert "--quantize none and --fp16 exclude each other" in said, said

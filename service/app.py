@@ -160,10 +160,10 @@ async def _load_all(app: FastAPI) -> None:
 
 
 async def _initial_load(app: FastAPI) -> None:
-    """Load in the background; once loaded the `on_ready` callbacks run; on failure of the default model /ready says
-    why (registry.last_error), and `on_startup_failure` callbacks run: `xtag serve` stops the server and exits non-zero (an orchestrator sees a
-    failed start, not a process that stays unready forever), while an embedding app may wait for a reload or
-    SIGHUP."""
+    """Load in the background; once loaded the `on_ready` callbacks run (`xtag serve` prints its URLs). On failure
+    of the default model /ready says why (registry.last_error), and `on_startup_failure` callbacks run: `xtag serve`
+    stops the server and exits non-zero (an orchestrator sees a failed start, not a process that stays unready
+    forever), while an embedding app may wait for a reload or SIGHUP."""
     try:
         await _load_all(app)
     except XtagError as exc:

@@ -5,7 +5,17 @@
 so nothing but `xtag` lands at the top of site-packages. Everything else lives in pyproject.toml.
 """
 
+import warnings
+
 from setuptools import find_packages, setup
+from setuptools.warnings import InformationOnly
+
+# An editable install of folders mapped under another name (models/ -> xtag.models) can only be made by setuptools'
+# import-hook strategy, which always ends with an InformationOnly notice, "Editable installation ... be careful with
+# folders in your working directory with the same name as your package". pip (24.1+) reprints each backend warning
+# as a 10-line BuildBackendWarning, the first thing a new user saw. It is information about the mapping chosen here,
+# not a fault: that one notice is not raised (every other warning still is).
+warnings.filterwarnings("ignore", message="Editable installation", category=InformationOnly)
 
 ROOTS = ("models", "training", "evaluation", "service", "cluster")
 

@@ -23,6 +23,7 @@ from xtag.models.bundle.loader import load_bundle
 from xtag.models.inference.corpus import predict_corpus
 from xtag.models.metrics import evaluate
 from xtag.training.data.corpus import load_corpus
+from xtag.training.lamp.serving_c import choose  # the rule `xtag export` applies on the run's held-out texts
 
 METRICS = ("P@1", "P@5", "PSP@5")
 
@@ -36,16 +37,6 @@ def scored(bundle, corpus, C: int) -> dict:
     truth = ground_truth(corpus, bundle.predictor.vocab)
     ranked = evaluate(preds.labels, truth.Y, (1, 5), truth.propensity)
     return {**{m: round(float(ranked[m]), 2) for m in METRICS}, "docs_per_s": round(len(corpus.texts) / seconds, 1)}
-
-
-def choose(val: dict[int, dict], full: int, p1_tol: float, psp_tol: float) -> int:
-    """The smallest C whose validation P@1 and PSP@5 stay within the tolerances of the bundle's own C."""
-    ok = [
-        C
-        for C, row in val.items()
-        if row["P@1"] >= val[full]["P@1"] - p1_tol and row["PSP@5"] >= val[full]["PSP@5"] - psp_tol
-    ]
-    return min(ok)
 
 
 def main() -> None:

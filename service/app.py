@@ -161,15 +161,20 @@ async def _load_all(app: FastAPI) -> None:
 
 
 async def _initial_load(app: FastAPI) -> None:
-    """Load in the background; on failure of the default model /ready says why (registry.last_error), and
-    `on_startup_failure` callbacks run: `xtag serve` stops the server and exits non-zero (an orchestrator sees a
-    failed start, not a process that stays unready forever), while an embedding app may wait for a reload or
-    SIGHUP."""
+    """Load in the background; once loaded the `on_ready` callbacks run (`xtag serve` prints its URLs). On failure
+    of the default model /ready says why (registry.last_error), and `on_startup_failure` callbacks run: `xtag serve`
+    stops the server and exits non-zero (an orchestrator sees a failed start, not a process that stays unready
+    forever), while an embedding app may wait for a reload or SIGHUP."""
     try:
         await _load_all(app)
     except XtagError as exc:
+        slot = app.state.registry.default_slot  # the path as given: `xtag serve runs/x` is told `xtag export runs/x`
+        why = (slot.local_error if slot is not None else None) or str(exc)
         for callback in app.state.on_startup_failure:
-            callback(str(exc))
+            callback(why)
+        return
+    for callback in app.state.on_ready:
+        callback()
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -202,6 +207,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.lifespans = 0  # how many times it started: a restarted app needs new worker pools (lifespan)
     app.state.feedback = None  # routes/feedback.py opens the store on the first write
     app.state.on_startup_failure = []  # called with the reason when the bundle given at startup does not load
+    app.state.on_ready = []  # called once the models given at startup have loaded (`xtag serve` prints its URLs)
     app.state.executor, app.state.parse_executor = worker_pools(settings)
 
     def on_swap(old, new) -> None:

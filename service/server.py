@@ -19,6 +19,7 @@ keeps the old model.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
 import signal
@@ -35,6 +36,7 @@ from xtag.service.settings import Settings
 from xtag.service.supervisor import Supervisor
 
 GUARD = "xtag.service.http.protocol"
+log = logging.getLogger("xtag.service")
 
 
 def _fastest(module: str, fallback: str, name: str) -> str:
@@ -125,6 +127,14 @@ def _serve(settings: Settings) -> None:
             shutil.rmtree(own_dir, ignore_errors=True)
 
 
+def urls(settings: Settings) -> str:
+    """Where to open the dashboard and the API docs: an address that listens everywhere is shown as this
+    machine's loopback one, which a browser here can open."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(settings.host, settings.host)
+    base = f"http://{f'[{host}]' if ':' in host else host}:{settings.port}"
+    return f"dashboard {base}/   API docs {base}/docs"
+
+
 def _serve_one(settings: Settings) -> None:
     """One process: the app loads in the background (/health answers at once) and stops the server if that fails."""
     from xtag.service.app import create_app
@@ -138,13 +148,16 @@ def _serve_one(settings: Settings) -> None:
         server.should_exit = True
 
     app.state.on_startup_failure.append(stop)
+    app.state.on_ready.append(lambda: log.info("ready: %s", urls(settings), extra={"event": "ready"}))
     _exit_zero_on_sigterm()
     try:
         server.run()
     except SystemExit as exc:  # uvicorn's exit when the lifespan failed (load_in_background=False) or bind failed
         if exc.code != STARTUP_FAILURE:
             raise
-        failed.append(app.state.registry.last_error or "the server did not start (see the log above)")
+        slot = app.state.registry.default_slot
+        why = slot and (slot.local_error or slot.last_error)  # the path as given (service/state/model_slot.py)
+        failed.append(why or "the server did not start (see the log above)")
     if failed:
         raise XtagError(f"not serving: {failed[0]}")
 
@@ -155,6 +168,7 @@ def _serve_workers(settings: Settings) -> None:
         "xtag.service.app:app_from_env", factory=True, workers=settings.workers, **uvicorn_options(settings)
     )
     supervisor = Supervisor(config, sockets=[config.bind_socket()])
+    log.info("once the workers have loaded: %s", urls(settings))  # each loads before it accepts a connection
     try:
         supervisor.run()
     except KeyboardInterrupt:

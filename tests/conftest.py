@@ -240,7 +240,8 @@ def lamp_config(corpus, first_stage, encoder, **extra):
         "lr": 3e-3,
         "device": "cpu",
         "log_every": 5,
-        **extra,
+        "export": {"precision": "fp32"},  # the fp32 graph the parity tests read; tests/training/lamp/test_export.py
+        **extra,  # checks the default (int8 when it passes its gate)
     }
     return TrainConfig(corpus=corpus, model="lamp", tfidf=TfidfConfig(min_df=1), lamp=LampConfig(**settings))
 

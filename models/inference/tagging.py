@@ -12,13 +12,25 @@ from xtag.models.errors import XtagError
 from xtag.models.inference.corpus import predict_corpus
 
 Rows = list[list[tuple[int, str, float]]]
+DEFAULT_K = 10  # labels per text when none is asked for (the service's `k`, `xtag predict --k`)
+
+
+def labels_per_text(k: int | None, n_labels: int, max_k: int) -> int:
+    """The k a request gets, one rule for the service and `xtag predict`: none asked for is DEFAULT_K cut to the
+    label count; one asked for above the label count or `max_k` (XTAG_MAX_K) is refused, saying why, never cut."""
+    if k is None:
+        return min(DEFAULT_K, n_labels)
+    k_max = min(n_labels, max_k)
+    if k > k_max:
+        raise XtagError(f"k: {k} is above the maximum of {k_max} (the model has {n_labels} labels; XTAG_MAX_K={max_k})")
+    return k
 
 
 @dataclass(frozen=True)
 class TagOptions:
     """`xtag predict`'s per-text options; they mean what the service's per-request options mean (service/schemas.py)."""
 
-    k: int = 10
+    k: int = DEFAULT_K
     beam_size: int | None = None
     reweight: str | None = None
     alpha: float | None = None

@@ -16,6 +16,7 @@ from xtag.models.inference.beam_search import Predictions
 from xtag.models.inference.macro_optimal import SERVING_MAX_DOCS, predict_optimized, serving_config
 from xtag.models.inference.reweighting import gains_of
 from xtag.models.inference.stopping import StopFlag
+from xtag.models.inference.tagging import labels_per_text
 from xtag.service.batching import run_off_loop
 from xtag.service.deps import (
     check_text_lengths,
@@ -68,14 +69,10 @@ def check_options(
     what the whole request would cost (413 too-costly, service/http/cost.py), all before any prediction."""
     s = request.app.state.settings
     check_text_lengths(request, texts, what)
-    k = opts.k if "k" in opts.model_fields_set else min(opts.k, model.n_labels)
-    k_max = min(model.n_labels, s.max_k)
-    if k > k_max:
-        raise Problem(
-            422,
-            "validation-error",
-            f"k: {k} is above the maximum of {k_max} (the model has {model.n_labels} labels; XTAG_MAX_K={s.max_k})",
-        )
+    try:  # `xtag predict --k` applies the same rule (models/inference/tagging.py)
+        k = labels_per_text(opts.k if "k" in opts.model_fields_set else None, model.n_labels, s.max_k)
+    except XtagError as exc:
+        raise Problem(422, "validation-error", str(exc)) from exc
     if opts.beam_size is not None and opts.beam_size > s.max_beam_size:
         raise Problem(
             422,

@@ -266,6 +266,9 @@ class ModelSlot:
         self.changed_logged: str | None = None  # the change already logged (changed: one WARNING per change)
         self.current: ServedModel | None = None
         self.last_error: str | None = None
+        # the same error with the bundle's path as it was given: for the operator who started the server (the log,
+        # `xtag serve`'s exit line), whose own paths are no secret and whose suggested commands must work as typed
+        self.local_error: str | None = None
         self.loading = False
         self.unloaded = False
         self._lock = asyncio.Lock()
@@ -334,7 +337,7 @@ class ModelSlot:
                     msg,
                     extra={"event": "load_failed", "model": self.name, "bundle_path": str(target)},
                 )
-                self.last_error = public_message(msg, target)
+                self.last_error, self.local_error = public_message(msg, target), msg
                 raise XtagError(self.last_error) from exc
             finally:
                 self.loading = False
@@ -345,7 +348,7 @@ class ModelSlot:
             old, self.current = self.current, new  # the atomic switch: one reference assignment
             if old is not None:  # once the last request on it is done: a storm of reloads kept 135 MB (issue 47)
                 weakref.finalize(old, trim_heap)
-            self.path, self.last_error, self.unloaded = target, None, False
+            self.path, self.last_error, self.local_error, self.unloaded = target, None, None, False
             _hold(new)
             _let_go(old)
             log_swap(old, new, target, time.perf_counter() - start)
@@ -362,6 +365,7 @@ class ModelSlot:
     def unload(self) -> ServedModel | None:
         """Stop serving this model (requests already holding it finish); its arrays go once they are done."""
         old, self.current, self.unloaded, self.last_error = self.current, None, True, None
+        self.local_error = None
         if old is not None:
             for listener in self.listeners:
                 listener(old, None)

@@ -60,3 +60,47 @@ def test_a_missing_model_path_is_named_before_anything_binds_or_loads(tiny_bundl
     code, err, _ = serve(tiny_bundle, "--model", f"lamp={missing}")
     assert code == 2, err[-2000:]
     assert err.strip().splitlines() == [f"error: model lamp: {missing}: no such bundle directory"]
+
+
+def test_serve_on_a_training_run_suggests_an_export_that_works(tiny_bundle, tmp_path, monkeypatch):
+    """`xtag serve runs/debtags-xl` suggested `xtag export debtags-xl ...` (the path cut to its name), which failed:
+    the suggestion keeps the path as typed, and running it gives a bundle."""
+    from typer.testing import CliRunner
+
+    from xtag.cli import app
+
+    shutil.copytree(tiny_bundle.parent / "run", tmp_path / "runs" / "debtags-xl")  # the fixture's training run
+    monkeypatch.chdir(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XTAG_", "PROMETHEUS_MULTIPROC_DIR"))}
+    cmd = [str(XTAG), "serve", "runs/debtags-xl", "--host", "127.0.0.1", "--port", str(free_port())]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=DEADLINE_S, cwd=tmp_path)
+    assert done.returncode != 0, done.stderr[-2000:]
+    suggested = "xtag export runs/debtags-xl --out bundles/debtags-xl"
+    assert f"`{suggested}`" in done.stderr, done.stderr[-2000:]
+    result = CliRunner().invoke(app, suggested.split()[1:])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "bundles" / "debtags-xl" / "manifest.json").is_file()
+
+
+def test_serve_prints_the_dashboard_and_docs_urls_once_ready(tiny_bundle):
+    """main.sh ends in `xtag serve`, which never said where the dashboard was: once the model has loaded it logs
+    one `ready:` line with the dashboard's and the API docs' URLs, and both answer."""
+    import urllib.request
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XTAG_", "PROMETHEUS_MULTIPROC_DIR"))}
+    cmd = [str(XTAG), "serve", str(tiny_bundle), "--host", "127.0.0.1", "--port", str(port)]
+    server = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        line = ""
+        while "ready:" not in line and time.monotonic() < deadline and server.poll() is None:
+            line = server.stderr.readline()
+        base = f"http://127.0.0.1:{port}"
+        assert f"dashboard {base}/ " in line and f"API docs {base}/docs" in line, line
+        for url in (f"{base}/", f"{base}/docs"):
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                assert answer.status == 200 and b"<html" in answer.read().lower()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -108,12 +108,13 @@ def test_a_malformed_row_is_named_by_file_and_line_as_locally(cluster, tiny_bund
     local = _predict(tiny_bundle, "--corpus", str(bad), "--out", str(tmp_path / "local.jsonl"))
     ray = _predict(tiny_bundle, "--corpus", str(bad), "--out", str(tmp_path / "p"), "--ray", cluster.address)
     assert ray.exit_code == local.exit_code == 2
-    assert ray.output.strip() == local.output.strip() == f"error: {bad}:17: bad JSON (Expecting value)"
+    why = f"bad JSON: Expecting value at column 26, near {rows[16]!r}"
+    assert ray.output.strip() == local.output.strip() == f"error: {bad}:17:26: {why}"
 
     args = ["--corpus", str(bad), "--out", str(tmp_path / "p"), "--ray", cluster.address, "--skip-bad-rows"]
     skipped = _predict(tiny_bundle, *args, "--shard-rows", "10")
     assert skipped.exit_code == 0, skipped.output
-    assert f"warning: {bad}: skipped 1 malformed row: line 17 (bad JSON (Expecting value))" in skipped.output
+    assert f"warning: {bad}: skipped 1 malformed row: line 17 ({why})" in skipped.output
     ids = [row["id"] for row in read_jsonl_shards(tmp_path / "p")]
     assert ids == [f"doc{i}" for i in range(30) if i != 16]
 

@@ -122,6 +122,56 @@ def test_compose_serves_two_models_from_one_volume():
     assert len(served) == 2 and all(Path(path).parent == Path(mount) for path in served.values())
 
 
+def quick_bundles() -> set[str]:
+    """The bundles the README builds with XR-Linear (main.sh's family, about a minute on debtags): each
+    `xtag export runs/X --out bundles/X` whose run `xtag train ... --out runs/X` names no other family."""
+    readme = (ROOT / "README.md").read_text()
+    runs = {
+        m.group(2)
+        for m in re.finditer(r"^xtag train (.*)--out runs/([\w.-]+)\s*(#.*)?$", readme, flags=re.M)
+        if "--model" not in m.group(1) or "--model xlinear" in m.group(1)
+    }
+    exports = re.findall(r"^xtag export runs/([\w.-]+) --out bundles/([\w.-]+)", readme, flags=re.M)
+    return {bundle for run, bundle in exports if run in runs}
+
+
+def test_the_deployments_and_the_readmes_two_model_examples_serve_bundles_the_quick_path_builds():
+    """Every model compose and Kubernetes serve by default, and every bundle the README's multi-model examples
+    serve, is one the README builds with XR-Linear: they named bundles/debtags-lamp, which nothing quick builds."""
+    quick = quick_bundles()
+    assert {"debtags-xl", "debtags-xl-ub"} <= quick, quick
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    for env in (
+        *(
+            {k: re.sub(r"\$\{\w+:-(.*)\}", r"\1", str(v)) for k, v in svc["environment"].items()}
+            for svc in (compose["xtag"], compose["xtag-gpu"])
+        ),
+        {
+            e["name"]: e.get("value")
+            for e in manifests()["Deployment"]["spec"]["template"]["spec"]["containers"][0]["env"]
+        },
+    ):
+        served = {Path(path).name for path in served_models(env).values()}
+        assert len(served) == 2 and served <= quick, (served, quick)
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### Several models in one server", 1)[1].split("```", 2)[1]
+    named = set(re.findall(r"bundles/([\w.-]+)", section))
+    assert len(named) >= 2 and named <= quick, (named, quick)
+
+
+def test_compose_mounts_the_bundle_root_under_the_name_the_service_reads():
+    """README and compose named the host's bundle folder XTAG_BUNDLE_DIR and XTAG_BUNDLES_DIR, which nothing reads:
+    it is XTAG_BUNDLE_ROOT, the setting xtag reads for its bundle directory, in both."""
+    from xtag.service.settings import Settings
+
+    assert "bundle_root" in Settings.model_fields
+    text = (ROOT / "docker-compose.yml").read_text()
+    mounted = set(re.findall(r"\$\{(\w+):-[^}]*\}:/bundles:ro", text))
+    assert mounted == {"XTAG_BUNDLE_ROOT"}, mounted
+    readme = (ROOT / "README.md").read_text()
+    assert not re.search(r"XTAG_BUNDLES?_DIR", readme + text)
+
+
 def dashboard() -> dict:
     return json.loads((GRAFANA / "dashboards" / "xtag.json").read_text())
 

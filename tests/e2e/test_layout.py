@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import json
 import shutil
 import subprocess
 import sys
@@ -275,6 +276,32 @@ def test_old_top_level_names_are_not_importable_outside_the_checkout(tmp_path):
     probe = "import importlib.util as u; print([m for m in ('models', 'training', 'service') if u.find_spec(m)])"
     shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, check=True)
     assert shown.stdout.strip() == "[]"
+
+
+EDITABLE_BUILD = """
+import json, sys, warnings
+from setuptools import build_meta
+with warnings.catch_warnings(record=True) as seen:  # what pip's backend runner does, then reprints each one
+    warnings.simplefilter("default")
+    build_meta.build_editable(sys.argv[1])
+print(json.dumps([f"{w.category.__name__}: {str(w.message)[:200]}" for w in seen]))
+"""
+
+
+def test_the_editable_install_raises_no_build_warning(tmp_path):
+    """setup.sh's `pip install -e .` opened with a 10-line BuildBackendWarning ("Editable installation ...") that
+    looked like an error: the backend, run as pip runs it on a clean copy, raises no warning at all."""
+    source = tmp_path / "source"
+    for rel in [*tracked_files(PACKAGES), "pyproject.toml", "setup.py", "README.md"]:
+        (source / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / rel, source / rel)
+    (tmp_path / "wheel").mkdir()
+    built = subprocess.run(
+        [sys.executable, "-c", EDITABLE_BUILD, str(tmp_path / "wheel")], cwd=source, capture_output=True, text=True
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    assert list((tmp_path / "wheel").glob("xtag-*.whl")), built.stderr[-2000:]
+    assert json.loads(built.stdout.strip().splitlines()[-1]) == []
 
 
 def tracked_files(folders) -> list[str]:

@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import io
 import lzma
+import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,7 +18,19 @@ from xtag.models.errors import XtagError
 from xtag.training.data.corpus import write_jsonl_gz
 
 APT_UPDATE = ["apt-get", "update", "-o", "Acquire::Languages=en"]
-_APT_HINT = "run `apt-get update -o Acquire::Languages=en` (as root) or `xtag data debtags|debdeps --update`"
+
+
+def _apt_hint() -> str:
+    """What fills the apt lists, for this user: `--update` runs apt-get update, which only root may, so another user
+    is not told to use it (it failed with "needs root")."""
+    if os.geteuid() == 0:
+        return "run `xtag data debtags|debdeps --update`, which runs `apt-get update -o Acquire::Languages=en` first"
+    return (
+        "as root run `apt-get update -o Acquire::Languages=en` (e.g. with sudo), or give --lists a folder holding a "
+        "Debian machine's *_Packages and *_Translation-en lists"
+    )
+
+
 _SUFFIXES = ("", ".lz4", ".gz", ".xz", ".bz2")
 
 
@@ -51,13 +64,13 @@ def find_lists(lists_dir: Path) -> tuple[Path, Path]:
     packages = _candidates(lists_dir, "_Packages")
     main = [p for p in packages if "_main_binary-" in p.name] or packages
     if not main:
-        raise XtagError(f"{lists_dir}: no Packages list (*_main_binary-amd64_Packages.lz4); {_APT_HINT}")
+        raise XtagError(f"{lists_dir}: no Packages list (*_main_binary-amd64_Packages.lz4); {_apt_hint()}")
     # Several suites may be configured (-updates, -security): the main archive's list is by far the largest.
     pkg = max(main, key=lambda p: (p.stat().st_size, p.name))
     translations = _candidates(lists_dir, "_Translation-en")
     if not translations:
         raise XtagError(
-            f"{lists_dir}: no Translation-en list (*_main_i18n_Translation-en.lz4) beside {pkg.name}; {_APT_HINT}"
+            f"{lists_dir}: no Translation-en list (*_main_i18n_Translation-en.lz4) beside {pkg.name}; {_apt_hint()}"
         )
     prefix = pkg.name.split("_binary-")[0] + "_i18n_Translation-en"
     same = [p for p in translations if p.name.startswith(prefix)]
@@ -65,7 +78,10 @@ def find_lists(lists_dir: Path) -> tuple[Path, Path]:
 
 
 def update_apt_lists() -> None:
-    """Fetch the apt lists, including the English translations that hold the long descriptions."""
+    """Fetch the apt lists, including the English translations that hold the long descriptions (root only: another
+    user is told so before apt-get runs, and what to do instead)."""
+    if os.geteuid() != 0:
+        raise XtagError(f"--update runs `{' '.join(APT_UPDATE)}`, which needs root; {_apt_hint()}")
     try:
         proc = subprocess.run(APT_UPDATE, capture_output=True, text=True)
     except FileNotFoundError as exc:

@@ -143,9 +143,9 @@ class _Reader:
         self.path, self.skip_bad, self.span = path, skip_bad, span
         self.corpus = Corpus(ids=[], texts=[], labels=[], source=str(path))
 
-    def bad(self, line: int, why: str) -> None:
-        if not self.skip_bad:
-            raise XtagError(f"{self.path}:{line}: {why}")
+    def bad(self, line: int, why: str, column: int | None = None) -> None:
+        if not self.skip_bad:  # FILE:LINE(:COLUMN): what editors and terminals open at the place
+            raise XtagError(f"{self.path}:{line}{'' if column is None else f':{column}'}: {why}")
         self.corpus.skipped += 1
         self.corpus.skipped_lines.append(line)
         self.corpus.skipped_why.append(why)
@@ -176,12 +176,20 @@ def _read_jsonl(r: _Reader, need_labels: bool) -> None:
             try:  # what orjson refuses but JSON readers accept (NaN, integers over 64 bits), or the message
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                r.bad(number, f"bad JSON ({exc.msg})")
+                r.bad(number, json_error(exc), exc.colno)
                 continue
         if not isinstance(row, dict):
             r.bad(number, "a row must be a JSON object with 'text' and 'labels'")
             continue
         r.add(number, row.get("id"), row.get("text"), row.get("labels", [] if not need_labels else None), need_labels)
+
+
+def json_error(exc: json.JSONDecodeError) -> str:
+    """The JSON reader's whole reason, its column, and the text around it (a row can be long: only there)."""
+    text = exc.doc.rstrip("\n")
+    near = text[max(0, exc.pos - 30) : exc.pos + 30]
+    marked = f"{'...' if exc.pos > 30 else ''}{near}{'...' if exc.pos + 30 < len(text) else ''}"
+    return f"bad JSON: {exc.msg} at column {exc.colno}, near {marked!r}"
 
 
 def _read_tsv(r: _Reader, need_labels: bool) -> None:

@@ -12,6 +12,13 @@ from xtag.training.deep.config import TransformerConfig, TransformerExportConfig
 class LampExportConfig(TransformerExportConfig):
     """One ONNX graph (frozen encoder + LaMP), parity-checked against torch on the run's sample texts."""
 
+    precision: Literal["auto", "fp32", "int8", "fp16"] = Field(
+        "auto",
+        description="auto (the default): int8 weights when their top 5 agree with the fp32 graph's on at least "
+        "min_top5_agreement of the parity texts, else fp32, and the export says which and why (debtags: int8 served "
+        "1.56x the fp32 batch throughput at the same P@1, bench/RESULTS.md); int8: int8 or no bundle; fp32; fp16",
+    )
+
     optimize: bool = Field(
         False,
         description="onnxruntime's transformer fusions: off by default, the fusion passes are not checked on "
@@ -28,11 +35,18 @@ class LampExportConfig(TransformerExportConfig):
         None,
         ge=2,
         description="C at serving (`xtag export --candidates`): the re-ranker scores the first stage's top-C, at most "
-        "the C it was trained on (None: that C). The graph's cost grows with C: on debtags C=20 of a C=50 run "
+        "the C it was trained on. None: chosen on the run's held-out texts (lamp.val_fraction) as the smallest of "
+        "candidate_grid whose P@1 and PSP@5 there stay within p1_tolerance and psp_tolerance points of the trained "
+        "C's; the trained C when the run held none out. The graph's cost grows with C: on debtags C=20 of a C=50 run "
         "scored 1.6x the texts per second in-process with P@1 kept (89.02 against 89.05) and PSP@5 lower (69.70 "
-        "against 70.62): fewer candidates keep the head and lose tail labels. Choose it on validation texts. Not "
-        "in the paper, which re-scores a fixed candidate set.",
+        "against 70.62): fewer candidates keep the head and lose tail labels. Not in the paper, which re-scores a "
+        "fixed candidate set.",
     )
+    candidate_grid: list[int] = Field(
+        [10, 15, 20, 30], description="the Cs under the trained one that the validation choice tries"
+    )
+    p1_tolerance: float = Field(0.2, ge=0, description="points of validation P@1 a smaller C may lose")
+    psp_tolerance: float = Field(1.0, ge=0, description="points of validation PSP@5 a smaller C may lose")
 
 
 class LampConfig(TransformerConfig):
@@ -90,7 +104,8 @@ class LampConfig(TransformerConfig):
         lt=0.5,
         description="share of LaMP's texts held out to pick the epoch (training/lamp/selection.py): after each "
         "epoch the re-ranked P@1 on them is measured and the best epoch's weights are kept, so lamp.epochs becomes "
-        "the most it trains; 0: every text trains and the last epoch is kept (the held-out texts do not train)",
+        "the most it trains; `xtag export` also chooses the served C on them (lamp.export.candidates); 0: every "
+        "text trains and the last epoch is kept (the held-out texts do not train)",
     )
     lr: float = Field(1e-3, gt=0, description="AdamW learning rate of the LaMP layers (the encoder is frozen)")
     export: LampExportConfig = Field(default_factory=LampExportConfig)

@@ -73,7 +73,8 @@ def cross_fitted_topk(
         raise XtagError(f"lamp.cross_fit={folds} needs at least {2 * folds} training texts, got {len(texts)}")
     fold = fold_of(len(texts), folds, seed)
     recipe = FoldRecipe.of(first)
-    took = first.manifest["training"].get("summary", {}).get("total_seconds")
+    done = first.manifest["training"].get("summary", {})
+    took = done.get("train_seconds", done.get("total_seconds"))  # train_seconds counts a resumed run's earlier work
     expect = f"; it trained in {took:.0f} s, so expect about {took * (folds - 1):.0f} s" if took else ""
     log(
         {

@@ -18,6 +18,7 @@ from xtag.models.lamp.model import ATTENTION, HEAD_FILE, INPUTS, OUTPUTS, LampHe
 from xtag.training.config import TrainConfig
 from xtag.training.export.steps import copy_run_model, step
 from xtag.training.lamp.result import LAMP_NET
+from xtag.training.lamp.serving_c import serving_candidates
 from xtag.training.onnx.graph import write_graph
 from xtag.training.onnx.optimize import set_precision
 from xtag.training.onnx.parity import parity_gate
@@ -96,7 +97,9 @@ def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:
     with step("loading the trained LaMP net"):
         net, enc_config = LAMP_NET.load_run_net(run_encoder)
     tokenizer, texts = write_graph(net, run_encoder, tmp / "lamp", enc_config, lc.export, list(OUTPUTS), example_inputs)
-    trained_c = serve_with_candidates(tmp / "lamp", lc.export.candidates)
+    with step("choosing C on the run's held-out texts"):
+        served_c, why_c = serving_candidates(config, first, tmp / "lamp")
+    trained_c = serve_with_candidates(tmp / "lamp", served_c)
     reranker = LampReranker.load(tmp / "lamp")
     C = reranker.config.candidates
     cand = first.predictor.predict(texts, k=C, calibrated=False)
@@ -119,8 +122,29 @@ def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:
         "trained_candidates": trained_c,
         **parity_gate(lc.export, len(texts), onnx, reference, top5),
     }
-    precision = lc.export.precision
-    if precision != "fp32":  # gated on the ranking it gives: LaMP's outputs are the ranking
-        floor = lc.export.min_top5_agreement
+    precision, floor = lc.export.precision, lc.export.min_top5_agreement
+    if precision == "auto":  # int8 when it passes the gate, else fp32 (an explicit int8 refuses instead)
+        report["int8"], why_precision = gated_int8(tmp / "lamp", graph_outputs, onnx, reference, top5, floor)
+    elif precision != "fp32":  # gated on the ranking it gives: LaMP's outputs are the ranking
         report[precision] = set_precision(tmp / "lamp", precision, graph_outputs, onnx, reference, top5, floor)
+        why_precision = f"{precision} as asked: top-5 agreement {report[precision]['top5_agreement_vs_fp32']:.3f}"
+    else:
+        why_precision = "fp32 as asked"
+    report["chosen"] = f"{why_precision}; {why_c}"  # `xtag export` prints it: what the bundle serves, and why
     return report
+
+
+def gated_int8(folder: Path, outputs, fp32: dict, torch: dict, top5, floor: float) -> tuple[dict, str]:
+    """lamp.export.precision=auto: int8 weights if their top 5 agree with fp32's on at least `floor` of the parity
+    texts, else the fp32 graph kept as it was; (the int8 report, the one-line reason)."""
+    kept = {name: (folder / name).read_bytes() for name in ("model.onnx", "config.json")}
+    try:
+        report = set_precision(folder, "int8", outputs, fp32, torch, top5, floor)
+    except XtagError as exc:
+        for name, data in kept.items():
+            (folder / name).write_bytes(data)
+        (folder / "model.fp32.onnx").unlink(missing_ok=True)
+        why = str(exc).removesuffix("; refusing to export")
+        return {"refused": why}, f"fp32: int8 did not pass the gate ({why})"
+    agreement = report["top5_agreement_vs_fp32"]
+    return report, f"int8: top-5 agreement {agreement:.3f} >= {floor} gate"

@@ -15,7 +15,9 @@ app = typer.Typer(no_args_is_help=True, help="Build benchmark corpora.")
 
 Out = Annotated[Path, typer.Option(help="folder for train.jsonl.gz and test.jsonl.gz")]
 Lists = Annotated[Path, typer.Option(help="apt lists folder")]
-Update = Annotated[bool, typer.Option(help="run `apt-get update -o Acquire::Languages=en` first (root)")]
+Update = Annotated[
+    bool, typer.Option(help="run `apt-get update -o Acquire::Languages=en` first (as root only; others: --lists DIR)")
+]
 APT_LISTS = Path("/var/lib/apt/lists")
 
 

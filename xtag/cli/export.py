@@ -16,11 +16,12 @@ SHORTLIST_HELP = (
     "4096; 0 = always)"
 )
 CANDIDATES_HELP = (
-    "lamp bundles: re-score the first stage's top-C (at most the C it was trained on; default: that C). Fewer is "
-    "faster and keeps P@1 but loses tail labels: choose it on validation texts"
+    "lamp bundles: re-score the first stage's top-C (at most the C it was trained on; default: chosen on the run's "
+    "held-out texts, lamp.val_fraction, else the trained C). Fewer is faster and keeps P@1 but loses tail labels"
 )
 QUANTIZE_HELP = (
-    "transformer bundles: 'int8' ships dynamic int8 weights for CPUs (its accuracy cost goes into the export report)"
+    "transformer bundles: 'int8' ships dynamic int8 weights for CPUs (its accuracy cost goes into the export report); "
+    "'none': fp32. LaMP's default: int8 when its top 5 agree with fp32's (lamp.export.min_top5_agreement), else fp32"
 )
 
 
@@ -41,11 +42,11 @@ def export(
     """Turn a run into a self-describing serving bundle (manifest with versions and checksums)."""
     from xtag.training.export.export_run import export_run
 
-    if quantize not in (None, "int8"):
-        fail(XtagError(f"--quantize {quantize}: the one quantisation offered is int8"))
+    if quantize not in (None, "int8", "none"):
+        fail(XtagError(f"--quantize {quantize}: the one quantisation offered is int8 ('none': fp32 weights)"))
     if quantize and fp16:
-        fail(XtagError("--quantize int8 and --fp16 exclude each other: int8 is for CPUs, fp16 for GPUs"))
-    precision = "int8" if quantize else "fp16" if fp16 else None
+        fail(XtagError(f"--quantize {quantize} and --fp16 exclude each other: int8 is for CPUs, fp16 for GPUs"))
+    precision = {"int8": "int8", "none": "fp32"}.get(quantize or "") or ("fp16" if fp16 else None)
     with failing(), echo_log("xtag.export", "export", progress):
         manifest = export_run(run, out, name, overwrite, shortlist_min_nodes, precision, optimize, candidates)
     _summary(out, manifest)
@@ -66,6 +67,9 @@ def _summary(out: Path, manifest: dict) -> None:
             else f"shortlist: {shortlist['index']} FAISS index over {shortlist['nodes']} level-1 nodes, "
             f"recall {shortlist['recall']}"
         )
+    if "chosen" in report:  # LaMP: the precision and C the bundle serves, and why (training/lamp/export.py)
+        typer.echo(f"serves {report['chosen']}")
+        return
     for precision in ("int8", "fp16"):
         cost = report.get(precision)
         if cost and "top5_agreement_vs_fp32" in cost:

@@ -40,7 +40,14 @@ def predict(
         Path | None, Opt(help="tag every document of a corpus instead (with --ray: a glob of files, quoted)")
     ] = None,
     format: CorpusFormat = "auto",
-    k: Annotated[int, Opt(min=1, help="labels per text")] = 10,
+    k: Annotated[
+        int | None,
+        Opt(
+            min=1,
+            help="labels per text (default 10, at most the label count); above the label count or XTAG_MAX_K it is "
+            "refused, as the service refuses it",
+        ),
+    ] = None,
     beam_size: BeamSize = None,
     reweight: Annotated[
         str | None, Opt(help="re-rank for tail labels, as the service's `reweight`: psp | power | macro-recall")
@@ -78,18 +85,22 @@ def predict(
     score most over its path in the tree (TF-IDF value × ranker weight, summed over levels) and each level's
     margin; in JSON lines each label gets the service's `explanation` object.
     """
-    from xtag.models.inference.tagging import Tagger, TagOptions
+    from xtag.models.inference.tagging import Tagger, TagOptions, labels_per_text
     from xtag.training.data.corpus import load_corpus
 
     if (text is None) == (corpus is None):
         fail(XtagError("give either a TEXT or --corpus"))
+    if ray is None and (resume, out_format, shard_rows) != (False, "jsonl", SHARD_ROWS):
+        fail(XtagError("--resume, --out-format and --shard-rows are options of --ray's sharded output"))
+    if ray is not None and (corpus is None or out is None):
+        fail(XtagError("--ray scores a corpus: give --corpus 'GLOB' and --out FOLDER"))
+    b = load_bundle_or_fail(bundle)
+    with failing():  # the service's rule for k (models/inference/tagging.py), XTAG_MAX_K included
+        k = labels_per_text(k, b.predictor.n_labels, service_settings().max_k)
     options = TagOptions(k, beam_size, reweight, alpha, beta, threshold, explain)
     if ray is not None:
         job = dict(corpus_format=format, out_format=out_format, resume=resume, skip_bad_rows=skip_bad_rows)
-        return _on_ray(bundle, corpus, out, options, ray, job, shard_rows, progress)
-    if (resume, out_format, shard_rows) != (False, "jsonl", SHARD_ROWS):
-        fail(XtagError("--resume, --out-format and --shard-rows are options of --ray's sharded output"))
-    b = load_bundle_or_fail(bundle)
+        return _on_ray(b, bundle, corpus, out, options, ray, job, shard_rows, progress)
     with failing():
         tagger = Tagger(b, options)  # refuses a bad option before predicting a whole corpus
         if text is not None:
@@ -105,18 +116,14 @@ def predict(
         finish(f"wrote {out}: top-{k} labels of each of {len(data.ids)} documents, as JSON lines")
 
 
-def _on_ray(
-    bundle: Path, corpus: Path | None, out: Path | None, options, address: str, job: dict, shard_rows, progress
-):
+def _on_ray(loaded, bundle: Path, corpus: Path, out: Path, options, address: str, job: dict, shard_rows, progress):
     """The corpus scored on a Ray cluster (cluster/scoring.py), one output file per shard in `out`."""
     from xtag.cluster.scoring import ScoringJob, score_on_ray
     from xtag.cluster.shards import plan_shards
     from xtag.models.inference.tagging import Tagger
 
-    if corpus is None or out is None:
-        fail(XtagError("--ray scores a corpus: give --corpus 'GLOB' and --out FOLDER"))
     with failing():
-        Tagger(load_bundle_or_fail(bundle), options)  # a bad bundle or option is refused before a cluster is joined
+        Tagger(loaded, options)  # a bad bundle or option is refused before a cluster is joined
         shards = plan_shards(str(corpus), shard_rows)
         runtime = service_settings().runtime_options()
         spec = ScoringJob(bundle=bundle.resolve(), out=out.resolve(), options=options, runtime=runtime, **job)

@@ -30,8 +30,22 @@ def test_jsonl_gz_with_ids_and_line_numbers(tmp_path):
 def test_malformed_row_names_file_and_line(tmp_path, line, why):
     path = tmp_path / "c.jsonl"
     path.write_text('{"text": "fine", "labels": ["a"]}\n' + line + "\n")
-    with pytest.raises(XtagError, match=rf"c\.jsonl:2: .*{why}"):
+    with pytest.raises(XtagError, match=rf"c\.jsonl:2(:\d+)?: .*{why}"):
         load_corpus(path)
+
+
+def test_a_json_error_says_file_line_column_and_the_whole_reason(tmp_path):
+    """Issue 47: a JSON error was cut short ("bad JSON (Expecting value)", no position). It is FILE:LINE:COLUMN,
+    the reader's whole reason, and the text at that place, also in a long row."""
+    path = tmp_path / "c.jsonl"
+    row = '{"text": "' + "word " * 200 + '", "labels": ["a",, "b"]}'
+    path.write_text('{"text": "fine", "labels": ["a"]}\n' + row + "\n")
+    column = row.index(",,") + 2
+    with pytest.raises(XtagError) as caught:
+        load_corpus(path)
+    said = str(caught.value)
+    assert said.startswith(f"{path}:2:{column}: bad JSON: Expecting value at column {column}, near "), said
+    assert '"labels": ["a",, "b"]}' in said and len(said) < 200, said
 
 
 def test_skip_bad_rows_counts_them(tmp_path):

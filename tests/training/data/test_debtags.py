@@ -176,6 +176,7 @@ def test_update_apt_lists_failure_is_xtag_error(monkeypatch: pytest.MonkeyPatch)
         return subprocess.CompletedProcess(cmd, 100, "", "E: Could not open lock file")
 
     monkeypatch.setattr(apt_corpus.subprocess, "run", fake_run)
+    monkeypatch.setattr(apt_corpus.os, "geteuid", lambda: 0)  # as root, apt-get runs
     with pytest.raises(XtagError, match="lock file"):
         apt_corpus.update_apt_lists()
     assert calls == [["apt-get", "update", "-o", "Acquire::Languages=en"]]
@@ -186,3 +187,20 @@ def test_update_apt_lists_failure_is_xtag_error(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(apt_corpus.subprocess, "run", missing)
     with pytest.raises(XtagError, match="apt-get not found"):
         apt_corpus.update_apt_lists()
+
+
+def test_another_user_is_not_told_to_use_update_and_update_says_why_not(tmp_path: Path, monkeypatch) -> None:
+    """Issue 47: a non-root user was told to run `--update`, which then failed with "needs root"."""
+    monkeypatch.setattr(apt_corpus.os, "geteuid", lambda: 1000)
+    lists = write_lists(tmp_path / "lists", translation=False)
+    with pytest.raises(XtagError) as info:
+        debtags.build_debtags_corpus(lists, tmp_path / "out")
+    assert "--update" not in str(info.value) and "--lists" in str(info.value), info.value
+    ran: list[list[str]] = []
+    monkeypatch.setattr(apt_corpus.subprocess, "run", lambda cmd, **kw: ran.append(cmd))
+    with pytest.raises(XtagError, match="needs root; as root run `apt-get update") as info:
+        apt_corpus.update_apt_lists()
+    assert ran == [] and "--lists" in str(info.value)
+    monkeypatch.setattr(apt_corpus.os, "geteuid", lambda: 0)
+    with pytest.raises(XtagError, match="--update") as info:
+        debtags.build_debtags_corpus(lists, tmp_path / "out")

@@ -14,6 +14,7 @@ from pydantic import (
     StrictBool,
     StrictInt,
     StrictStr,
+    model_validator,
 )
 
 
@@ -93,6 +94,13 @@ class Reweight(Strict):
         ]
         | None
     ) = None
+
+    @model_validator(mode="after")
+    def _beta_only_with_power(self) -> Reweight:
+        # checked here, not only where the weights are made: alpha 0 makes none, and beta slipped through (issue 47)
+        if self.beta is not None and self.scheme != "power":
+            raise ValueError(f"beta only applies to the 'power' scheme, not {self.scheme!r}: leave it out")
+        return self
 
 
 class PredictOptions(Strict):

@@ -122,6 +122,13 @@ class Settings(BaseSettings):
         "starts; the default admits 256 documents at k=100, or 256 explained at k=10, and refuses what buys "
         "seconds of CPU; 0 = no bound",
     )
+    max_request_memory_mb: float = Field(
+        100.0,
+        ge=0,
+        description="most memory one prediction request may take while it runs, in estimated MB (service/http/cost.py: "
+        "its arrays, explanations and answer); a request estimated above it gets 413 before any work starts "
+        "(LaMP's attention between k candidates grows with k²); 0 = no bound",
+    )
     max_response_bytes: int = Field(
         8 * 1024 * 1024,
         ge=0,

@@ -28,6 +28,7 @@ import argparse
 import ctypes
 import gc
 import itertools
+import json
 import random
 import sys
 import time
@@ -39,7 +40,7 @@ import orjson
 from scipy.optimize import nnls
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import save_result  # noqa: E402
+from results import RESULTS_DIR, command_line, save_result  # noqa: E402
 from xtag.models.bundle.loader import load_bundle  # noqa: E402
 from xtag.models.inference.macro_optimal import predict_optimized, serving_config  # noqa: E402
 from xtag.models.inference.reweighting import gains_of  # noqa: E402
@@ -190,7 +191,15 @@ def main() -> None:
     ap.add_argument("--floor-ms", type=float, default=10.0, help="points under this bound nothing (noise)")
     ap.add_argument("--seed", type=int, default=47)
     ap.add_argument("--result-name", default="request_cost")
+    ap.add_argument(
+        "--refit", action="store_true", help="measure nothing: fit again the points of bench/results/RESULT_NAME.json"
+    )
     args = ap.parse_args()
+    if args.refit:
+        doc = json.loads((RESULTS_DIR / f"{args.result_name}.json").read_text())
+        measured = doc["provenance"]
+        save_fitted(doc["result"]["points"], args, [measured["command"], command_line()], measured)
+        return
     corpus = load_corpus(args.texts, "auto", need_labels=False).texts[:3000]
     joined = " ".join(corpus)
     rows = []
@@ -232,6 +241,11 @@ def main() -> None:
                 }
             )
             print(f"{path.name} {point} {ms:.1f} ms {mb:.1f} MB {size} B", flush=True)
+    save_fitted(rows, args)
+
+
+def save_fitted(rows: list[dict], args, command: list[str] | None = None, measured: dict | None = None) -> None:
+    """Each profile's fit over `rows` (their "work": a Work, or its features as saved), printed and saved."""
     tables: dict[str, dict] = {}
     defaults = Settings.model_fields
     limits = {
@@ -241,7 +255,7 @@ def main() -> None:
     }  # the defaults: which measured requests they admit, with the fitted estimates
     for family in sorted({r["family"] for r in rows}):
         mine = [r for r in rows if r["family"] == family]
-        X = np.array([r["work"].features() for r in mine], dtype=np.float64)
+        X = np.array([features_of(r["work"]) for r in mine], dtype=np.float64)
         y = np.array([r["cpu_ms"] for r in mine])
         mem = np.array([r["memory_mb"] for r in mine])
         coef, scale = fit(X, y, args.floor_ms, 0.5)
@@ -252,6 +266,8 @@ def main() -> None:
         A = np.stack([labels, labels * np.array([r["levels"] for r in ex])], axis=1)
         extra = np.array([r["bytes"] - r["documents"] * r["k"] * r["label_bytes"] for r in ex], dtype=np.float64)
         byte_coef, _ = nnls(A * (1.0 / np.maximum(labels, 1))[:, None], extra / np.maximum(labels, 1))
+        byte_scale = max(1.0, float(np.max(extra / np.maximum(A @ byte_coef, 1e-9)))) if len(ex) else 1.0
+        byte_coef = np.ceil(byte_coef * byte_scale)  # raised until no measured answer is larger than its estimate
         big = y >= args.floor_ms
         under = y[big] / np.maximum(X[big] @ coef, 1e-9)  # measured / estimate: at most 2 by construction
         tables[family] = {
@@ -265,7 +281,7 @@ def main() -> None:
         for r, e, m in zip(mine, X @ coef, X @ mcoef):
             r["estimate_ms"], r["estimate_mb"] = float(e), float(m)
             r["admitted"] = e <= limits["cost"] and m <= limits["memory_mb"] and r["bytes"] <= limits["bytes"]
-            r["work"] = [float(f) for f in r["work"].features()]
+            r["work"] = [float(f) for f in features_of(r["work"])]
         print(f"{family}: measured / estimate CPU at most {tables[family]['worst_measured_over_estimate']}")
 
     def fmt(key: str) -> str:
@@ -275,10 +291,14 @@ def main() -> None:
     print("\nCOEFFICIENTS = " + fmt("coefficients"))
     print("MEMORY = " + fmt("memory"))
     print("EXPLAINED_BYTES = {" + ", ".join(f'"{f}": {tuple(t["explained_bytes"])}' for f, t in tables.items()) + "}")
-    save_result(
-        args.result_name,
-        {"features": FEATURES, "profiles": tables, "floor_ms": args.floor_ms, "limits": limits, "points": rows},
-    )
+    payload = {"features": FEATURES, "profiles": tables, "floor_ms": args.floor_ms, "limits": limits, "points": rows}
+    if measured is not None:  # a refit: when and under what load the points were measured
+        payload["measured"] = {"date": measured["date"], "load_average": measured["load_average"]}
+    save_result(args.result_name, payload, command=command)
+
+
+def features_of(work) -> list[float]:
+    return list(work.features()) if isinstance(work, Work) else list(work)
 
 
 if __name__ == "__main__":

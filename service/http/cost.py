@@ -43,6 +43,7 @@ from xtag.service.http.problems import Problem
 log = logging.getLogger("xtag.service")
 METER_KEY = "xtag.cost_meter"  # a request's CostMeter, in its ASGI scope
 CHECK_FACTOR = 2.0  # a request whose measured CPU exceeds this × its estimate is logged and counted
+CHECK_MIN_MS = 10.0  # ... when it took at least this: below it the fit promises nothing (timer and cache noise)
 
 # The work counts the cost is linear in, in the order of each profile's COEFFICIENTS and MEMORY.
 FEATURES = (
@@ -66,17 +67,17 @@ FEATURES = (
 # estimate is at least half its measurement (bench/results/request_cost.json). "encoder" was measured on an
 # XR-Transformer over a frozen tiny BERT: a larger encoder costs more per document than it counts.
 COEFFICIENTS = {
-    "linear": (3.357, 0, 0.0002355, 5.485e-05, 0.0002991, 0, 0, 0.06583, 3.767e-06, 0.0003076, 0, 0, 0, 0),
-    "encoder": (6.038, 0, 0.0005791, 0.001523, 0, 0.001711, 0, 0.08855, 1.807e-06, 0.0005239, 0, 0, 0, 0.1507),
-    "lamp": (10.22, 0, 0.0009083, 0, 0.01468, 0.008237, 2.064, 0.1875, 9.316e-06, 0.006392, 0, 5.022e-06, 0, 0.8591),
+    "linear": (4.43, 0, 0.000197, 6.192e-05, 0.0002432, 0.0003258, 1.915, 0.06102, 3.806e-06, 0.0001819, 0, 0, 0, 0.002615),
+    "encoder": (3.015, 0, 0.0008633, 0.002433, 0.0001611, 0.001258, 4.835, 0.1152, 2.447e-06, 0, 0, 0, 0, 0.05862),
+    "lamp": (4.892, 0, 0.001127, 0.00324, 8.281e-05, 0.02202, 4.794, 0.2394, 1.099e-05, 0.01456, 0, 4.809e-05, 0, 0),
 }
 MEMORY = {
-    "linear": (1.421, 0, 1.427e-05, 1.04e-05, 3.59e-05, 7.282e-05, 0, 0.0008524, 2.229e-08, 1.641e-05, 0, 0, 0, 0),
-    "encoder": (0.9464, 0, 9.24e-05, 0, 4.057e-05, 0, 0.4904, 0.001563, 4.131e-08, 4.335e-05, 0, 0, 0, 0.009152),
-    "lamp": (5.715, 0, 0.0002212, 0, 0, 0.004067, 0, 0, 2.391e-07, 0, 0, 2.684e-06, 3.634e-05, 0.002849),
+    "linear": (1.778, 0, 1.42e-05, 1.053e-05, 4.285e-05, 0.0001045, 0, 0.001317, 1.94e-08, 7.034e-06, 0, 0, 0, 0.0006393),
+    "encoder": (1.016, 0, 9.513e-05, 0, 5.124e-05, 3.52e-05, 0.4029, 0.002047, 6.057e-08, 1.734e-05, 0, 0, 0, 0),
+    "lamp": (4.388, 0, 0.0002572, 0, 0, 5.498e-05, 5.748, 0.006838, 2.206e-07, 0, 0, 6.883e-06, 3.927e-06, 0),
 }
 # Estimated response bytes per explained label, and per explained label and level, per profile: the same fit's.
-EXPLAINED_BYTES = {"linear": (0, 479), "encoder": (0, 479), "lamp": (0, 671)}
+EXPLAINED_BYTES = {"linear": (0, 499), "encoder": (0, 498), "lamp": (0, 737)}
 SCORE_BYTES = 22  # a score's digits and the separators around a label object (float64 repr: up to 20 digits)
 GAIN_BYTES = len(',"gain":') + 22  # a reweighted label's gain, its digits as a score's
 
@@ -255,9 +256,9 @@ class CostMeter:
 
     def check(self, model: str, counter=None) -> bool:
         """Log, and count in `counter` (xtag_cost_underestimated_requests), a request that took more than
-        CHECK_FACTOR × its estimate; True when it did."""
+        CHECK_FACTOR × its estimate and CHECK_MIN_MS; True when it did."""
         measured_ms = self.cpu_s * 1e3
-        if measured_ms <= CHECK_FACTOR * self.estimate_ms:
+        if measured_ms <= max(CHECK_FACTOR * self.estimate_ms, CHECK_MIN_MS):
             return False
         w = self.work
         log.warning(

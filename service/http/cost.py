@@ -64,7 +64,8 @@ FEATURES = (
 )
 # Per serving-cost profile (Model.cost_hint, models/inference/model.py): estimated CPU milliseconds, and peak
 # memory in MB, per unit of each feature. bench/request_cost.py's fit, raised so that every measured request's
-# estimate is at least half its measurement (bench/results/request_cost.json). "encoder" was measured on an
+# CPU estimate is at least half its measurement and its memory estimate at least its peak
+# (bench/results/request_cost_{xlinear,encoder,lamp}.json). "encoder" was measured on an
 # XR-Transformer over a frozen tiny BERT: a larger encoder costs more per document than it counts.
 COEFFICIENTS = {
     "linear": (
@@ -106,7 +107,8 @@ MEMORY = {
     "encoder": (1.016, 0, 9.513e-05, 0, 5.124e-05, 3.52e-05, 0.4029, 0.002047, 6.057e-08, 1.734e-05, 0, 0, 0, 0),
     "lamp": (4.388, 0, 0.0002572, 0, 0, 5.498e-05, 5.748, 0.006838, 2.206e-07, 0, 0, 6.883e-06, 3.927e-06, 0),
 }
-# Estimated response bytes per explained label, and per explained label and level, per profile: the same fit's.
+# Response bytes per explained label, and per explained label and level, per profile: the same fit's, raised
+# until no measured answer was larger.
 EXPLAINED_BYTES = {"linear": (0, 499), "encoder": (0, 498), "lamp": (0, 737)}
 SCORE_BYTES = 22  # a score's digits and the separators around a label object (float64 repr: up to 20 digits)
 GAIN_BYTES = len(',"gain":') + 22  # a reweighted label's gain, its digits as a score's

@@ -16,7 +16,8 @@ by non-negative least squares on relative error, and raised by one factor until 
 is estimated at no less than half its CPU; the memory coefficients likewise, until every point of 5 MB or more is
 estimated at no less than its memory. The response bytes per explained label are fitted per profile too. The
 tables and every point's estimate against its measurement are saved (bench/results/request_cost.json); paste the
-printed COEFFICIENTS, MEMORY and EXPLAINED_BYTES into service/http/cost.py.
+printed COEFFICIENTS, MEMORY and EXPLAINED_BYTES into service/http/cost.py. --refit fits a saved result's points
+again without measuring (its provenance then lists both commands, and when the points were measured).
 
     .venv/bin/python bench/request_cost.py --bundle bundles/debtags-xl --bundle bundles/debtags-xrt \\
         --bundle bundles/debtags-lamp --texts data/debtags/test.jsonl.gz --points 30

@@ -283,7 +283,8 @@ async def suggest(request: Request, project_id: str):
         {
             400: "invalid JSON, UTF-8, limit or threshold, or too many documents",
             **PROJECT,
-            413: "body or text too large, or over XTAG_MAX_REQUEST_COST / XTAG_MAX_RESPONSE_BYTES (too-costly)",
+            413: "body or text too large, or over XTAG_MAX_REQUEST_COST / _MEMORY_MB / XTAG_MAX_RESPONSE_BYTES "
+            "(too-costly)",
             415: "not application/json",
             422: "invalid field",
         }

@@ -44,8 +44,8 @@ ERRORS = problem_responses(
     {
         400: "invalid JSON or UTF-8",
         401: "missing API key",
-        413: "body or text too large, or the request would cost more than XTAG_MAX_REQUEST_COST or answer more "
-        "than XTAG_MAX_RESPONSE_BYTES (too-costly)",
+        413: "body or text too large, or the request would cost more than XTAG_MAX_REQUEST_COST, take more memory "
+        "than XTAG_MAX_REQUEST_MEMORY_MB or answer more than XTAG_MAX_RESPONSE_BYTES (too-costly)",
         415: "not application/json",
         422: "invalid field, or explain on a bundle with nothing to explain with (explain-unavailable)",
         503: "no model loaded yet",

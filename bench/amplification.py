@@ -4,8 +4,11 @@ Starts this checkout's server on loopback (bench/service_latency.py's start_serv
 the amplification request (--documents texts of ~400 characters, k = the label count, beam_size 512,
 explain: true; issue 38 used 256 documents, a 103 KB body) and the ordinary requests the cost budget must let
 through (a 256-document batch at k=100, one text of a few thousand words explained at k=10, a plain
-/v1/predict). For each: status, the server's CPU seconds (from /proc), wall seconds, response bytes, the
-server's RSS growth, and a refusal's detail. Bounded: every request has a client timeout (--timeout).
+/v1/predict), then issue 47's: 10 texts of 99,000 characters (windows of the joined test texts) at k = the
+label count, beam_size 512, explained (a 1 MB body); 256 texts of 3,900 characters reweighted (psp) at k 400;
+Annif's suggest-batch of 256 texts at limit 400. For each: status, the server's CPU seconds (from /proc), wall
+seconds, response bytes, the server's RSS growth, and a refusal's detail. Bounded: every request has a client
+timeout (--timeout). With --before-code (a folder holding an older `xtag` package) that code serves instead.
 
     .venv/bin/python bench/amplification.py --bundle bundles/debtags-xl \\
         --test ../shared/data/debtags/test.jsonl.gz --documents 32 --port 18110
@@ -69,6 +72,7 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=18110)
     ap.add_argument("--timeout", type=float, default=120.0, help="client timeout per request (s)")
     ap.add_argument("--result-name", default=None, help="save to bench/results/NAME.json")
+    ap.add_argument("--before-code", type=Path, help="serve this folder's `xtag` package instead of the checkout's")
     args = ap.parse_args()
     texts = load_corpus(args.test, "auto", need_labels=False).texts
     n_labels = json.loads((args.bundle / "labels.json").read_text())
@@ -93,7 +97,32 @@ def main() -> None:
         "one 3000-word text explained k=10": ("/v1/predict", {"text": long_text, "k": 10, "explain": True}),
         "plain predict": ("/v1/predict", {"text": texts[0], "k": 10}),
     }
-    proc = start_server(args.bundle, args.port, "true", XTAG_MAX_BATCH_DOCUMENTS="256")
+    joined = " ".join(texts)
+    k400 = min(400, n_labels)
+    cases |= {
+        "issue 47: 10 x 99,000 chars explained, k all, beam 512": (
+            "/v1/predict/batch",
+            {
+                "documents": [{"text": (joined * 2)[i * 104_729 :][:99_000]} for i in range(10)],
+                "k": n_labels,
+                "beam_size": 512,
+                "explain": True,
+            },
+        ),
+        f"issue 47: 256 x 3,900 chars reweighted, k {k400}": (
+            "/v1/predict/batch",
+            {
+                "documents": [{"text": t} for t in sized(texts[:256], 3900)],
+                "k": k400,
+                "reweight": {"scheme": "psp", "alpha": 0.5},
+            },
+        ),
+        f"issue 47: Annif suggest-batch 256 x 400 chars, limit {k400}": (
+            f"/v1/projects/{args.bundle.name}/suggest-batch?limit={k400}",
+            {"documents": [{"text": t} for t in docs]},
+        ),
+    }
+    proc = start_server(args.bundle, args.port, "true", args.before_code, XTAG_MAX_BATCH_DOCUMENTS="256")
     rows = {}
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{args.port}", timeout=args.timeout) as client:
@@ -104,7 +133,10 @@ def main() -> None:
         proc.terminate()
         proc.wait(30)
     if args.result_name:
-        save_result(args.result_name, {"bundle": str(args.bundle), "documents": args.documents, "cases": rows})
+        code = "before" if args.before_code else "this checkout"
+        save_result(
+            args.result_name, {"bundle": str(args.bundle), "documents": args.documents, "code": code, "cases": rows}
+        )
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ Starts `xtag serve` (bench/service_latency.py's start_server) on 127.0.0.1, poll
 from a thread on a keep-alive connection, and meanwhile sends, one at a time:
 
 - `explain`: one text of ~99K characters (test texts joined) with `explain: true` and k = the label count;
+- `explain_batch`: issue 47's batch, 10 such texts at k = the label count, beam_size 512, explained (about 1 MB;
+  served only with --unbounded, which lifts XTAG_MAX_REQUEST_COST, _MEMORY_MB and XTAG_MAX_RESPONSE_BYTES);
 - `form`: Annif's url-encoded suggest with a ~2 MB body of 250,000 fields;
 - `form_max_fields`: the same with 1,000 fields (the default XTAG_MAX_FORM_FIELDS) of ~2 KB each, a 60K-char text;
 - `plain_max`: a plain /v1/predict of a text at XTAG_MAX_TEXT_CHARS (the inline path's worst case), k=10,
@@ -92,7 +94,7 @@ def phase(poller: Poller, port: int, path: str, body: bytes, content_type: str, 
     return out
 
 
-def stalls(port: int, long_text: str, max_text: str, rounds: int) -> dict:
+def stalls(port: int, long_text: str, max_text: str, rounds: int, phases: set[str]) -> dict:
     """The /health phases against the server on `port`."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     conn.request("GET", "/v1/projects")
@@ -107,11 +109,20 @@ def stalls(port: int, long_text: str, max_text: str, rounds: int) -> dict:
     suggest, encoded = f"/v1/projects/{pid}/suggest", "application/x-www-form-urlencoded"
     explain = json.dumps({"text": long_text, "k": n_labels, "explain": True}).encode()
     plain = json.dumps({"text": max_text, "k": 10}).encode()
+    documents = [{"text": long_text[i * 7 :] + long_text[: i * 7]} for i in range(10)]  # 10 different texts
+    explain_batch = json.dumps({"documents": documents, "k": n_labels, "beam_size": 512, "explain": True}).encode()
     poller = Poller(port)
     poller.start()
     time.sleep(0.5)
     try:
-        results = {
+        results = {}
+        if "explain_batch" in phases:
+            results["explain_batch"] = phase(
+                poller, port, "/v1/predict/batch", explain_batch, "application/json", rounds, "explain batch 10 x 99K"
+            )
+        if "explain" not in phases:
+            return results
+        results |= {
             "explain": phase(poller, port, "/v1/predict", explain, "application/json", rounds, f"explain k={n_labels}"),
             "form": phase(poller, port, suggest, form, encoded, rounds, f"form ({len(form)} bytes, 250001 fields)"),
             "form_max_fields": phase(
@@ -156,6 +167,11 @@ def main() -> None:
         help="a folder holding an older `xtag` package: served beside this checkout, the two taking turns",
     )
     ap.add_argument("--no-stalls", action="store_true", help="only the p50 and batch blocks")
+    ap.add_argument("--no-blocks", action="store_true", help="only the /health phases")
+    ap.add_argument(
+        "--phases", default="explain", help="explain (the single-text phases, as before) and/or explain_batch"
+    )
+    ap.add_argument("--unbounded", action="store_true", help="lift the cost, memory and answer-size bounds")
     args = ap.parse_args()
     texts = load_corpus(args.test).texts
     joined = " ".join(texts)
@@ -163,14 +179,19 @@ def main() -> None:
     ports = {"after": args.port}
     if args.before_code is not None:
         ports["before"] = args.port + 1
-    procs = {name: start_server(args.bundle, port, "true", args.before_code if name == "before" else None)
+    unbounded = {"XTAG_MAX_REQUEST_COST": "0", "XTAG_MAX_RESPONSE_BYTES": "0"} if args.unbounded else {}
+    procs = {name: start_server(args.bundle, port, "true", args.before_code if name == "before" else None,
+                                **unbounded, **({"XTAG_MAX_REQUEST_MEMORY_MB": "0"} if unbounded and name == "after" else {}))
              for name, port in ports.items()}  # fmt: skip
     results: dict[str, dict] = {name: {} for name in ports}
     try:
         for name, port in ports.items():
             if not args.no_stalls:
                 print(f"--- {name}", flush=True)
-                results[name].update(stalls(port, long_text, max_text, args.rounds))
+                results[name].update(stalls(port, long_text, max_text, args.rounds, set(args.phases.split(","))))
+        if args.no_blocks:
+            print(json.dumps(results))
+            return
         singles = [json.dumps({"text": texts[i % len(texts)], "k": 5}).encode() for i in range(100)]
         batches = [
             json.dumps({"documents": [{"text": t} for t in texts[i * 256 : (i + 1) * 256]], "k": 10}).encode()

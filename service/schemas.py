@@ -16,6 +16,7 @@ from pydantic import (
     StrictStr,
     ValidatorFunctionWrapHandler,
     WrapValidator,
+    model_validator,
 )
 
 
@@ -110,6 +111,13 @@ class Reweight(Strict):
         ]
         | None
     ) = None
+
+    @model_validator(mode="after")
+    def _beta_only_with_power(self) -> Reweight:
+        # checked here, not only where the weights are made: alpha 0 makes none, and beta slipped through (issue 47)
+        if self.beta is not None and self.scheme != "power":
+            raise ValueError(f"beta only applies to the 'power' scheme, not {self.scheme!r}: leave it out")
+        return self
 
 
 class PredictOptions(Strict):

@@ -133,9 +133,16 @@ class Settings(BaseSettings):
         1000.0,
         ge=0,
         description="most work one prediction request may ask for, in estimated CPU milliseconds (service/http/cost.py: "
-        "documents, characters, k, beam, explain, reweight, optimize); a costlier one gets 413 before any work "
-        "starts; the default admits 256 documents at k=100, or 256 explained at k=10, and refuses what buys "
-        "seconds of CPU; 0 = no bound",
+        "documents, characters, k, beam, explain, reweight, optimize, the model's family); a costlier one gets 413 "
+        "before any work starts; the default admits 256 documents at k=10 on any family (at k=100 but on LaMP), "
+        "and refuses what buys seconds of CPU; 0 = no bound",
+    )
+    max_request_memory_mb: float = Field(
+        100.0,
+        ge=0,
+        description="most memory one prediction request may take while it runs, in estimated MB (service/http/cost.py: "
+        "its arrays, explanations and answer); a request estimated above it gets 413 before any work starts "
+        "(LaMP's attention between k candidates grows with k²); 0 = no bound",
     )
     max_response_bytes: int = Field(
         8 * 1024 * 1024,

@@ -21,21 +21,62 @@ def amplification(r: dict) -> dict[str, str]:
         for name, c in r["cases"].items()
     ]
     head = f"{r['documents']} documents in the amplification batch; bundle {r['bundle']}"
+    if "code" in r:
+        head += f"; served by {r['code']}"
     header = ["request", "status", "body bytes", "server CPU s", "wall s", "answer bytes", "RSS growth MB"]
     return {"table": head + "\n\n" + table(header, "lrrrrrr", rows)}
 
 
 @one_result_each
 def request_cost(r: dict) -> dict[str, str]:
-    """bench/request_cost.py: the cost model's coefficients (CPU ms per unit of work) and how well it tracks CPU."""
-    rows = [[name, f"{c:.3g}"] for name, c in zip(r["features"], r["coefficients"])]
-    low, high = r["ratio"], r["ratio_50ms_up"]
-    fit = (
-        f"{len(r['points'])} requests measured; estimate / measured CPU: {low['min']:.2f}-{low['max']:.2f} over all,"
-        f" {high['min']:.2f}-{high['max']:.2f} over the requests of 50 ms or more; answer bytes per explained label"
-        f" {r['explained_bytes'][0]:.0f} + {r['explained_bytes'][1]:.0f} per level"
+    """bench/request_cost.py: each profile's coefficients (CPU ms and memory MB per unit of work), and every
+    measured request's CPU and memory against the estimate, with whether the default limits admit it."""
+    profiles = r["profiles"]
+    names = list(profiles)
+    header = ["work count", *(f"{n} CPU ms" for n in names), *(f"{n} MB" for n in names)]
+    rows = [
+        [feature, *(f"{profiles[n]['coefficients'][i]:.3g}" for n in names),
+         *(f"{profiles[n]['memory'][i]:.3g}" for n in names)]
+        for i, feature in enumerate(r["features"])
+    ]  # fmt: skip
+    worst = ", ".join(
+        f"{n} {p['worst_measured_over_estimate']:.2f} (raised {p['cpu_raised_by']:.2f}x; memory {p['memory_raised_by']:.2f}x)"
+        for n, p in profiles.items()
     )
-    return {"table": fit + "\n\n" + table(["work count", "CPU ms per unit"], "lr", rows)}
+    head = (
+        f"Worst measured / estimated CPU over the requests of {r.get('floor_ms', 10):g} ms or more, per profile "
+        f"(at most 2 by construction: the fit is raised until it holds): {worst}. Answer bytes per explained label "
+        + ", ".join(f"{n} {p['explained_bytes'][0]} + {p['explained_bytes'][1]} per level" for n, p in profiles.items())
+    )
+
+    def request(p: dict) -> str:
+        flags = [f for f in ("explain", "reweight", "optimize", "annif") if p[f]]
+        beam = f", beam {p['beam']}" if p["beam"] else ""
+        text = f"{p['documents']} x {thousands(p['chars'])} chars, k {p['k']}{beam}" + "".join(f", {f}" for f in flags)
+        return f"**{text}** (issue 47)" if p.get("issue") else text
+
+    points = sorted(r["points"], key=lambda p: (p["bundle"], not p.get("issue"), -p["cpu_ms"]))
+    limits = r.get("limits", {})
+    prows = [
+        [
+            p["bundle"],
+            request(p),
+            f"{p['cpu_ms']:,.1f}",
+            f"{p['estimate_ms']:,.1f}",
+            f"{p['cpu_ms'] / max(p['estimate_ms'], 1e-9):.2f}",
+            f"{p['memory_mb']:.1f}",
+            f"{p['estimate_mb']:.1f}",
+            thousands(p["bytes"]),
+            "yes" if p.get("admitted") else "413",
+        ]
+        for p in points
+    ]
+    pheader = ["bundle", "request", "CPU ms", "estimate ms", "CPU / estimate", "peak MB", "estimate MB", "answer bytes",
+               f"admitted ({limits.get('cost', 1000):g} ms, {limits.get('memory_mb', 100):g} MB, 8 MiB)"]  # fmt: skip
+    return {
+        "table": head + "\n\n" + table(header, "l" + "r" * (len(header) - 1), rows),
+        "points": table(pheader, "llrrrrrrr", prows),
+    }
 
 
 @one_result_each

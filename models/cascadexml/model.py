@@ -23,7 +23,7 @@ from xtag.models.errors import XtagError
 from xtag.models.features.device import Device, RuntimeOptions
 from xtag.models.features.onnx_encoder import OnnxEncoder, length_sorted_batches
 from xtag.models.inference.beam_search import Predictions, top_k
-from xtag.models.inference.model import Model
+from xtag.models.inference.model import CostHint, Model
 from xtag.models.inference.stopping import check
 from xtag.models.label_tree import ClusterChain
 
@@ -105,6 +105,10 @@ class CascadeXMLEncoder:
 
 class CascadeXMLModel(Model):
     """Resolutions (a ClusterChain), each resolution's classifier (embedding E_r, bias b_r) and the cascade."""
+
+    def cost_hint(self) -> CostHint:
+        """A transformer encodes every document: the encoder profile of the cost model."""
+        return CostHint("encoder")
 
     def __init__(self, chain: ClusterChain, weights: list[np.ndarray], biases: list[np.ndarray], config):
         sizes = [chain.level_size(t) for t in range(1, chain.depth + 1)]

@@ -6,15 +6,26 @@ Predictor asks the model instead of guessing from its attributes:
 - `reranks`: the model is a second stage over a first (LaMP) and its `predict` takes `rerank`; `rerank=False`
   answers with the first stage alone;
 - `readable(features, preds)`: the scores a user sees; the model's own unless they need a monotone fix-up
-  (XR-Linear's hinge scores saturate at 1.0: models/xlinear/readable.py).
+  (XR-Linear's hinge scores saturate at 1.0: models/xlinear/readable.py);
+- `cost_hint()`: which serving-cost profile the service's admission applies (service/http/cost.py), and the
+  shape it needs (a re-ranker's candidates), so that admission never reads a family's internals.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from xtag.models.inference.beam_search import Predictions
+
+
+@dataclass(frozen=True)
+class CostHint:
+    """What a family tells the service's cost model (service/http/cost.py) about its serving work."""
+
+    family: str = "linear"  # the fitted profile: "linear" (sparse beam search), "encoder" (a transformer), "lamp"
+    candidates: int = 0  # a re-ranker's C: it re-scores the first stage's top-max(C, k) per document
 
 
 class Model(ABC):
@@ -34,3 +45,7 @@ class Model(ABC):
     def readable(self, features: Any, preds: Predictions) -> Predictions:
         """The scores a user sees, in the same order: the model's own unless a family overrides this."""
         return preds
+
+    def cost_hint(self) -> CostHint:
+        """The serving-cost profile of this family: a sparse beam search unless a family says otherwise."""
+        return CostHint()

@@ -10,7 +10,7 @@ import scipy.sparse as sp
 from xtag.models.errors import XtagError
 from xtag.models.inference.beam_search import Predictions
 from xtag.models.inference.calibration import Calibration
-from xtag.models.inference.model import Model
+from xtag.models.inference.model import CostHint, Model
 from xtag.models.labels import LabelVocab
 
 
@@ -31,6 +31,14 @@ class Predictor:
     @property
     def n_labels(self) -> int:
         return len(self.vocab)
+
+    def cost_hint(self) -> CostHint:
+        """The model's (models/inference/model.py), but a linear model over a transformer's features
+        (XR-Transformer's concatenated featuriser) also pays the encoder per document."""
+        hint = self.model.cost_hint()
+        if hint.family == "linear" and getattr(self.featurizer, "encoder", None) is not None:
+            return CostHint("encoder")
+        return hint
 
     def predict(
         self,

@@ -21,7 +21,7 @@ from xtag.models.errors import XtagError
 from xtag.models.features.device import Device, RuntimeOptions
 from xtag.models.features.onnx_encoder import OnnxEncoder
 from xtag.models.inference.beam_search import Predictions, top_k
-from xtag.models.inference.model import Model
+from xtag.models.inference.model import CostHint, Model
 from xtag.models.lamp.masks import label_mask
 
 HEAD_FILE = "lamp.json"
@@ -147,6 +147,10 @@ class LampModel(Model):
     @property
     def n_labels(self) -> int:
         return self.first.n_labels
+
+    def cost_hint(self) -> CostHint:
+        """The graph re-scores max(C, k) candidates with attention between them: quadratic in that width."""
+        return CostHint("lamp", self.reranker.config.candidates)
 
     def candidates(self, texts: list[str], k: int, beam_size: int | None) -> Predictions:
         """The first stage's top-max(C, k), raw scores (the features LaMP was trained on)."""

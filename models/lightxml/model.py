@@ -20,7 +20,7 @@ from xtag.models.errors import XtagError
 from xtag.models.features.device import Device, RuntimeOptions
 from xtag.models.features.onnx_encoder import OnnxEncoder, length_sorted_batches
 from xtag.models.inference.beam_search import Predictions, top_k
-from xtag.models.inference.model import Model
+from xtag.models.inference.model import CostHint, Model
 from xtag.models.inference.stopping import check
 from xtag.models.label_tree import ClusterChain
 from xtag.models.lightxml.label_index import LabelIndex
@@ -97,6 +97,10 @@ def cluster_members(chain: ClusterChain) -> np.ndarray:
 
 class LightXMLModel(Model):
     """Clusters (a two-level ClusterChain), label embeddings E (L × b), and the prediction rule."""
+
+    def cost_hint(self) -> CostHint:
+        """A transformer encodes every document: the encoder profile of the cost model."""
+        return CostHint("encoder")
 
     def __init__(self, chain: ClusterChain, embeddings: np.ndarray, config: LightXMLHeadConfig):
         if chain.depth != 2 or chain.level_size(1) != config.n_clusters or chain.n_labels != config.n_labels:

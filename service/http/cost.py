@@ -10,32 +10,44 @@ optimised. Over XTAG_MAX_REQUEST_COST it is refused (413 too-costly) before pred
 whose answer would exceed XTAG_MAX_RESPONSE_BYTES (`response_bytes`, explanations included).
 
 The model is linear in FEATURES (each a count of work items: documents, characters, beam nodes scored, labels
-kept, labels explained × levels, ...), so it is cheap: a few multiplications and one len() per text, nothing
-that grows with the labels. Characters stand for words: counting words would cost a pass over up to 2 MB of
-text on the event loop, while len() is free and tracks the featuriser's work as well.
+kept, labels explained × levels, a re-ranker's candidates and their pairs, ...), so it is cheap: a few
+multiplications and one len() per text, nothing that grows with the labels. Characters stand for words:
+counting words would cost a pass over up to 2 MB of text on the event loop, while len() is free and tracks the
+featuriser's work as well.
 
-COEFFICIENTS were fitted (non-negative least squares on relative error) by bench/request_cost.py to the CPU time
-(time.process_time, all threads) that the service's own code path took in-process, for a grid of documents,
-text length, k, beam, explain, reweight and optimize on the debtags (595 labels, 2 levels) and debdeps (36,395
-labels, 4 levels) XR-Linear bundles; bench/results/request_cost.json has the grid, the fit and how far each
-point's estimate is from its measurement. Over the 81 points, every request that took 50 ms or more (26, up to
-2.2 s) was estimated within 2x (0.51-1.51 of its CPU); below some 20 ms fixed costs (a parallel region's thread
-wake-ups) dominate and the estimate can be several times low, which is nothing against a budget of a second. A faster or slower machine
-scales every cost alike, which is what XTAG_MAX_REQUEST_COST is for. Encoder bundles (XR-Transformer, LightXML,
-CascadeXML, LaMP) also pay their transformer per document, which this model, fitted on XR-Linear, does not
-count: for them the budget bounds the beam, labels and explanations, not the encoder.
+Issue 47: fitted on XR-Linear alone, the estimate was 14-28x low for explain and LaMP (a 1 MB batch of 10 texts of
+99,000 characters explained at k 595: estimated 0.6 s, 8-17 s of CPU and +400 MB). So each family declares its
+serving-cost profile (Model.cost_hint: "linear", "encoder", "lamp", and a re-ranker's C), and each profile has
+its own COEFFICIENTS (CPU ms) and MEMORY (peak MB), fitted by bench/request_cost.py to measured requests up to
+99,000 characters a text, explained, reweighted, optimised and Annif's, and raised until every measured request
+of 10 ms or more is estimated at no less than half its CPU and no less than its memory (bench/RESULTS.md, "The
+cost bound per family"). Over XTAG_MAX_REQUEST_MEMORY_MB a request is refused like one over the cost. The
+estimate is checked after the work as well (CostMeter): a request whose thread CPU exceeded twice its estimate
+is logged and counted (xtag_cost_underestimated_requests). A faster or slower machine scales every cost alike,
+which is what XTAG_MAX_REQUEST_COST is for; "encoder" was fitted with a tiny frozen encoder, so a large one is
+under-counted per document: raise its bound with the machine's own measurement (bench/request_cost.py --bundle).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from xtag.models.inference.macro_optimal import SERVING_MAX_SECONDS
+from xtag.models.inference.model import CostHint
 from xtag.models.inference.reweighting import candidate_budget
 from xtag.service.http.problems import Problem
 
-# The work counts the cost is linear in, in the order of COEFFICIENTS.
+log = logging.getLogger("xtag.service")
+METER_KEY = "xtag.cost_meter"  # a request's CostMeter, in its ASGI scope
+CHECK_FACTOR = 2.0  # a request whose measured CPU exceeds this × its estimate is logged and counted
+CHECK_MIN_MS = 10.0  # ... when it took at least this: below it the fit promises nothing (timer and cache noise)
+
+# The work counts the cost is linear in, in the order of each profile's COEFFICIENTS and MEMORY.
 FEATURES = (
+    "requests (1: a call's fixed cost)",
     "documents",
     "characters",
     "scored nodes (documents × tree nodes the beam search scores)",
@@ -45,12 +57,61 @@ FEATURES = (
     "explained levels (documents × k × levels)",
     "explained characters (characters × k × levels)",
     "optimized candidates (documents × candidate labels)",
+    "re-scored (documents × max(C, k): a re-ranker's candidates)",
+    "re-scored pairs (documents × max(C, k)²: its label-to-label attention)",
+    "explained pairs (documents × max(C, k)² with explain: the attention outputs fetched)",
+    "Annif labels (documents × k as Annif's dicts)",
 )
-# Estimated CPU milliseconds per unit of each feature: bench/request_cost.py's fit (see the module docstring).
-COEFFICIENTS = (0.05608, 8.752e-05, 5.585e-06, 0.0001597, 0, 3.518, 0.0333, 9.592e-08, 0)
-# Estimated response bytes per explained label, and per explained label and level: the same fit's.
-EXPLAINED_BYTES = (237, 338)
+# Per serving-cost profile (Model.cost_hint, models/inference/model.py): estimated CPU milliseconds, and peak
+# memory in MB, per unit of each feature. bench/request_cost.py's fit, raised so that every measured request's
+# CPU estimate is at least half its measurement and its memory estimate at least its peak
+# (bench/results/request_cost_{xlinear,encoder,lamp}.json). "encoder" was measured on an
+# XR-Transformer over a frozen tiny BERT: a larger encoder costs more per document than it counts.
+COEFFICIENTS = {
+    "linear": (
+        4.43,
+        0,
+        0.000197,
+        6.192e-05,
+        0.0002432,
+        0.0003258,
+        1.915,
+        0.06102,
+        3.806e-06,
+        0.0001819,
+        0,
+        0,
+        0,
+        0.002615,
+    ),
+    "encoder": (3.015, 0, 0.0008633, 0.002433, 0.0001611, 0.001258, 4.835, 0.1152, 2.447e-06, 0, 0, 0, 0, 0.05862),
+    "lamp": (4.892, 0, 0.001127, 0.00324, 8.281e-05, 0.02202, 4.794, 0.2394, 1.099e-05, 0.01456, 0, 4.809e-05, 0, 0),
+}
+MEMORY = {
+    "linear": (
+        1.778,
+        0,
+        1.42e-05,
+        1.053e-05,
+        4.285e-05,
+        0.0001045,
+        0,
+        0.001317,
+        1.94e-08,
+        7.034e-06,
+        0,
+        0,
+        0,
+        0.0006393,
+    ),
+    "encoder": (1.016, 0, 9.513e-05, 0, 5.124e-05, 3.52e-05, 0.4029, 0.002047, 6.057e-08, 1.734e-05, 0, 0, 0, 0),
+    "lamp": (4.388, 0, 0.0002572, 0, 0, 5.498e-05, 5.748, 0.006838, 2.206e-07, 0, 0, 6.883e-06, 3.927e-06, 0),
+}
+# Response bytes per explained label, and per explained label and level, per profile: the same fit's, raised
+# until no measured answer was larger.
+EXPLAINED_BYTES = {"linear": (0, 499), "encoder": (0, 498), "lamp": (0, 737)}
 SCORE_BYTES = 22  # a score's digits and the separators around a label object (float64 repr: up to 20 digits)
+GAIN_BYTES = len(',"gain":') + 22  # a reweighted label's gain, its digits as a score's
 
 
 @dataclass(frozen=True)
@@ -65,6 +126,8 @@ class Work:
     explain: bool = False
     reweight: bool = False
     optimize: bool = False
+    hint: CostHint = CostHint()  # the bundle's serving-cost profile (Predictor.cost_hint)
+    annif: bool = False  # answered as Annif's {uri, label, notation, score} dicts
 
     def features(self) -> tuple[float, ...]:
         """The FEATURES of this request (see there)."""
@@ -72,8 +135,12 @@ class Work:
         candidates, beam = self.k, self.beam
         if self.reweight or self.optimize:  # both widen the beam search (models/inference/reweighting.py)
             candidates, beam = candidate_budget(self.k, self.beam, self.level_nodes[-1])
+        width = max(self.hint.candidates, candidates) if self.hint.candidates else 0  # LaMP's first stage's top
+        if width:
+            candidates = width
         explained = n * self.k * levels if self.explain else 0
         return (
+            1,
             n,
             self.characters,
             n * scored_nodes(self.level_nodes, beam),
@@ -83,13 +150,24 @@ class Work:
             explained,
             self.characters * self.k * levels if self.explain else 0,
             n * candidates if self.optimize else 0,
+            n * width,
+            n * width * width,
+            n * width * width if self.explain else 0,
+            n * self.k if self.annif else 0,
         )
+
+    def _linear(self, table: dict[str, tuple[float, ...]]) -> list[float]:
+        return [f * c for f, c in zip(self.features(), table.get(self.hint.family, table["linear"]))]
 
     def cost(self) -> float:
         """Estimated CPU milliseconds; the optimisation's share stops at its time cap (SERVING_MAX_SECONDS)."""
-        shares = [f * c for f, c in zip(self.features(), COEFFICIENTS)]  # 8 numbers: faster than numpy
-        shares[-1] = min(shares[-1], SERVING_MAX_SECONDS * 1e3)
+        shares = self._linear(COEFFICIENTS)  # 14 numbers: faster than numpy
+        shares[9] = min(shares[9], SERVING_MAX_SECONDS * 1e3)
         return sum(shares)
+
+    def memory_mb(self) -> float:
+        """Estimated peak memory the request adds, in MB (its arrays, explanations and answer while built)."""
+        return sum(self._linear(MEMORY))
 
 
 def scored_nodes(level_nodes: tuple[int, ...], beam: int) -> int:
@@ -118,40 +196,61 @@ def label_bytes(names: list[str]) -> float:
 
 
 def response_bytes(work: Work, per_label: float) -> float:
-    """Estimated bytes of the answer: every returned label (threshold not counted), with its explanation."""
+    """Estimated bytes of the answer: every returned label (threshold not counted), with its gain when
+    reweighted, as Annif's dicts on the Annif routes, and with its explanation."""
     labels = work.documents * work.k
-    size = labels * per_label
+    if work.annif:  # `per_label` is then an Annif result's (routes/annif.py: the name twice, the uri's prefix)
+        return labels * per_label
+    size = labels * (per_label + (GAIN_BYTES if work.reweight else 0))
     if work.explain:
-        size += labels * (EXPLAINED_BYTES[0] + EXPLAINED_BYTES[1] * len(work.level_nodes))
+        per = EXPLAINED_BYTES.get(work.hint.family, EXPLAINED_BYTES["linear"])
+        size += labels * (per[0] + per[1] * len(work.level_nodes))
     return size
 
 
-def check_work(work: Work, per_label: float, max_cost: float, max_bytes: int) -> None:
-    """413 too-costly when the request would cost more than `max_cost` or answer more than `max_bytes`, with
-    what it costs, the limit, the setting that raises it and what to change."""
+def check_work(work: Work, per_label: float, max_cost: float, max_bytes: int, max_memory_mb: float = 0) -> CostMeter:
+    """413 too-costly when the request would cost more than `max_cost`, hold more than `max_memory_mb` or answer
+    more than `max_bytes`, with what it costs, the limit, the setting that raises it and what to change; else
+    the CostMeter that checks the estimate once the work is done."""
     cost = work.cost()
     if max_cost and cost > max_cost:
         raise Problem(
             413,
             "too-costly",
             f"this request would cost about {cost:,.0f} units (estimated CPU ms) and the limit is {max_cost:,.0f} "
-            f"(XTAG_MAX_REQUEST_COST); {_hint(work)}",
+            f"(XTAG_MAX_REQUEST_COST); {hint(work)}",
             cost=round(cost, 1),
             limit=max_cost,
         )
-    size = response_bytes(work, per_label)
-    if max_bytes and size > max_bytes:
+    memory = work.memory_mb()
+    if max_memory_mb and memory > max_memory_mb:
         raise Problem(
             413,
             "too-costly",
-            f"this request's answer would be about {size / 1e6:,.1f} MB and the limit is {max_bytes / 1e6:,.1f} MB "
-            f"(XTAG_MAX_RESPONSE_BYTES={max_bytes}); {_hint(work)}",
-            response_bytes=round(size),
-            limit=max_bytes,
+            f"this request would take about {memory:,.0f} MB of memory and the limit is {max_memory_mb:,.0f} MB "
+            f"(XTAG_MAX_REQUEST_MEMORY_MB); {hint(work)}",
+            memory_mb=round(memory, 1),
+            limit=max_memory_mb,
         )
+    size = response_bytes(work, per_label)
+    if max_bytes and size > max_bytes:
+        raise too_large(size, max_bytes, hint(work))
+    return CostMeter(work, cost, work.documents)
 
 
-def _hint(work: Work) -> str:
+def too_large(size: float, max_bytes: int, levers: str) -> Problem:
+    """413 too-costly for an answer over XTAG_MAX_RESPONSE_BYTES: estimated before the work, or encoded after it."""
+    return Problem(
+        413,
+        "too-costly",
+        f"this request's answer would be about {size / 1e6:,.1f} MB and the limit is {max_bytes / 1e6:,.1f} MB "
+        f"(XTAG_MAX_RESPONSE_BYTES={max_bytes}); {levers}",
+        response_bytes=round(size),
+        limit=max_bytes,
+    )
+
+
+def hint(work: Work) -> str:
     """What the client can change, largest lever first."""
     levers = [f"fewer documents (sent {work.documents})"] if work.documents > 1 else []
     levers.append(f"a smaller k (asked {work.k})")
@@ -160,3 +259,57 @@ def _hint(work: Work) -> str:
     if work.reweight or work.optimize:
         levers.append("no reweight/optimize (they widen the beam search)")
     return "send " + ", ".join(levers)
+
+
+@dataclass
+class CostMeter:
+    """The CPU a request's work took, measured where it runs, to check its estimate after the fact.
+
+    Each call wrapped by `wrap` adds the thread CPU time (time.thread_time) of the thread that ran it: the
+    predictor call, the explanation, the optimisation. A micro-batch that merged other requests' texts counts
+    this request's share of it (its texts over the batch's). The pools an engine or onnxruntime starts are not
+    counted (their threads are not this one), so the check can only err towards silence."""
+
+    work: Work
+    estimate_ms: float
+    documents: int
+    cpu_s: float = field(default=0.0)
+
+    def wrap(self, fn: Callable) -> Callable:
+        def measured(texts, *args, **kwargs):
+            start = time.thread_time()
+            try:
+                return fn(texts, *args, **kwargs)
+            finally:
+                share = min(1.0, self.documents / max(len(texts), 1))
+                self.cpu_s += (time.thread_time() - start) * share
+
+        return measured
+
+    def check(self, model: str, counter=None) -> bool:
+        """Log, and count in `counter` (xtag_cost_underestimated_requests), a request that took more than
+        CHECK_FACTOR × its estimate and CHECK_MIN_MS; True when it did."""
+        measured_ms = self.cpu_s * 1e3
+        if measured_ms <= max(CHECK_FACTOR * self.estimate_ms, CHECK_MIN_MS):
+            return False
+        w = self.work
+        log.warning(
+            "cost estimate exceeded: %.0f CPU ms measured against %.0f estimated (%.1fx) on %s (%s profile): "
+            "%d documents, %d characters, k %d, beam %d, explain %s, reweight %s, optimize %s, annif %s",
+            measured_ms,
+            self.estimate_ms,
+            measured_ms / max(self.estimate_ms, 1e-9),
+            model,
+            w.hint.family,
+            w.documents,
+            w.characters,
+            w.k,
+            w.beam,
+            w.explain,
+            w.reweight,
+            w.optimize,
+            w.annif,
+        )
+        if counter is not None:
+            counter.inc()
+        return True

@@ -136,6 +136,13 @@ class Metrics:
         self.reloads = Counter(
             "xtag_model_reloads", "bundle reloads by model and outcome", ["model", "outcome"], registry=r
         )
+        self.underestimated = Counter(
+            "xtag_cost_underestimated_requests",
+            "prediction requests whose measured CPU exceeded twice the cost estimate they were admitted on "
+            "(service/http/cost.py; each is also logged)",
+            ["model"],
+            registry=r,
+        )
         self.rejected = Counter(
             "xtag_overload_rejected_requests",
             "prediction requests answered 503 at once because XTAG_MAX_QUEUE were in flight",
@@ -219,6 +226,7 @@ class ModelSeries:
         self.name, self.timeline = model, timeline
         self.batch_size = metrics.batch_size.labels(model)
         self.documents = metrics.documents.labels(model)
+        self.underestimated = metrics.underestimated.labels(model)
 
     def observe_batch(self, n: int) -> None:
         """One predictor call of `n` documents (the micro-batcher's on_batch)."""

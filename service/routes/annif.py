@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import re
+from functools import partial
 from importlib import metadata
 from urllib.parse import parse_qsl
 
+import orjson
 from fastapi import APIRouter, Request
 from starlette.formparsers import MultiPartException, MultiPartParser
 from xtag.service.deps import (
@@ -17,9 +19,9 @@ from xtag.service.deps import (
     openapi_body,
     parse_body,
 )
-from xtag.service.http.cost import Work, check_work
+from xtag.service.http.cost import METER_KEY, Work, check_work
 from xtag.service.http.problems import Problem, problem_responses
-from xtag.service.routes.predict import JSONBytes, predict_arrays, shadow_task
+from xtag.service.routes.predict import answer, off_loop_if_large, predict_arrays
 from xtag.service.schemas import AnnifBatchRequest
 from xtag.service.state.model_slot import ServedModel
 from xtag.service.state.shadow import JOB_KEY
@@ -101,7 +103,7 @@ def _number(raw: str | None, name: str, cast, lo: float, hi: float, default):
 
 async def _suggest(
     request: Request, model: ServedModel, texts: list[str], limit_raw, threshold_raw, ids: list | None = None
-) -> list[list[dict]]:
+) -> list:
     """Annif semantics: limit (default 10) and threshold (default 0) filter; blank texts get no results. A shadowed
     model's request is left for its shadow (routes/predict.py shadow_task), `ids` the documents' for live P@k."""
     s = request.app.state.settings
@@ -109,7 +111,7 @@ async def _suggest(
     threshold = _number(threshold_raw, "threshold", float, 0.0, 1.0, 0.0)
     check_text_lengths(request, texts)
     todo = [i for i, t in enumerate(texts) if t.strip()]
-    out: list[list[dict]] = [[] for _ in texts]
+    out: list = [[] for _ in texts]
     if not todo:
         return out
     work = Work(
@@ -118,21 +120,40 @@ async def _suggest(
         k=limit,
         beam=model.default_beam,
         level_nodes=model.level_nodes,
+        hint=model.cost_hint,
+        annif=True,
     )
-    check_work(work, model.label_bytes, s.max_request_cost, s.max_response_bytes)
+    # an Annif result holds the name twice (uri, label) and the uri's prefix: at most two label objects' bytes
+    per_label = 2 * model.label_bytes + len(s.annif_uri_prefix.encode())
+    request.scope[METER_KEY] = check_work(
+        work, per_label, s.max_request_cost, s.max_response_bytes, s.max_request_memory_mb
+    )
     preds = await predict_arrays(request, model, [texts[i] for i in todo], limit, None, None)
     if model.shadow is not None:
         scored = [texts[i] for i in todo]
         doc_ids = [None] * len(todo) if ids is None else [ids[i] for i in todo]
         request.scope[JOB_KEY] = model.shadow.job(scored, doc_ids, limit, None, True, model, preds.labels)
-    prefix, names = s.annif_uri_prefix, model.names
-    for i, ids, scores in zip(todo, preds.labels.tolist(), preds.scores.tolist()):
-        out[i] = [
-            {"uri": prefix + names[j], "label": names[j], "notation": None, "score": score}
-            for j, score in zip(ids, scores)
-            if j >= 0 and score >= threshold
-        ]
+    results = partial(annif_results, preds, model.names, s.annif_uri_prefix, threshold)
+    rows = await off_loop_if_large(request, results, len(todo) * limit)
+    for i, row in zip(todo, rows):
+        out[i] = row
     return out
+
+
+def annif_results(preds, names: list[str], prefix: str, threshold: float) -> list[orjson.Fragment]:
+    """Each document's Annif results, as JSON: {uri, label, notation, score}, scores under `threshold` dropped."""
+    return [
+        orjson.Fragment(
+            orjson.dumps(
+                [
+                    {"uri": prefix + names[j], "label": names[j], "notation": None, "score": score}
+                    for j, score in zip(ids, scores)
+                    if j >= 0 and score >= threshold
+                ]
+            )
+        )
+        for ids, scores in zip(preds.labels.tolist(), preds.scores.tolist())
+    ]
 
 
 async def _form(request: Request, content_type: str) -> dict[str, str]:
@@ -241,7 +262,7 @@ async def suggest(request: Request, project_id: str):
     if not isinstance(text, str):
         raise Problem(400, "bad-request", "text: a form field 'text' is required")
     rows = await _suggest(request, model, [text], form.get("limit"), form.get("threshold"))
-    return JSONBytes({"results": rows[0]}, background=shadow_task(request))
+    return await answer(request, model, {"results": rows[0]})
 
 
 @router.post(
@@ -262,7 +283,8 @@ async def suggest(request: Request, project_id: str):
         {
             400: "invalid JSON, UTF-8, limit or threshold, or too many documents",
             **PROJECT,
-            413: "body or text too large, or over XTAG_MAX_REQUEST_COST / XTAG_MAX_RESPONSE_BYTES (too-costly)",
+            413: "body or text too large, or over XTAG_MAX_REQUEST_COST / _MEMORY_MB / XTAG_MAX_RESPONSE_BYTES "
+            "(too-costly)",
             415: "not application/json",
             422: "invalid field",
         }
@@ -276,5 +298,4 @@ async def suggest_batch(request: Request, project_id: str):
     # Annif's document_id is a string, absent ids come back null; an integer id is echoed as its string (issue 28)
     ids = [None if d.document_id is None else str(d.document_id) for d in body.documents]
     rows = await _suggest(request, model, [d.text for d in body.documents], q.get("limit"), q.get("threshold"), ids)
-    answer = [{"document_id": i, "results": r} for i, r in zip(ids, rows)]
-    return JSONBytes(answer, background=shadow_task(request))
+    return await answer(request, model, [{"document_id": i, "results": r} for i, r in zip(ids, rows)])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from functools import partial
 
@@ -26,7 +27,7 @@ from xtag.service.deps import (
     require_api_key,
     served_model,
 )
-from xtag.service.http.cost import Work, check_work
+from xtag.service.http.cost import METER_KEY, Work, check_work, too_large
 from xtag.service.http.problems import Problem, problem_responses
 from xtag.service.http.response_json import label_lists
 from xtag.service.schemas import BatchRequest, BatchResponse, PredictOptions, PredictRequest, PredictResponse, Reweight
@@ -44,8 +45,8 @@ ERRORS = problem_responses(
     {
         400: "invalid JSON or UTF-8",
         401: "missing API key",
-        413: "body or text too large, or the request would cost more than XTAG_MAX_REQUEST_COST or answer more "
-        "than XTAG_MAX_RESPONSE_BYTES (too-costly)",
+        413: "body or text too large, or the request would cost more than XTAG_MAX_REQUEST_COST, take more memory "
+        "than XTAG_MAX_REQUEST_MEMORY_MB or answer more than XTAG_MAX_RESPONSE_BYTES (too-costly)",
         415: "not application/json",
         422: "invalid field, or explain on a bundle with nothing to explain with (explain-unavailable)",
         503: "no model loaded yet",
@@ -60,6 +61,21 @@ class JSONBytes(Response):
 
     def render(self, content: object) -> bytes:
         return orjson.dumps(content)
+
+
+async def answer(request: Request, model: ServedModel, content: object) -> Response:
+    """The handler's response once the work is done: its cost estimate checked (check_cost), and the encoded body
+    held to XTAG_MAX_RESPONSE_BYTES, whatever the estimate said (413 too-costly). The label lists are already
+    JSON (orjson.Fragment, built in the worker that predicted or explained): encoding joins them, which for an
+    answer of megabytes still takes ms, so a large one is joined in a worker too."""
+    check_cost(request, model)
+    meter = request.scope.get(METER_KEY)
+    labels = 0 if meter is None else meter.work.documents * meter.work.k
+    body = await off_loop_if_large(request, partial(orjson.dumps, content), labels)
+    limit = request.app.state.settings.max_response_bytes
+    if limit and len(body) > limit:
+        raise too_large(len(body), limit, "send fewer documents, a smaller k, or no explain")
+    return Response(body, media_type="application/json", background=shadow_task(request))
 
 
 def check_options(
@@ -97,8 +113,11 @@ def check_options(
         explain=opts.explain,
         reweight=a is not None,
         optimize=getattr(opts, "optimize", None) is not None,
+        hint=model.cost_hint,
     )
-    check_work(work, model.label_bytes, s.max_request_cost, s.max_response_bytes)
+    request.scope[METER_KEY] = check_work(
+        work, model.label_bytes, s.max_request_cost, s.max_response_bytes, s.max_request_memory_mb
+    )
     return k, opts.beam_size, a
 
 
@@ -132,8 +151,21 @@ async def predict_rows(
         None if a is None else gains_of(preds, a)
     )  # what the labels were ranked by (models/inference/reweighting.py)
     if not explain:
-        return label_lists(model.label_prefixes, preds, threshold, gains)
+        lists = partial(label_lists, model.label_prefixes, preds, threshold, gains)
+        return await off_loop_if_large(request, lists, preds.labels.size)
     return await explained_rows(request, model, texts, preds, threshold, rerank, gains)
+
+
+INLINE_LABELS = 2000  # labels of one answer made JSON on the event loop (about a ms); more go to a worker
+
+
+async def off_loop_if_large(request: Request, fn, labels: int):
+    """`fn()`, which makes `labels` labels' JSON: inline when few, else in the inference executor, so that a
+    256 × 400 answer (100,000 labels: tens of ms of Python) does not hold the event loop."""
+    executor = request.app.state.executor
+    if labels <= INLINE_LABELS or executor is None:
+        return fn()
+    return await asyncio.get_running_loop().run_in_executor(executor, fn)
 
 
 async def explained_rows(
@@ -150,8 +182,22 @@ async def explained_rows(
     XTAG_INFERENCE_THREADS=0 asks for the loop), never inlined like a short prediction: one 99,000-character text
     at k = 595 takes 0.3-0.6 s to explain, and held /health for as long on the loop (issue 38). The worker
     stops between two documents when the client hangs up (service/http/hangups.py)."""
-    run = partial(model.explained, preds=preds, threshold=threshold, rerank=rerank, gains=gains)
+    run = metered(request, partial(model.explained, preds=preds, threshold=threshold, rerank=rerank, gains=gains))
     return await run_off_loop(request.app.state.executor, run, texts, request.receive, StopFlag())
+
+
+def metered(request: Request, fn):
+    """`fn` with its CPU time counted towards the request's cost check (service/http/cost.py CostMeter)."""
+    meter = request.scope.get(METER_KEY)
+    return fn if meter is None else meter.wrap(fn)
+
+
+def check_cost(request: Request, model: ServedModel) -> None:
+    """After the work: a request whose CPU exceeded twice its estimate is logged and counted
+    (xtag_cost_underestimated_requests), so that a cost model that drifts low is seen."""
+    meter = request.scope.get(METER_KEY)
+    if meter is not None:
+        meter.check(model.served_as or model.bundle.name, getattr(model.series, "underestimated", None))
 
 
 async def predict_arrays(
@@ -165,7 +211,7 @@ async def predict_arrays(
     rerank: bool = True,
 ) -> Predictions:
     """Top-k label ids and scores for `texts`, through the micro-batcher when it is on."""
-    run = partial(model.predict, k=k, beam_size=beam, a=a, rerank=rerank)
+    run = metered(request, partial(model.predict, k=k, beam_size=beam, a=a, rerank=rerank))
     batcher = model.batcher
     if batcher is not None:
         return await batcher.submit((id(model), k, beam, rw_key, rerank), texts, run, request.receive)
@@ -201,7 +247,7 @@ async def predict(request: Request) -> Response:
         request, model, [body.text], k, beam, a, body.threshold, _rw_key(body), body.explain, body.rerank
     )
     took = round((time.perf_counter() - start) * 1e3, 3)
-    return JSONBytes({"labels": rows[0], "model": model.ref, "took_ms": took}, background=shadow_task(request))
+    return await answer(request, model, {"labels": rows[0], "model": model.ref, "took_ms": took})
 
 
 @router.post(
@@ -230,7 +276,7 @@ async def predict_batch(request: Request) -> Response:
         {"id": str(i if d.id is None else d.id), "labels": r} for i, (d, r) in enumerate(zip(body.documents, rows))
     ]
     took = round((time.perf_counter() - start) * 1e3, 3)
-    return JSONBytes({"results": results, "model": model.ref, "took_ms": took}, background=shadow_task(request))
+    return await answer(request, model, {"results": results, "model": model.ref, "took_ms": took})
 
 
 async def optimized_rows(
@@ -255,9 +301,11 @@ async def optimized_rows(
         config=config,
     )
     model.series.observe_batch(len(texts))
+    run = metered(request, run)
     preds = await run_off_loop(request.app.state.executor, run, texts, request.receive)  # one call: the batch's optimum
     if not body.explain:
-        return label_lists(model.label_prefixes, preds, body.threshold)
+        lists = partial(label_lists, model.label_prefixes, preds, body.threshold)
+        return await off_loop_if_large(request, lists, preds.labels.size)
     return await explained_rows(request, model, texts, preds, body.threshold)
 
 

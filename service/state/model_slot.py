@@ -65,6 +65,7 @@ class ServedModel:
         self.predicted = np.zeros(self.n_labels, dtype=np.int64)  # label id → times returned
         self.level_nodes = tree_shape(p)  # what admission's cost model needs of the bundle (service/http/cost.py)
         self.label_bytes = label_bytes(self.names)
+        self.cost_hint = p.cost_hint()  # the family's serving-cost profile (models/inference/model.py)
 
     def gains(self, scheme: str, alpha: float, beta: float | None) -> np.ndarray | None:
         """The a_j of the request's reweighting (None for plain scores); weights cached per (scheme, beta)."""

@@ -40,3 +40,22 @@ def test_padded_token_arrays_hold_each_texts_ids(lamp_bundle):
         n = len(encoding.ids)
         assert ids[row, :n].tolist() == encoding.ids and mask[row].sum() == n
         assert (ids[row, n:] == tokenizer.pad_id).all()
+
+
+def test_a_lamp_bundle_declares_its_cost_profile_and_width(lamp_bundle, tiny_bundle):
+    """Admission (service/http/cost.py) asks the model, not its internals: LaMP re-scores max(C, k) candidates
+    with attention between them, which costs more than its first stage alone, and more the wider k is."""
+    from xtag.service.http.cost import Work, tree_shape
+
+    lamp = load_bundle(lamp_bundle[1]).predictor
+    first = load_bundle(tiny_bundle).predictor
+    hint = lamp.cost_hint()
+    assert hint.family == "lamp" and hint.candidates == lamp.model.reranker.config.candidates
+    assert first.cost_hint().family == "linear"
+    shape = tree_shape(lamp)
+
+    def work(predictor, k):
+        return Work(8, 8 * 400, k, 10, shape, explain=True, hint=predictor.cost_hint())
+
+    assert work(lamp, 4).cost() > work(first, 4).cost()
+    assert work(lamp, 400).cost() > 4 * work(lamp, 40).cost()  # the pairs: quadratic in the width

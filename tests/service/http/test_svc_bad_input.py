@@ -50,6 +50,7 @@ def assert_problem(r, status: int, *words: str) -> dict:
         ({"text": "a", "reweight": {"scheme": "psp"}}, ["reweight.alpha", "required"]),
         ({"text": "a", "reweight": {"scheme": "psp", "alpha": "half"}}, ["reweight.alpha"]),
         ({"text": "a", "reweight": {"scheme": "psp", "alpha": 0.5, "beta": 1}}, ["beta", "power"]),
+        ({"text": "a", "reweight": {"scheme": "psp", "alpha": 0, "beta": 1}}, ["beta", "power", "'psp'"]),  # 47 9h
         ({"text": "a", "reweight": {"scheme": "power", "alpha": 0.5, "beta": -1}}, ["reweight.beta"]),
         ({"text": "a", "reweight": "psp"}, ["reweight"]),
     ],

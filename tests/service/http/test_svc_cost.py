@@ -4,8 +4,11 @@ the bound; the Annif routes are bounded too."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
-from xtag.service.http.cost import Work, check_work
+from xtag.service.http import cost
+from xtag.service.http.cost import Work, check_work, response_bytes
 from xtag.service.http.problems import Problem
 from xtag.service.state.model_slot import ServedModel
 
@@ -88,7 +91,9 @@ def test_the_response_size_is_capped(make_client):
 
 
 def test_annif_routes_are_bounded_too(make_client):
-    c = make_client(max_request_cost=0.5)
+    model = make_client().app.state.registry.current
+    small = Work(1, 6, 3, model.default_beam, model.level_nodes, hint=model.cost_hint, annif=True).cost()
+    c = make_client(max_request_cost=small * 1.5)  # the last request below passes, the others cost more
     r = c.post("/v1/projects/tiny-a/suggest-batch?limit=9", json={"documents": [{"text": TEXT}] * 64})
     assert r.status_code == 413 and r.json()["type"] == "urn:xtag:problem:too-costly"
     r = c.post("/v1/projects/tiny-a/suggest", data={"text": TEXT * 200, "limit": "9"})
@@ -118,3 +123,67 @@ def test_a_disabled_limit_admits_anything():
     check_work(work, 60.0, 0, 0)  # 0 = no bound, for either
     with pytest.raises(Problem):
         check_work(work, 60.0, 1000, 0)
+
+
+def _sent(model: ServedModel, n: int, k: int, **flags) -> Work:
+    texts = [f"{TEXT} {i}" for i in range(n)]
+    return Work(n, sum(map(len, texts)), k, model.default_beam, model.level_nodes, hint=model.cost_hint, **flags)
+
+
+def test_the_answer_size_is_estimated_with_gains_and_annif_results(make_client, wide_bundle):
+    """Issue 47: reweighted answers (each label's `gain`) and Annif's results were under-counted, and passed the
+    8 MiB bound at 9.9 and 10.4 MB. The estimate must be at least what is sent."""
+    c = make_client(bundle=wide_bundle, max_request_cost=0, max_request_memory_mb=0)
+    model = c.app.state.registry.current
+    r = c.post("/v1/predict/batch", json=batch(16, k=400, reweight={"scheme": "psp", "alpha": 0.5}))
+    assert r.status_code == 200 and '"gain"' in r.text
+    assert len(r.content) <= response_bytes(_sent(model, 16, 400, reweight=True), model.label_bytes)
+    r = c.post("/v1/projects/wide/suggest-batch?limit=400", json={"documents": [{"text": TEXT}] * 16})
+    assert r.status_code == 200 and 300 <= len(r.json()[0]["results"]) <= 400  # the beam finds most of 400
+    assert len(r.content) <= response_bytes(_sent(model, 16, 400, annif=True), 2 * model.label_bytes)
+
+
+def test_the_encoded_answer_is_held_to_the_limit_whatever_the_estimate(make_client, monkeypatch):
+    monkeypatch.setattr(cost, "response_bytes", lambda work, per_label: 0.0)  # an estimate that misses everything
+    c = make_client(max_response_bytes=2_000)
+    r = c.post("/v1/predict/batch", json=batch(32, k=5, explain=True))
+    assert r.status_code == 413 and r.headers["content-type"] == "application/problem+json"
+    assert "XTAG_MAX_RESPONSE_BYTES=2000" in r.json()["detail"] and r.json()["response_bytes"] > 2_000
+    r = c.post("/v1/projects/tiny-a/suggest-batch?limit=9", json={"documents": [{"text": TEXT}] * 32})
+    assert r.status_code == 413 and "XTAG_MAX_RESPONSE_BYTES" in r.json()["detail"]
+    assert c.post("/v1/predict", json={"text": "python", "k": 2}).status_code == 200
+
+
+def test_the_memory_bound_refuses_before_any_prediction(make_client, wide_bundle, predictions):
+    c = make_client(bundle=wide_bundle, max_request_cost=0)
+    model = c.app.state.registry.current
+    body = batch(64, k=400, explain=True)
+    mb = _sent(model, 64, 400, explain=True).memory_mb()
+    assert mb > 0
+    low = make_client(bundle=wide_bundle, max_request_cost=0, max_request_memory_mb=mb * 0.9)
+    predictions.clear()  # the warm-up's
+    r = low.post("/v1/predict/batch", json=body)
+    assert r.status_code == 413 and "XTAG_MAX_REQUEST_MEMORY_MB" in r.json()["detail"]
+    assert r.json()["memory_mb"] > r.json()["limit"] and predictions == []
+
+
+def test_a_request_costlier_than_twice_its_estimate_is_logged_and_counted(make_client, monkeypatch, caplog):
+    c = make_client(max_request_cost=0)  # no bound: the estimates below admit anything
+    name = c.app.state.registry.current.served_as
+
+    def counted() -> float:
+        sample = c.app.state.metrics.registry.get_sample_value(
+            "xtag_cost_underestimated_requests_total", {"model": name}
+        )
+        return sample or 0.0
+
+    before = counted()
+    monkeypatch.setattr(Work, "cost", lambda self: 1e6)  # an estimate above any work (no bound set): silence
+    assert c.post("/v1/predict/batch", json=batch(8, k=5)).status_code == 200
+    assert counted() == before
+    monkeypatch.setattr(Work, "cost", lambda self: 1e-6)  # an estimate far below any work
+    monkeypatch.setattr(cost, "CHECK_MIN_MS", 0.0)  # however short this tiny model's work is
+    with caplog.at_level(logging.WARNING, logger="xtag.service"):
+        assert c.post("/v1/predict/batch", json=batch(8, k=5, explain=True)).status_code == 200
+    assert counted() == before + 1
+    assert any("cost estimate exceeded" in m and "8 documents" in m for m in caplog.messages)

@@ -132,6 +132,7 @@ def test_sigterm_lets_the_request_in_flight_finish(bundles, tmp_path):
         max_body_bytes=str(64 * 2**20),
         graceful_shutdown_s="120",
         max_request_cost="0",  # the work and its answer are the point here: neither is bounded
+        max_request_memory_mb="0",
         max_response_bytes="0",
     ).wait_ready()
     try:

@@ -7,7 +7,7 @@ through (a 256-document batch at k=100, one text of a few thousand words explain
 /v1/predict). For each: status, the server's CPU seconds (from /proc), wall seconds, response bytes, the
 server's RSS growth, and a refusal's detail. Bounded: every request has a client timeout (--timeout).
 
-    .venv/bin/python bench/amplification.py --bundle bundles/debtags-xl \\
+    .venv/bin/python -m bench.amplification --bundle bundles/debtags-xl \\
         --test ../shared/data/debtags/test.jsonl.gz --documents 32 --port 18110
 """
 
@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import httpx
+from xtag.training.data.corpus import load_corpus
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import save_result  # noqa: E402
-from service_latency import cpu_seconds, start_server  # noqa: E402
-from xtag.training.data.corpus import load_corpus  # noqa: E402
+from bench.helpers.results import save_result
+from bench.helpers.server import cpu_seconds, start_server
 
 
 def rss_mb(pid: int) -> float:

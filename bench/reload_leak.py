@@ -6,7 +6,7 @@ the server (xtag.service.server.serve, one worker) on --bundle in a subprocess, 
 float array --poison is all NaN (manifest re-hashed, so only the NaN scan refuses it) and POSTs
 /v1/admin/reload to that copy --refusals times, reading the server's RSS from /proc after each.
 
-    .venv/bin/python bench/reload_leak.py --bundle bench/out/xlinear_vs_pecos/xtag_bundle --refusals 200
+    .venv/bin/python -m bench.reload_leak --bundle bench/out/xlinear_vs_pecos/xtag_bundle --refusals 200
 
 Target (the issue's): RSS after the last refusal within 50 MB of RSS after the first. Prints JSON; exits 1 on a miss.
 """
@@ -26,10 +26,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+from bench.helpers import load as service_load
 
-import service_load  # noqa: E402  (bench/ on the path, as when run as a script)
+ROOT = Path(__file__).resolve().parents[1]
 
 BOUND_MB = 50.0
 

@@ -12,7 +12,7 @@ on relative error, the response bytes per explained label likewise, and the wors
 measurement over the grid are printed and saved (bench/results/request_cost.json); paste the printed
 COEFFICIENTS and EXPLAINED_BYTES into service/http/cost.py.
 
-    .venv/bin/python bench/request_cost.py --bundle bundles/debtags-xl --bundle bundles/debdeps-xl \\
+    .venv/bin/python -m bench.request_cost --bundle bundles/debtags-xl --bundle bundles/debdeps-xl \\
         --texts ../shared/data/debtags/test.jsonl.gz --points 60
 """
 
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import random
-import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -29,15 +28,14 @@ from pathlib import Path
 import numpy as np
 import orjson
 from scipy.optimize import nnls
+from xtag.models.bundle.loader import load_bundle
+from xtag.models.inference.macro_optimal import predict_optimized, serving_config
+from xtag.service.http.cost import FEATURES, Work, label_bytes, tree_shape
+from xtag.service.http.response_json import label_lists
+from xtag.service.state.model_slot import ServedModel
+from xtag.training.data.corpus import load_corpus
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import save_result  # noqa: E402
-from xtag.models.bundle.loader import load_bundle  # noqa: E402
-from xtag.models.inference.macro_optimal import predict_optimized, serving_config  # noqa: E402
-from xtag.service.http.cost import FEATURES, Work, label_bytes, tree_shape  # noqa: E402
-from xtag.service.http.response_json import label_lists  # noqa: E402
-from xtag.service.state.model_slot import ServedModel  # noqa: E402
-from xtag.training.data.corpus import load_corpus  # noqa: E402
+from bench.helpers.results import save_result
 
 DOCUMENTS = (1, 8, 64, 256)
 CHARACTERS = (200, 2000, 20000)

@@ -1,0 +1,1 @@
+"""Experiments that chose a design or a default and back no current RESULTS.md claim (`python -m bench.experiments.NAME`)."""

@@ -1,4 +1,5 @@
-"""LaMP's debtags benchmark steps (from lamp_debtags.py), shared by lamp_better, lamp_ray and lamp_fast: splits, training and export, thresholds, quality."""
+"""LaMP's debtags benchmark steps (from lamp_debtags.py), shared by lamp_better, lamp_ray and lamp_fast: splits,
+training and export, thresholds, quality."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""XR-Linear against PECOS (from xlinear_vs_pecos.py and xlinear_seeds.py): the peer's interpreter, metrics, featurising, shared work folders."""
+"""XR-Linear against PECOS (from xlinear_vs_pecos.py and xlinear_seeds.py): the peer's interpreter, metrics,
+featurising, shared work folders."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Starting a benchmark server on 127.0.0.1 and timing requests against it: what the service benchmarks share (from service_latency.py)."""
+"""A benchmark server on 127.0.0.1 and requests timed against it, what the service benchmarks share: from
+service_latency.py (server, keep-alive connection, concurrent clients, percentiles, CPU seconds), guard_cost.py
+(`timed`) and cold_start.py (`time_to_ready`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What the transformer-family debtags benchmarks share (from xr_transformer_debtags.py): corpus subsets, training a variant, HTTP and in-process predictors, interleaved latency."""
+"""What the transformer-family debtags benchmarks share (from xr_transformer_debtags.py and lightxml_debtags.py):
+corpus subsets, training a variant, HTTP and in-process predictors, interleaved latency."""
 
 from __future__ import annotations
 

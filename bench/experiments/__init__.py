@@ -1,1 +1,2 @@
-"""Experiments that chose a design or a default and back no current RESULTS.md claim (`python -m bench.experiments.NAME`)."""
+"""Closed experiments: each answered a question (a default, a design) and is kept to rerun it
+(`python -m bench.experiments.NAME`); where RESULTS.md tells that story, their result files still render there."""

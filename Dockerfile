@@ -23,13 +23,10 @@ print('\n'.join(p['dependencies'] + [r for e in extras for r in p['optional-depe
         > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt
-COPY xtag ./xtag
-COPY models ./models
-COPY training ./training
-COPY evaluation ./evaluation
-COPY service ./service
-COPY cluster ./cluster
-RUN pip install --no-deps . && rm -rf build *.egg-info
+# The code: the whole build context (.dockerignore leaves out data, tests, bench), installed from a scratch copy.
+# setup.py picks the package roots (pyproject.toml's [tool.xtag] package-roots), so no list of them is kept here.
+COPY . /tmp/src
+RUN pip install --no-deps /tmp/src && rm -rf /tmp/src
 
 # The Numba kernels, compiled at build time (`xtag warm`) into a cache folder the runtime user owns: the package
 # folder is not writable by it, and a cache in its home would be lost with each container, so every start

@@ -2,10 +2,13 @@
 
 `models/`, `training/`, `evaluation/`, `service/` and `cluster/` stay where they are in the checkout but become
 `xtag.models`, `xtag.training`, `xtag.evaluation`, `xtag.service` and `xtag.cluster` (setuptools' package-dir mapping),
-so nothing but `xtag` lands at the top of site-packages. Everything else lives in pyproject.toml.
+so nothing but `xtag` lands at the top of site-packages. The list of roots is pyproject.toml's
+[tool.xtag] package-roots; everything else lives in pyproject.toml too.
 """
 
+import tomllib
 import warnings
+from pathlib import Path
 
 from setuptools import find_packages, setup
 from setuptools.warnings import InformationOnly
@@ -17,7 +20,7 @@ from setuptools.warnings import InformationOnly
 # not a fault: that one notice is not raised (every other warning still is).
 warnings.filterwarnings("ignore", message="Editable installation", category=InformationOnly)
 
-ROOTS = ("models", "training", "evaluation", "service", "cluster")
+ROOTS = tomllib.loads((Path(__file__).parent / "pyproject.toml").read_text())["tool"]["xtag"]["package-roots"]
 
 packages = ["xtag", *find_packages(include=["xtag.*"])]  # xtag/'s own subpackages (xtag.cli) are already named
 for root in ROOTS:

@@ -10,7 +10,7 @@ Annif's suggest-batch of 256 texts at limit 400. For each: status, the server's 
 seconds, response bytes, the server's RSS growth, and a refusal's detail. Bounded: every request has a client
 timeout (--timeout). With --before-code (a folder holding an older `xtag` package) that code serves instead.
 
-    .venv/bin/python bench/amplification.py --bundle bundles/debtags-xl \\
+    .venv/bin/python -m bench.amplification --bundle bundles/debtags-xl \\
         --test ../shared/data/debtags/test.jsonl.gz --documents 32 --port 18110
 """
 
@@ -18,16 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import httpx
+from xtag.training.data.corpus import load_corpus
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import save_result  # noqa: E402
-from service_latency import cpu_seconds, start_server  # noqa: E402
-from xtag.training.data.corpus import load_corpus  # noqa: E402
+from bench.helpers.results import save_result
+from bench.helpers.server import cpu_seconds, start_server
 
 
 def rss_mb(pid: int) -> float:

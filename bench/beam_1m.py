@@ -1,6 +1,6 @@
 """Label tree and beam search at 1M labels on synthetic data: build time, memory, time per document.
 
-    .venv/bin/python bench/beam_1m.py --labels 1000000
+    .venv/bin/python -m bench.beam_1m --labels 1000000
 
 Label embeddings are random unit vectors (the tree builder does not care where they come from);
 rankers are random sparse weight rows of the size pruned XR-Linear models have. Accuracy is not the
@@ -17,10 +17,11 @@ import time
 
 import numpy as np
 import scipy.sparse as sp
-from results import save_result  # bench/ is on sys.path when run as a script
 from sklearn.preprocessing import normalize
 from xtag.models.inference.beam_search import RankerLevel, TreeIndex, beam_search
 from xtag.training.tree.build import TreeConfig, build_tree
+
+from bench.helpers.results import save_result
 
 
 def rss_gb() -> float:

@@ -20,7 +20,7 @@ Before the random mutations, the CASES (issue 38: a vocabulary column of 50,000,
 a label name given twice, a beam_size of 10^9, NaN weights, ...) are each applied alone; each must be
 refused at load, so one that is served counts as a failure too ("accepted").
 
-    .venv/bin/python bench/bundle_fuzz.py --bundle BUNDLE --mutations 2000 --seed 1
+    .venv/bin/python -m bench.bundle_fuzz --bundle BUNDLE --mutations 2000 --seed 1
 
 Prints JSON (counts, the failures with their mutation); exits 1 if any mutation failed.
 """

@@ -12,7 +12,7 @@ mapped in place (the older code), (b) copied into a private read-only folder and
 into anonymous memory (no mapping at all); two processes each (a server's two workers), one after the other, then
 their load seconds and /proc/PID/smaps_rollup: the first's RSS and private MB, and both processes' PSS together.
 
-    .venv/bin/python bench/bundle_truncate.py --bundle bundles/debdeps-xl --test data/debdeps/test.jsonl.gz \\
+    .venv/bin/python -m bench.bundle_truncate --bundle bundles/debdeps-xl --test data/debdeps/test.jsonl.gz \\
         --before-python /work/main/.venv/bin/python --result-name bundle_truncate_debdeps
 """
 
@@ -31,8 +31,7 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import save_result  # noqa: E402
+from bench.helpers.results import save_result
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,7 +9,7 @@ clusters, top 16 of the 128):
     nohup .venv/bin/python -m xtag train --config bench/out/cascadexml/config.json \
         --corpus ../shared/data/debtags/train.jsonl.gz --model cascadexml --max-length 64 --epochs 1 \
         --batch-size 16 --device cpu --out bench/out/cascadexml/run > bench/out/cascadexml/train.log 2>&1 &
-    .venv/bin/python bench/cascadexml_debtags.py      # resumes the run if it was interrupted, then measures
+    .venv/bin/python -m bench.cascadexml_debtags      # resumes the run if it was interrupted, then measures
 
 It exports the run twice (graph outputs = per-level features with the heads in numpy, and = whole-level
 logits), checks the two predict alike, evaluates the features bundle on the 5,910-document test split
@@ -28,9 +28,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from lightxml_debtags import p50_ms
-from results import save_result
-from xr_transformer_debtags import LATENCY_TOKENS, METRICS, ROOT, HttpPredict, ThreadServer, subset
 from xtag.evaluation.evaluate import evaluate_bundle
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.features.onnx_encoder import TextTokenizer
@@ -38,6 +35,9 @@ from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import load_corpus
 from xtag.training.export.export_run import export_run
 from xtag.training.run import train_run
+
+from bench.helpers.results import ROOT, save_result
+from bench.helpers.transformer import LATENCY_TOKENS, METRICS, HttpPredict, ThreadServer, p50_ms, subset
 
 BASELINES = (  # (result file, variant, label, budget)
     ("xr_transformer_debtags_cpu", "finetuned", "XR-Transformer", "128 tokens, 40 steps × 32 texts per level"),
@@ -199,7 +199,7 @@ def main() -> None:
         ".venv/bin/python -m xtag train --config bench/out/cascadexml/config.json --corpus "
         "../shared/data/debtags/train.jsonl.gz --model cascadexml --max-length 64 --epochs 1 --batch-size 16 "
         "--device cpu --out bench/out/cascadexml/run",
-        ".venv/bin/python bench/cascadexml_debtags.py",
+        ".venv/bin/python -m bench.cascadexml_debtags",
     ]
     save_result(args.result_name, result, command=commands)
 

@@ -1,6 +1,6 @@
 """First `xtag train` and first `xtag serve` after install, with and without `xtag warm` (issue 28).
 
-    .venv/bin/python bench/cold_start.py --data ../shared/data/debtags --name cold_start_debtags
+    .venv/bin/python -m bench.cold_start --data ../shared/data/debtags --name cold_start_debtags
 
 A fresh install is stood in for by an empty NUMBA_CACHE_DIR (numba then finds no compiled kernel, as in a
 fresh venv); the Python files and the corpus are in the OS page cache either way. Each step is its own
@@ -23,12 +23,10 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import ROOT, save_result  # noqa: E402
-from service_latency import free_port  # noqa: E402
+from bench.helpers.results import ROOT, save_result
+from bench.helpers.server import free_port, time_to_ready
 
 XTAG = [sys.executable, "-m", "xtag"]
 
@@ -70,28 +68,6 @@ def train(corpus: Path, out: Path, cache: Path) -> dict:
         "total_s": summary["total_seconds"],
         "cache_files_added": _files(cache) - before,  # > 0: numba compiled something and saved it
     }
-
-
-def time_to_ready(command: list[str], port: int, env: dict | None = None, timeout: float = 300) -> tuple[float, dict]:
-    """Seconds from starting `command` (an `xtag serve` on `port`) to the first 200 from GET /ready (bundle loaded
-    and warmed up), and that answer's body; the server is stopped after."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        while time.perf_counter() - start < timeout:
-            if proc.poll() is not None:
-                sys.exit(f"xtag serve exited with {proc.returncode}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=1) as response:
-                    if response.status == 200:
-                        return time.perf_counter() - start, json.loads(response.read())
-            except OSError:
-                pass
-            time.sleep(0.02)
-        sys.exit("xtag serve was not ready in time")
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def serve_ready(bundle: Path, cache: Path, timeout: float = 300) -> dict:

@@ -1,7 +1,7 @@
 """Label drift on a real shift (issue 27's must-show): serve a bundle, send a corpus's texts, then only the texts
 of one narrow topic, and read GET /v1/drift after each phase.
 
-    .venv/bin/python bench/drift_shift.py --bundle bundles/debtags-xl \
+    .venv/bin/python -m bench.drift_shift --bundle bundles/debtags-xl \
         --corpus data/debtags/test.jsonl.gz --topic game::
 
 Starts `xtag serve` (one worker, default XTAG_DRIFT_WINDOW) in a subprocess; phase 2 sends --topic-documents

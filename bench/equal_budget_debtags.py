@@ -12,7 +12,7 @@ through the same measurements, one after the other in one process:
 - training time: the run's wall time from its first to its last log event (train_log.jsonl), which includes
   building the tree, encoding and the rankers, not only the optimiser steps.
 
-    .venv/bin/python bench/equal_budget_debtags.py \
+    .venv/bin/python -m bench.equal_budget_debtags \
         --row "XR-Linear|bench/out/xlinear_epoch/run|bench/out/xlinear_epoch/bundle|no encoder" ...
 """
 
@@ -24,12 +24,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-from results import save_result
-from service_latency import free_port, start_server
-from xr_transformer_debtags import ROOT, HttpPredict
 from xtag.evaluation.evaluate import evaluate_bundle
 from xtag.models.bundle.loader import load_bundle
 from xtag.training.data.corpus import load_corpus
+
+from bench.helpers.results import ROOT, save_result
+from bench.helpers.server import free_port, start_server
+from bench.helpers.transformer import HttpPredict
 
 METRICS = ("P@1", "P@3", "P@5", "PSP@5", "macro-R@5")
 

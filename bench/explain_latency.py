@@ -11,7 +11,7 @@ logits from its graph against the same graph cut to the logits (the graph of bun
 load a longer CPU burst is more often preempted, so the client-side difference overstates what explaining
 costs; the server's own `took_ms` (handler time) is recorded beside it.
 
-    .venv/bin/python bench/explain_latency.py --bundle /tmp/explain/bundle-xl \\
+    .venv/bin/python -m bench.explain_latency --bundle /tmp/explain/bundle-xl \\
         --test ../shared/data/debtags/test.jsonl.gz --before-code /tmp/explain-oldcode
 """
 
@@ -25,13 +25,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+from xtag.models.bundle.loader import load_bundle
+from xtag.models.explain.select import explainer_for
+from xtag.training.data.corpus import load_corpus
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import save_result  # noqa: E402
-from service_latency import Conn, free_port, start_server  # noqa: E402
-from xtag.models.bundle.loader import load_bundle  # noqa: E402
-from xtag.models.explain.select import explainer_for  # noqa: E402
-from xtag.training.data.corpus import load_corpus  # noqa: E402
+from bench.helpers.results import save_result
+from bench.helpers.server import Conn, free_port, start_server
 
 
 async def sequential(port: int, bodies: list[bytes]) -> tuple[np.ndarray, np.ndarray, int]:

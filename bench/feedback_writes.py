@@ -14,7 +14,7 @@ tests/service/postgres_server.py) and drives it from this process:
 --server-code DIR serves another checkout's code, for before/after figures on the same machine state.
 Every request has a 30 s deadline and each phase 180 s, so a run ends even against a stuck server.
 
-    .venv/bin/python bench/feedback_writes.py --bundle bundles/debtags-xl --port 18400
+    .venv/bin/python -m bench.feedback_writes --bundle bundles/debtags-xl --port 18400
 """
 
 from __future__ import annotations
@@ -30,13 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.helpers import load as service_load
+from tests.service.postgres_server import PostgresServer, PostgresUnavailable
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT))
-
-import service_load  # noqa: E402  (bench/ on the path, as when run as a script)
-
-from tests.service.postgres_server import PostgresServer, PostgresUnavailable  # noqa: E402
 
 ADMIN_KEY = "bench-adm1n"
 AUTH = f"X-Admin-Key: {ADMIN_KEY}\r\n"

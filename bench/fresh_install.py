@@ -1,7 +1,7 @@
 """The first hour on a real fresh install (issue 28): a new venv, its first and second `xtag train` and `xtag serve`,
 and PECOS's training on the same features, in one run.
 
-    .venv/bin/python bench/fresh_install.py --data ../shared/data/debdeps \\
+    .venv/bin/python -m bench.fresh_install --data ../shared/data/debdeps \\
         --pecos bench/out/xlinear_vs_pecos_debdeps --name fresh_install_debdeps [--user xtaguser]
 
 bench/cold_start.py stands in for a fresh install with an empty NUMBA_CACHE_DIR; this script builds one:
@@ -29,9 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cold_start import free_port, time_to_ready  # noqa: E402
-from results import ROOT, save_result  # noqa: E402
+from bench.helpers.results import ROOT, save_result
+from bench.helpers.server import free_port, time_to_ready
 
 PECOS_PY = ROOT / "bench" / ".venv-pecos" / "bin" / "python"
 
@@ -108,9 +107,19 @@ def serve_ready(inst: Install, bundle: Path) -> dict:
 
 def pecos_train(workdir: Path) -> float:
     """PECOS's training seconds (PIFA + tree + rankers) on the workdir's matrices (bench/peers/pecos_xlinear.py)."""
-    script = ROOT / "bench" / "peers" / "pecos_xlinear.py"
     subprocess.run(
-        [str(PECOS_PY), str(script), "--workdir", str(workdir), "--threads", "2", "--repeats", "1"], check=True
+        [
+            str(PECOS_PY),
+            "-m",
+            "bench.peers.pecos_xlinear",
+            "--workdir",
+            str(workdir),
+            "--threads",
+            "2",
+            "--repeats",
+            "1",
+        ],
+        check=True,
     )
     return json.loads((workdir / "pecos_result.json").read_text())["train_s"]
 

@@ -2,7 +2,7 @@
 # One call on the lent GPU machine (device tool): the CUDA tests, then XR-Linear vs frozen vs fine-tuned
 # XR-Transformer on debtags with fine-tuning and encoding on the GPU (rankers, export and evaluation on
 # its CPUs, onnxruntime). Writes logs, results.json and the bench/results/ file ($RESULT_NAME.json) to $OUT;
-# copy that one into bench/results/ here and run bench/render_results.py.
+# copy that one into bench/results/ here and run `python -m bench.render_results`.
 #
 # The machine has no network and no xtag dependencies beyond its own torch image, so it reads a folder
 # .gpu/ that git ignores and the call carries (64 MiB limit):
@@ -22,7 +22,7 @@ RESULT_NAME=${RESULT_NAME:-xr_transformer_debtags_gpu}
 mkdir -p "$OUT"
 $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl \
     || exit 1
-export PYTHONPATH=/tmp/site:$PWD:$PWD/bench PYTHONUNBUFFERED=1
+export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1  # the wheels; bench runs as a module from the repository root
 mkdir -p /tmp/minilm && cp -r .gpu/minilm/. /tmp/minilm/ && rm /tmp/minilm/model.fp16.safetensors
 $PY - <<'EOF' || exit 1
 import torch
@@ -38,7 +38,7 @@ SECONDS=0
 timeout 150 $PY -m pytest -q -p no:cacheprovider tests/training/deep/test_cuda.py 2>&1 | tee "$OUT/tests.log"
 echo "cuda tests: ${SECONDS}s" | tee -a "$OUT/tests.log"
 SECONDS=0
-timeout "${XRT_TIMEOUT:-330}" $PY bench/xr_transformer_debtags.py --data .gpu/debtags --workdir /tmp/xrt \
+timeout "${XRT_TIMEOUT:-330}" $PY -m bench.xr_transformer_debtags --data .gpu/debtags --workdir /tmp/xrt \
     --encoder /tmp/minilm --device cuda --epochs "$EPOCHS" --finetune-steps "$STEPS" --threads "$(nproc)" \
     --no-int8 --no-latency --variants xlinear,frozen,finetuned --result-name "$RESULT_NAME" > "$OUT/xrt.log" 2>&1
 echo "xr-transformer bench: rc $? in ${SECONDS}s" | tee -a "$OUT/xrt.log"

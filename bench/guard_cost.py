@@ -9,7 +9,7 @@ each (one client: docs/s), and stops it. Default settings on both, so the guards
 admission, disconnect watching, ...) are on. The figures to compare are the medians over rounds of one run, with
 the load average recorded: on a shared machine a lone number says little.
 
-    .venv/bin/python bench/guard_cost.py --bundle bundles/debtags-xl --test data/debtags/test.jsonl.gz \\
+    .venv/bin/python -m bench.guard_cost --bundle bundles/debtags-xl --test data/debtags/test.jsonl.gz \\
         --before-code /tmp/before38/pkg --result-name guard_cost_debtags
 """
 
@@ -19,32 +19,14 @@ import argparse
 import asyncio
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import orjson
+from xtag.training.data.corpus import load_corpus
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import save_result  # noqa: E402
-from service_latency import Conn, free_port, start_server  # noqa: E402
-from xtag.training.data.corpus import load_corpus  # noqa: E402
-
-
-async def timed(port: int, path: str, bodies: list[bytes]) -> np.ndarray:
-    """Each body once over one keep-alive connection, one at a time; seconds per request at the client."""
-    conn = await Conn.open(port)
-    times = np.empty(len(bodies))
-    try:
-        for i, body in enumerate(bodies):
-            t = time.perf_counter()
-            status, answer = await conn.request("POST", path, body)
-            times[i] = time.perf_counter() - t
-            if status != 200:
-                raise RuntimeError(f"HTTP {status} on {path}: {answer[:300]!r}")
-    finally:
-        conn.close()
-    return times
+from bench.helpers.results import save_result
+from bench.helpers.server import free_port, start_server, timed
 
 
 def one_round(code: Path | None, bundle: Path, singles: list[bytes], batches: list[bytes], batch: int) -> dict:

@@ -1,6 +1,6 @@
 """LaMP's accuracy knobs on debtags, one change at a time against today's LaMP, chosen on VALIDATION (issue 42).
 
-    .venv/bin/python bench/lamp_better.py --data /work/shared/data/debtags --variants today,init-name,lr-2e-3
+    .venv/bin/python -m bench.lamp_better --data /work/shared/data/debtags --variants today,init-name,lr-2e-3
 
 The split is bench/lamp_debtags.py's cross-fitted one (seed 0): XR-Linear and LaMP both train on TRAIN minus a
 5 % validation part, LaMP on out-of-fold candidates (lamp.cross_fit=5). Today's LaMP is the README's: token
@@ -21,14 +21,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-from lamp_debtags import cross_fit_split, scored, train_export
-from results import logged_commands, save_result
-from xr_transformer_debtags import ROOT, subset
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.metrics import evaluate
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import load_corpus
 from xtag.training.lamp.config import LampConfig
+
+from bench.helpers.lamp import cross_fit_split, scored, train_export
+from bench.helpers.results import ROOT, logged_commands, save_result
+from bench.helpers.transformer import subset
 
 METRICS = ("P@1", "P@3", "P@5", "PSP@5", "macro-F1@5")
 TODAY = {

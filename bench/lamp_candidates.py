@@ -1,6 +1,6 @@
 """C at serving for a LaMP bundle, chosen on validation texts: quality and in-process speed at each C (issue 42).
 
-    .venv/bin/python bench/lamp_candidates.py --bundle bundles/debtags-lamp-int8 \\
+    .venv/bin/python -m bench.lamp_candidates --bundle bundles/debtags-lamp-int8 \\
         --val bench/out/lamp_ray/val.jsonl --test /work/shared/data/debtags/test.jsonl.gz
 
 The re-ranker's graph takes any C, and its cost grows with C; a bundle serves a smaller C than it was trained on
@@ -17,13 +17,14 @@ import argparse
 import time
 from pathlib import Path
 
-from results import save_result  # bench/ is on sys.path when this runs as a script
 from xtag.evaluation.evaluate import ground_truth
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.inference.corpus import predict_corpus
 from xtag.models.metrics import evaluate
 from xtag.training.data.corpus import load_corpus
 from xtag.training.lamp.serving_c import choose  # the rule `xtag export` applies on the run's held-out texts
+
+from bench.helpers.results import save_result
 
 METRICS = ("P@1", "P@5", "PSP@5")
 

@@ -1,6 +1,6 @@
 """LaMP fast: one change at a time on debtags, each row's quality beside its speed, all rows from one run.
 
-    .venv/bin/python bench/lamp_fast.py --first bundles/debtags-xl --lamp bundles/debtags-lamp \\
+    .venv/bin/python -m bench.lamp_fast --first bundles/debtags-xl --lamp bundles/debtags-lamp \\
         --lamp-int8 bundles/debtags-lamp-int8 --old-code /tmp/old-pkg --result-name lamp_fast_debtags
 
 Rows: the first stage alone; the LaMP bundle served by the code before this change (--old-code: a folder
@@ -20,23 +20,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from xtag.evaluation.evaluate import ground_truth
+from xtag.models.bundle.loader import load_bundle
+from xtag.models.inference.corpus import predict_corpus
+from xtag.models.metrics import evaluate
+from xtag.training.data.corpus import load_corpus
+
+from bench.helpers.results import save_result
+from bench.helpers.server import _clients, free_port, ms, start_server
+from bench.helpers.transformer import subset
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-
-from results import save_result  # noqa: E402
-from service_latency import _clients, free_port, ms, start_server  # noqa: E402
-from xr_transformer_debtags import subset  # noqa: E402
-from xtag.evaluation.evaluate import ground_truth  # noqa: E402
-from xtag.models.bundle.loader import load_bundle  # noqa: E402
-from xtag.models.inference.corpus import predict_corpus  # noqa: E402
-from xtag.models.metrics import evaluate  # noqa: E402
-from xtag.training.data.corpus import load_corpus  # noqa: E402
 
 METRICS = ("P@1", "P@3", "P@5", "PSP@5", "macro-F1@5")
 GOALS = {"http_p50_ms": 2.0, "batch_docs_per_s": 4000.0, "P@1": 90.0, "PSP@5": 71.0}

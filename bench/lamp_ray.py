@@ -1,6 +1,6 @@
 """LaMP's cross-fitting folds on a local Ray cluster against the local run, on debtags (issue 40).
 
-    .venv/bin/python bench/lamp_ray.py --data /work/shared/data/debtags
+    .venv/bin/python -m bench.lamp_ray --data /work/shared/data/debtags
 
 The README's LaMP recipe (MiniLM's embeddings alone, lamp.encoder_layers=0, 64 tokens, 3 epochs, CPU) over an
 XR-Linear first stage, cross-fitted with lamp.cross_fit=5, twice in one run: once with the folds trained one after
@@ -17,14 +17,10 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from lamp_debtags import best_threshold, cross_fit_split, quality, train_export
-from results import ROOT, save_result
-from xr_transformer_debtags import subset
 from xtag.models.bundle.loader import load_bundle
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import build_vocab, load_corpus
@@ -33,8 +29,10 @@ from xtag.training.lamp.config import LampConfig
 from xtag.training.lamp.cross_fit import cross_fitted_topk
 from xtag.training.run import train_and_export
 
-sys.path.insert(0, str(ROOT))
-from tests.ray_support import local_cluster  # noqa: E402 - the same real cluster the tests start
+from bench.helpers.lamp import best_threshold, cross_fit_split, quality, train_export
+from bench.helpers.results import ROOT, save_result
+from bench.helpers.transformer import subset
+from tests.ray_support import local_cluster
 
 FOLDS = 5
 

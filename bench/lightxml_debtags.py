@@ -1,6 +1,6 @@
 """LightXML on debtags: dynamic vs static negatives (paper Table 5) under one step budget, CPU only.
 
-    nohup .venv/bin/python bench/lightxml_debtags.py --max-length 128 --batch-size 16 --max-steps 600 \
+    nohup .venv/bin/python -m bench.lightxml_debtags --max-length 128 --batch-size 16 --max-steps 600 \
         > bench/out/lightxml/run.log 2>&1 &
 
 Every variant goes through the product path: `train_run` → `export_run` (one ONNX graph, parity
@@ -18,9 +18,6 @@ import json
 import time
 from pathlib import Path
 
-import numpy as np
-from results import logged_commands, save_result
-from xr_transformer_debtags import LATENCY_TOKENS, METRICS, ROOT, run_variant, subset  # same path as XR-T
 from xtag.evaluation.evaluate import evaluate_bundle
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.features.onnx_encoder import TextTokenizer
@@ -30,17 +27,8 @@ from xtag.training.deep.loop import steps_per_epoch
 from xtag.training.lightxml.config import LightXMLConfig
 from xtag.training.run import train_run
 
-
-def p50_ms(call, n: int) -> float:
-    """Median wall time of call(0..n-1) after 5 warm-up calls, in ms."""
-    for i in range(min(5, n)):
-        call(i)
-    times = []
-    for i in range(n):
-        start = time.perf_counter()
-        call(i)
-        times.append(time.perf_counter() - start)
-    return float(np.median(times) * 1e3)
+from bench.helpers.results import ROOT, logged_commands, save_result
+from bench.helpers.transformer import LATENCY_TOKENS, METRICS, p50_ms, run_variant, subset
 
 
 def latencies(bundle: Path, texts: list[str], n: int) -> dict:

@@ -16,7 +16,7 @@ polled, a sequential client's /v1/predict p50 on ordinary test texts (k=5) and /
 second (256 test texts, k=10). With --before-code (a folder holding an older `xtag` package, e.g. made from
 `git archive`), that code serves beside this checkout, and the p50 and batch blocks alternate between the two.
 
-    .venv/bin/python bench/loop_stalls.py --bundle bundles/debtags-xl \\
+    .venv/bin/python -m bench.loop_stalls --bundle bundles/debtags-xl \\
         --test /work/shared/data/debtags/test.jsonl.gz --port 18210 --before-code /tmp/old/pkg
 """
 
@@ -31,8 +31,9 @@ from pathlib import Path
 from urllib.parse import quote_plus
 
 import numpy as np
-from service_latency import start_server
 from xtag.training.data.corpus import load_corpus
+
+from bench.helpers.server import start_server
 
 
 class Poller(threading.Thread):

@@ -1,7 +1,7 @@
 """Missing-label training losses on debtags (issue 16): plain vs propensity vs unbiased-balanced XR-Linear.
 
 Usage (from the repository root; one run, several minutes on 2 cores, nearly all of it training):
-    .venv/bin/python bench/losses_debtags.py [--data ../shared/data/debtags] [--out bench/out/losses_debtags]
+    .venv/bin/python -m bench.losses_debtags [--data ../shared/data/debtags] [--out bench/out/losses_debtags]
 
 Two training sets, one test split (always the complete test labels):
 - ``complete``: debtags TRAIN as it is;
@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from results import save_result  # bench/ is on sys.path when run as a script
 from xtag.evaluation.evaluate import ground_truth
 from xtag.models.features.tfidf import TfidfFeaturizer
 from xtag.models.inference.reweighting import candidate_budget, gains_for, label_weights, rerank
@@ -38,6 +37,8 @@ from xtag.training.data.drop_labels import drop_labels
 from xtag.training.weighting.label_weights import MissingLabelsConfig
 from xtag.training.xlinear.config import XLinearConfig
 from xtag.training.xlinear.train import train_xlinear
+
+from bench.helpers.results import save_result
 
 K = 5
 KEYS = ("P@1", "P@3", "P@5", "PSP@1", "PSP@3", "PSP@5", "macro-R@5", "coverage@5")

@@ -13,7 +13,7 @@ model A alone, model B alone, and A (the default) with B (`XTAG_MODELS=second=B`
 - under load (--clients closed-loop clients on A's /v1/predict): reload B --reloads times, unload and load B
   again, then a failed load of B (a corrupt copy); every request on A must succeed.
 
-    .venv/bin/python bench/multi_model.py --a bundles/debtags-xl --b bundles/debdeps-xl --texts \
+    .venv/bin/python -m bench.multi_model --a bundles/debtags-xl --b bundles/debdeps-xl --texts \
         /work/shared/data/debtags/test.jsonl.gz --name multi_model_debtags_debdeps
 
 Bounded: each phase has a fixed number of requests or seconds; servers are killed on exit.
@@ -35,12 +35,11 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+from bench.helpers import load as service_load
+from bench.helpers import results
+from bench.helpers.load import Conn, Tally, ms, rss_mib
 
-import results  # noqa: E402  (first: it notes the load average the run started under)
-import service_load  # noqa: E402
-from service_load import Conn, Tally, ms, rss_mib  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 ADMIN_KEY = "bench-admin"
 ADMIN = f"X-Admin-Key: {ADMIN_KEY}\r\n"

@@ -2,7 +2,7 @@
 in one run: `xtag predict --corpus` on one file (the engine on numba's 2 threads), `xtag predict --ray` on a local
 cluster of 1 node of 2 CPUs and on 2 nodes of 1 CPU: 2 actors of one engine thread each, the same 2 cores.
 
-    .venv/bin/python bench/ray_scoring.py --bundle bundles/debdeps-xl --texts 1000000   # → results/ray_scoring_1000k.json
+    .venv/bin/python -m bench.ray_scoring --bundle bundles/debdeps-xl --texts 1000000   # → results/ray_scoring_1000k.json
 
 Reports docs/s, the peak RSS of every process (the driver, each actor: VmHWM sampled from /proc), and whether each
 text's top 10 (and its whole row) equals the local command's. The corpus is written under --scratch, not in git.
@@ -20,10 +20,8 @@ import threading
 import time
 from pathlib import Path
 
-from results import ROOT, save_result
-
-sys.path.insert(0, str(ROOT))
-from tests.ray_support import LocalCluster, local_cluster  # noqa: E402
+from bench.helpers.results import ROOT, save_result
+from tests.ray_support import LocalCluster, local_cluster
 
 XTAG = [sys.executable, "-m", "xtag"]
 TEST = Path("/work/shared/data/debdeps/test.jsonl.gz")

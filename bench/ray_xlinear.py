@@ -1,6 +1,6 @@
 """XR-Linear trained locally and as Ray tasks on a 2-process local cluster, on the same TF-IDF matrices.
 
-    .venv/bin/python bench/ray_xlinear.py --data bench/out/synthetic_200k --workdir bench/out/ray_xlinear_200k \\
+    .venv/bin/python -m bench.ray_xlinear --data bench/out/synthetic_200k --workdir bench/out/ray_xlinear_200k \\
         --result-name ray_xlinear_synthetic_200k [--ngram-max 1] [--kill-after 20]
 
 Three trainings, each in a process of its own (its peak RSS is its own VmHWM, the model's saving included):
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -27,9 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from results import ROOT, save_result  # bench/ is on sys.path when this runs as a script
-
-sys.path.insert(0, str(ROOT))
+from bench.helpers.results import save_result
 
 
 def parse_args() -> argparse.Namespace:
@@ -49,10 +46,11 @@ def parse_args() -> argparse.Namespace:
 def trainer(args: argparse.Namespace) -> None:
     """One training in this process: the matrices, the model saved to WORKDIR/NAME, facts to WORKDIR/NAME.json."""
     import scipy.sparse as sp
-    from memory import RssParts, peak_rss_mb
     from xtag.training.xlinear.config import XLinearConfig
     from xtag.training.xlinear.ray_train import train_xlinear_on_ray
     from xtag.training.xlinear.train import train_xlinear
+
+    from bench.helpers.peers import RssParts, peak_rss_mb
 
     X, Y = sp.load_npz(args.workdir / "X_train.npz").tocsr(), sp.load_npz(args.workdir / "Y_train.npz").tocsr()
     before, events, out = peak_rss_mb(), [], args.workdir / args.name
@@ -77,10 +75,10 @@ def trainer(args: argparse.Namespace) -> None:
 
 
 def run_trainer(args: argparse.Namespace, role: str, name: str, address: str | None = None) -> dict:
-    command = [sys.executable, __file__, "--data", str(args.data), "--workdir", str(args.workdir)]
+    command = [sys.executable, "-m", "bench.ray_xlinear", "--data", str(args.data), "--workdir", str(args.workdir)]
     command += ["--result-name", args.result_name, "--role", role, "--name", name]
     command += ["--address", address] if address else []
-    subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": str(ROOT / "bench" / "peers")})
+    subprocess.run(command, check=True)
     return json.loads((args.workdir / f"{name}.json").read_text())
 
 
@@ -147,7 +145,7 @@ def main() -> None:
     if args.role:
         return trainer(args)
     args.workdir.mkdir(parents=True, exist_ok=True)
-    from xlinear_vs_pecos import featurize
+    from bench.helpers.pecos import featurize
 
     if not (args.workdir / "X_train.npz").exists():
         featurize(args)

@@ -6,7 +6,7 @@ the server (xtag.service.server.serve, one worker) on --bundle in a subprocess, 
 float array --poison is all NaN (manifest re-hashed, so only the NaN scan refuses it) and POSTs
 /v1/admin/reload to that copy --refusals times, reading the server's RSS from /proc after each.
 
-    .venv/bin/python bench/reload_leak.py --bundle bench/out/xlinear_vs_pecos/xtag_bundle --refusals 200
+    .venv/bin/python -m bench.reload_leak --bundle bench/out/xlinear_vs_pecos/xtag_bundle --refusals 200
 
 Target (the issue's): RSS after the last refusal within 50 MB of RSS after the first. Prints JSON; exits 1 on a miss.
 
@@ -17,7 +17,7 @@ same traffic again, once the storm is over). Target: after within 10 % of before
 holding an older `xtag` package, as bench/guard_cost.py's) the same storm runs on that code too, in the same
 invocation, so that the two are compared under the same load; --result-name writes bench/results/NAME.json.
 
-    .venv/bin/python bench/reload_leak.py --bundle bundles/debtags-xl --storm 50 \\
+    .venv/bin/python -m bench.reload_leak --bundle bundles/debtags-xl --storm 50 \\
         --test data/debtags/test.jsonl.gz --before-code /tmp/before47/pkg --result-name reload_storm_debtags
 """
 
@@ -36,11 +36,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+from bench.helpers import load as service_load
+from bench.helpers.results import save_result
 
-import service_load  # noqa: E402  (bench/ on the path, as when run as a script)
-from results import save_result  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 BOUND_MB = 50.0
 STORM_BOUND = 1.10  # RSS after a reload storm over RSS before it

@@ -1,7 +1,7 @@
 """Regenerate the tables of bench/RESULTS.md from bench/results/*.json (--check: fail when they disagree)."""
 
-#     python bench/render_results.py            # rewrite the marked blocks of bench/RESULTS.md
-#     python bench/render_results.py --check    # exit 1 if they are not what the JSON files render to (2: bad input)
+#     python -m bench.render_results            # rewrite the marked blocks of bench/RESULTS.md
+#     python -m bench.render_results --check    # exit 1 if they are not what the JSON files render to (2: bad input)
 #
 # A block is `<!-- results:SPEC -->` ... `<!-- /results:SPEC -->`; everything outside blocks is hand-written and
 # left alone. SPEC is NAME[#PARTS]: NAME a result file's stem or a glob over stems (their rows go into one table,
@@ -20,8 +20,7 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from result_tables import BUILDERS  # noqa: E402
+from bench.result_tables import BUILDERS
 
 BENCH = Path(__file__).resolve().parent
 MARKER = re.compile(r"<!-- results:(?P<spec>\S+) -->\n(?P<body>.*?)<!-- /results:(?P=spec) -->", re.S)
@@ -174,7 +173,7 @@ def main() -> int:
         print("\n".join(list(diff)[:60]), file=sys.stderr)
         print(
             f"render_results: {args.markdown} differs from what {args.results}/*.json render to; "
-            f"run python bench/render_results.py",
+            f"run python -m bench.render_results",
             file=sys.stderr,
         )
         return 1

@@ -19,7 +19,7 @@ tables and every point's estimate against its measurement are saved (bench/resul
 printed COEFFICIENTS, MEMORY and EXPLAINED_BYTES into service/http/cost.py. --refit fits a saved result's points
 again without measuring (its provenance then lists both commands, and when the points were measured).
 
-    .venv/bin/python bench/request_cost.py --bundle bundles/debtags-xl --bundle bundles/debtags-xrt \\
+    .venv/bin/python -m bench.request_cost --bundle bundles/debtags-xl --bundle bundles/debtags-xrt \\
         --bundle bundles/debtags-lamp --texts data/debtags/test.jsonl.gz --points 30
 """
 
@@ -31,7 +31,6 @@ import gc
 import itertools
 import json
 import random
-import sys
 import time
 from functools import partial
 from pathlib import Path
@@ -39,17 +38,16 @@ from pathlib import Path
 import numpy as np
 import orjson
 from scipy.optimize import nnls
+from xtag.models.bundle.loader import load_bundle
+from xtag.models.inference.macro_optimal import predict_optimized, serving_config
+from xtag.models.inference.reweighting import gains_of
+from xtag.service.http.cost import FEATURES, Work, label_bytes, tree_shape
+from xtag.service.http.response_json import label_lists
+from xtag.service.settings import Settings
+from xtag.service.state.model_slot import ServedModel
+from xtag.training.data.corpus import load_corpus
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import RESULTS_DIR, command_line, save_result  # noqa: E402
-from xtag.models.bundle.loader import load_bundle  # noqa: E402
-from xtag.models.inference.macro_optimal import predict_optimized, serving_config  # noqa: E402
-from xtag.models.inference.reweighting import gains_of  # noqa: E402
-from xtag.service.http.cost import FEATURES, Work, label_bytes, tree_shape  # noqa: E402
-from xtag.service.http.response_json import label_lists  # noqa: E402
-from xtag.service.settings import Settings  # noqa: E402
-from xtag.service.state.model_slot import ServedModel  # noqa: E402
-from xtag.training.data.corpus import load_corpus  # noqa: E402
+from bench.helpers.results import RESULTS_DIR, command_line, save_result
 
 DOCUMENTS = (1, 8, 64, 256)
 CHARACTERS = (200, 2000, 20000, 99000)

@@ -9,7 +9,7 @@ times, each once the previous roll is over (every worker replaced) plus --pause 
 each client pauses after each answer, so that connections are often idle when a worker drains. A failure
 is a connection error or a status other than 2xx; each is counted against the roll it happened in.
 
-    .venv/bin/python bench/rolling_reload.py --bundle bundles/debtags-xl --reloads 10
+    .venv/bin/python -m bench.rolling_reload --bundle bundles/debtags-xl --reloads 10
 
 Target: 0 failed requests in every roll. Prints JSON (requests and failures per reload); exits 1 on a miss.
 Bounded: the whole run stops after --timeout seconds.
@@ -27,10 +27,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+from bench.helpers import load as service_load
 
-import service_load  # noqa: E402  (bench/ on the path, as when run as a script)
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class TimedTally(service_load.Tally):

@@ -8,13 +8,13 @@ HTTP overhead = p50(HTTP) − p50(in-process); on a shared machine it includes w
 the server's CPU time per request (from /proc) is printed beside it. The server runs twice, with
 micro-batching off and on (the default).
 
-    .venv/bin/python bench/service_latency.py --bundle bundles/svc-dev --test ../shared/data/debtags/test.jsonl.gz
+    .venv/bin/python -m bench.service_latency --bundle bundles/svc-dev --test ../shared/data/debtags/test.jsonl.gz
 
 With --pecos WORKDIR (a bench/xlinear_vs_pecos.py workdir; its xtag_bundle as --bundle) it runs instead the batch
 comparison of issue 28 (batch_vs_pecos): `/v1/predict/batch` over HTTP against PECOS in-process with TF-IDF,
 interleaved round by round, with --before-code DIR serving an older checkout beside this one:
 
-    .venv/bin/python bench/service_latency.py --bundle bench/out/xlinear_vs_pecos_debdeps/xtag_bundle \\
+    .venv/bin/python -m bench.service_latency --bundle bench/out/xlinear_vs_pecos_debdeps/xtag_bundle \\
         --test ../shared/data/debdeps/test.jsonl.gz --pecos bench/out/xlinear_vs_pecos_debdeps \\
         --before-code /tmp/old --rounds 9 --result-name service_batch_debdeps
 """
@@ -25,142 +25,23 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+from xtag.evaluation.evaluate import ground_truth
+from xtag.models.bundle.loader import load_bundle
+from xtag.models.inference.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank
+from xtag.models.metrics import evaluate
+from xtag.training.data.corpus import load_corpus
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from results import save_result  # noqa: E402
-from xtag.evaluation.evaluate import ground_truth  # noqa: E402
-from xtag.models.bundle.loader import load_bundle  # noqa: E402
-from xtag.models.inference.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank  # noqa: E402
-from xtag.models.metrics import evaluate  # noqa: E402
-from xtag.training.data.corpus import load_corpus  # noqa: E402
+from bench.helpers.results import save_result
+from bench.helpers.server import ROOT, Conn, _clients, cpu_seconds, free_port, ms, start_server
 
 ALPHAS = (0.0, 0.25, 0.5, 0.75, 1.0)
 PECOS_PY = ROOT / "bench" / ".venv-pecos" / "bin" / "python"
-
-
-def free_port() -> int:
-    """A free loopback port: the first free one of BENCH_PORTS ("LOW-HIGH", a shared machine's allotted range) when
-    set, else any the system picks."""
-    low, _, high = os.environ.get("BENCH_PORTS", "").partition("-")
-    for port in range(int(low), int(high) + 1) if high else ():
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(
-    bundle: Path, port: int, batching: str, code_dir: Path | None = None, workers: int = 1, **extra_env: str
-) -> subprocess.Popen:
-    """`code_dir`: serve another checkout's code (a folder holding an `xtag` package, as service_load.py's);
-    `workers`: `xtag serve --workers`."""
-    env = {
-        **os.environ,
-        "XTAG_BATCHING": batching,
-        "XTAG_LOG_LEVEL": "warning",
-        "XTAG_MAX_BATCH_DOCUMENTS": "1024",
-        **extra_env,
-    }
-    if code_dir is not None:
-        env["PYTHONPATH"] = str(code_dir)
-    code = f"from xtag.service.server import serve; serve({str(bundle.resolve())!r}, '127.0.0.1', {port}, {workers})"
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=code_dir or ROOT, env=env)
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        try:
-            status, _ = asyncio.run(_once(port, "GET", "/ready", None))
-            if status == 200:
-                return proc
-        except OSError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("server did not become ready in 180 s")
-
-
-class Conn:
-    """One keep-alive HTTP/1.1 connection: write a request, read status + Content-Length body."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.reader, self.writer = reader, writer
-
-    @classmethod
-    async def open(cls, port: int) -> Conn:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return cls(reader, writer)
-
-    async def request(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
-        head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-        if body is not None:
-            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-        self.writer.write(head.encode() + b"\r\n" + (body or b""))
-        headers = await self.reader.readuntil(b"\r\n\r\n")
-        status = int(headers[9:12])
-        length = 0
-        for line in headers.split(b"\r\n"):
-            if line[:15].lower() == b"content-length:":
-                length = int(line[15:])
-        return status, await self.reader.readexactly(length)
-
-    def close(self) -> None:
-        self.writer.close()
-
-
-async def _once(port: int, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
-    conn = await Conn.open(port)
-    try:
-        return await conn.request(method, path, body)
-    finally:
-        conn.close()
-
-
-async def _clients(port: int, bodies: list[bytes], concurrency: int, path: str) -> tuple[np.ndarray, float]:
-    """Send every body once over `concurrency` connections; returns per-request seconds and wall time."""
-    conns = [await Conn.open(port) for _ in range(concurrency)]
-    times = np.zeros(len(bodies))
-    queue = list(range(len(bodies)))[::-1]
-
-    async def worker(conn: Conn) -> None:
-        while queue:
-            i = queue.pop()
-            t = time.perf_counter()
-            status, _ = await conn.request("POST", path, bodies[i])
-            times[i] = time.perf_counter() - t
-            if status != 200:
-                raise RuntimeError(f"HTTP {status} on {path}")
-
-    start = time.perf_counter()
-    await asyncio.gather(*(worker(c) for c in conns))
-    wall = time.perf_counter() - start
-    for c in conns:
-        c.close()
-    return times, wall
-
-
-def ms(a: np.ndarray, q: float) -> float:
-    return float(np.percentile(a, q) * 1e3)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (from /proc), to see overhead apart from scheduling delays."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def tree_cpu_seconds(pid: int) -> float:
@@ -283,7 +164,7 @@ def pecos_batch_round(args: argparse.Namespace, featurizer, texts: list[str], x_
     featurizer.transform(texts)
     xtag_s, xtag_cpu = time.perf_counter() - start, time.process_time() - c0
     done = subprocess.run(
-        [str(PECOS_PY), str(ROOT / "bench" / "peers" / "pecos_predict.py")]
+        [str(PECOS_PY), "-m", "bench.peers.pecos_predict"]
         + ["--model", str(args.pecos / "pecos_model"), "--X", str(x_path), "--topk"]
         + [str(args.k), "--threads", str(args.threads)],
         check=True,

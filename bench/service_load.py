@@ -26,7 +26,7 @@ figures on the same machine state; --env sets XTAG_* variables of the server.
 The machine's load average and this process's CPU time are printed beside the figures: on a shared
 machine the client and the server compete for the CPUs.
 
-    .venv/bin/python bench/service_load.py --bundle bench/out/xlinear_vs_pecos/xtag_bundle \\
+    .venv/bin/python -m bench.service_load --bundle bench/out/xlinear_vs_pecos/xtag_bundle \\
         --texts ../shared/data/debtags/test.jsonl.gz --seconds 60
 """
 
@@ -36,139 +36,17 @@ import argparse
 import asyncio
 import json
 import os
-import resource
-import socket
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from bench.helpers.load import FALLBACK_TEXTS, Conn, Tally, client, ms, raise_fd_limit, rss_mib, start_server
+from bench.helpers.results import save_result
+from bench.helpers.server import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from results import save_result  # noqa: E402
-from service_latency import free_port  # noqa: E402
-
-FALLBACK_TEXTS = [
-    "command line tool written in C to convert images between formats",
-    "python library for parsing and writing audio files",
-    "arcade puzzle game for the X window system",
-    "network proxy server with caching for HTTP and FTP",
-    "text editor with syntax highlighting for many languages",
-    "SQL database server client tools and libraries",
-    "fonts for the console and the terminal",
-    "documentation for the GNU compiler collection",
-]
-
-
-def raise_fd_limit() -> int:
-    """Room for a thousand connections at each end (the server inherits the limit)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = hard if hard != resource.RLIM_INFINITY else 65536
-    if soft < want:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-class Conn:
-    """One keep-alive HTTP/1.1 connection: write a request, read status, headers and a Content-Length body."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.reader, self.writer = reader, writer
-
-    @classmethod
-    async def open(cls, port: int) -> Conn:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=2**20)
-        writer.transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return cls(reader, writer)
-
-    async def request(self, method: str, path: str, body: bytes | None, extra: str = "") -> tuple[int, dict, bytes]:
-        head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}"
-        if body is not None:
-            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-        self.writer.write(head.encode() + b"\r\n" + (body or b""))
-        raw = await self.reader.readuntil(b"\r\n\r\n")
-        lines = raw.decode("latin-1").split("\r\n")
-        headers = {}
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            if name:
-                headers[name.strip().lower()] = value.strip()
-        data = await self.reader.readexactly(int(headers.get("content-length", 0)))
-        return int(lines[0][9:12]), headers, data
-
-    def close(self) -> None:
-        self.writer.close()
-
-
-@dataclass
-class Tally:
-    """What the clients saw: per answered request its latency and status, whether a refusal said when to retry."""
-
-    seconds: list[float] = field(default_factory=list)
-    status: list[int] = field(default_factory=list)
-    refusals_without_retry_after: int = 0
-    connection_errors: int = 0
-    error_samples: list[str] = field(default_factory=list)
-
-    def error(self, what: str) -> None:
-        self.connection_errors += 1
-        if len(self.error_samples) < 5:
-            self.error_samples.append(what)
-
-
-async def client(
-    port: int,
-    bodies: list[bytes],
-    offset: int,
-    stop_at: float,
-    tally: Tally,
-    backoff: bool,
-    auth: str,
-    think_s: float = 0.0,
-):
-    """Closed loop on one keep-alive connection; with `think_s`, a pause of up to that long (uniform) after each
-    answer, so that the connection is often idle when the server changes its state."""
-    conn, i, pause = None, offset, np.random.default_rng(offset)
-    while time.perf_counter() < stop_at:
-        try:
-            if conn is None:
-                conn = await Conn.open(port)
-            body = bodies[i % len(bodies)]
-            i += 1
-            start = time.perf_counter()
-            status, headers, _ = await conn.request("POST", "/v1/predict", body, auth)
-            tally.seconds.append(time.perf_counter() - start)
-            tally.status.append(status)
-            if headers.get("connection", "").lower() == "close":
-                conn.close()
-                conn = None
-            if status in (429, 503):
-                retry = headers.get("retry-after")
-                if retry is None:
-                    tally.refusals_without_retry_after += 1
-                elif backoff:
-                    await asyncio.sleep(min(float(retry), max(stop_at - time.perf_counter(), 0)))
-            if think_s:
-                await asyncio.sleep(pause.uniform(0, think_s))
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
-            tally.error(f"{type(exc).__name__}: {exc}")
-            if conn is not None:
-                conn.close()
-            conn = None
-            await asyncio.sleep(0.01)
-    if conn is not None:
-        conn.close()
 
 
 async def reloader(port: int, count: int, seconds: float, start: float, auth: str) -> list[dict]:
@@ -194,10 +72,6 @@ async def rss_sampler(pid: int, until: float, samples: list[float]) -> None:
     while time.perf_counter() < until:
         samples.append(rss_mib(pid))
         await asyncio.sleep(0.25)
-
-
-def ms(values: np.ndarray, q: float) -> float | None:
-    return round(float(np.percentile(values, q) * 1e3), 2) if len(values) else None
 
 
 async def phase(
@@ -320,36 +194,6 @@ async def slow_phase(port: int, pid: int, bodies: list[bytes], seconds: float, a
         "server_rss_mib": {"start": round(rss[0], 1), "peak": round(max(rss), 1), "end": round(rss[-1], 1)},
         "load_average_end": [round(x, 2) for x in os.getloadavg()],
     }
-
-
-def start_server(bundle: Path, port: int, max_queue: int | None, code_dir: Path, extra: dict) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("XTAG_")}
-    env.update({"XTAG_LOG_LEVEL": "warning", "PYTHONPATH": str(code_dir), **extra})
-    if max_queue is not None:
-        env["XTAG_MAX_QUEUE"] = str(max_queue)
-    code = f"from xtag.service.server import serve; serve({str(bundle.resolve())!r}, '127.0.0.1', {port}, 1)"
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=code_dir, env=env)
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited with {proc.returncode}")
-        try:
-            status, _, _ = asyncio.run(_once(port, "GET", "/ready"))
-            if status == 200:
-                return proc
-        except (OSError, asyncio.IncompleteReadError):
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("server did not become ready in 300 s")
-
-
-async def _once(port: int, method: str, path: str) -> tuple[int, dict, bytes]:
-    conn = await Conn.open(port)
-    try:
-        return await conn.request(method, path, None)
-    finally:
-        conn.close()
 
 
 def checks(results: dict) -> dict[str, bool]:

@@ -11,7 +11,7 @@ servers taking turns (the order alternating), so that both see the same machine 
   on the whole test split);
 - the primary's p50 and p90 at the client with the shadow and without (goal: within 10 %), and what was shed.
 
-    BENCH_PORTS=18300-18349 .venv/bin/python bench/shadow.py --primary bundles/debtags-xl \\
+    BENCH_PORTS=18300-18349 .venv/bin/python -m bench.shadow --primary bundles/debtags-xl \\
         --shadow bundles/debtags-lamp --test ../shared/data/debtags/test.jsonl.gz
 """
 
@@ -29,12 +29,10 @@ from pathlib import Path
 
 import numpy as np
 import orjson
+from xtag.training.data.corpus import load_corpus
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from guard_cost import timed  # noqa: E402
-from results import save_result  # noqa: E402
-from service_latency import Conn, free_port, start_server  # noqa: E402
-from xtag.training.data.corpus import load_corpus  # noqa: E402
+from bench.helpers.results import save_result
+from bench.helpers.server import Conn, free_port, start_server, timed
 
 ADMIN_KEY = "bench-admin"
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ With --before-code (a folder holding an older `xtag` package: main's tree from `
 training/, evaluation/, service/, cluster/ and xtag/ as bench/guard_cost.py takes it) that code's server runs the
 same burst first, in the same run, so the two are compared on the same machine state.
 
-    .venv/bin/python bench/slow_bodies.py --before-code /tmp/h47-before/pkg --result-name slow_bodies
+    .venv/bin/python -m bench.slow_bodies --before-code /tmp/h47-before/pkg --result-name slow_bodies
 
 Target (the issue's): RSS after the burst within 10 % of RSS before it. Prints JSON; exits 1 on a miss.
 """
@@ -27,12 +27,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+from bench.helpers.load import Conn, raise_fd_limit, rss_mib, start_server
+from bench.helpers.results import save_result
+from bench.helpers.server import free_port
 
-from results import save_result  # noqa: E402
-from service_latency import free_port  # noqa: E402
-from service_load import Conn, raise_fd_limit, rss_mib, start_server  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 BOUND = 0.10  # RSS after within 10 % of RSS before
 TOPICS = {

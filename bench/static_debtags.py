@@ -1,7 +1,7 @@
 """XR-Linear with and without the static token block (issue 24) on debtags: quality, cost and speed, one run.
 
 Usage (from the repository root; tens of minutes on 2 shared cores, most of it training and the teacher):
-    .venv/bin/python bench/static_debtags.py [--data ../shared/data/debtags] [--out bench/out/static_debtags]
+    .venv/bin/python -m bench.static_debtags [--data ../shared/data/debtags] [--out bench/out/static_debtags]
         [--tunes none corpus task] [--alphas 0.5 1.0] [--tune-texts N] [--task-epochs E --task-lr LR]
         [--source RUN --label ft --skip-baseline]  (a fine-tuned teacher: an xr-transformer run's encoder)
         [--in-text tfidf --label tfidf]  (Astec's TF-IDF weighting of the tokens inside a text)
@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from results import save_result  # bench/ is on sys.path when run as a script
 from xtag.evaluation.evaluate import evaluate_bundle, ground_truth
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.features.static_encoder import StaticEncoder
@@ -49,12 +48,10 @@ from xtag.training.static.task import TaskInputs
 from xtag.training.xlinear.config import XLinearConfig
 from xtag.training.xlinear.train import train_xlinear
 
+from bench.helpers.results import save_result
+from bench.helpers.static import subset
+
 KEYS = ("P@1", "P@3", "P@5", "PSP@5", "macro-R@5")
-
-
-def subset(corpus: Corpus, mask: np.ndarray) -> Corpus:
-    pick = np.flatnonzero(mask)
-    return Corpus([corpus.ids[i] for i in pick], [corpus.texts[i] for i in pick], [corpus.labels[i] for i in pick])
 
 
 def choose_alpha(

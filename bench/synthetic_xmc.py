@@ -1,6 +1,6 @@
 """A seeded synthetic extreme multi-label corpus, written in xtag's corpus format (train/test.jsonl.gz).
 
-    .venv/bin/python bench/synthetic_xmc.py --labels 1000000 --train-docs 300000 --test-docs 30000 \\
+    .venv/bin/python -m bench.synthetic_xmc --labels 1000000 --train-docs 300000 --test-docs 30000 \\
         --out bench/out/synthetic_1m
 
 writes OUT/train.jsonl.gz and OUT/test.jsonl.gz, one `{"id", "text", "labels"}` row per document (what

@@ -1,7 +1,7 @@
 """Tail-label quality on debtags (test split): reweighting trade-off, batch-level BCA / Frank-Wolfe, calibration.
 
 Usage (from the repository root; runs once, a few minutes on 2 cores, most of it training):
-    .venv/bin/python bench/tail_debtags.py [--data ../shared/data/debtags] [--out bench/out/tail_debtags]
+    .venv/bin/python -m bench.tail_debtags [--data ../shared/data/debtags] [--out bench/out/tail_debtags]
 
 Model A ("calibrated"): XR-Linear with the hyperparameters of bundles/debtags-xl (defaults if absent), trained on
 TRAIN minus a seeded 10 % validation split, calibrated (isotonic) on that split; test is only ever predicted.
@@ -31,8 +31,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from results import save_result  # bench/ is on sys.path when run as a script
-from xr_transformer_debtags import CachedEncoder  # bench/ is on sys.path when run as a script
 from xtag.evaluation.calibrate import fit_bundle_calibration, write_calibration
 from xtag.evaluation.evaluate import GroundTruth, ground_truth
 from xtag.evaluation.report import plot_buckets, plot_tradeoff
@@ -47,6 +45,9 @@ from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import load_corpus
 from xtag.training.export.export_run import export_run
 from xtag.training.run import save_model, train_run
+
+from bench.helpers.results import save_result
+from bench.helpers.transformer import CachedEncoder
 
 K = 5
 RW_ALPHAS = tuple(round(a, 2) for a in np.arange(0.0, 1.0001, 0.05))

@@ -2,7 +2,7 @@
 folder: an encoder for benchmarks that measure serving costs, not accuracy (bench/request_cost.py's LaMP and
 XR-Transformer bundles), made offline in seconds. The same recipe as tests/conftest.py's tiny_bert, sized by flags.
 
-    .venv/bin/python bench/tiny_encoder.py --corpus data/debtags/train.jsonl.gz --out bench/out/tiny-bert
+    .venv/bin/python -m bench.tiny_encoder --corpus data/debtags/train.jsonl.gz --out bench/out/tiny-bert
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`xtag update` against a full retrain (issue 26): labels removed from TRAIN, then added back by an update.
 
 Usage (from the repository root):
-    .venv/bin/python bench/update_labels.py --data ../shared/data/debtags [--out bench/out/update_debtags]
+    .venv/bin/python -m bench.update_labels --data ../shared/data/debtags [--out bench/out/update_debtags]
 
 1. A seeded 10 % of TRAIN's label names is removed from TRAIN only (a document left with no label is left out);
    the base run is trained on that (XR-Linear, default settings).
@@ -32,7 +32,6 @@ from pathlib import Path
 from unittest.mock import patch
 
 import numpy as np
-from results import save_result  # bench/ is on sys.path when run as a script
 from xtag.evaluation.evaluate import ground_truth
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.inference.corpus import predict_corpus
@@ -42,6 +41,8 @@ from xtag.training.data.corpus import load_corpus
 from xtag.training.export.export_run import export_run
 from xtag.training.run import train_run
 from xtag.training.update_run import update_run
+
+from bench.helpers.results import save_result
 
 K = 5
 # run name -> `xtag update --clusters` value; "updated" is the default placement

@@ -1,7 +1,7 @@
 """XR-Linear accuracy, xtag vs PECOS, over several label-tree seeds: is a gap at one seed the seed's or the method's?
 
-    .venv/bin/python bench/xlinear_seeds.py --workdir bench/out/xlinear_vs_pecos --data ../shared/data/debtags
-    .venv/bin/python bench/xlinear_seeds.py --workdir bench/out/xlinear_vs_pecos_debdeps --data ../shared/data/debdeps
+    .venv/bin/python -m bench.xlinear_seeds --workdir bench/out/xlinear_vs_pecos --data ../shared/data/debtags
+    .venv/bin/python -m bench.xlinear_seeds --workdir bench/out/xlinear_vs_pecos_debdeps --data ../shared/data/debdeps
 
 Reads the TF-IDF matrices bench/xlinear_vs_pecos.py wrote to --workdir (both libraries get the same ones),
 trains each library once per seed (xtag: TreeConfig.seed, here in-process; PECOS: its clustering seed, via
@@ -18,38 +18,20 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
-from results import save_result  # bench/ is on sys.path when run as a script
-from xlinear_vs_pecos import METRICS, PECOS_PY, PEERS
-from xtag.evaluation.evaluate import ground_truth
-from xtag.models.labels import LabelVocab
 from xtag.models.metrics import evaluate
-from xtag.training.data.corpus import load_corpus
 from xtag.training.tree.build import TreeConfig
 from xtag.training.xlinear.config import XLinearConfig
 from xtag.training.xlinear.train import train_xlinear
 
+from bench.helpers.pecos import METRICS, PECOS_PY, load_workdir, workdir_arguments
+from bench.helpers.results import save_result
+
 
 def pecos_top(workdir: Path, seed: int, threads: int) -> np.ndarray:
-    cmd = [str(PECOS_PY), str(PEERS / "pecos_xlinear.py"), "--workdir", str(workdir), "--threads", str(threads)]
+    cmd = [str(PECOS_PY), "-m", "bench.peers.pecos_xlinear", "--workdir", str(workdir), "--threads", str(threads)]
     subprocess.run(cmd + ["--repeats", "1", "--seed", str(seed), "--single-n", "50"], check=True)
     with np.load(workdir / "pecos_pred.npz") as z:
         return z["indices"].astype(np.int64)
-
-
-def workdir_arguments(ap: argparse.ArgumentParser) -> None:
-    """The options of the accuracy-over-seeds benchmarks that reread bench/xlinear_vs_pecos.py's matrices."""
-    ap.add_argument("--workdir", type=Path, required=True, help="a bench/xlinear_vs_pecos.py workdir")
-    ap.add_argument("--data", type=Path, required=True, help="the corpus folder (its test split is the truth)")
-    ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--threads", type=int, default=2)
-
-
-def load_workdir(w: Path, data: Path) -> tuple:
-    """X_train, Y_train and X_test as both libraries read them, and the test split's truth."""
-    X, Y = (sp.load_npz(w / f"{m}.npz").tocsr().astype(np.float32) for m in ("X_train", "Y_train"))
-    Xt = sp.load_npz(w / "X_test.npz").tocsr().astype(np.float32)
-    return X, Y, Xt, ground_truth(load_corpus(data / "test.jsonl.gz"), LabelVocab.load(w / "labels.json"))
 
 
 def main() -> None:
@@ -77,7 +59,7 @@ def main() -> None:
     save_result(
         name,
         result,
-        command=[f".venv/bin/python bench/xlinear_seeds.py --workdir {w} --data {args.data} --seeds {args.seeds}"],
+        command=[f".venv/bin/python -m bench.xlinear_seeds --workdir {w} --data {args.data} --seeds {args.seeds}"],
     )
 
 

@@ -1,7 +1,7 @@
 """XR-Linear: xtag vs PECOS on the same TF-IDF matrices, same machine, same run.
 
-    .venv/bin/python bench/xlinear_vs_pecos.py --data ../shared/data/debtags --threads 2
-    .venv/bin/python bench/xlinear_vs_pecos.py --data DIR --threads 2 --repeats 1   # e.g. bench/synthetic_xmc.py's
+    .venv/bin/python -m bench.xlinear_vs_pecos --data ../shared/data/debtags --threads 2
+    .venv/bin/python -m bench.xlinear_vs_pecos --data DIR --threads 2 --repeats 1   # e.g. bench/synthetic_xmc.py's
 
 Installs libpecos into its own venv (bench/peers/setup_pecos.sh; never an xtag dependency), trains
 both on identical features, and reports accuracy (our metrics code for both), training time,
@@ -28,19 +28,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
-from results import save_result  # bench/ is on sys.path when run as a script
 from xtag.evaluation.evaluate import ground_truth
-from xtag.models.features.tfidf import TfidfConfig, TfidfFeaturizer
+from xtag.models.features.tfidf import TfidfConfig
 from xtag.models.metrics import evaluate
 from xtag.models.xlinear.model import XLinearModel
-from xtag.training.data.corpus import build_vocab, load_corpus
+from xtag.training.data.corpus import load_corpus
 from xtag.training.export.export_run import export_run
 
-ROOT = Path(__file__).resolve().parent.parent
-PECOS_PY = ROOT / "bench" / ".venv-pecos" / "bin" / "python"
-PEERS = ROOT / "bench" / "peers"
-METRICS = ("P@1", "P@3", "P@5", "PSP@1", "PSP@3", "PSP@5", "nDCG@5", "macro-R@5")
+from bench.helpers.pecos import METRICS, PECOS_PY, PEERS, ROOT, featurize
+from bench.helpers.results import save_result
 
 
 def single_latency(model, X, n: int) -> tuple[float, float]:
@@ -59,7 +55,7 @@ def bundle_load(bundle: Path) -> dict:
     """load_bundle in a fresh interpreter: its own seconds, with the import, the whole process's, its RSS."""
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, str(PEERS / "xtag_xlinear.py"), "load-bundle", str(bundle)],
+        [sys.executable, "-m", "bench.peers.xtag_xlinear", "load-bundle", str(bundle)],
         check=True,
         capture_output=True,
         text=True,
@@ -84,36 +80,6 @@ def parse_args() -> argparse.Namespace:
     return ap.parse_args()
 
 
-def featurize(args: argparse.Namespace):
-    """TF-IDF of both splits, written to the workdir as the matrices both libraries train on (untimed); the label
-    vocabulary, the test matrix and the corpus's shape."""
-    train, test = load_corpus(args.data / "train.jsonl.gz"), load_corpus(args.data / "test.jsonl.gz")
-    vocab = build_vocab(train)
-    start = time.perf_counter()
-    tfidf = TfidfConfig(ngram_max=args.ngram_max, min_df=args.min_df)
-    featurizer, X = TfidfFeaturizer.fit(train.texts, tfidf)
-    Xt = featurizer.transform(test.texts)
-    print(
-        f"TF-IDF: {X.shape[1]} features, {X.nnz / X.shape[0]:.1f} non-zeros per training document, "
-        f"{time.perf_counter() - start:.0f} s (not timed for either library)",
-        file=sys.stderr,
-    )
-    Y, Yt = train.label_matrix(vocab)[0], test.label_matrix(vocab)[0]
-    for name, M in {"X_train": X, "Y_train": Y, "X_test": Xt, "Y_test": Yt}.items():
-        sp.save_npz(args.workdir / f"{name}.npz", M.tocsr().astype(np.float32))
-    vocab.save(args.workdir / "labels.json")
-    featurizer.save(args.workdir / "tfidf")
-    shape = {
-        "documents": [X.shape[0], Xt.shape[0]],
-        "features": X.shape[1],
-        "labels": Y.shape[1],
-        "nnz_per_doc": [X.nnz / X.shape[0], Xt.nnz / Xt.shape[0]],
-        "labels_per_doc": [Y.nnz / Y.shape[0], Yt.nnz / Yt.shape[0]],
-        "tfidf": tfidf.model_dump(),
-    }
-    return vocab, Xt.tocsr().astype(np.float32), shape  # the training processes load the matrices themselves
-
-
 def train_interleaved(args: argparse.Namespace, run: Path) -> tuple[list[dict], list[dict]]:
     """--repeats trainings of each library in its own process, interleaved so both see the same machine load;
     the last xtag round also saves its run. Each round's result file, per library."""
@@ -121,7 +87,7 @@ def train_interleaved(args: argparse.Namespace, run: Path) -> tuple[list[dict], 
     for r in range(args.repeats):
         last = r == args.repeats - 1
         subprocess.run(
-            [sys.executable, str(PEERS / "xtag_xlinear.py"), "train", "--workdir", str(args.workdir)]
+            [sys.executable, "-m", "bench.peers.xtag_xlinear", "train", "--workdir", str(args.workdir)]
             + ["--threads", str(args.threads)]
             + (["--save-run", str(run), "--corpus", str(args.data / "train.jsonl.gz")] if last else []),
             check=True,
@@ -130,7 +96,8 @@ def train_interleaved(args: argparse.Namespace, run: Path) -> tuple[list[dict], 
         subprocess.run(
             [
                 str(PECOS_PY),
-                str(PEERS / "pecos_xlinear.py"),
+                "-m",
+                "bench.peers.pecos_xlinear",
                 "--workdir",
                 str(args.workdir),
                 "--threads",

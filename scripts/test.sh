@@ -9,5 +9,5 @@ bash scripts/chromium.sh
 bash scripts/postgresql.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-.venv/bin/python bench/render_results.py --check
+.venv/bin/python -m bench.render_results --check
 .venv/bin/python -m pytest -q

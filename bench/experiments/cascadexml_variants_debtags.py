@@ -1,6 +1,6 @@
 """CascadeXML's int8 weights and missing-label loss on a debtags subset, CPU: what each costs or buys.
 
-    .venv/bin/python bench/experiments/cascadexml_variants_debtags.py --train-docs 2000 --max-length 32 --epochs 1
+    .venv/bin/python -m bench.experiments.cascadexml_variants_debtags --train-docs 2000 --max-length 32 --epochs 1
 
 Two runs on the first --train-docs training documents, through the product path (`train_run` →
 `export_run` → `load_bundle` → `evaluate_bundle`): plain BCE, and the `unbiased-balanced` missing-label
@@ -16,19 +16,18 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: results.py and the benchmarks reused here
-from lightxml_debtags import p50_ms  # noqa: E402
-from xr_transformer_debtags import ROOT, subset  # noqa: E402
-from xtag.evaluation.evaluate import evaluate_bundle  # noqa: E402
-from xtag.models.bundle.loader import load_bundle  # noqa: E402
-from xtag.training.config import TrainConfig  # noqa: E402
-from xtag.training.data.corpus import load_corpus  # noqa: E402
-from xtag.training.export.export_run import export_run  # noqa: E402
-from xtag.training.run import train_run  # noqa: E402
+from xtag.evaluation.evaluate import evaluate_bundle
+from xtag.models.bundle.loader import load_bundle
+from xtag.training.config import TrainConfig
+from xtag.training.data.corpus import load_corpus
+from xtag.training.export.export_run import export_run
+from xtag.training.run import train_run
+
+from bench.helpers.results import ROOT
+from bench.helpers.transformer import p50_ms, subset
 
 METRICS = ("P@1", "P@5", "PSP@5", "macro-R@5")
 CASCADE = {"branching": 16, "max_leaf_size": 8, "top_k": [4, 16]}  # as bench/cascadexml_debtags.py

@@ -9,7 +9,7 @@ weighed on its median):
   - `/v1/predict` p50 over loopback HTTP, one `xtag serve` server per variant, same texts, k=5;
   - P@1..5 / PSP@1..5 of each bundle on the test split (XMC convention, evaluation/evaluate.py).
 
-    .venv/bin/python bench/experiments/encoder_variants.py --xr-run bench/out/xr_transformer_engine/run \
+    .venv/bin/python -m bench.experiments.encoder_variants --xr-run bench/out/xr_transformer_engine/run \
         --lightxml-run bench/out/lightxml_issue17/dynamic-run
 """
 
@@ -19,20 +19,18 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from xtag.evaluation.evaluate import evaluate_bundle
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.features.onnx_encoder import OnnxEncoder, TextTokenizer
+from xtag.training.data.corpus import load_corpus
+from xtag.training.export.export_run import export_run
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: results.py and the benchmarks reused here
-from results import save_result  # noqa: E402
-from service_latency import Conn, free_port, start_server  # noqa: E402
-from xtag.evaluation.evaluate import evaluate_bundle  # noqa: E402
-from xtag.training.data.corpus import load_corpus  # noqa: E402
-from xtag.training.export.export_run import export_run  # noqa: E402
+from bench.helpers.results import save_result
+from bench.helpers.server import Conn, free_port, start_server
 
 ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = {

@@ -1,8 +1,8 @@
 """XR-Linear inference: xtag.models.inference.beam_search (numpy) vs xtag.models.engine (Numba), same bundle, same features, one run.
 
-    .venv/bin/python bench/experiments/engine_vs_numpy.py                      # debtags and debdeps, bundles cached in /tmp
-    .venv/bin/python bench/experiments/engine_vs_numpy.py --corpus debtags --bundle debtags=bundles/debtags-xl
-    .venv/bin/python bench/experiments/engine_vs_numpy.py --dense-dims 384         # + a synthetic Φ_cat embedding block
+    .venv/bin/python -m bench.experiments.engine_vs_numpy                      # debtags and debdeps, bundles cached in /tmp
+    .venv/bin/python -m bench.experiments.engine_vs_numpy --corpus debtags --bundle debtags=bundles/debtags-xl
+    .venv/bin/python -m bench.experiments.engine_vs_numpy --dense-dims 384         # + a synthetic Φ_cat embedding block
 
 Trains the default XR-Linear with the public API where no bundle is given or cached, featurises the test
 split once (vectorisation is excluded from every timing), then reports single-document p50/p99 latency,
@@ -26,6 +26,8 @@ import xtag.models.inference.beam_search as numpy_search
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.engine import CompiledLevels, engine_beam_search, warm_up
 
+from bench.helpers.timing import percentiles
+
 ROOT = Path(__file__).resolve().parents[2]
 K = 10
 
@@ -48,15 +50,6 @@ def ensure_bundle(corpus: str, data: Path, cache: Path) -> Path:
 def texts_of(path: Path) -> list[str]:
     with gzip.open(path, "rt") as f:
         return [json.loads(line)["text"] for line in f]
-
-
-def percentiles(times: list[float]) -> dict:
-    ms = np.asarray(times) * 1e3
-    return {
-        "p50_ms": round(float(np.percentile(ms, 50)), 4),
-        "p99_ms": round(float(np.percentile(ms, 99)), 4),
-        "mean_ms": round(float(ms.mean()), 4),
-    }
 
 
 def agreement(ref, got) -> dict:

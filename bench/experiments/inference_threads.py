@@ -1,6 +1,6 @@
 """Single-text `/v1/predict` under concurrent load: the default predictor calls at once against XTAG_INFERENCE_THREADS=1.
 
-    .venv/bin/python bench/experiments/inference_threads.py --bundle bench/out/xlinear_vs_pecos_debdeps/xtag_bundle \\
+    .venv/bin/python -m bench.experiments.inference_threads --bundle bench/out/xlinear_vs_pecos_debdeps/xtag_bundle \\
         --test ../shared/data/debdeps/test.jsonl.gz --result-name inference_threads_debdeps
 
 XR-Linear bundles run two predictor calls at once by default (models/registry.py parallel_calls), which
@@ -15,15 +15,13 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
+from xtag.training.data.corpus import load_corpus
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: results.py and service_latency.py
-from results import save_result  # noqa: E402
-from service_latency import _clients, free_port, start_server  # noqa: E402
-from xtag.training.data.corpus import load_corpus  # noqa: E402
+from bench.helpers.results import save_result
+from bench.helpers.server import _clients, free_port, start_server
 
 CONFIGS = {"default": {}, "XTAG_INFERENCE_THREADS=1": {"XTAG_INFERENCE_THREADS": "1"}}
 

@@ -7,7 +7,7 @@ thread (=0).
 2. Closed-loop throughput and batch sizes at a few client counts, each configuration in its own
    `xtag serve` subprocess, configurations alternating: batching under load must not change.
 
-    .venv/bin/python bench/experiments/inline_vs_worker.py --bundle bench/out/xr_transformer/xlinear-bundle
+    .venv/bin/python -m bench.experiments.inline_vs_worker --bundle bench/out/xr_transformer/xlinear-bundle
 """
 
 from __future__ import annotations
@@ -15,17 +15,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import urllib.request
 from pathlib import Path
 
 import numpy as np
+from xtag.training.data.corpus import load_corpus
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: results.py and the benchmarks reused here
-from results import save_result  # noqa: E402
-from service_latency import ROOT, _clients, free_port, start_server  # noqa: E402
-from xr_transformer_debtags import HttpPredict, ThreadServer, alternating  # noqa: E402
-from xtag.training.data.corpus import load_corpus  # noqa: E402
+from bench.helpers.results import save_result
+from bench.helpers.server import ROOT, _clients, free_port, start_server
+from bench.helpers.transformer import HttpPredict, ThreadServer, alternating
 
 
 def batch_sizes(port: int) -> dict[str, int]:

@@ -1,8 +1,8 @@
 """LightXML's learning speed on a debtags subset (issue 29): one change at a time, CascadeXML beside it, CPU only.
 
-    .venv/bin/python bench/experiments/lightxml_subset.py --variant baseline
-    .venv/bin/python bench/experiments/lightxml_subset.py --variant heads-10x --set lr_head=1e-3
-    .venv/bin/python bench/experiments/lightxml_subset.py --variant cascadexml --family cascadexml
+    .venv/bin/python -m bench.experiments.lightxml_subset --variant baseline
+    .venv/bin/python -m bench.experiments.lightxml_subset --variant heads-10x --set lr_head=1e-3
+    .venv/bin/python -m bench.experiments.lightxml_subset --variant cascadexml --family cascadexml
 
 Each invocation trains one variant on the first --train-docs training documents (the same budget for all:
 --epochs epochs, --max-length tokens, batch --batch-size, seed 0) through the product path: `train_run` →
@@ -18,19 +18,18 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: results.py and the benchmarks reused here
-from results import logged_commands, save_result  # noqa: E402
-from xr_transformer_debtags import ROOT, subset  # noqa: E402
-from xtag.evaluation.evaluate import evaluate_bundle  # noqa: E402
-from xtag.models.bundle.loader import load_bundle  # noqa: E402
-from xtag.training.config import TrainConfig  # noqa: E402
-from xtag.training.data.corpus import load_corpus  # noqa: E402
-from xtag.training.export.export_run import export_run  # noqa: E402
-from xtag.training.run import train_run  # noqa: E402
+from xtag.evaluation.evaluate import evaluate_bundle
+from xtag.models.bundle.loader import load_bundle
+from xtag.training.config import TrainConfig
+from xtag.training.data.corpus import load_corpus
+from xtag.training.export.export_run import export_run
+from xtag.training.run import train_run
+
+from bench.helpers.results import ROOT, logged_commands, save_result
+from bench.helpers.transformer import subset
 
 METRICS = ("P@1", "P@3", "P@5", "PSP@5", "macro-R@5")
 

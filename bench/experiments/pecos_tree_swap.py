@@ -3,7 +3,7 @@
 
 Run with the PECOS venv (bench/peers/setup_pecos.sh):
 
-    bench/.venv-pecos/bin/python bench/experiments/pecos_tree_swap.py --workdir DIR --seed S --chain-in OURS.npz
+    bench/.venv-pecos/bin/python -m bench.experiments.pecos_tree_swap --workdir DIR --seed S --chain-in OURS.npz
 
 Reads DIR/X_train.npz, Y_train.npz and X_test.npz (as pecos_xlinear.py). Writes into DIR:
 
@@ -20,13 +20,11 @@ leaf clusters.
 import argparse
 import os
 import sys
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as smat
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "peers"))  # bench/peers/: the PECOS runner it reuses
-from pecos_xlinear import load_csr, topk_arrays  # noqa: E402
+from bench.helpers.peers import load_csr, topk_arrays
 
 
 def chain_to_ptrs(chain) -> dict:

@@ -1,6 +1,6 @@
 """Level-1 search: a flat FAISS index over the rankers' columns vs exact scoring in the sparse core.
 
-    .venv/bin/python bench/experiments/shortlist_vs_exact.py [--features 100000] [--nodes 8,64,256,1024,4096]
+    .venv/bin/python -m bench.experiments.shortlist_vs_exact [--features 100000] [--nodes 8,64,256,1024,4096]
 
 Synthetic level-1 rankers (a fixed budget of nonzero weights spread over the nodes, as PIFA/k-means
 trees spread a vocabulary) and TF-IDF-like documents (60 nonzeros); for each level size, p50 per
@@ -12,18 +12,14 @@ This is what decides ShortlistConfig.min_nodes.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+from xtag.models.inference.beam_search import RankerLevel, score_candidates, top_k
+from xtag.models.xlinear.shortlist import FaissShortlist, ShortlistConfig
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: results.py
-
-from results import save_result  # noqa: E402
-from xtag.models.inference.beam_search import RankerLevel, score_candidates, top_k  # noqa: E402
-from xtag.models.xlinear.shortlist import FaissShortlist, ShortlistConfig  # noqa: E402
+from bench.helpers.results import save_result
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """A separate α per tree level for the static block (issue 24's last untried variant), on debtags' validation split.
 
 Usage (from the repository root; a few minutes on 2 cores):
-    .venv/bin/python bench/experiments/static_alpha_levels.py [--data ../shared/data/debtags] [--result-name NAME]
+    .venv/bin/python -m bench.experiments.static_alpha_levels [--data ../shared/data/debtags] [--result-name NAME]
 
 The seeded 10 % validation split of bench/static_debtags.py (rankers on the other 90 %, the default MiniLM
 table distilled with tune=none on them). One XR-Linear model per α in {0, 0.25, 0.5, 1} on [TF-IDF, α·static],
@@ -16,28 +16,26 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+from xtag.evaluation.evaluate import ground_truth
+from xtag.models.features.tfidf import TfidfFeaturizer
+from xtag.models.inference.beam_search import RankerLevel
+from xtag.models.metrics import evaluate
+from xtag.models.xlinear.model import XLinearModel
+from xtag.models.xr_transformer.concat_features import concat_features
+from xtag.training.data.corpus import build_vocab, load_corpus
+from xtag.training.static.config import StaticDenseConfig
+from xtag.training.static.fit import build_static_encoder
+from xtag.training.tree.build import build_tree, pifa_embeddings
+from xtag.training.xlinear.config import XLinearConfig
+from xtag.training.xlinear.train import train_xlinear
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: results.py and the benchmarks reused here
-from results import save_result  # noqa: E402
-from static_debtags import subset  # noqa: E402
-from xtag.evaluation.evaluate import ground_truth  # noqa: E402
-from xtag.models.features.tfidf import TfidfFeaturizer  # noqa: E402
-from xtag.models.inference.beam_search import RankerLevel  # noqa: E402
-from xtag.models.metrics import evaluate  # noqa: E402
-from xtag.models.xlinear.model import XLinearModel  # noqa: E402
-from xtag.models.xr_transformer.concat_features import concat_features  # noqa: E402
-from xtag.training.data.corpus import build_vocab, load_corpus  # noqa: E402
-from xtag.training.static.config import StaticDenseConfig  # noqa: E402
-from xtag.training.static.fit import build_static_encoder  # noqa: E402
-from xtag.training.tree.build import build_tree, pifa_embeddings  # noqa: E402
-from xtag.training.xlinear.config import XLinearConfig  # noqa: E402
-from xtag.training.xlinear.train import train_xlinear  # noqa: E402
+from bench.helpers.results import save_result
+from bench.helpers.static import subset
 
 ALPHAS = (0.0, 0.25, 0.5, 1.0)
 

@@ -1,6 +1,6 @@
 """Which half makes an XR-Linear accuracy gap against PECOS: the label tree or the rankers?
 
-    .venv/bin/python bench/experiments/tree_swap.py --workdir bench/out/xlinear_vs_pecos_debdeps --data ../shared/data/debdeps \
+    .venv/bin/python -m bench.experiments.tree_swap --workdir bench/out/xlinear_vs_pecos_debdeps --data ../shared/data/debdeps \
         [--pifa-weighting uniform]
 
 Per seed, both libraries train their rankers on both trees (xtag's and PECOS's, each built by its library
@@ -19,22 +19,19 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+from xtag.models.label_tree import ClusterChain
+from xtag.models.metrics import evaluate
+from xtag.training.tree.build import PifaWeighting, TreeConfig, build_tree, pifa_embeddings
+from xtag.training.xlinear.config import XLinearConfig
+from xtag.training.xlinear.train import train_xlinear
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: results.py and the benchmarks reused here
-from results import save_result  # noqa: E402
-from xlinear_seeds import load_workdir, workdir_arguments  # noqa: E402
-from xlinear_vs_pecos import METRICS, PECOS_PY  # noqa: E402
-from xtag.models.label_tree import ClusterChain  # noqa: E402
-from xtag.models.metrics import evaluate  # noqa: E402
-from xtag.training.tree.build import PifaWeighting, TreeConfig, build_tree, pifa_embeddings  # noqa: E402
-from xtag.training.xlinear.config import XLinearConfig  # noqa: E402
-from xtag.training.xlinear.train import train_xlinear  # noqa: E402
+from bench.helpers.pecos import METRICS, PECOS_PY, load_workdir, workdir_arguments
+from bench.helpers.results import save_result
 
 
 def tree_stats(chain: ClusterChain, E: sp.csr_matrix, Y: sp.csr_matrix) -> dict:
@@ -83,7 +80,8 @@ def main() -> None:
             ours.save(ours_path)
             cmd = [
                 str(PECOS_PY),
-                str(Path(__file__).resolve().parent / "pecos_tree_swap.py"),
+                "-m",
+                "bench.experiments.pecos_tree_swap",
                 "--workdir",
                 str(w),
                 "--seed",
@@ -137,7 +135,7 @@ def main() -> None:
         "tree_means": tree_means,
     }
     name = args.result_name or f"tree_swap_{args.data.resolve().name}_{args.pifa_weighting}"
-    command = f".venv/bin/python bench/experiments/tree_swap.py --workdir {w} --data {args.data} --pifa-weighting {args.pifa_weighting}"
+    command = f".venv/bin/python -m bench.experiments.tree_swap --workdir {w} --data {args.data} --pifa-weighting {args.pifa_weighting}"
     save_result(name, result, command=[command])
 
 

@@ -1,6 +1,6 @@
 """Choose XR-Linear defaults on a validation split carved from the training set (never the test split).
 
-Usage: python bench/experiments/xlinear_validation.py --corpus ../shared/data/debtags/train.jsonl.gz [--seeds 0,1,2]
+Usage: python -m bench.experiments.xlinear_validation --corpus ../shared/data/debtags/train.jsonl.gz [--seeds 0,1,2]
 Prints P@1/P@5/PSP@5/macro-R@5 and training time per variant on a seeded 85/15 split of the training corpus
 (also written to bench/results/<--result-name>.json). With several label-tree seeds a variant's figures are
 means over them (each seed's are kept in the result): the tree's seed alone moves P@1 by a few tenths, as much
@@ -13,20 +13,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from xtag.evaluation.evaluate import ground_truth
+from xtag.models.features.tfidf import TfidfFeaturizer
+from xtag.models.metrics import evaluate
+from xtag.training.data.corpus import Corpus, build_vocab, load_corpus
+from xtag.training.xlinear.config import XLinearConfig
+from xtag.training.xlinear.train import train_xlinear
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: results.py and the benchmarks reused here
-from results import save_result  # noqa: E402
-from xtag.evaluation.evaluate import ground_truth  # noqa: E402
-from xtag.models.features.tfidf import TfidfFeaturizer  # noqa: E402
-from xtag.models.metrics import evaluate  # noqa: E402
-from xtag.training.data.corpus import Corpus, build_vocab, load_corpus  # noqa: E402
-from xtag.training.xlinear.config import XLinearConfig  # noqa: E402
-from xtag.training.xlinear.train import train_xlinear  # noqa: E402
+from bench.helpers.results import save_result
 
 VARIANTS = {
     "default": {},

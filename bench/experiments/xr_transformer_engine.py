@@ -1,7 +1,7 @@
 """XR-Transformer bundle on debtags: predict-minus-encoder time with the compiled XR-Linear engine vs the numpy beam search.
 
-    .venv/bin/python bench/experiments/xr_transformer_engine.py                         # trains the bundle first if missing
-    .venv/bin/python bench/experiments/xr_transformer_engine.py --bundle bench/out/xr_transformer_engine/bundle
+    .venv/bin/python -m bench.experiments.xr_transformer_engine                         # trains the bundle first if missing
+    .venv/bin/python -m bench.experiments.xr_transformer_engine --bundle bench/out/xr_transformer_engine/bundle
 
 Without --bundle, trains a frozen-encoder XR-Transformer (epochs=0, --max-length tokens, defaults otherwise:
 tfidf+dense Φ_cat) on debtags' training split through the product path (`train_run` → `export_run`) into
@@ -28,21 +28,19 @@ import argparse
 import gzip
 import json
 import os
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from xtag.models.bundle.loader import load_bundle
+from xtag.models.errors import XtagError
 from xtag.models.inference.beam_search import Predictions, beam_search
+from xtag.models.xr_transformer.concat_features import ConcatFeaturizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: results.py and the benchmarks reused here
-from engine_vs_numpy import percentiles  # noqa: E402
-from results import save_result  # noqa: E402 (records the load average at import)
-from xr_transformer_debtags import CachedEncoder, alternating  # noqa: E402
-from xtag.models.errors import XtagError  # noqa: E402
-from xtag.models.xr_transformer.concat_features import ConcatFeaturizer  # noqa: E402
+from bench.helpers.results import save_result
+from bench.helpers.timing import percentiles
+from bench.helpers.transformer import CachedEncoder, alternating
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULT_NAME = "xr_transformer_engine_debtags"

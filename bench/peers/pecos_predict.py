@@ -3,7 +3,7 @@
 
 Run with the PECOS venv (bench/peers/setup_pecos.sh), on the model pecos_xlinear.py keeps in its workdir:
 
-    bench/.venv-pecos/bin/python bench/peers/pecos_predict.py --model DIR/pecos_model --X X.npz [--threads 2]
+    bench/.venv-pecos/bin/python -m bench.peers.pecos_predict --model DIR/pecos_model --X X.npz [--threads 2]
 
 Loads the predict-only C++ model (as pecos_xlinear.py times it), warms it up, then times one predict
 call on the whole matrix per round and prints {"predict_s": [...], "predict_cpu_s": [...], "documents": n}

@@ -3,7 +3,7 @@
 
 Run with the PECOS venv (bench/peers/setup_pecos.sh):
 
-    bench/.venv-pecos/bin/python bench/peers/pecos_xlinear.py --workdir DIR [--threads 2]
+    bench/.venv-pecos/bin/python -m bench.peers.pecos_xlinear --workdir DIR [--threads 2]
 
 DIR must contain X_train.npz, Y_train.npz, X_test.npz (scipy.sparse.save_npz,
 CSR float32; X L2-normalised TF-IDF, Y binary). Optional Y_test.npz: if present,
@@ -40,33 +40,8 @@ import time
 from importlib.metadata import version as pkg_version
 
 import numpy as np
-import scipy.sparse as smat
-from memory import peak_rss_mb  # bench/peers/ is on sys.path when a runner runs as a script
 
-
-def load_csr(path):
-    m = smat.load_npz(path).tocsr().astype(np.float32)
-    m.sort_indices()
-    m.sum_duplicates()
-    return m
-
-
-def topk_arrays(pred, k):
-    """CSR prediction matrix -> (indices, scores) n x k, best first, -1 / -inf padded."""
-    pred = pred.tocsr()
-    n = pred.shape[0]
-    idx = np.full((n, k), -1, dtype=np.int32)
-    sc = np.full((n, k), -np.inf, dtype=np.float32)
-    indptr, indices, data = pred.indptr, pred.indices, pred.data
-    for i in range(n):
-        s, e = indptr[i], indptr[i + 1]
-        if e == s:
-            continue
-        d = data[s:e]
-        order = np.argsort(-d, kind="stable")[:k]
-        idx[i, : len(order)] = indices[s:e][order]
-        sc[i, : len(order)] = d[order]
-    return idx, sc
+from bench.helpers.peers import load_csr, peak_rss_mb, topk_arrays
 
 
 def precision_at(idx, Y, ks=(1, 3, 5)):

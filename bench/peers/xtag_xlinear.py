@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """xtag's side of bench/xlinear_vs_pecos.py, in processes of their own (the counterpart of pecos_xlinear.py).
 
-    .venv/bin/python bench/peers/xtag_xlinear.py train --workdir DIR [--threads 2] [--save-run RUN --corpus PATH]
-    .venv/bin/python bench/peers/xtag_xlinear.py load-bundle BUNDLE
+    .venv/bin/python -m bench.peers.xtag_xlinear train --workdir DIR [--threads 2] [--save-run RUN --corpus PATH]
+    .venv/bin/python -m bench.peers.xtag_xlinear load-bundle BUNDLE
 
 train: reads DIR/X_train.npz and DIR/Y_train.npz (the matrices pecos_xlinear.py reads), trains XR-Linear
 (xtag.training.xlinear.train.train_xlinear, XLinearConfig defaults but n_jobs) and writes DIR/xtag_result.json:
@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-from memory import peak_rss_mb  # bench/peers/ is on sys.path when a runner runs as a script
+from bench.helpers.peers import peak_rss_mb
 
 START = time.perf_counter()
 
@@ -99,5 +98,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for a checkout without install
     main()

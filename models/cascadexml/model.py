@@ -20,11 +20,9 @@ from xtag.models.bundle import index_bounds
 from xtag.models.bundle.atomic import write_atomic, write_text_atomic
 from xtag.models.cascadexml.cascade import child_tables, expand, top_nodes
 from xtag.models.errors import XtagError
-from xtag.models.features.device import Device, RuntimeOptions
-from xtag.models.features.onnx_encoder import OnnxEncoder, length_sorted_batches
+from xtag.models.features.onnx_encoder import GraphOutputsEncoder
 from xtag.models.inference.beam_search import Predictions, top_k
 from xtag.models.inference.model import CostHint, Model
-from xtag.models.inference.stopping import check
 from xtag.models.label_tree import ClusterChain
 
 HEADS_FILE = "heads.npz"
@@ -67,40 +65,17 @@ class CascadeOutputs:
     levels: list[np.ndarray]
 
 
-class CascadeXMLEncoder:
+class CascadeXMLEncoder(GraphOutputsEncoder):
     """Texts → CascadeOutputs through encoder/model.onnx (session and tokenizer from models/features/onnx_encoder.py)."""
 
-    def __init__(self, onnx: OnnxEncoder, names: list[str]):
-        self.onnx, self.names = onnx, names
-        self.batch_size = onnx.batch_size
-
     @classmethod
-    def load(
-        cls,
-        folder: Path,
-        threads: int | None = None,
-        device: Device | str | None = None,
-        options: RuntimeOptions | None = None,
-    ) -> CascadeXMLEncoder:
-        onnx = OnnxEncoder.load(folder, threads, device, options=options)
-        names = [o.name for o in onnx.session.get_outputs()]
+    def check_outputs(cls, folder: Path, names: list[str]) -> None:
         if not names or names != output_names(len(names)):
             raise XtagError(f"{folder}/model.onnx: outputs {names}, a CascadeXML graph returns level_0, level_1, …")
-        return cls(onnx, names)
 
-    def _run(self, texts: list[str]) -> list[np.ndarray]:
-        return self.onnx.forward(self.names, *self.onnx.tokenizer(texts))
-
-    def transform(self, texts: list[str]) -> CascadeOutputs:
-        if len(texts) <= self.batch_size:
-            return CascadeOutputs(self._run(list(texts)))
-        batches = length_sorted_batches(self.onnx.tokenizer.lengths(texts), self.batch_size)
-        parts = []
-        for idx in batches:
-            check()  # between two batches, a call nobody waits for stops (models/inference/stopping.py)
-            parts.append(self._run([texts[i] for i in idx]))
-        order = np.argsort(np.concatenate(batches))
-        return CascadeOutputs([np.vstack([p[r] for p in parts])[order] for r in range(len(self.names))])
+    @classmethod
+    def wrap(cls, arrays: list[np.ndarray]) -> CascadeOutputs:
+        return CascadeOutputs(list(arrays))
 
 
 class CascadeXMLModel(Model):

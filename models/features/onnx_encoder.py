@@ -7,6 +7,7 @@ serving split text into exactly the same token ids.
 from __future__ import annotations
 
 import itertools
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -207,3 +208,49 @@ class OnnxEncoder:
             check()  # between two batches, a call nobody waits for stops (models/inference/stopping.py)
             out[idx] = self._run(ids, mask)
         return out
+
+
+class GraphOutputsEncoder(ABC):
+    """Texts → the named outputs of a family's own encoder/model.onnx (LightXML's heads, CascadeXML's resolutions),
+    length-batched and returned in the order of `texts`. A family subclasses it with `check_outputs` (the output
+    names its graph must return) and `wrap` (the record its model reads)."""
+
+    def __init__(self, onnx: OnnxEncoder, names: list[str]):
+        self.onnx, self.names = onnx, names
+        self.batch_size = onnx.batch_size
+
+    @classmethod
+    @abstractmethod
+    def check_outputs(cls, folder: Path, names: list[str]) -> None:
+        """Raise XtagError when `names` are not what this family's graph returns."""
+
+    @classmethod
+    @abstractmethod
+    def wrap(cls, arrays: list[np.ndarray]):
+        """The family's outputs record, from the arrays in `names` order."""
+
+    @classmethod
+    def load(cls, folder: Path, *args, **kwargs):
+        """The family's graph in `folder` (OnnxEncoder.load's arguments: threads, device, options), its outputs
+        checked."""
+        onnx = OnnxEncoder.load(folder, *args, **kwargs)
+        names = [o.name for o in onnx.session.get_outputs()]
+        cls.check_outputs(folder, names)
+        return cls(onnx, names)
+
+    def outputs(self, texts: list[str]) -> list[np.ndarray]:
+        """Each output for all `texts` (n rows each), in their order."""
+        texts = list(texts)
+        parts, rows = [], []
+        for idx, ids, mask in self.onnx.tokenizer.batches(texts, self.batch_size):
+            if len(texts) > self.batch_size:
+                check()  # between two batches, a call nobody waits for stops (models/inference/stopping.py)
+            rows.append(idx)
+            parts.append(self.onnx.forward(self.names, ids, mask))
+        if len(parts) == 1:
+            return parts[0]
+        order = np.argsort(np.concatenate(rows))
+        return [np.vstack([p[r] for p in parts])[order] for r in range(len(self.names))]
+
+    def transform(self, texts: list[str]):
+        return self.wrap(self.outputs(texts))

@@ -17,11 +17,9 @@ from scipy.special import expit
 from xtag.models.bundle import index_bounds
 from xtag.models.bundle.atomic import write_text_atomic
 from xtag.models.errors import XtagError
-from xtag.models.features.device import Device, RuntimeOptions
-from xtag.models.features.onnx_encoder import OnnxEncoder, length_sorted_batches
+from xtag.models.features.onnx_encoder import GraphOutputsEncoder
 from xtag.models.inference.beam_search import Predictions, top_k
 from xtag.models.inference.model import CostHint, Model
-from xtag.models.inference.stopping import check
 from xtag.models.label_tree import ClusterChain
 from xtag.models.lightxml.label_index import LabelIndex
 
@@ -53,40 +51,17 @@ class LightXMLOutputs:
     bottleneck: np.ndarray
 
 
-class LightXMLEncoder:
+class LightXMLEncoder(GraphOutputsEncoder):
     """Texts → LightXMLOutputs through encoder/model.onnx (session and tokenizer from models/features/onnx_encoder.py)."""
 
-    def __init__(self, onnx: OnnxEncoder):
-        self.onnx = onnx
-        self.batch_size = onnx.batch_size
-
     @classmethod
-    def load(
-        cls,
-        folder: Path,
-        threads: int | None = None,
-        device: Device | str | None = None,
-        options: RuntimeOptions | None = None,
-    ) -> LightXMLEncoder:
-        onnx = OnnxEncoder.load(folder, threads, device, options=options)
-        names = [o.name for o in onnx.session.get_outputs()]
+    def check_outputs(cls, folder: Path, names: list[str]) -> None:
         if names != list(OUTPUTS):
             raise XtagError(f"{folder}/model.onnx: outputs {names}, a LightXML graph returns {list(OUTPUTS)}")
-        return cls(onnx)
 
-    def _run(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        g, h = self.onnx.forward(list(OUTPUTS), *self.onnx.tokenizer(texts))
-        return g, h
-
-    def transform(self, texts: list[str]) -> LightXMLOutputs:
-        if len(texts) <= self.batch_size:
-            return LightXMLOutputs(*self._run(list(texts)))
-        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        for idx in length_sorted_batches(self.onnx.tokenizer.lengths(texts), self.batch_size):
-            check()  # between two batches, a call nobody waits for stops (models/inference/stopping.py)
-            parts.append((idx, *self._run([texts[i] for i in idx])))
-        order = np.argsort(np.concatenate([p[0] for p in parts]))
-        return LightXMLOutputs(np.vstack([p[1] for p in parts])[order], np.vstack([p[2] for p in parts])[order])
+    @classmethod
+    def wrap(cls, arrays: list[np.ndarray]) -> LightXMLOutputs:
+        return LightXMLOutputs(*arrays)
 
 
 def cluster_members(chain: ClusterChain) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""bench/ reads as named steps: no function over 100 lines in any benchmark script (issue 39)."""
+"""bench/ reads as named steps: no function over 100 lines in any benchmark script (issue 39), and its README maps every script (issue 48)."""
 
 from __future__ import annotations
 
@@ -34,3 +34,30 @@ def test_the_check_finds_a_long_function_in_a_subfolder(tmp_path):
     (tmp_path / "experiments" / "long.py").write_text(f"async def main():\n{body}\n")
     (tmp_path / "short.py").write_text(f"def main():\n{body[: body.rindex(chr(10))]}\n")
     assert long_functions(tmp_path) == ["experiments/long.py:1 main (101 lines)"]
+
+
+def unlisted_scripts(folder: Path) -> list[str]:
+    """Scripts under `folder` (helpers, table builders and package files aside) that its README.md does not name."""
+    readme = (folder / "README.md").read_text()
+    skip = {"helpers", "result_tables", "out"}
+    return [
+        str(path.relative_to(folder))
+        for path in sorted(folder.rglob("*.py"))
+        if path.name != "__init__.py"
+        and not skip & set(path.relative_to(folder).parts)
+        and not any(part.startswith(".") for part in path.relative_to(folder).parts)
+        and f"`{path.relative_to(folder)}`" not in readme
+    ]
+
+
+def test_the_bench_readme_names_every_script():
+    """bench/README.md maps each script to its RESULTS.md sections: a new script goes into its table."""
+    assert unlisted_scripts(BENCH) == []
+
+
+def test_the_readme_check_finds_a_missing_script(tmp_path):
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "new.py").write_text("")
+    (tmp_path / "listed.py").write_text("")
+    (tmp_path / "README.md").write_text("| `listed.py` | ... |\n")
+    assert unlisted_scripts(tmp_path) == ["experiments/new.py"]

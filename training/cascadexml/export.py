@@ -20,8 +20,7 @@ from xtag.training.cascadexml.result import CASCADEXML_NET
 from xtag.training.config import TrainConfig
 from xtag.training.export.steps import copy_run_model, step
 from xtag.training.onnx.graph import write_graph
-from xtag.training.onnx.optimize import set_precision
-from xtag.training.onnx.parity import parity_gate
+from xtag.training.onnx.optimize import check_graph
 
 EVAL_BATCH = 64
 
@@ -48,19 +47,10 @@ def export_cascadexml(run_model: Path, tmp: Path, config: CascadeXMLExportConfig
     model.config = model.config.model_copy(update={"outputs": config.outputs})
     model.save(tmp)
 
-    def graph_outputs() -> dict[str, np.ndarray]:  # of the graph in `out` as it stands (fp32, then int8 / fp16)
-        return dict(zip(names, CascadeXMLEncoder.load(out).transform(texts).levels))
+    def reference() -> dict[str, np.ndarray]:
+        return dict(zip(names, torch_outputs(graph, tokenizer, texts).levels))
 
-    def top5(outputs: dict[str, np.ndarray]) -> np.ndarray:
-        return model.predict(CascadeOutputs([outputs[n] for n in names]), k=5).labels
-
-    with step(f"parity check, torch vs ONNX on {len(texts)} texts"):
-        reference = dict(zip(names, torch_outputs(graph, tokenizer, texts).levels))
-        onnx = graph_outputs()
-    report = {"outputs": config.outputs, **parity_gate(config, len(texts), onnx, reference, top5)}
-    if config.precision != "fp32":  # its cost: output drift and top-5 agreement with the fp32 graph
-        report[config.precision] = set_precision(out, config.precision, graph_outputs, onnx, reference, top5)
-    return report
+    return {"outputs": config.outputs, **check_graph(out, texts, names, CascadeXMLEncoder, model, reference, config)}
 
 
 def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:

@@ -37,10 +37,10 @@ from xtag.training.cascadexml.result import CASCADEXML_NET
 from xtag.training.cascadexml.schedule import cascade_lr_factor
 from xtag.training.config import TrainConfig
 from xtag.training.deep.candidates import csr_row, pad_rows
-from xtag.training.deep.checkpoint import Checkpoint, fit_or_reload, run_tree
+from xtag.training.deep.checkpoint import Checkpoint, fit_or_reload
 from xtag.training.deep.distributed import DistContext
-from xtag.training.deep.encoder import TextEncoder, load_tokenizer
-from xtag.training.deep.loop import Budget, TrainingLoop, epoch_order, start_run
+from xtag.training.deep.encoder import TextEncoder
+from xtag.training.deep.loop import Budget, TrainingLoop, epoch_order, start_tree_run
 from xtag.training.deep.losses import LabelWeightTable, weighted_pointwise_loss
 from xtag.training.deep.optim import decay_groups
 from xtag.training.deep.result import NetRunResult, finish_run
@@ -196,9 +196,7 @@ def train_cascadexml(run: TrainInputs) -> NetRunResult | None:
     """Train CascadeXML; returns None on DDP ranks other than 0."""
     cc = run.config.cascadexml
     folder = run.checkpoint_dir / "cascadexml"
-    ctx = start_run(cc, folder)
-    chain = run_tree(folder / "resolutions.npz", ctx, lambda: resolutions(run.X, run.Y, cc))
-    tokenizer = load_tokenizer(cc.encoder, cc.max_length)
+    ctx, chain, tokenizer = start_tree_run(cc, folder, "resolutions.npz", lambda: resolutions(run.X, run.Y, cc))
     net, top_k, weights = build_net(cc, chain)
     net = net.to(ctx.device)
     run.log(

@@ -21,9 +21,12 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 from xtag.models.errors import XtagError
-from xtag.training.deep.checkpoint import Checkpoint, seed_all
+from xtag.models.features.onnx_encoder import TextTokenizer
+from xtag.models.label_tree import ClusterChain
+from xtag.training.deep.checkpoint import Checkpoint, run_tree, seed_all
 from xtag.training.deep.config import TransformerConfig
 from xtag.training.deep.distributed import DistContext
+from xtag.training.deep.encoder import load_tokenizer
 from xtag.training.deep.optim import Amp, ddp_wrap
 
 # A family's loss: (the model to call — DDP-wrapped under torchrun —, this rank's micro-batch of rows) →
@@ -42,6 +45,16 @@ def start_run(tc: TransformerConfig, folder: Path) -> DistContext:
         folder.mkdir(parents=True, exist_ok=True)
     ctx.barrier()
     return ctx
+
+
+def start_tree_run(
+    tc: TransformerConfig, folder: Path, tree_file: str, build_tree: Callable[[], ClusterChain]
+) -> tuple[DistContext, ClusterChain, TextTokenizer]:
+    """How a family with a label tree of its own begins (LightXML's clusters, CascadeXML's resolutions):
+    `start_run`, the tree saved as folder/tree_file when resuming (else `build_tree()`), the encoder's tokenizer."""
+    ctx = start_run(tc, folder)
+    chain = run_tree(folder / tree_file, ctx, build_tree)
+    return ctx, chain, load_tokenizer(tc.encoder, tc.max_length)
 
 
 def batches_per_epoch(n: int, world: int, batch_size: int) -> int:

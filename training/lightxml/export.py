@@ -13,14 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from xtag.models.lightxml.model import OUTPUTS, LightXMLEncoder, LightXMLModel, LightXMLOutputs
+from xtag.models.lightxml.model import OUTPUTS, LightXMLEncoder, LightXMLModel
 from xtag.training.config import TrainConfig
 from xtag.training.export.steps import copy_run_model, step
 from xtag.training.lightxml.config import LightXMLExportConfig
 from xtag.training.lightxml.result import LIGHTXML_NET
 from xtag.training.onnx.graph import write_graph
-from xtag.training.onnx.optimize import set_precision
-from xtag.training.onnx.parity import parity_gate
+from xtag.training.onnx.optimize import check_graph
 
 
 def export_lightxml(run_model: Path, tmp: Path, config: LightXMLExportConfig) -> dict:
@@ -45,20 +44,11 @@ def export_lightxml(run_model: Path, tmp: Path, config: LightXMLExportConfig) ->
             (tmp / "lightxml" / name).unlink(missing_ok=True)
         model.save(tmp)
 
-    def graph_outputs() -> dict[str, np.ndarray]:  # of the graph in `out` as it stands (fp32, then int8 / fp16)
-        return vars(LightXMLEncoder.load(out).transform(texts))
+    def torch_outputs() -> dict[str, np.ndarray]:
+        return vars(net_outputs(net, tokenizer, texts, torch.device("cpu"), amp=False))
 
-    def top5(outputs: dict[str, np.ndarray]) -> np.ndarray:
-        return model.predict(LightXMLOutputs(**outputs), k=5).labels
-
-    with step(f"parity check, torch vs ONNX on {len(texts)} texts"):
-        reference = vars(net_outputs(net, tokenizer, texts, torch.device("cpu"), amp=False))
-        onnx = graph_outputs()
-    report = parity_gate(config, len(texts), onnx, reference, top5)
-    report["label_index"] = "faiss" if model.labels.index is not None else "numpy"
-    if config.precision != "fp32":  # its cost: output drift and top-5 agreement with the fp32 graph
-        report[config.precision] = set_precision(out, config.precision, graph_outputs, onnx, reference, top5)
-    return report
+    report = check_graph(out, texts, list(OUTPUTS), LightXMLEncoder, model, torch_outputs, config)
+    return {"label_index": "faiss" if model.labels.index is not None else "numpy", **report}
 
 
 def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:

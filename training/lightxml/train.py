@@ -36,10 +36,10 @@ from xtag.models.label_tree import ClusterChain
 from xtag.models.lightxml.model import LightXMLHeadConfig, LightXMLModel, cluster_members
 from xtag.models.registry import TrainInputs
 from xtag.training.deep.candidates import csr_row
-from xtag.training.deep.checkpoint import Checkpoint, fit_or_reload, run_tree
+from xtag.training.deep.checkpoint import Checkpoint, fit_or_reload
 from xtag.training.deep.distributed import DistContext
-from xtag.training.deep.encoder import TextEncoder, load_tokenizer
-from xtag.training.deep.loop import Budget, Callback, TrainingLoop, epoch_order, start_run
+from xtag.training.deep.encoder import TextEncoder
+from xtag.training.deep.loop import Budget, Callback, TrainingLoop, epoch_order, start_tree_run
 from xtag.training.deep.losses import LabelWeightTable, weighted_pointwise_loss
 from xtag.training.deep.optim import decay_groups, lr_factor
 from xtag.training.deep.result import NetRunResult, finish_run
@@ -271,9 +271,7 @@ def train_lightxml(run: TrainInputs) -> NetRunResult | None:
     """Train LightXML; returns None on DDP ranks other than 0."""
     lc = run.config.lightxml
     folder = run.checkpoint_dir / "lightxml"
-    ctx = start_run(lc, folder)
-    chain = run_tree(folder / "clusters.npz", ctx, lambda: label_clusters(run.X, run.Y, lc))
-    tokenizer = load_tokenizer(lc.encoder, lc.max_length)
+    ctx, chain, tokenizer = start_tree_run(lc, folder, "clusters.npz", lambda: label_clusters(run.X, run.Y, lc))
     transformer = TextEncoder.from_pretrained(lc.encoder, "cls").transformer
     net = LightXMLNet(transformer, chain.level_size(1), chain.n_labels, lc.last_layers, lc.dropout, lc.hidden_dim).to(
         ctx.device

@@ -22,8 +22,9 @@ from pathlib import Path
 import numpy as np
 from torch import nn
 from xtag.models.errors import XtagError
+from xtag.models.features.onnx_encoder import GraphOutputsEncoder
 from xtag.training.export.steps import step
-from xtag.training.onnx.parity import Outputs, compare, per_output, top_agreement
+from xtag.training.onnx.parity import Outputs, compare, parity_gate, per_output, top_agreement
 
 FP16_MIN_COSINE = 0.999
 
@@ -130,4 +131,32 @@ def set_precision(
                 f"fp16 graph: outputs non-finite or off the fp32 graph's (mean cosine {worst:.4g} < "
                 f"{FP16_MIN_COSINE}); refusing to export"
             )
+    return report
+
+
+def check_graph(
+    folder: Path,
+    texts: list[str],
+    names: list[str],
+    encoder: type[GraphOutputsEncoder],
+    model,
+    torch_outputs: Callable[[], dict[str, np.ndarray]],
+    config,
+) -> dict:
+    """The end of a family's own-graph export (LightXML, CascadeXML): folder/model.onnx, whose outputs are `names`
+    read by `encoder`, against `torch_outputs()` (by name) on `texts` through `parity_gate`, then set to
+    `config.precision` and measured again; top-5 agreement by `model.predict`. Returns the report."""
+
+    def graph_outputs() -> dict[str, np.ndarray]:  # of the graph in `folder` as it stands (fp32, then int8 / fp16)
+        return dict(zip(names, encoder.load(folder).outputs(texts)))
+
+    def top5(outputs: dict[str, np.ndarray]) -> np.ndarray:
+        return model.predict(encoder.wrap([outputs[n] for n in names]), k=5).labels
+
+    with step(f"parity check, torch vs ONNX on {len(texts)} texts"):
+        reference = torch_outputs()
+        onnx = graph_outputs()
+    report = parity_gate(config, len(texts), onnx, reference, top5)
+    if config.precision != "fp32":  # its cost: output drift and top-5 agreement with the fp32 graph
+        report[config.precision] = set_precision(folder, config.precision, graph_outputs, onnx, reference, top5)
     return report

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 from xtag.models.errors import XtagError
 from xtag.models.inference.beam_search import RankerLevel
-from xtag.models.registry import UpdateInputs, UpdatePlacement
+from xtag.models.registry import RunResult, UpdateInputs, UpdatePlacement
 from xtag.models.xlinear.model import XLinearModel
 from xtag.training.tree.build import pifa_embeddings
 from xtag.training.tree.graft import gate_positive_weights, graft_subtree
@@ -98,20 +99,38 @@ def update_rankers(
     return XLinearModel(chain, levels, old.config), {**growth.facts, "levels": counts}
 
 
-def update(
-    data: UpdateInputs,
-    config,
-    progress: bool = True,
-    log: Callable[[dict], None] = lambda event: None,
-    clusters: UpdatePlacement = "new",
-) -> tuple[XLinearResult, dict]:
-    """XR-Linear's `update` entry (models/registry.py): its rankers see the run's TF-IDF, so the combined corpus's
-    TF-IDF goes to `update_rankers` as it is."""
+FeatureStep = Callable[[UpdateInputs, Any, bool, Callable[[dict], None]], tuple[sp.csr_matrix, dict]]
+
+
+def ranker_update(features: FeatureStep, result: Callable[[XLinearModel, UpdateInputs], RunResult]):
+    """The `update` entry (models/registry.py) of a family whose rankers are XR-Linear's, one for them all:
+    `features(data, config, progress, log)` gives the matrix the rankers see for the combined corpus (and the facts
+    of making it), `update_rankers` grows the run's rankers on it, `result` wraps the new model for saving."""
+
+    def update(
+        data: UpdateInputs,
+        config,
+        progress: bool = True,
+        log: Callable[[dict], None] = lambda event: None,
+        clusters: UpdatePlacement = "new",
+    ) -> tuple[RunResult, dict]:
+        X, facts = features(data, config, progress, log)
+        old = XLinearModel.load(data.run / "model")
+        model, grown = update_rankers(old, X, data.Y, data.n_old, config, progress, log, clusters)
+        return result(model, data), {**facts, **grown}
+
+    return update
+
+
+def tfidf_features(
+    data: UpdateInputs, config, progress: bool, log: Callable[[dict], None]
+) -> tuple[sp.csr_matrix, dict]:
+    """XR-Linear's rankers see the run's TF-IDF, so the combined corpus's goes to `update_rankers` as it is."""
     if config.dense is not None:
         raise XtagError(
             "xtag update: runs with a `dense` block are not supported yet (the static encoder is not refit)"
         )
-    model, facts = update_rankers(
-        XLinearModel.load(data.run / "model"), data.X, data.Y, data.n_old, config, progress, log, clusters
-    )
-    return XLinearResult(model), facts
+    return data.X, {}
+
+
+update = ranker_update(tfidf_features, lambda model, data: XLinearResult(model))

@@ -4,9 +4,9 @@ The combined corpus is embedded with the run's fine-tuned encoder (model/encoder
 run's `device` setting picks as training does; old rows whose text is unchanged take the run's saved
 embeddings instead (kept_embeddings.py says which files, and when every row is encoded instead). Φ_cat
 is then built as training builds it (train.phi_cat), and the tree grows and the changed rankers are
-retrained by XR-Linear's own `update_rankers`. RUN2 holds a byte-for-byte copy of the encoder, so
-`xtag export` turns it into a bundle as it does a trained run, and keeps the combined corpus's
-embeddings for a later update.
+retrained by XR-Linear's own `update_rankers`: this family's entry is XR-Linear's `ranker_update` with Φ_cat as
+the features. RUN2 holds a byte-for-byte copy of the encoder, so `xtag export` turns it into a bundle as it does
+a trained run, and keeps the combined corpus's embeddings for a later update.
 
 The issue's optional short fine-tuning on the new documents is not done, on purpose: fine-tuning moves
 every document's embedding, so every ranker would have to be retrained, which costs a full retrain's
@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from xtag.models.registry import RunResult, UpdateInputs, UpdatePlacement
+import scipy.sparse as sp
+from xtag.models.registry import RunResult, UpdateInputs
 from xtag.models.xlinear.model import XLinearModel
 from xtag.training.deep.distributed import pick_device
 from xtag.training.deep.encoder import encode_texts, load_tokenizer, load_trained, trained_config
-from xtag.training.xlinear.update import update_rankers
+from xtag.training.xlinear.update import ranker_update
 from xtag.training.xr_transformer.kept_embeddings import encoder_digest, load_kept, save_kept
 from xtag.training.xr_transformer.train import phi_cat
 
@@ -89,20 +90,13 @@ def embed(
     return E, {"encoded_documents": len(todo), "reused_embeddings": len(texts) - len(todo)}
 
 
-def update(
-    data: UpdateInputs,
-    config,
-    progress: bool = True,
-    log: Callable[[dict], None] = lambda event: None,
-    clusters: UpdatePlacement = "new",
-) -> tuple[XRUpdateResult, dict]:
-    """XR-Transformer's `update` entry (models/registry.py)."""
-    folder = data.run / "model" / "encoder"
-    digest = encoder_digest(folder)
+def features(data: UpdateInputs, config, progress: bool, log: Callable[[dict], None]) -> tuple[sp.csr_matrix, dict]:
+    """Φ_cat of the combined corpus as training builds it, under the run's encoder; the embeddings are kept in
+    RUN2 for a later update."""
+    digest = encoder_digest(data.run / "model" / "encoder")
     E, encoding = embed(data, config, digest, progress, log)
     save_kept(data.checkpoints, E, digest)
-    old = XLinearModel.load(data.run / "model")
-    model, facts = update_rankers(
-        old, phi_cat(data.X, E, config.xr_transformer), data.Y, data.n_old, config, progress, log, clusters
-    )
-    return XRUpdateResult(model, folder), {**encoding, **facts}
+    return phi_cat(data.X, E, config.xr_transformer), encoding
+
+
+update = ranker_update(features, lambda model, data: XRUpdateResult(model, data.run / "model" / "encoder"))

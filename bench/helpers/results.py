@@ -12,7 +12,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # bench/helpers/ -> the repository
 RESULTS_DIR = ROOT / "bench" / "results"
 PACKAGES = ("numpy", "scipy", "scikit-learn", "torch", "transformers", "onnxruntime", "faiss-cpu", "uvicorn")
 _START_LOAD = os.getloadavg()  # benchmark scripts import this module first thing: the load they started under
@@ -71,12 +71,17 @@ def git_state() -> dict:
 
 
 def command_line() -> str:
-    """This process's command line as typed from the repository root."""
+    """This process's command line as typed from the repository root: `python -m bench.NAME ...` for a benchmark
+    run as a module (how bench/ runs, bench/README.md), else the script's path."""
     argv = list(sys.argv)
-    try:
-        argv[0] = str(Path(argv[0]).resolve().relative_to(ROOT))
-    except ValueError:
-        pass
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name.startswith("bench."):
+        argv[:1] = ["-m", spec.name]
+    else:
+        try:
+            argv[0] = str(Path(argv[0]).resolve().relative_to(ROOT))
+        except ValueError:
+            pass
     python = ".venv/bin/python" if Path(sys.executable).parent.parent == ROOT / ".venv" else "python"
     return shlex.join([python, *argv])
 

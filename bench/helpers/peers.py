@@ -1,6 +1,10 @@
-"""Peak memory of a benchmark process, shared by both peer runners (stdlib only: it runs in either venv)."""
+"""What both peer runners share: a process's peak memory and the matrices they read and write (stdlib, numpy and
+scipy only: it runs in either venv, xtag's or PECOS's)."""
 
 import resource
+
+import numpy as np
+import scipy.sparse as smat
 
 
 def peak_rss_mb() -> float:
@@ -51,3 +55,28 @@ class RssParts:
         self._thread.join()
         self._sample()
         return self
+
+
+def load_csr(path):
+    m = smat.load_npz(path).tocsr().astype(np.float32)
+    m.sort_indices()
+    m.sum_duplicates()
+    return m
+
+
+def topk_arrays(pred, k):
+    """CSR prediction matrix -> (indices, scores) n x k, best first, -1 / -inf padded."""
+    pred = pred.tocsr()
+    n = pred.shape[0]
+    idx = np.full((n, k), -1, dtype=np.int32)
+    sc = np.full((n, k), -np.inf, dtype=np.float32)
+    indptr, indices, data = pred.indptr, pred.indices, pred.data
+    for i in range(n):
+        s, e = indptr[i], indptr[i + 1]
+        if e == s:
+            continue
+        d = data[s:e]
+        order = np.argsort(-d, kind="stable")[:k]
+        idx[i, : len(order)] = indices[s:e][order]
+        sc[i, : len(order)] = d[order]
+    return idx, sc

@@ -78,7 +78,7 @@ def test_the_deployment_wires_probes_volume_shutdown_and_scraping():
 def test_the_raycluster_runs_the_deployments_image_with_its_volumes():
     """deploy/k8s/raycluster.yaml, checked by structure since RayCluster is KubeRay's CRD, which
     kubernetes-validate does not know: kind and apiVersion ray.io/v1, a head and a worker group running the
-    Deployment's image, the head's GCS port as `ray start` gets it (the README's 6390), resources on every
+    Deployment's image, the head's GCS port as `ray start` gets it (docs/ray.md's 6390), resources on every
     container, the bundle mounted where the Deployment mounts it, and every claimed volume declared."""
     m = manifests()
     cluster = m["RayCluster"]

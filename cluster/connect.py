@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from xtag.models.errors import XtagError
 
 INSTALL_HINT = "pip install 'xtag[ray]'"
-START_HINT = "start one with `ray start --head --node-ip-address 127.0.0.1 --port 6390` (README, 'Past one machine')"
+START_HINT = "start one with `ray start --head --node-ip-address 127.0.0.1 --port 6390` (docs/ray.md)"
 CONNECT_TIMEOUT_S = 3.0
 # What the workers must import for xtag's tasks: xtag itself (the same version as the driver) and Ray Data's
 # reader, which the `ray` extra brings.

@@ -7,7 +7,7 @@ memory is fixed. Compared as distributions over labels:
 
 - the Jensen–Shannon divergence (base 2, in [0, 1]); top-k answers never match training frequencies exactly
   (k labels per text, models favour frequent labels), so a steady level is normal and an alert should fire on
-  a rise above the level measured on held-out traffic (README), not on a fixed bound;
+  a rise above the level measured on held-out traffic (docs/operations/observability.md), not on a fixed bound;
 - the share of returned labels in the head / torso / tail bands (models/metrics.py's frequency_buckets: the
   same bands `xtag evaluate` reports);
 - risers and fallers: the labels served more / less often than in training, ranked by their term of the

@@ -78,7 +78,7 @@ def test_the_deployment_wires_probes_volume_shutdown_and_scraping():
 def test_the_raycluster_runs_the_deployments_image_with_its_volumes():
     """deploy/k8s/raycluster.yaml, checked by structure since RayCluster is KubeRay's CRD, which
     kubernetes-validate does not know: kind and apiVersion ray.io/v1, a head and a worker group running the
-    Deployment's image, the head's GCS port as `ray start` gets it (the README's 6390), resources on every
+    Deployment's image, the head's GCS port as `ray start` gets it (docs/ray.md's 6390), resources on every
     container, the bundle mounted where the Deployment mounts it, and every claimed volume declared."""
     m = manifests()
     cluster = m["RayCluster"]
@@ -122,10 +122,16 @@ def test_compose_serves_two_models_from_one_volume():
     assert len(served) == 2 and all(Path(path).parent == Path(mount) for path in served.values())
 
 
+def documentation() -> str:
+    """The README and every docs page (docs/**/*.md), where the README's reference sections moved (h48-docs)."""
+    return "\n".join(page.read_text() for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))])
+
+
 def quick_bundles() -> set[str]:
-    """The bundles the README builds with XR-Linear (main.sh's family, about a minute on debtags): each
-    `xtag export runs/X --out bundles/X` whose run `xtag train ... --out runs/X` names no other family."""
-    readme = (ROOT / "README.md").read_text()
+    """The bundles the README and the docs pages build with XR-Linear (main.sh's family, about a minute on
+    debtags): each `xtag export runs/X --out bundles/X` whose run `xtag train ... --out runs/X` names no other
+    family."""
+    readme = documentation()
     runs = {
         m.group(2)
         for m in re.finditer(r"^xtag train (.*)--out runs/([\w.-]+)\s*(#.*)?$", readme, flags=re.M)
@@ -136,8 +142,9 @@ def quick_bundles() -> set[str]:
 
 
 def test_the_deployments_and_the_readmes_two_model_examples_serve_bundles_the_quick_path_builds():
-    """Every model compose and Kubernetes serve by default, and every bundle the README's multi-model examples
-    serve, is one the README builds with XR-Linear: they named bundles/debtags-lamp, which nothing quick builds."""
+    """Every model compose and Kubernetes serve by default, and every bundle the multi-model examples
+    (docs/serving/multi-model.md, once the README's) serve, is one the docs build with XR-Linear: they named
+    bundles/debtags-lamp, which nothing quick builds."""
     quick = quick_bundles()
     assert {"debtags-xl", "debtags-xl-ub"} <= quick, quick
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
@@ -153,23 +160,23 @@ def test_the_deployments_and_the_readmes_two_model_examples_serve_bundles_the_qu
     ):
         served = {Path(path).name for path in served_models(env).values()}
         assert len(served) == 2 and served <= quick, (served, quick)
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("### Several models in one server", 1)[1].split("```", 2)[1]
+    page = (ROOT / "docs" / "serving" / "multi-model.md").read_text()
+    section = page.split("# Several models in one server", 1)[1].split("```", 2)[1]
     named = set(re.findall(r"bundles/([\w.-]+)", section))
     assert len(named) >= 2 and named <= quick, (named, quick)
 
 
 def test_compose_mounts_the_bundle_root_under_the_name_the_service_reads():
     """README and compose named the host's bundle folder XTAG_BUNDLE_DIR and XTAG_BUNDLES_DIR, which nothing reads:
-    it is XTAG_BUNDLE_ROOT, the setting xtag reads for its bundle directory, in both."""
+    it is XTAG_BUNDLE_ROOT, the setting xtag reads for its bundle directory, in both (and in every docs page)."""
     from xtag.service.settings import Settings
 
     assert "bundle_root" in Settings.model_fields
     text = (ROOT / "docker-compose.yml").read_text()
     mounted = set(re.findall(r"\$\{(\w+):-[^}]*\}:/bundles:ro", text))
     assert mounted == {"XTAG_BUNDLE_ROOT"}, mounted
-    readme = (ROOT / "README.md").read_text()
-    assert not re.search(r"XTAG_BUNDLES?_DIR", readme + text)
+    assert "XTAG_BUNDLE_ROOT" in (ROOT / "docs" / "serving" / "deployment.md").read_text()
+    assert not re.search(r"XTAG_BUNDLES?_DIR", documentation() + text)
 
 
 def dashboard() -> dict:

@@ -1,7 +1,8 @@
-"""The README's curl examples, run with curl against a live server of a tiny bundle: documentation that
-does not work is a bug. Every `curl` command in a README code block runs (pointed at the test server's
-port) and must get a 2xx JSON answer; an example with an elided part (`...`) cannot run as written and
-is left out, but at least the plain predict and batch examples must be runnable."""
+"""The curl examples of the README and of the docs pages (docs/**/*.md), run with curl against a live server of a
+tiny bundle: documentation that does not work is a bug. Every `curl` command in a code block runs (pointed at the
+test server's port) and must get a 2xx JSON answer; an example with an elided part (`...`) cannot run as written
+and is left out, but at least the plain predict and batch examples must be runnable, in the README and in the
+endpoints page alike."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ import pytest
 
 from tests.service.svc_support import bundles, live_server  # noqa: F401  (pytest fixtures)
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+ENDPOINTS = ROOT / "docs" / "api" / "endpoints.md"
+DOCUMENTS = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 CURL = shutil.which("curl")
 pytestmark = pytest.mark.skipif(CURL is None, reason="curl is not installed")
 
@@ -53,16 +57,18 @@ def runnable(command: str) -> bool:
     return "..." not in command
 
 
-def test_readme_has_curl_examples():
-    examples = curl_examples(README.read_text())
-    assert len(examples) >= 3, examples
+@pytest.mark.parametrize("page", [README, ENDPOINTS], ids=["README", "endpoints"])
+def test_readme_has_curl_examples(page):
+    examples = curl_examples(page.read_text())
+    assert len(examples) >= (2 if page == README else 3), examples
     assert sum(runnable(c) for c in examples) >= 2, examples
+    assert any("/v1/predict/batch" in c for c in examples) and any("/v1/predict " in c for c in examples), examples
 
 
 def test_readme_curl_examples_work(live_server):
     port = live_server.url.rsplit(":", 1)[1]
     ran = 0
-    for example in curl_examples(README.read_text()):
+    for example in (c for page in DOCUMENTS for c in curl_examples(page.read_text())):
         if not runnable(example):
             continue
         args = [a.replace("localhost:8000", f"127.0.0.1:{port}") for a in shlex.split(example)]
@@ -83,4 +89,4 @@ def test_readme_curl_examples_work(live_server):
         elif "/predict" in example:
             assert answer["labels"] and answer["model"]["name"] == "tiny-a"
         ran += 1
-    assert ran >= 2
+    assert ran >= 5  # the README's two and the endpoints page's three

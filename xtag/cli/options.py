@@ -28,7 +28,7 @@ RayAddress = Annotated[
     str | None,
     typer.Option(
         help="run on a Ray cluster: HOST:PORT of its head | auto (RAY_ADDRESS, or the cluster `ray start` left "
-        "here) | local (a Ray runtime started for this command); README 'Past one machine (Ray)'"
+        "here) | local (a Ray runtime started for this command); docs/ray.md"
     ),
 ]
 Resume = Annotated[bool, typer.Option("--resume", help="with --ray: keep the shards a previous run finished")]

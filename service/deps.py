@@ -20,12 +20,12 @@ from fastapi import Depends, Query, Request, Security
 from fastapi.security import APIKeyHeader
 from pydantic import BaseModel, SecretStr, ValidationError
 from xtag.service.http.problems import Problem, validation_problem
-from xtag.service.observability.metrics import MODEL_KEY, served_name
+from xtag.service.observability.prometheus import MODEL_KEY, served_name
 from xtag.service.schemas import IntegerText, ModelPutRequest, ReloadRequest
 from xtag.service.settings import Settings
 from xtag.service.state.feedback_writer import FeedbackWriter
+from xtag.service.state.model_repository import ModelRepository, UnknownModel
 from xtag.service.state.model_slot import ServedModel
-from xtag.service.state.registry import ModelRegistry, UnknownModel
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -50,7 +50,7 @@ def served_model(request: Request) -> ServedModel:
     return model
 
 
-def named_model(registry: ModelRegistry, name: str | None) -> ServedModel:
+def named_model(registry: ModelRepository, name: str | None) -> ServedModel:
     """404 for a name not served (listing those that are), 503 while the model is not ready."""
     try:
         slot = registry.default_slot if name is None else registry.slot(name)
@@ -283,7 +283,7 @@ async def app_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-async def model_registry(request: Request) -> ModelRegistry:
+async def model_registry(request: Request) -> ModelRepository:
     return request.app.state.registry
 
 
@@ -329,7 +329,7 @@ async def feedback_writer(request: Request) -> FeedbackWriter:
 
 
 SettingsDep = Annotated[Settings, Depends(app_settings)]
-RegistryDep = Annotated[ModelRegistry, Depends(model_registry)]
+ModelRepositoryDep = Annotated[ModelRepository, Depends(model_registry)]
 ServedModelDep = Annotated[ServedModel, Depends(default_or_named_model)]  # the default, or {name} in the path
 QueriedModelDep = Annotated[ServedModel, Depends(queried_model)]  # the default, or ?model=NAME
 AnnifProjectDep = Annotated[ServedModel, Depends(annif_project)]  # {project_id} in the path

@@ -49,7 +49,7 @@ def uvicorn_options(settings: Settings) -> dict:
         "port": settings.port,
         "log_level": settings.log_level,
         "log_config": log_config(settings.log_format, settings.log_level),
-        "access_log": False,  # XTAG_ACCESS_LOG is the app's own (service/observability/metrics.py)
+        "access_log": False,  # XTAG_ACCESS_LOG is the app's own (service/observability/prometheus.py)
         # uvicorn's protocols with a deadline and a size bound on request heads (service/http/protocol.py)
         "http": _fastest("httptools", f"{GUARD}:H11Guard", f"{GUARD}:HttpToolsGuard"),
         "h11_max_incomplete_event_size": settings.max_header_bytes,  # h11's default (16 KiB) would cut first
@@ -93,7 +93,7 @@ def serve(
     workers: int | None = None,
     **overrides,
 ) -> None:
-    """Serve `bundle` (or XTAG_BUNDLE) and the other models configured (service/model_config.py); explicit arguments
+    """Serve `bundle` (or XTAG_BUNDLE) and the other models configured (service/model_set.py); explicit arguments
     win over XTAG_* variables and .env."""
     given = {"bundle": bundle, "host": host, "port": port, "workers": workers, **overrides}
     settings = Settings(**{k: v for k, v in given.items() if v is not None})

@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from xtag.models.features.device import RuntimeOptions
-from xtag.service.model_config import ModelSet, gather
+from xtag.service.model_set import ModelSet, gather
 
 
 class Settings(BaseSettings):
@@ -298,7 +298,7 @@ class Settings(BaseSettings):
 
     @property
     def model_set(self) -> ModelSet:
-        """The models to serve, checked (service/model_config.py)."""
+        """The models to serve, checked (service/model_set.py)."""
         return self._model_set
 
     @field_validator("device")

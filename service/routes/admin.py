@@ -19,9 +19,9 @@ from pathlib import Path
 
 from fastapi import APIRouter, Request
 from xtag.models.errors import XtagError
-from xtag.service.deps import RegistryDep, ReloadBody, SettingsDep, openapi_body
+from xtag.service.deps import ModelRepositoryDep, ReloadBody, SettingsDep, openapi_body
 from xtag.service.http.problems import Problem, problem_responses
-from xtag.service.observability.metrics import served_name
+from xtag.service.observability.prometheus import served_name
 from xtag.service.schemas import ReloadRequest, ReloadResponse
 from xtag.service.state.model_slot import ReloadInProgress
 
@@ -187,7 +187,7 @@ def resolve_target(request: Request, bundle: str) -> Path:
         }
     ),
 )
-async def reload(request: Request, body: ReloadBody, settings: SettingsDep, registry: RegistryDep) -> dict:
+async def reload(request: Request, body: ReloadBody, settings: SettingsDep, registry: ModelRepositoryDep) -> dict:
     target: Path | None = None
     if body.bundle is not None:
         if settings.workers > 1:

@@ -14,7 +14,7 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from xtag.service.deps import (
     OFF_LOOP_BYTES,
     AnnifProjectDep,
-    RegistryDep,
+    ModelRepositoryDep,
     SettingsDep,
     check_text_lengths,
     document_limit,
@@ -68,7 +68,7 @@ class StrictMultiPartParser(MultiPartParser):
 
 
 def project_id(model: ServedModel) -> str:
-    """The model's served name (already URL-safe: service/model_config.py)."""
+    """The model's served name (already URL-safe: service/model_set.py)."""
     return model.served_as or re.sub(r"[^A-Za-z0-9_-]+", "-", model.bundle.name).strip("-") or "xtag"
 
 
@@ -201,7 +201,7 @@ async def api_info() -> dict:
     summary="Annif projects: one per model served",
     responses=problem_responses({401: "missing API key"}),
 )
-async def projects(request: Request, registry: RegistryDep) -> dict:
+async def projects(request: Request, registry: ModelRepositoryDep) -> dict:
     slots = registry.slots.values()
     return {"projects": [project(request, slot.current) for slot in slots if slot.current is not None]}
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import numpy as np
 from fastapi import APIRouter, Query, Request
-from xtag.service.deps import RegistryDep, ServedModelDep
+from xtag.service.deps import ModelRepositoryDep, ServedModelDep
 from xtag.service.http.problems import problem_responses
 from xtag.service.schemas import LabelsPage, ModelInfo
 from xtag.service.state.model_slot import ServedModel
@@ -90,7 +90,7 @@ async def model(model: ServedModelDep) -> dict:
     summary="Rolling QPS, latency percentiles, error rate and top labels (dashboard feed)",
     responses=problem_responses({401: "missing API key", **QUERY}),
 )
-async def stats(request: Request, registry: RegistryDep, top: Annotated[int, Query(ge=1, le=100)] = 10) -> dict:
+async def stats(request: Request, registry: ModelRepositoryDep, top: Annotated[int, Query(ge=1, le=100)] = 10) -> dict:
     model, recent = registry.current, request.app.state.recent
     out = recent.summary()
     out["in_flight"] = recent.in_flight

@@ -13,13 +13,13 @@ import signal
 
 from fastapi import APIRouter, Request
 from xtag.models.errors import XtagError
-from xtag.service.deps import ModelPutBody, RegistryDep, SettingsDep, openapi_body
+from xtag.service.deps import ModelPutBody, ModelRepositoryDep, SettingsDep, openapi_body
 from xtag.service.http.problems import Problem, problem_responses
-from xtag.service.model_config import ModelSpec
+from xtag.service.model_set import ModelSpec
 from xtag.service.routes.admin import reload_model, resolve_target, throttle
 from xtag.service.schemas import ModelPutRequest, ReloadResponse
+from xtag.service.state.model_repository import DefaultModelBusy, UnknownModel
 from xtag.service.state.model_slot import ReloadInProgress
-from xtag.service.state.registry import DefaultModelBusy, UnknownModel
 
 router = APIRouter(tags=["admin"])
 COMMON = {401: "missing or wrong admin key", 403: "no XTAG_ADMIN_KEY configured: the admin plane is off"}
@@ -120,7 +120,9 @@ async def put_model(request: Request, name: str, body: ModelPutBody) -> dict:
         {**COMMON, **NAMED, 409: "the default model without a new_default, or a multi-worker server"}
     ),
 )
-async def delete_model(request: Request, name: str, registry: RegistryDep, new_default: str | None = None) -> None:
+async def delete_model(
+    request: Request, name: str, registry: ModelRepositoryDep, new_default: str | None = None
+) -> None:
     _single_worker(request, "unloading a model over HTTP")
     _slot_or_404(request, name)
     try:

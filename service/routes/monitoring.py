@@ -8,9 +8,9 @@ from typing import Annotated
 
 import anyio.to_thread
 from fastapi import APIRouter, Query, Request
-from xtag.service.deps import MODEL_QUERY, QueriedModelDep, RegistryDep
+from xtag.service.deps import MODEL_QUERY, ModelRepositoryDep, QueriedModelDep
 from xtag.service.http.problems import problem_responses
-from xtag.service.observability.metrics import served_name
+from xtag.service.observability.prometheus import served_name
 from xtag.service.state.shadow import summaries
 
 router = APIRouter(tags=["monitoring"])
@@ -42,7 +42,7 @@ async def drift(
 )
 async def timeline(
     request: Request,
-    registry: RegistryDep,
+    registry: ModelRepositoryDep,
     minutes: Annotated[float, Query(gt=0, le=60)] = 60,
     model: Annotated[str | None, MODEL_QUERY] = None,
 ) -> dict:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from xtag.models.errors import XtagError
 from xtag.models.features.device import RuntimeOptions
-from xtag.service.model_config import ModelSet, bundle_name
+from xtag.service.model_set import ModelSet, bundle_name
 from xtag.service.observability.drift import DEFAULT_WINDOW
 from xtag.service.state.memory import bundle_bytes
 from xtag.service.state.model_slot import ModelSlot, ServedModel
@@ -27,7 +27,7 @@ class DefaultModelBusy(XtagError):
     """The default model cannot be unloaded unless another one becomes the default."""
 
 
-class ModelRegistry:
+class ModelRepository:
     """Every model of the server; `default` answers the unnamed routes. Slots change only on the event loop."""
 
     def __init__(

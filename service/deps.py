@@ -283,7 +283,7 @@ async def app_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-async def model_registry(request: Request) -> ModelRepository:
+async def model_repository(request: Request) -> ModelRepository:
     return request.app.state.registry
 
 
@@ -329,7 +329,7 @@ async def feedback_writer(request: Request) -> FeedbackWriter:
 
 
 SettingsDep = Annotated[Settings, Depends(app_settings)]
-ModelRepositoryDep = Annotated[ModelRepository, Depends(model_registry)]
+ModelRepositoryDep = Annotated[ModelRepository, Depends(model_repository)]
 ServedModelDep = Annotated[ServedModel, Depends(default_or_named_model)]  # the default, or {name} in the path
 QueriedModelDep = Annotated[ServedModel, Depends(queried_model)]  # the default, or ?model=NAME
 AnnifProjectDep = Annotated[ServedModel, Depends(annif_project)]  # {project_id} in the path

@@ -6,6 +6,7 @@ One module per benchmark family; what they share (accuracy columns, cell formats
 from __future__ import annotations
 
 from .cold_start import cold_start, fresh_install
+from .contention import contention
 from .hardening import amplification, guard_cost, request_cost
 from .lamp import lamp_better, lamp_candidates, lamp_debtags, lamp_fast
 from .lamp_ray import lamp_ray
@@ -72,5 +73,6 @@ BUILDERS = {
         lamp_fast,
         lamp_candidates,
         ray_scoring,
+        contention,
     )
 }

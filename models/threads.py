@@ -12,9 +12,9 @@ up), or `XTAG_THREADS` when set. (joblib's loky reads only the hierarchy's root 
 cgroup's ancestors, hence this module.)
 
 OpenMP runtimes also spin after each parallel region, waiting for the next one. On a machine shared with other
-jobs the spinning thread takes CPU time from the threads that have work: LaMP's training fell from 5.5 to
-0.7 steps/s beside other jobs on 2 cores, where passive waiting kept it (bench/RESULTS.md, "Training and
-serving under contention"). So OMP_WAIT_POLICY=PASSIVE and KMP_BLOCKTIME=0 are set unless the environment
+jobs the spinning threads take CPU time from the threads that have work, and LaMP's training (torch on GNU
+OpenMP) collapsed to a few per cent of its steps per second (bench/RESULTS.md, "Training and serving under
+contention"). So OMP_WAIT_POLICY=PASSIVE and KMP_BLOCKTIME=0 are set unless the environment
 sets them. Both are read when a runtime loads, which is why `xtag/__init__.py` calls `set_library_defaults`
 before anything imports torch, numba or faiss. For the same reason this is the one module of models/ that reads
 the environment (the others take their options from the caller's settings).

@@ -27,20 +27,45 @@ def _cell(value, metric: str) -> str:
 @one_result_each
 def contention(r: dict) -> dict[str, str]:
     """bench/contention.py: quiet and beside `python -c 'while True: pass'`, each code's medians over the rounds."""
+    present = {key.split("/")[0] for key in r["summary"]}
+    what = {
+        "lamp": f"LaMP on {r['lamp_corpus_docs']:,} debtags texts (steps/s between the run's first and last logged step)",
+        "xlinear": f"XR-Linear on {r['xl_docs']:,} texts (docs/s of the model fit)",
+        "serve": f"serving {r['requests']} one-text requests (k=5) to an XR-Linear bundle",
+    }
     head = (
-        f"{r['rounds']} rounds, each code and condition in turn; LaMP on {r['lamp_corpus_docs']:,} debtags texts "
-        f"(steps/s between the run's first and last logged step), XR-Linear on {r['xl_docs']:,} texts (docs/s of "
-        f"the model fit), serving {r['requests']} one-text requests (k=5) to an XR-Linear bundle; before = the code "
-        f"at {r['before_commit']}; load average (1 min) before each measure {r['load_during']['min']}-"
-        f"{r['load_during']['max']} (other engineers' jobs shared the 2 CPUs)"
+        f"{r['rounds']} rounds, each code and condition in turn; "
+        + "; ".join(what[w] for w in LABELS if w in present)
+        + f"; before = the code at {r['before_commit']}; load average (1 min) before each measure "
+        f"{r['load_during']['min']}-{r['load_during']['max']} (other engineers' jobs shared the 2 CPUs)"
     )
     rows = []
     for key, s in r["summary"].items():
         workload, code = key.split("/")
         name, unit = LABELS[workload]
-        quiet, busy = _cell(s["quiet"], s["metric"]), _cell(s["competitor"], s["metric"])
-        rows.append([name, code, unit, quiet, busy, f"{100 * s['kept']:.0f} %"])
-    kept = table(["workload", "code", "unit", "quiet", "beside one competitor", "kept"], "lllrrr", rows)
+        base = r["summary"].get(f"{workload}/before")
+        # after against before in the same condition, as a speed-up (a latency: before over after)
+        faster = (
+            [s[c] / base[c] if workload != "serve" else base[c] / s[c] for c in ("quiet", "competitor")]
+            if base and code != "before"
+            else None
+        )
+        rows.append(
+            [
+                name,
+                code,
+                unit,
+                _cell(s["quiet"], s["metric"]),
+                _cell(s["competitor"], s["metric"]),
+                f"{100 * s['kept']:.0f} %",
+                " / ".join(f"{x:.2f}×" for x in faster) if faster else "",
+            ]
+        )
+    kept = table(
+        ["workload", "code", "unit", "quiet", "beside one competitor", "kept", "speed vs before (quiet / competitor)"],
+        "lllrrrr",
+        rows,
+    )
     codes = list(r["pools"])
     pools = table(
         ["pool", *codes],

@@ -18,10 +18,10 @@ from fastapi.staticfiles import StaticFiles
 from starlette.responses import FileResponse
 from starlette.routing import Match, Route
 from uvicorn.config import STARTUP_FAILURE
-from xtag.models import threads
 from xtag.models.errors import XtagError
 from xtag.models.features.device import Device
 from xtag.models.registry import FAMILIES, family
+from xtag.models.threads import apply as size_thread_pools
 from xtag.models.threads import thread_count
 from xtag.service.batching import MicroBatcher, PredictorPool
 from xtag.service.deps import require_admin_key, require_api_key
@@ -113,7 +113,7 @@ async def lifespan(app: FastAPI):
                     settings, kind, state.executor, slot.current.series.observe_batch, state.recent
                 )
     state.lifespans += 1
-    log.info("thread pools: %s", threads.apply())  # sized from the CPUs this process may use
+    log.info("thread pools: %s", size_thread_pools())  # sized from the CPUs this process may use
     loop = asyncio.get_running_loop()
     hup = False
     if settings.sighup_reload:

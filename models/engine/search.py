@@ -146,8 +146,8 @@ def engine_beam_search(
     """xtag.models.inference.beam_search.beam_search on CompiledLevels: same arguments, same labels, scores and padding.
 
     `threads` caps numba's pool for this call (default: numba.get_num_threads(), at most
-    xtag.models.threads.thread_count(), the CPUs this process may use); a batch of fewer than PARALLEL_MIN_DOCS documents, threads=1, or any batch
-    in a forked child of a process that used the pool, runs on the calling thread. The kernels release the GIL: concurrent calls from Python threads run side by side.
+    xtag.models.threads.thread_count(), the CPUs this process may use); a batch of fewer than PARALLEL_MIN_DOCS
+    documents, threads=1, or any batch in a forked child of a process that used the pool, runs on the calling thread. The kernels release the GIL: concurrent calls from Python threads run side by side.
     """
     if post_processor not in POST_IDS:
         raise ValueError(f"unknown post-processor {post_processor!r}")

@@ -22,6 +22,8 @@ from xtag.models.bundle.snapshot import server_root
 from xtag.models.errors import XtagError
 from xtag.models.features.device import Device
 from xtag.models.registry import FAMILIES, family
+from xtag.models.threads import apply as size_thread_pools
+from xtag.models.threads import thread_count
 from xtag.service.batching import MicroBatcher, PredictorPool
 from xtag.service.deps import require_admin_key, require_api_key
 from xtag.service.http import api_docs, problems
@@ -57,7 +59,7 @@ def predictor_calls(settings: Settings, kind: str | None = None) -> int:
     if settings.inference_threads is not None:
         return settings.inference_threads
     wanted = family(kind).parallel_calls if kind else max(f.parallel_calls for f in FAMILIES.values())
-    return max(1, min(wanted, len(os.sched_getaffinity(0))))
+    return max(1, min(wanted, thread_count()))
 
 
 def make_batcher(
@@ -112,6 +114,7 @@ async def lifespan(app: FastAPI):
                     settings, kind, state.executor, slot.current.series.observe_batch, state.recent
                 )
     state.lifespans += 1
+    log.info("thread pools: %s", size_thread_pools())  # sized from the CPUs this process may use
     loop = asyncio.get_running_loop()
     hup = False
     if settings.sighup_reload:

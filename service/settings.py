@@ -188,7 +188,16 @@ class Settings(BaseSettings):
         0,
         ge=0,
         description="onnxruntime threads of each ONNX session of an encoder bundle (XR-Transformer, LightXML, "
-        "CascadeXML, LaMP); read by xtag serve, predict and evaluate; default 0: onnxruntime's own (one per core)",
+        "CascadeXML, LaMP); read by xtag serve, predict and evaluate; default 0: XTAG_THREADS' count (the CPUs this "
+        "process may use; onnxruntime's own default is the host's cores)",
+    )
+    threads: int | None = Field(
+        None,
+        ge=1,
+        description="threads of each pool in the process (torch, OpenMP, BLAS, numba, onnxruntime, worker threads); "
+        "default: the CPUs this process may use, its affinity mask capped by its cgroup's CPU quota (a pod's CPU "
+        "limit), rounded up. Read when xtag is imported (models/threads.py), before the pools start, so it also "
+        "applies to xtag train and predict; a field here so that serve refuses a bad value",
     )
     inference_threads: int | None = Field(
         None,

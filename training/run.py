@@ -17,6 +17,7 @@ from xtag.models.errors import XtagError, reading
 from xtag.models.features.tfidf import TfidfFeaturizer
 from xtag.models.labels import LabelVocab
 from xtag.models.registry import TrainEntry, TrainInputs, family
+from xtag.models.threads import apply as size_thread_pools
 from xtag.training.config import TrainConfig
 from xtag.training.data.corpus import build_vocab, load_corpus
 from xtag.training.data.fingerprint import FILE as FINGERPRINT_FILE
@@ -80,6 +81,7 @@ def _train(
     if not resume:
         write_text_atomic(config_path, config.model_dump_json(indent=2))  # what --resume reads: whole or not at all
     log = RunLog(out / "train_log.jsonl", echo)
+    log({"event": "threads", "pools": size_thread_pools()})  # every pool from the CPUs this process may use
     start = time.perf_counter()
     before, finished = earlier_attempts(out) if resume else (0.0, False)  # read before this attempt logs anything
 

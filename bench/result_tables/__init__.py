@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .bundle_truncate import bundle_truncate
 from .cold_start import cold_start, fresh_install
+from .contention import contention
 from .hardening import amplification, guard_cost, request_cost
 from .lamp import lamp_better, lamp_candidates, lamp_debtags, lamp_fast
 from .lamp_ray import lamp_ray
@@ -78,5 +79,6 @@ BUILDERS = {
         ray_scoring,
         slow_bodies,
         reload_storm,
+        contention,
     )
 }

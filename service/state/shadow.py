@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from prometheus_client import Counter, Gauge
 from starlette.background import BackgroundTask
 from xtag.models.engine.search import share_cores
 from xtag.models.inference.stopping import StopFlag
+from xtag.models.threads import thread_count
 from xtag.service.http.hangups import stopping
 from xtag.service.observability.agreement import AgreementWindow
 from xtag.service.state.model_slot import ServedModel
@@ -41,7 +41,7 @@ def _one_core() -> None:
     """The shadow thread's engine calls use one core's share of numba's threads, and its graphs have one intra-op
     thread (ModelRegistry.options_for): its batches leave the other cores to the primary's requests, which on 2
     cores otherwise met a shadow batch running on both (bench/RESULTS.md, "Per-model series and shadow scoring")."""
-    share_cores(os.cpu_count() or 1)
+    share_cores(thread_count())
 
 
 class ShadowMetrics:

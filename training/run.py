@@ -81,7 +81,6 @@ def _train(
     if not resume:
         write_text_atomic(config_path, config.model_dump_json(indent=2))  # what --resume reads: whole or not at all
     log = RunLog(out / "train_log.jsonl", echo)
-    log({"event": "threads", "pools": size_thread_pools()})  # every pool from the CPUs this process may use
     start = time.perf_counter()
     before, finished = earlier_attempts(out) if resume else (0.0, False)  # read before this attempt logs anything
 
@@ -96,6 +95,9 @@ def _train(
     log({"event": "corpus", "documents": len(corpus), "labels": len(vocab), "skipped_rows": corpus.skipped})
     if corpus.skipped:
         log({"event": "warning", "message": corpus.skipped_note(), "skipped_lines": corpus.skipped_lines})
+    # every pool from the CPUs this process may use; logged once the run is known to go ahead (a refused resume
+    # says one line)
+    log({"event": "threads", "pools": size_thread_pools()})
     t = time.perf_counter()
     featurizer, X = TfidfFeaturizer.fit(corpus.texts, config.tfidf)
     Y, _ = corpus.label_matrix(vocab)

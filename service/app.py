@@ -18,6 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.responses import FileResponse
 from starlette.routing import Match, Route
 from uvicorn.config import STARTUP_FAILURE
+from xtag.config.settings import Settings, worker_settings
 from xtag.models.bundle.snapshot import server_root
 from xtag.models.errors import XtagError
 from xtag.models.features.device import Device
@@ -35,7 +36,6 @@ from xtag.service.observability.metrics import LATENCY_BUCKETS, Metrics, Observa
 from xtag.service.observability.timeline import Timelines
 from xtag.service.routes import admin, annif, feedback, health, labels, model_admin, models, monitoring, predict
 from xtag.service.schemas import REQUEST_MODELS, ProblemDetails
-from xtag.service.settings import Settings
 from xtag.service.state import shadow
 from xtag.service.state.registry import ModelRegistry
 
@@ -294,5 +294,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 def app_from_env() -> FastAPI:
-    """Factory for `uvicorn --factory xtag.service.app:app_from_env` (settings from XTAG_* variables)."""
-    return create_app(Settings())
+    """Factory for `uvicorn --factory xtag.service.app:app_from_env` (its supervisor's settings, else XTAG_*
+    variables)."""
+    return create_app(worker_settings())

@@ -14,10 +14,10 @@ import orjson
 from fastapi import Request, Security
 from fastapi.security import APIKeyHeader
 from pydantic import BaseModel, SecretStr, ValidationError
+from xtag.config.settings import Settings
 from xtag.service.http.problems import Problem, validation_problem
 from xtag.service.observability.metrics import MODEL_KEY, served_name
 from xtag.service.schemas import IntegerText
-from xtag.service.settings import Settings
 from xtag.service.state.model_slot import ServedModel
 from xtag.service.state.registry import ModelRegistry, UnknownModel
 

@@ -6,7 +6,7 @@ supervisor passes the signal on and each worker drains the same way.
 
 One worker: the app object runs in this process and reloads itself on SIGHUP (load beside, swap
 atomically). Several workers: uvicorn's supervisor runs `app_from_env` in each (settings passed as
-XTAG_* variables), each loading before it accepts connections; SIGHUP to this process rolls the
+one JSON variable, config/settings.py's hand_to_workers), each loading before it accepts connections; SIGHUP to this process rolls the
 workers one by one, and a worker whose bundle fails to load is discarded while the old ones keep
 serving. /metrics then aggregates all workers (PROMETHEUS_MULTIPROC_DIR).
 
@@ -23,16 +23,15 @@ import logging
 import os
 import shutil
 import signal
-import tempfile
 import threading
 from pathlib import Path
 
 import uvicorn
 from uvicorn.config import STARTUP_FAILURE
+from xtag.config.settings import Settings, hand_to_workers
 from xtag.models.bundle.snapshot import remove_tree
 from xtag.models.errors import XtagError
 from xtag.service.observability.logs import log_config
-from xtag.service.settings import Settings
 from xtag.service.supervisor import Supervisor
 
 GUARD = "xtag.service.http.protocol"
@@ -65,15 +64,6 @@ def uvicorn_options(settings: Settings) -> dict:
     return options
 
 
-def _export(settings: Settings) -> None:
-    """Hand the settings to worker processes through XTAG_* variables; only those set explicitly, so that a worker
-    derives the rest as the supervisor did (e.g. the GPU batch size when batch_max_documents was not given)."""
-    for name, value in settings.model_dump(exclude_none=True, exclude_unset=True).items():
-        if hasattr(value, "get_secret_value"):
-            value = value.get_secret_value()
-        os.environ[f"XTAG_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
-
-
 def _exit_zero(signum: int, frame) -> None:
     raise SystemExit(0)
 
@@ -93,7 +83,7 @@ def serve(
     workers: int | None = None,
     **overrides,
 ) -> None:
-    """Serve `bundle` (or XTAG_BUNDLE) and the other models configured (service/model_config.py); explicit arguments
+    """Serve `bundle` (or XTAG_BUNDLE) and the other models configured (config/model_set.py); explicit arguments
     win over XTAG_* variables and .env."""
     given = {"bundle": bundle, "host": host, "port": port, "workers": workers, **overrides}
     settings = Settings(**{k: v for k, v in given.items() if v is not None})
@@ -114,11 +104,7 @@ def _serve(settings: Settings) -> None:
     # Workers must hold their model before they count as started, so that a rolling restart on SIGHUP
     # keeps the old workers when the new bundle does not load.
     settings = settings.model_copy(update={"load_in_background": False, "sighup_reload": True})
-    _export(settings)
-    own_dir = None
-    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        own_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="xtag-prometheus-")
-    os.environ["XTAG_UVICORN_SUPERVISOR_PID"] = str(os.getpid())  # the workers' Settings.uvicorn_supervisor_pid
+    own_dir = hand_to_workers(settings, supervisor_pid=os.getpid())
     _exit_zero_on_sigterm()
     try:
         _serve_workers(settings)

@@ -124,9 +124,9 @@ class ThreadServer:
         import threading
 
         import uvicorn
+        from xtag.config.settings import Settings
         from xtag.service.app import create_app
         from xtag.service.server import uvicorn_options
-        from xtag.service.settings import Settings
 
         from bench.helpers.server import free_port
 

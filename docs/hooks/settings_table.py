@@ -16,7 +16,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from pydantic_settings import BaseSettings
 
-SETTINGS = "xtag.service.settings:Settings"  # the one Settings class; move this line with it
+SETTINGS = "xtag.config.settings:Settings"  # the one Settings class; move this line with it
 MARKER = "<!-- settings:table -->"
 
 

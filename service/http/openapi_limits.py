@@ -11,9 +11,9 @@ which is rebuilt when the served model changes (its label count bounds k).
 
 from __future__ import annotations
 
+from xtag.config.model_set import NAME_PATTERN
+from xtag.config.settings import Settings
 from xtag.models.inference.macro_optimal import SERVING_MAX_DOCS, SERVING_MAX_SECONDS
-from xtag.service.model_config import NAME_PATTERN
-from xtag.service.settings import Settings
 
 API_KEY, ADMIN_KEY = "APIKeyHeader", "AdminKeyHeader"  # the schemes' names (service/deps.py)
 BATCHES = ("BatchRequest", "AnnifBatchRequest", "FeedbackRequest")  # `documents` bounded by max_batch_documents
@@ -47,7 +47,7 @@ def apply_limits(schema: dict, settings: Settings, n_labels: int | None) -> dict
 
 def _name_patterns(paths: dict) -> None:
     """A model's name in a path ({name}, Annif's {project_id}) obeys the pattern every model name obeys
-    (service/model_config.py); stated here because pydantic's regex engine has no look-ahead (the "no ..")."""
+    (config/model_set.py); stated here because pydantic's regex engine has no look-ahead (the "no ..")."""
     for item in paths.values():
         for operation in item.values():
             for parameter in operation.get("parameters", []):

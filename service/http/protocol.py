@@ -38,9 +38,9 @@ from http import HTTPStatus
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from xtag.config.settings import Settings
 from xtag.service.http.admission import HOLD_READING
 from xtag.service.http.problems import MEDIA_TYPE, problem_body
-from xtag.service.settings import Settings
 
 LIMITS = ("max_header_bytes", "header_timeout_s", "drain_grace_s", "graceful_shutdown_s")
 

@@ -66,7 +66,7 @@ class StrictMultiPartParser(MultiPartParser):
 
 
 def project_id(model: ServedModel) -> str:
-    """The model's served name (already URL-safe: service/model_config.py)."""
+    """The model's served name (already URL-safe: config/model_set.py)."""
     return model.served_as or re.sub(r"[^A-Za-z0-9_-]+", "-", model.bundle.name).strip("-") or "xtag"
 
 

@@ -12,10 +12,10 @@ import os
 import signal
 
 from fastapi import APIRouter, Depends, Request
+from xtag.config.model_set import ModelSpec
 from xtag.models.errors import XtagError
 from xtag.service.deps import json_body, openapi_body
 from xtag.service.http.problems import Problem, problem_responses
-from xtag.service.model_config import ModelSpec
 from xtag.service.routes.admin import reload_model, resolve_target, throttle
 from xtag.service.schemas import ModelPutRequest, ReloadResponse
 from xtag.service.state.model_slot import ReloadInProgress

@@ -17,7 +17,7 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
-from xtag.service.settings import Settings
+from xtag.config.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

@@ -17,8 +17,8 @@ import httpx
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
+from xtag.config.settings import Settings
 from xtag.service.app import create_app
-from xtag.service.settings import Settings
 from xtag.training.config import TrainConfig
 from xtag.training.export.export_run import export_run
 from xtag.training.run import train_run

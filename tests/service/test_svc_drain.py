@@ -11,7 +11,7 @@ import time
 from contextlib import ExitStack
 
 import pytest
-from xtag.service.settings import Settings
+from xtag.config.settings import Settings
 
 from tests.service.svc_support import (  # noqa: F401  (pytest fixtures)
     LiveServer,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from xtag.service.settings import Settings
+from xtag.config.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

@@ -107,7 +107,7 @@ def setting_name(setting: str, flags: tuple[str, ...] = ()) -> str:
 def service_settings():
     """The service's Settings (XTAG_* variables and .env), for the commands that load a bundle or open the
     feedback store as the server does; a bad variable fails in one line that names it."""
-    from xtag.service.settings import Settings
+    from xtag.config.settings import Settings
 
     with failing(ValidationError, name=setting_name):
         return Settings()

@@ -11,11 +11,11 @@ import onnx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
+from xtag.config.settings import Settings
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.errors import XtagError
 from xtag.models.features.device import Device
 from xtag.models.features.onnx_encoder import EncoderConfig, OnnxEncoder
-from xtag.service.settings import Settings
 
 from xtag.cli import app
 

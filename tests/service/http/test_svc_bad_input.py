@@ -106,7 +106,7 @@ def test_body_over_the_limit_is_413(make_client):
 
 def test_body_over_the_limit_is_rejected_before_it_is_read(bundles):
     """A live server answers 413 on the headers alone, while the client has sent none of the body."""
-    from xtag.service.settings import Settings
+    from xtag.config.settings import Settings
 
     from tests.service.svc_support import LiveServer
 

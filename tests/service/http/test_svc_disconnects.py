@@ -9,7 +9,7 @@ import time
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-from xtag.service.settings import Settings
+from xtag.config.settings import Settings
 
 from tests.service.svc_support import LiveServer, bundles, post_head  # noqa: F401  (pytest fixtures)
 

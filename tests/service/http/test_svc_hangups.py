@@ -10,10 +10,10 @@ import socket
 import time
 
 import pytest
+from xtag.config.settings import Settings
 from xtag.models.inference.stopping import check
 from xtag.service.batching import MicroBatcher
 from xtag.service.http.hangups import ClientGone
-from xtag.service.settings import Settings
 
 from tests.service.http.test_svc_disconnects import requests_by_status
 from tests.service.svc_support import LiveServer, bundles, post_head  # noqa: F401  (pytest fixtures)

@@ -10,8 +10,8 @@ import time
 
 import httpx
 from fastapi.testclient import TestClient
+from xtag.config.settings import Settings
 from xtag.service.app import create_app
-from xtag.service.settings import Settings
 from xtag.service.state.model_slot import ServedModel
 
 from tests.service.svc_support import LiveServer, bundles, client, make_client, read_response  # noqa: F401

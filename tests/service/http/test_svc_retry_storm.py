@@ -10,7 +10,7 @@ import time
 
 import httpx
 import orjson
-from xtag.service.settings import Settings
+from xtag.config.settings import Settings
 
 from tests.service.svc_support import (  # noqa: F401  (pytest fixtures)
     PREDICT_S,

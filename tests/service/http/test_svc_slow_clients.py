@@ -9,7 +9,7 @@ import time
 from contextlib import ExitStack
 
 import httpx
-from xtag.service.settings import Settings
+from xtag.config.settings import Settings
 
 from tests.service.svc_support import LiveServer, bundles, post_head, read_response  # noqa: F401  (pytest fixtures)
 

@@ -1,16 +1,20 @@
-"""Service settings from XTAG_* environment variables or a .env file, so one image runs anywhere."""
+"""The one Settings, from XTAG_* environment variables or a .env file, so one image runs anywhere; and the other
+environment variables xtag reads (torchrun's, Ray's, Prometheus', COLUMNS). No module outside this one reads the
+environment (models/threads.py excepted: see tests/e2e/test_layout.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from xtag.config.model_set import ModelSet, gather
 from xtag.models.features.device import RuntimeOptions
-from xtag.service.model_config import ModelSet, gather
 
 
 class Settings(BaseSettings):
@@ -307,7 +311,7 @@ class Settings(BaseSettings):
 
     @property
     def model_set(self) -> ModelSet:
-        """The models to serve, checked (service/model_config.py)."""
+        """The models to serve, checked (config/model_set.py)."""
         return self._model_set
 
     @field_validator("device")
@@ -346,3 +350,67 @@ class Settings(BaseSettings):
         if root is None:
             return None
         return Path(root).resolve() if resolve else Path(os.path.abspath(root))
+
+
+# The environment's other conventions, read (and written for child processes) here only: the CLI's, the service's
+# and cluster/'s code asks these functions, so that no module elsewhere reads os.environ
+# (tests/e2e/test_layout.py fails on one that does).
+
+WORKER_SETTINGS = "XTAG_WORKER_SETTINGS"  # the supervisor's Settings, as one JSON object, for its uvicorn workers
+PROMETHEUS_DIR = "PROMETHEUS_MULTIPROC_DIR"  # prometheus-client's multiprocess folder, shared by a server's workers
+
+
+@dataclass(frozen=True)
+class Torchrun:
+    """This process's place under torchrun (rank 0 of 1 outside it)."""
+
+    launched: bool  # TORCHELASTIC_RUN_ID is set: a rank of a torchrun launch
+    rank: int
+    local_rank: int
+    world_size: int
+
+
+def torchrun() -> Torchrun:
+    env = os.environ
+    return Torchrun(
+        launched="TORCHELASTIC_RUN_ID" in env,
+        rank=int(env.get("RANK", "0")),
+        local_rank=int(env.get("LOCAL_RANK", "0")),
+        world_size=int(env.get("WORLD_SIZE", "1")),
+    )
+
+
+def ray_address() -> str | None:
+    """RAY_ADDRESS, Ray's own variable for the cluster `ray.init()` joins."""
+    return os.environ.get("RAY_ADDRESS") or None
+
+
+def help_width_given() -> bool:
+    """COLUMNS is set: the user chose the help's width, so the CLI keeps out of it."""
+    return "COLUMNS" in os.environ
+
+
+def prometheus_dir() -> str | None:
+    """The folder prometheus-client's multiprocess mode writes to, when a server with several workers set it."""
+    return os.environ.get(PROMETHEUS_DIR) or None
+
+
+def hand_to_workers(settings: Settings, supervisor_pid: int) -> str | None:
+    """Put what uvicorn's workers need in this process's environment, which they inherit: the settings set
+    explicitly, as one JSON object (a worker derives the rest as the supervisor did, e.g. the GPU batch size when
+    batch_max_documents was not given), the supervisor's pid, and a Prometheus folder unless one is set. Returns
+    the folder made here, for the caller to remove."""
+    given = settings.model_dump(mode="json", exclude_none=True, exclude_unset=True)
+    for name in ("api_key", "admin_key"):
+        if name in given:  # model_dump masks secrets; the workers need them whole
+            given[name] = getattr(settings, name).get_secret_value()
+    os.environ[WORKER_SETTINGS] = json.dumps({**given, "uvicorn_supervisor_pid": supervisor_pid})
+    if prometheus_dir():
+        return None
+    made = os.environ[PROMETHEUS_DIR] = tempfile.mkdtemp(prefix="xtag-prometheus-")
+    return made
+
+
+def worker_settings() -> Settings:
+    """A uvicorn worker's Settings: its supervisor's (hand_to_workers), over XTAG_* variables and .env as usual."""
+    return Settings(**json.loads(os.environ.get(WORKER_SETTINGS, "{}")))

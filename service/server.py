@@ -44,23 +44,23 @@ def _fastest(module: str, fallback: str, name: str) -> str:
 
 def uvicorn_options(settings: Settings) -> dict:
     options = {
-        "host": settings.host,
-        "port": settings.port,
-        "log_level": settings.log_level,
-        "log_config": log_config(settings.log_format, settings.log_level),
+        "host": settings.server.host,
+        "port": settings.server.port,
+        "log_level": settings.server.log_level,
+        "log_config": log_config(settings.server.log_format, settings.server.log_level),
         "access_log": False,  # XTAG_ACCESS_LOG is the app's own (service/observability/metrics.py)
         # uvicorn's protocols with a deadline and a size bound on request heads (service/http/protocol.py)
         "http": _fastest("httptools", f"{GUARD}:H11Guard", f"{GUARD}:HttpToolsGuard"),
-        "h11_max_incomplete_event_size": settings.max_header_bytes,  # h11's default (16 KiB) would cut first
+        "h11_max_incomplete_event_size": settings.limits.max_header_bytes,  # h11's default (16 KiB) would cut first
         "loop": _fastest("uvloop", "asyncio", "uvloop"),
         "timeout_keep_alive": 30,
         "server_header": False,
         "proxy_headers": False,
         # SIGTERM: stop accepting, let in-flight requests finish (at most this long), then exit 0
-        "timeout_graceful_shutdown": settings.graceful_shutdown_s,
+        "timeout_graceful_shutdown": settings.server.graceful_shutdown_s,
     }
     # how long a restarted worker may take to load its bundle before the old one is kept (uvicorn >= 0.51)
-    options["timeout_worker_healthcheck"] = settings.worker_start_timeout_s
+    options["timeout_worker_healthcheck"] = settings.server.worker_start_timeout_s
     return options
 
 
@@ -94,16 +94,18 @@ def serve(
     try:
         _serve(settings)
     finally:  # the private copies of its bundles (models/bundle/snapshot.py): its workers share them until here
-        remove_tree(settings.snapshot_dir / str(os.getpid()))
+        remove_tree(settings.models.snapshot_dir / str(os.getpid()))
 
 
 def _serve(settings: Settings) -> None:
-    if settings.workers == 1:
+    if settings.server.workers == 1:
         _serve_one(settings)
         return
     # Workers must hold their model before they count as started, so that a rolling restart on SIGHUP
     # keeps the old workers when the new bundle does not load.
-    settings = settings.model_copy(update={"load_in_background": False, "sighup_reload": True})
+    server = settings.server.model_copy(update={"load_in_background": False})
+    admin = settings.admin.model_copy(update={"sighup_reload": True})
+    settings = settings.model_copy(update={"server": server, "admin": admin})
     own_dir = hand_to_workers(settings, supervisor_pid=os.getpid())
     _exit_zero_on_sigterm()
     try:
@@ -116,8 +118,8 @@ def _serve(settings: Settings) -> None:
 def urls(settings: Settings) -> str:
     """Where to open the dashboard and the API docs: an address that listens everywhere is shown as this
     machine's loopback one, which a browser here can open."""
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(settings.host, settings.host)
-    base = f"http://{f'[{host}]' if ':' in host else host}:{settings.port}"
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(settings.server.host, settings.server.host)
+    base = f"http://{f'[{host}]' if ':' in host else host}:{settings.server.port}"
     return f"dashboard {base}/   API docs {base}/docs"
 
 
@@ -151,7 +153,7 @@ def _serve_one(settings: Settings) -> None:
 def _serve_workers(settings: Settings) -> None:
     """uvicorn.run's multi-worker path, keeping the supervisor to learn whether a worker failed to start."""
     config = uvicorn.Config(
-        "xtag.service.app:app_from_env", factory=True, workers=settings.workers, **uvicorn_options(settings)
+        "xtag.service.app:app_from_env", factory=True, workers=settings.server.workers, **uvicorn_options(settings)
     )
     supervisor = Supervisor(config, sockets=[config.bind_socket()])
     log.info("once the workers have loaded: %s", urls(settings))  # each loads before it accepts a connection

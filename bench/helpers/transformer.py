@@ -158,7 +158,7 @@ class ThreadServer:
         try:
             yield
         finally:
-            batcher.inline_max_texts = self.app.state.settings.inline_max_texts
+            batcher.inline_max_texts = self.app.state.settings.server.inline_max_texts
 
     def close(self) -> None:
         self.server.should_exit = True

@@ -36,7 +36,7 @@ def _slot_or_404(request: Request, name: str):
 
 
 def _single_worker(request: Request, what: str) -> None:
-    if request.app.state.settings.workers > 1:
+    if request.app.state.settings.server.workers > 1:
         raise Problem(
             409,
             "multi-worker",
@@ -78,7 +78,7 @@ async def _load(request: Request, name: str, target=None) -> dict:
 async def reload_one(request: Request, name: str) -> dict:
     _slot_or_404(request, name)
     summary = await _load(request, name)
-    if request.app.state.settings.uvicorn_supervisor_pid == os.getppid():  # roll every sibling worker onto it
+    if request.app.state.settings.server.uvicorn_supervisor_pid == os.getppid():  # roll every sibling worker onto it
         os.kill(os.getppid(), signal.SIGHUP)
     return summary
 

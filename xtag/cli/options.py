@@ -100,8 +100,9 @@ def read_config(path: Path) -> dict:
 
 def setting_name(setting: str, flags: tuple[str, ...] = ()) -> str:
     """A refused setting as the user sets it: its variable, and its flag where the command has one."""
-    variable = f"XTAG_{setting.upper()}"
-    return f"invalid setting {variable}" + (f" (--{setting})" if setting in flags else "")
+    group, _, field = setting.rpartition(".")  # limits.max_k: the variable names the field, not its group
+    variable = field.upper() if group == "cluster" else f"XTAG_{field.upper()}"
+    return f"invalid setting {variable}" + (f" (--{field})" if field in flags else "")
 
 
 def service_settings():

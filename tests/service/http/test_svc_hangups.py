@@ -99,7 +99,7 @@ def test_a_client_that_hangs_up_mid_explain_counts_499_and_its_batch_stops_early
         explainer._label = slow_label
         documents = [{"text": f"python script game doc{i}"} for i in range(256)]
         body = json.dumps({"documents": documents, "k": 1, "explain": True}).encode()
-        with socket.create_connection(("127.0.0.1", server.settings.port), timeout=5) as s:
+        with socket.create_connection(("127.0.0.1", server.settings.server.port), timeout=5) as s:
             s.sendall(post_head("/v1/predict/batch", len(body)) + body)
             deadline = time.monotonic() + 30
             while len(explained) < 10 and time.monotonic() < deadline:

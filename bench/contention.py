@@ -46,7 +46,7 @@ import xtag.models
 import numba, torch, faiss, onnxruntime
 from threadpoolctl import threadpool_info
 from xtag.service.app import predictor_calls
-from xtag.service.settings import Settings
+from xtag.config.settings import Settings
 # which code: a module missing from the linked checkout would be found in this one's editable install instead
 if os.path.exists(os.path.join(xtag.models.__path__[0], "threads.py")):
     from xtag.models.threads import apply, thread_count

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -11,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+from xtag.config.settings import ClusterEnvironment
 from xtag.models.bundle.atomic import fsync_dir, write_text_atomic
 from xtag.models.bundle.finite_scan import array_files, refuse_nonfinite
 from xtag.models.errors import XtagError, reading
@@ -42,12 +42,12 @@ class RunLog:
 
 def _is_main_process() -> bool:
     """False on torchrun ranks other than 0: they help fine-tune but write nothing."""
-    return os.environ.get("RANK", "0") == "0"
+    return ClusterEnvironment().rank == 0
 
 
 def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bool = True, echo=None) -> dict | None:
     """Train into `out`; with `resume`, reuse its config and finished checkpoints."""
-    if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun rank: die with the launcher (imports torch)
+    if ClusterEnvironment().torchrun:  # a torchrun rank: die with the launcher (imports torch)
         from xtag.training.deep.distributed import die_with_launcher
 
         die_with_launcher()

@@ -100,7 +100,7 @@ class FeedbackWriter:
 def writer(request: Request) -> FeedbackWriter:
     """The app's writer, made on first use (a store that cannot open never delays startup)."""
     state, settings = request.app.state, request.app.state.settings
-    if settings.admin_key is None:
+    if settings.admin.admin_key is None:
         raise Problem(
             403,
             "admin-key-required",
@@ -108,7 +108,7 @@ def writer(request: Request) -> FeedbackWriter:
         )
     if state.feedback is None:
         state.feedback = FeedbackWriter(
-            settings.feedback_db, settings.feedback_timeout_s, settings.feedback_max_pending
+            settings.feedback.feedback_db, settings.feedback.feedback_timeout_s, settings.feedback.feedback_max_pending
         )
     return state.feedback
 
@@ -134,7 +134,7 @@ RESPONSES = {
 )
 async def feedback(request: Request) -> dict:
     out = writer(request)
-    limit = request.app.state.settings.max_batch_documents
+    limit = request.app.state.settings.limits.max_batch_documents
     body = await parse_body(request, FeedbackRequest, check=document_limit(limit))
     check_text_lengths(request, [d.text for d in body.documents])
     items = [
@@ -149,7 +149,7 @@ async def feedback(request: Request) -> dict:
 
 def _subject_name(request: Request, uri: str | None, label: str | None, where: str) -> str:
     """Annif names a subject by uri or label: the label if given, else the uri less XTAG_ANNIF_URI_PREFIX."""
-    prefix = request.app.state.settings.annif_uri_prefix
+    prefix = request.app.state.settings.server.annif_uri_prefix
     name = label if label and label.strip() else None
     if name is None and uri and uri.strip():
         name = uri[len(prefix) :] if prefix and uri.startswith(prefix) else uri
@@ -168,7 +168,7 @@ def _subject_name(request: Request, uri: str | None, label: str | None, where: s
 async def learn(request: Request, project_id: str) -> Response:
     _project(request, project_id)
     out = writer(request)
-    limit = request.app.state.settings.max_batch_documents
+    limit = request.app.state.settings.limits.max_batch_documents
     body = await parse_body(request, AnnifLearnRequest, check=_list_limit(limit))
     docs = body.root
     check_text_lengths(request, [d.text for d in docs])

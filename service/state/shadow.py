@@ -275,7 +275,13 @@ def declare(app, primary: str, shadow: str, resolve: Callable[[], ServedModel | 
     `primary` serves now (app.py's swap listener attaches it to every model loaded under that name)."""
     s = app.state.settings
     scorer = ShadowScorer(
-        primary, shadow, resolve, app.state.shadow_metrics, s.shadow_queue, s.shadow_timeout_s, s.shadow_window
+        primary,
+        shadow,
+        resolve,
+        app.state.shadow_metrics,
+        s.models.shadow_queue,
+        s.models.shadow_timeout_s,
+        s.models.shadow_window,
     )
     app.state.shadows[primary] = scorer
     return scorer
@@ -297,11 +303,11 @@ def feedback_labels(app) -> Callable[[list[str]], dict[str, list[str]]] | None:
     state = app.state
     if state.feedback is not None:
         return state.feedback.store.labels_by_id
-    target = state.settings.feedback_db
+    target = state.settings.feedback.feedback_db
     if getattr(state, "feedback_reader", None) is None:
         if not target.startswith(POSTGRES_SCHEMES) and not Path(target).is_file():
             return None
-        state.feedback_reader = FeedbackStore(target, state.settings.feedback_timeout_s)
+        state.feedback_reader = FeedbackStore(target, state.settings.feedback.feedback_timeout_s)
     return state.feedback_reader.labels_by_id
 
 

@@ -132,6 +132,10 @@ def violations(graph: dict[str, set[str]], via_registry: dict[str, set[str]] | N
                 found.append(f"{module} (service) imports {target}: serving scales as pods, not on Ray")
             if within(module, "xtag.cluster") and (within(target, "xtag.service") or within(target, "xtag.evaluation")):
                 found.append(f"{module} (cluster) imports {target}: Ray jobs build on models and training only")
+            if within(module, "xtag.config") and any(
+                within(target, f"xtag.{above}") for above in ("service", "training", "evaluation", "cluster")
+            ):
+                found.append(f"{module} (config) imports {target}: settings sit below everything that reads them")
             if within(module, "xtag.training") and within(target, "xtag.evaluation"):
                 found.append(f"{module} (training) imports {target}: training never imports evaluation")
             if within(module, "xtag.evaluation") and within(target, "xtag.training"):
@@ -209,7 +213,9 @@ PLANTED_FAMILY = 'Family("loop", None, "m:C", "xtag.training.update_run:update_r
         ("service/app.py", "from xtag.training import config", "(service) imports xtag.training.config"),
         ("service/app.py", "from xtag.cluster import connect", "(service) imports xtag.cluster.connect"),
         ("models/labels.py", "from xtag.cluster import connect", "(torch-free inference) imports xtag.cluster"),
-        ("cluster/connect.py", "from xtag.service import settings", "(cluster) imports xtag.service.settings"),
+        ("cluster/connect.py", "from xtag.service import deps", "(cluster) imports xtag.service.deps"),
+        ("config/settings.py", "from xtag.service import deps", "(config) imports xtag.service.deps"),
+        ("config/model_set.py", "from xtag.cluster import connect", "(config) imports xtag.cluster.connect"),
         ("training/onnx/parity.py", "from xtag.evaluation import report", "(training) imports xtag.evaluation"),
         # loops closed only through the registry's "module:attr" strings (run.py resolves every family's train)
         ("training/xlinear/train.py", "from xtag.training.run import save_model", "import cycle"),
@@ -223,6 +229,58 @@ def test_a_planted_back_edge_fails(tmp_path, file, line, expected):
     planted = tmp_path / file
     planted.write_text(planted.read_text() + f"\n{line}\n")
     assert any(expected in v for v in violations(import_graph(tmp_path), registry_edges(tmp_path)))
+
+
+ENVIRONMENT = "xtag.config.settings"  # the one module that reads environment variables (and writes them for workers)
+READS_ENVIRONMENT = {  # the named exceptions, each with its reason
+    "xtag.models.threads": "sizes the libraries' pools from XTAG_THREADS when xtag is imported, before torch, numba "
+    "or OpenMP load and before any Settings exist; models/ is the floor below config/, so it cannot ask it",
+}
+OS_ENVIRONMENT = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
+
+
+def environment_reads(path: Path) -> list[int]:
+    """The lines of a module that touch the process environment: os.environ, os.getenv and their kin, imported
+    from os or reached as attributes."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Attribute) and node.attr in OS_ENVIRONMENT:
+            if isinstance(node.value, ast.Name) and node.value.id == "os":
+                found.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module == "os":
+            if any(alias.name in OS_ENVIRONMENT for alias in node.names):
+                found.append(node.lineno)
+    return found
+
+
+def environment_violations(root: Path) -> list[str]:
+    allowed = {ENVIRONMENT, *READS_ENVIRONMENT}
+    return [
+        f"{name} reads the environment at line {line}: ask {ENVIRONMENT} (or name it in READS_ENVIRONMENT, and why)"
+        for name, path in module_files(root).items()
+        if name not in allowed
+        for line in environment_reads(path)
+    ]
+
+
+def test_the_environment_is_read_in_one_module():
+    assert environment_violations(ROOT) == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'ADDRESS = os.environ.get("RAY_ADDRESS")',
+        'RANK = os.getenv("RANK")',
+        "from os import environ",
+    ],
+)
+def test_a_planted_environment_read_fails(tmp_path, line):
+    for folder in PACKAGES:
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    planted = tmp_path / "cluster/connect.py"
+    planted.write_text(planted.read_text() + f"\n{line}\n")
+    assert any(v.startswith("xtag.cluster.connect reads the environment") for v in environment_violations(tmp_path))
 
 
 def test_the_wheel_installs_one_top_level_package(tmp_path):

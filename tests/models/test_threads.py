@@ -92,7 +92,7 @@ from threadpoolctl import threadpool_info
 from xtag.models import threads
 from xtag.models.engine.search import share_cores
 from xtag.service.app import predictor_calls
-from xtag.service.settings import Settings
+from xtag.config.settings import Settings
 threads.apply()
 print(json.dumps({
     "count": threads.thread_count(),

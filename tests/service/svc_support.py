@@ -17,8 +17,8 @@ import httpx
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
+from xtag.config.settings import Settings
 from xtag.service.app import create_app
-from xtag.service.settings import Settings
 from xtag.training.config import TrainConfig
 from xtag.training.export.export_run import export_run
 from xtag.training.run import train_run
@@ -192,7 +192,7 @@ class LiveServer:
         from xtag.service.server import uvicorn_options
 
         self.settings = settings.model_copy(update={"port": free_port(), "host": "127.0.0.1"})
-        self.url = f"http://127.0.0.1:{self.settings.port}"
+        self.url = f"http://127.0.0.1:{self.settings.server.port}"
         self.app = create_app(self.settings)
         self.server = uvicorn.Server(
             uvicorn.Config(self.app, **{**uvicorn_options(self.settings), "log_level": "warning"})

@@ -12,10 +12,10 @@ import numba
 import numpy as np
 import pytest
 import xtag.service.app as app_module
+from xtag.config.settings import Settings
 from xtag.models.inference.beam_search import Predictions
 from xtag.service.app import create_app, predictor_calls
 from xtag.service.batching import MicroBatcher, PredictorPool
-from xtag.service.settings import Settings
 
 from tests.service.svc_support import bundles, client, make_client  # noqa: F401  (pytest fixtures)
 

@@ -7,9 +7,9 @@ import re
 from pathlib import Path
 
 from typer.testing import CliRunner
+from xtag.config.settings import Settings, flat_fields
 from xtag.models import threads
 from xtag.models.threads import thread_count
-from xtag.service.settings import Settings
 
 from tests.service.svc_support import (  # noqa: F401  (pytest fixtures)
     bundles,
@@ -58,10 +58,10 @@ def test_settings_read_the_runtime_variables(monkeypatch):
 
 
 def test_no_product_module_reads_an_xtag_variable_itself():
-    """Every XTAG_* setting comes through service/settings.py; models/ gets RuntimeOptions passed down. The one
+    """Every XTAG_* setting comes through config/settings.py; models/ gets RuntimeOptions passed down. The one
     exception, XTAG_THREADS, is read by models/threads.py when xtag is imported, before any settings exist (the
     pools size themselves as their libraries load); it is a Settings field too, so that serve validates it."""
-    assert threads.ENV == "XTAG_THREADS" and "threads" in Settings.model_fields
+    assert threads.ENV == "XTAG_THREADS" and "threads" in flat_fields()
     readers = [
         f"{path.relative_to(ROOT)}:{n}"
         for package in PRODUCT

@@ -96,7 +96,7 @@ def predict(
         fail(XtagError("--ray scores a corpus: give --corpus 'GLOB' and --out FOLDER"))
     b = load_bundle_or_fail(bundle)
     with failing():  # the service's rule for k (models/inference/tagging.py), XTAG_MAX_K included
-        k = labels_per_text(k, b.predictor.n_labels, service_settings().max_k)
+        k = labels_per_text(k, b.predictor.n_labels, service_settings().limits.max_k)
     options = TagOptions(k, beam_size, reweight, alpha, beta, threshold, explain)
     if ray is not None:
         job = dict(corpus_format=format, out_format=out_format, resume=resume, skip_bad_rows=skip_bad_rows)

@@ -11,9 +11,9 @@ import time
 import httpx
 import orjson
 from pydantic import ValidationError
+from xtag.config.settings import Settings
 from xtag.service.app import create_app
 from xtag.service.schemas import BatchRequest, PredictRequest
-from xtag.service.settings import Settings
 
 from tests.service.svc_support import LiveServer, bundles, client, make_client  # noqa: F401  (pytest fixtures)
 

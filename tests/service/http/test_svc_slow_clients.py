@@ -9,7 +9,7 @@ import time
 from contextlib import ExitStack
 
 import httpx
-from xtag.service.settings import Settings
+from xtag.config.settings import Settings
 
 from tests.service.svc_support import LiveServer, bundles, post_head, read_response  # noqa: F401  (pytest fixtures)
 
@@ -23,7 +23,7 @@ def serve(bundles, **settings) -> LiveServer:
 
 
 def connect(server: LiveServer, stack: ExitStack) -> socket.socket:
-    return stack.enter_context(socket.create_connection(("127.0.0.1", server.settings.port), timeout=10))
+    return stack.enter_context(socket.create_connection(("127.0.0.1", server.settings.server.port), timeout=10))
 
 
 def check_problem(status: int, headers: dict, body: bytes, expected: int, slug: str) -> dict:

@@ -157,9 +157,9 @@ def test_lamp_bundle_serves_without_torch(lamp_bundle):
 
 def test_predict_endpoint_reranks_unless_the_request_says_rerank_false(lamp_bundle, tiny_bundle):
     from fastapi.testclient import TestClient
+    from xtag.config.settings import Settings
     from xtag.models.bundle.loader import load_bundle
     from xtag.service.app import create_app
-    from xtag.service.settings import Settings
 
     from tests.service.svc_support import wait_ready
 

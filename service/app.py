@@ -35,6 +35,7 @@ from xtag.service.routes import admin, annif, feedback, health, labels, model_ad
 from xtag.service.schemas import REQUEST_MODELS, ProblemDetails
 from xtag.service.settings import Settings
 from xtag.service.state import shadow
+from xtag.service.state.memory import freeze_heap
 from xtag.service.state.registry import ModelRegistry
 
 DASHBOARD = Path(__file__).parent / "dashboard"  # the page's files, served under the public /static/ URLs
@@ -156,6 +157,7 @@ async def _load_all(app: FastAPI) -> None:
     shown in /ready and GET /v1/models while the rest serve)."""
     registry = app.state.registry
     failed = await admin.reload_all(app)  # each failure is logged by its slot
+    freeze_heap()  # before the first request: what is alive now is not walked by each full collection
     if registry.default in failed:
         raise XtagError(failed[registry.default])
 

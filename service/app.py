@@ -37,6 +37,7 @@ from xtag.service.observability.timeline import Timelines
 from xtag.service.routes import admin, annif, feedback, health, labels, model_admin, models, monitoring, predict
 from xtag.service.schemas import REQUEST_MODELS, ProblemDetails
 from xtag.service.state import shadow
+from xtag.service.state.memory import freeze_heap
 from xtag.service.state.registry import ModelRegistry
 
 DASHBOARD = Path(__file__).parent / "dashboard"  # the page's files, served under the public /static/ URLs
@@ -159,6 +160,7 @@ async def _load_all(app: FastAPI) -> None:
     shown in /ready and GET /v1/models while the rest serve)."""
     registry = app.state.registry
     failed = await admin.reload_all(app)  # each failure is logged by its slot
+    freeze_heap()  # before the first request: what is alive now is not walked by each full collection
     if registry.default in failed:
         raise XtagError(failed[registry.default])
 

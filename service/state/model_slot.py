@@ -98,7 +98,7 @@ class ServedModel:
         a re-ranking bundle's second stage made `preds`; `gains`: a reweighted request's, shown per label)."""
         explain = self.explainer.explain
         return explained_lists(
-            self.names, preds, threshold, lambda labels: explain(texts, labels, rerank=rerank), gains
+            self.names, preds, threshold, lambda d, labels: explain(texts[d : d + 1], [labels], rerank=rerank)[0], gains
         )
 
     def predict(

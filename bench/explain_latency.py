@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from xtag.corpus.files import load_corpus
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.explain.select import explainer_for
-from xtag.training.data.corpus import load_corpus
 
 from bench.helpers.results import save_result
 from bench.helpers.server import Conn, free_port, start_server

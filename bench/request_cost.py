@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 from scipy.optimize import nnls
+from xtag.corpus.files import load_corpus
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.inference.macro_optimal import predict_optimized, serving_config
 from xtag.models.inference.reweighting import gains_of
@@ -45,7 +46,6 @@ from xtag.service.http.cost import FEATURES, Work, label_bytes, tree_shape
 from xtag.service.http.response_json import label_lists
 from xtag.service.settings import Settings
 from xtag.service.state.model_slot import ServedModel
-from xtag.training.data.corpus import load_corpus
 
 from bench.helpers.results import RESULTS_DIR, command_line, save_result
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field
+from xtag.corpus.files import Corpus
 from xtag.evaluation.evaluate import ground_truth
 from xtag.models.bundle.loader import Bundle
 from xtag.models.inference.beam_search import Predictions
@@ -38,7 +39,6 @@ from xtag.models.metrics import (
     per_label_metrics,
     relevance,
 )
-from xtag.training.data.corpus import Corpus
 
 DEFAULT_ALPHAS: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 OPTIMIZED_CURVE_ALPHAS: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)

@@ -71,7 +71,7 @@ class UpdateInputs:
 
     run: Path  # the run being updated: read, never written
     checkpoints: Path  # the new run's checkpoints/ folder, for what a later update of it may reuse
-    old: Any  # the run's training corpus as read now (training/data/corpus.py Corpus; row i of `corpus` is its row i)
+    old: Any  # the run's training corpus as read now (corpus/files.py Corpus; row i of `corpus` is its row i)
     corpus: Any  # the combined corpus (update_run.merge_corpora)
     X: Any  # the combined corpus's TF-IDF under the run's featuriser (csr)
     Y: Any  # its labels: the old ones first, new ones from n_old (csr)

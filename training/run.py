@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+from xtag.corpus.files import build_vocab, load_corpus
 from xtag.models.bundle.atomic import fsync_dir, write_text_atomic
 from xtag.models.bundle.finite_scan import array_files, refuse_nonfinite
 from xtag.models.errors import XtagError, reading
@@ -18,7 +19,6 @@ from xtag.models.features.tfidf import TfidfFeaturizer
 from xtag.models.labels import LabelVocab
 from xtag.models.registry import TrainEntry, TrainInputs, family
 from xtag.training.config import TrainConfig
-from xtag.training.data.corpus import build_vocab, load_corpus
 from xtag.training.data.fingerprint import FILE as FINGERPRINT_FILE
 from xtag.training.data.fingerprint import CorpusFingerprint
 from xtag.training.data.small_data import small_data_warnings

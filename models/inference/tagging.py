@@ -1,5 +1,5 @@
 """Tagging texts as `xtag predict` does, with the service's per-request options: the one place that turns a corpus
-into output rows, so the local command and the Ray actors (cluster/scoring.py) write the same rows."""
+into output rows, so the local command and the Ray actors (cluster/batch_scoring.py) write the same rows."""
 
 from __future__ import annotations
 

@@ -85,8 +85,8 @@ def predict(
     score most over its path in the tree (TF-IDF value × ranker weight, summed over levels) and each level's
     margin; in JSON lines each label gets the service's `explanation` object.
     """
+    from xtag.corpus.files import load_corpus
     from xtag.models.inference.tagging import Tagger, TagOptions, labels_per_text
-    from xtag.training.data.corpus import load_corpus
 
     if (text is None) == (corpus is None):
         fail(XtagError("give either a TEXT or --corpus"))
@@ -117,8 +117,8 @@ def predict(
 
 
 def _on_ray(loaded, bundle: Path, corpus: Path, out: Path, options, address: str, job: dict, shard_rows, progress):
-    """The corpus scored on a Ray cluster (cluster/scoring.py), one output file per shard in `out`."""
-    from xtag.cluster.scoring import ScoringJob, score_on_ray
+    """The corpus scored on a Ray cluster (cluster/batch_scoring.py), one output file per shard in `out`."""
+    from xtag.cluster.batch_scoring import ScoringJob, score_on_ray
     from xtag.cluster.shards import plan_shards
     from xtag.models.inference.tagging import Tagger
 

@@ -2,9 +2,9 @@ import json
 
 import numpy as np
 import pytest
+from xtag.corpus.files import build_vocab, load_corpus
 from xtag.models.features.tfidf import TfidfConfig, TfidfFeaturizer
 from xtag.models.metrics import evaluate
-from xtag.training.data.corpus import build_vocab, load_corpus
 from xtag.training.tree.build import TreeConfig
 from xtag.training.xlinear.config import XLinearConfig
 from xtag.training.xlinear.train import train_xlinear

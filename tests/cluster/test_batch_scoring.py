@@ -11,7 +11,7 @@ import time
 
 import pytest
 from typer.testing import CliRunner
-from xtag.cluster.scoring import ScoringJob, score_on_ray
+from xtag.cluster.batch_scoring import ScoringJob, score_on_ray
 from xtag.cluster.shards import plan_shards
 from xtag.models.inference.tagging import TagOptions
 

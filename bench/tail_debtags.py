@@ -38,10 +38,10 @@ from xtag.evaluation.report import plot_buckets, plot_tradeoff
 from xtag.models.bundle.loader import Bundle, load_bundle
 from xtag.models.errors import XtagError
 from xtag.models.inference.calibration import expected_calibration_error, scored_pairs
-from xtag.models.inference.corpus import predict_corpus
 from xtag.models.inference.macro_optimal import OptimizeConfig, optimize
 from xtag.models.inference.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank
 from xtag.models.metrics import CONVENTIONS, bucket_metrics, evaluate, frequency_buckets, relevance
+from xtag.models.tagging.batches import predict_corpus
 from xtag.training.config import TrainConfig
 from xtag.training.export.export_run import export_run
 from xtag.training.run import save_model, train_run

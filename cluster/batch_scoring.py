@@ -20,7 +20,7 @@ from xtag.cluster.connect import ray_cluster
 from xtag.cluster.shards import OUT_FORMATS, Shard, clear_partial_writes, unfinished
 from xtag.models.errors import XtagError
 from xtag.models.features.device import RuntimeOptions
-from xtag.models.inference.tagging import Tagger, TagOptions, to_jsonl
+from xtag.models.tagging.tagger import Tagger, TagOptions, to_jsonl
 
 
 @dataclass(frozen=True)

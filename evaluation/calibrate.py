@@ -24,9 +24,9 @@ from xtag.models.inference.calibration import (
     fit_isotonic,
     scored_pairs,
 )
-from xtag.models.inference.corpus import predict_corpus
 from xtag.models.inference.reweighting import candidate_budget
 from xtag.models.metrics import relevance
+from xtag.models.tagging.batches import predict_corpus
 
 # Fit on the candidates macro-aware inference sees (reweighting's widened shortlist for k ≤ 10).
 CALIBRATION_K = 10

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 from xtag.corpus.files import Corpus
-from xtag.models.bundle.atomic import write_atomic
 from xtag.models.features.tfidf import TfidfFeaturizer
+from xtag.models.files.atomic import write_atomic
 
 FILE = "tfidf_rows.npz"  # under a run's checkpoints/
 

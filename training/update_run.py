@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 from xtag.corpus.files import Corpus, label_counts, load_corpus, write_jsonl_gz
-from xtag.models.bundle.atomic import fsync_dir, write_text_atomic
 from xtag.models.errors import XtagError, reading
 from xtag.models.features.tfidf import TfidfFeaturizer
+from xtag.models.files.atomic import fsync_dir, write_text_atomic
 from xtag.models.labels import LabelVocab
 from xtag.models.registry import UpdateInputs, UpdatePlacement, family
 from xtag.training.config import TrainConfig

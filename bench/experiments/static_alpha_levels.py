@@ -24,7 +24,7 @@ import scipy.sparse as sp
 from xtag.corpus.files import build_vocab, load_corpus
 from xtag.evaluation.evaluate import ground_truth
 from xtag.models.features.tfidf import TfidfFeaturizer
-from xtag.models.inference.beam_search import RankerLevel
+from xtag.models.inference.types import RankerLevel
 from xtag.models.metrics import evaluate
 from xtag.models.xlinear.model import XLinearModel
 from xtag.models.xr_transformer.concat_features import concat_features

@@ -12,7 +12,7 @@ import httpx
 import numba
 import numpy as np
 import pytest
-from xtag.models.inference.beam_search import Predictions
+from xtag.models.inference.types import Predictions
 from xtag.service.app import create_app, predictor_calls
 from xtag.service.batching import MicroBatcher, PredictorPool
 from xtag.service.settings import Settings

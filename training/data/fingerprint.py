@@ -13,8 +13,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 from xtag.corpus.files import Corpus
-from xtag.models.bundle.atomic import write_text_atomic
 from xtag.models.errors import XtagError, reading
+from xtag.models.files.atomic import write_text_atomic
 
 FILE = "corpus.json"
 _WHAT_TO_DO = "train into a new --out, or delete {run} and train there without --resume"

@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 import torch
-from xtag.models.bundle import index_bounds
-from xtag.models.bundle.atomic import write_atomic
 from xtag.models.errors import XtagError, reading
 from xtag.models.features.onnx_encoder import TextTokenizer
+from xtag.models.files import index_bounds
+from xtag.models.files.atomic import write_atomic
 from xtag.models.label_tree import ClusterChain
 from xtag.models.lightxml.model import LightXMLHeadConfig, LightXMLModel, cluster_members
 from xtag.models.registry import TrainInputs

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
-from xtag.models.bundle import index_bounds
 from xtag.models.bundle.components import COMPONENTS
 from xtag.models.features.static_encoder import StaticEncoder
-from xtag.models.inference.beam_search import RankerLevel
+from xtag.models.files import index_bounds
+from xtag.models.inference.types import RankerLevel
 from xtag.models.label_tree import ClusterChain
 from xtag.models.registry import RunResult
 from xtag.models.xlinear.model import RankerConfig, XLinearModel, load_level, save_level

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from xtag.models.errors import XtagError
-from xtag.models.inference.beam_search import RankerLevel
+from xtag.models.inference.types import RankerLevel
 from xtag.models.registry import RunResult, UpdateInputs, UpdatePlacement
 from xtag.models.xlinear.model import XLinearModel
 from xtag.training.tree.build import pifa_embeddings

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 from xtag.corpus.files import Corpus
-from xtag.models.bundle.atomic import write_atomic, write_text_atomic
+from xtag.models.files.atomic import write_atomic, write_text_atomic
 from xtag.training.xr_transformer.config import XRTransformerConfig
 from xtag.training.xr_transformer.train import final_embeddings_file
 

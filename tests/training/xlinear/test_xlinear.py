@@ -55,7 +55,8 @@ def test_resume_reuses_finished_levels(data, tmp_path):
 def test_matcher_aware_negatives_come_from_the_engine_as_from_the_reference(data):
     # The trainer's matcher (the top nodes of a partly trained tree) is the service's engine; it must
     # pick what the numpy reference beam search picks when stopped at the same level.
-    from xtag.models.inference.beam_search import TreeIndex, beam_search
+    from xtag.models.inference.beam_search import beam_search
+    from xtag.models.inference.types import TreeIndex
     from xtag.training.xlinear.train import _matcher_top
 
     X, Y, _, _ = data

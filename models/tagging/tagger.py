@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 from xtag.models.bundle.loader import Bundle
 from xtag.models.errors import XtagError
-from xtag.models.inference.corpus import predict_corpus
+from xtag.models.tagging.batches import predict_corpus
 
 Rows = list[list[tuple[int, str, float]]]
 DEFAULT_K = 10  # labels per text when none is asked for (the service's `k`, `xtag predict --k`)

@@ -321,8 +321,9 @@ def test_reranker_threads_do_not_spin_behind_a_first_stage_encoder_session(lamp_
     """Behind a first stage that runs its own onnxruntime session on the CPU the re-ranker's threads sleep after
     each run (two sessions spinning in turn on the same cores cost 5 ms a text over XR-Transformer); behind
     XR-Linear's engine they keep onnxruntime's default."""
-    from xtag.models.bundle.components import Parts, _lamp_reranker
     from xtag.models.bundle.loader import load_bundle
+    from xtag.models.bundle.parts import Parts
+    from xtag.models.lamp.loaders import _lamp_reranker
 
     def spinning(model) -> str | None:
         options = model.reranker.onnx.session.get_session_options()

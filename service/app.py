@@ -20,8 +20,8 @@ from starlette.routing import Match, Route
 from uvicorn.config import STARTUP_FAILURE
 from xtag.models.bundle.snapshot import server_root
 from xtag.models.errors import XtagError
+from xtag.models.families import FAMILIES, family
 from xtag.models.features.device import Device
-from xtag.models.registry import FAMILIES, family
 from xtag.service.batching import MicroBatcher, PredictorPool
 from xtag.service.deps import require_admin_key, require_api_key
 from xtag.service.http import api_docs, problems

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 from xtag.corpus.files import build_vocab, load_corpus
 from xtag.models.errors import XtagError, reading
+from xtag.models.families import TrainEntry, TrainInputs, family
 from xtag.models.features.tfidf import TfidfFeaturizer
 from xtag.models.files.atomic import fsync_dir, write_text_atomic
 from xtag.models.files.finite_scan import array_files, refuse_nonfinite
 from xtag.models.labels import LabelVocab
-from xtag.models.registry import TrainEntry, TrainInputs, family
 from xtag.training.config import TrainConfig
 from xtag.training.data.fingerprint import FILE as FINGERPRINT_FILE
 from xtag.training.data.fingerprint import CorpusFingerprint

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from xtag.models.bundle.parts import ComponentType, Parts
 from xtag.models.errors import reading
+from xtag.models.families import FAMILIES
 from xtag.models.inference.calibration import CALIBRATION_FILE, Calibration
 from xtag.models.label_tree import ClusterChain
-from xtag.models.registry import FAMILIES
 
 
 def _tfidf(path: Path, parts: Parts) -> None:

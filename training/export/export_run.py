@@ -15,8 +15,8 @@ from pathlib import Path
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.bundle.manifest import write_manifest
 from xtag.models.errors import XtagError
+from xtag.models.families import family
 from xtag.models.files.finite_scan import array_files, refuse_nonfinite
-from xtag.models.registry import family
 from xtag.training.config import TrainConfig
 from xtag.training.export.steps import quiet_transformers, step
 

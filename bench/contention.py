@@ -247,7 +247,7 @@ def main() -> None:
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--result-name", default=None)
     args = ap.parse_args()
-    from xtag.training.data.corpus import load_corpus
+    from xtag.corpus.files import load_corpus
 
     work = args.workdir.resolve()
     work.mkdir(parents=True, exist_ok=True)

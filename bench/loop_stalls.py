@@ -31,7 +31,7 @@ from pathlib import Path
 from urllib.parse import quote_plus
 
 import numpy as np
-from xtag.training.data.corpus import load_corpus
+from xtag.corpus.files import load_corpus
 
 from bench.helpers.results import save_result
 from bench.helpers.server import start_server

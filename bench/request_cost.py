@@ -39,13 +39,13 @@ import numpy as np
 import orjson
 from scipy.optimize import nnls
 from xtag.config.settings import Limits
+from xtag.corpus.files import load_corpus
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.inference.macro_optimal import predict_optimized, serving_config
 from xtag.models.inference.reweighting import gains_of
 from xtag.service.http.cost import FEATURES, Work, label_bytes, tree_shape
 from xtag.service.http.response_json import label_lists
 from xtag.service.state.model_slot import ServedModel
-from xtag.training.data.corpus import load_corpus
 
 from bench.helpers.results import RESULTS_DIR, command_line, save_result
 

@@ -93,7 +93,7 @@ class Server(BaseModel):
         None,
         ge=0,
         description="predictor calls running at once (worker threads; their compiled engines split the cores); "
-        "0 = run them on the event loop itself; default: the model family's parallel_calls (models/registry.py: "
+        "0 = run them on the event loop itself; default: the model family's parallel_calls (models/families.py: "
         "2 for XR-Linear, 1 for encoder bundles), at most one per core",
     )
     inline_max_texts: int = Field(
@@ -121,7 +121,7 @@ class Server(BaseModel):
         ge=0,
         le=1000,
         description="longest a request waits for "
-        "company; default: the model family's batch_wait_ms (models/registry.py)",
+        "company; default: the model family's batch_wait_ms (models/families.py)",
     )
     batch_max_documents: int = Field(64, ge=1, description="texts per shared predictor call")
     gpu_batch_max_documents: int = Field(

@@ -21,8 +21,8 @@ from uvicorn.config import STARTUP_FAILURE
 from xtag.config.settings import Settings, worker_settings
 from xtag.models.bundle.snapshot import server_root
 from xtag.models.errors import XtagError
+from xtag.models.families import FAMILIES, family
 from xtag.models.features.device import Device
-from xtag.models.registry import FAMILIES, family
 from xtag.models.threads import apply as size_thread_pools
 from xtag.models.threads import thread_count
 from xtag.service.batching import MicroBatcher, PredictorPool

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import numpy as np
 from xtag.config.settings import ClusterEnvironment
-from xtag.models.bundle.atomic import fsync_dir, write_text_atomic
-from xtag.models.bundle.finite_scan import array_files, refuse_nonfinite
+from xtag.corpus.files import build_vocab, load_corpus
 from xtag.models.errors import XtagError, reading
+from xtag.models.families import TrainEntry, TrainInputs, family
 from xtag.models.features.tfidf import TfidfFeaturizer
+from xtag.models.files.atomic import fsync_dir, write_text_atomic
+from xtag.models.files.finite_scan import array_files, refuse_nonfinite
 from xtag.models.labels import LabelVocab
-from xtag.models.registry import TrainEntry, TrainInputs, family
 from xtag.models.threads import apply as size_thread_pools
 from xtag.training.config import TrainConfig
-from xtag.training.data.corpus import build_vocab, load_corpus
 from xtag.training.data.fingerprint import FILE as FINGERPRINT_FILE
 from xtag.training.data.fingerprint import CorpusFingerprint
 from xtag.training.data.small_data import small_data_warnings
@@ -65,7 +65,7 @@ def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bo
         if saved != config and not moved:
             raise XtagError(f"{out}: --resume with a different configuration than the run was started with")
         moved_from = saved.corpus if moved else None
-        if (out / "checkpoints").is_dir():  # the server's NaN scan (models/bundle/finite_scan.py), before any is reused
+        if (out / "checkpoints").is_dir():  # the server's NaN scan (models/files/finite_scan.py), before any is reused
             checkpoints = out / "checkpoints"
             refuse_nonfinite(checkpoints, array_files(checkpoints), "cannot resume from these checkpoints")
     elif (out / "model").exists() or (out / "checkpoints").exists():

@@ -11,14 +11,8 @@ import scipy.sparse as sp
 from xtag.models.engine.kernels import search_parallel, search_range, workspace
 from xtag.models.engine.layout import CompiledLevels
 from xtag.models.engine.scoring import POST_IDS
-from xtag.models.inference.beam_search import (
-    POST_PROCESSORS,
-    FirstLevelSearch,
-    PostProcessor,
-    Predictions,
-    SplitFeatures,
-    top_k_positions,
-)
+from xtag.models.inference.beam_search import POST_PROCESSORS, top_k_positions
+from xtag.models.inference.types import FirstLevelSearch, PostProcessor, Predictions, SplitFeatures
 from xtag.models.threads import thread_count
 
 # A chunk is scored by walking its features against the document's dense scatter when it has at most
@@ -60,7 +54,7 @@ def _c(a, dtype) -> np.ndarray:
 
 
 def _csr_arrays(X):
-    """(indptr, indices, data) of a scipy matrix or xtag.models.inference.beam_search.CsrArrays, in the kernels' dtypes."""
+    """(indptr, indices, data) of a scipy matrix or xtag.models.inference.types.CsrArrays, in the kernels' dtypes."""
     if not hasattr(X, "indptr"):
         X = sp.csr_matrix(X, dtype=np.float32)
     elif sp.issparse(X) and X.format != "csr":

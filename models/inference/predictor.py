@@ -8,9 +8,9 @@ from typing import Any, Protocol
 import numpy as np
 import scipy.sparse as sp
 from xtag.models.errors import XtagError
-from xtag.models.inference.beam_search import Predictions
 from xtag.models.inference.calibration import Calibration
 from xtag.models.inference.model import CostHint, Model
+from xtag.models.inference.types import Predictions
 from xtag.models.labels import LabelVocab
 
 

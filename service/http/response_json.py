@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 import orjson
-from xtag.models.inference.beam_search import Predictions
+from xtag.models.inference.types import Predictions
 
 
 class LabelPrefixes:

@@ -13,11 +13,11 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 from xtag.models.errors import XtagError
 from xtag.models.explain.linear import ExplainUnavailable
-from xtag.models.inference.beam_search import Predictions
 from xtag.models.inference.macro_optimal import SERVING_MAX_DOCS, predict_optimized, serving_config
 from xtag.models.inference.reweighting import gains_of
 from xtag.models.inference.stopping import StopFlag
-from xtag.models.inference.tagging import labels_per_text
+from xtag.models.inference.types import Predictions
+from xtag.models.tagging.tagger import labels_per_text
 from xtag.service.batching import run_off_loop
 from xtag.service.deps import (
     check_text_lengths,
@@ -85,7 +85,7 @@ def check_options(
     what the whole request would cost (413 too-costly, service/http/cost.py), all before any prediction."""
     s = request.app.state.settings
     check_text_lengths(request, texts, what)
-    try:  # `xtag predict --k` applies the same rule (models/inference/tagging.py)
+    try:  # `xtag predict --k` applies the same rule (models/tagging/tagger.py)
         k = labels_per_text(opts.k if "k" in opts.model_fields_set else None, model.n_labels, s.limits.max_k)
     except XtagError as exc:
         raise Problem(422, "validation-error", str(exc)) from exc

@@ -23,15 +23,15 @@ from xtag.models.errors import XtagError
 from xtag.models.explain.linear import Explainer
 from xtag.models.explain.select import explainer_for
 from xtag.models.features.device import RuntimeOptions
-from xtag.models.inference.beam_search import Predictions
 from xtag.models.inference.reweighting import gains_for, label_weights, predict_reweighted
+from xtag.models.inference.types import Predictions
 from xtag.service.http.cost import label_bytes, tree_shape
 from xtag.service.http.response_json import LabelPrefixes, explained_lists
 from xtag.service.observability.drift import DEFAULT_WINDOW, LabelDrift
 from xtag.service.state.memory import check_memory, release_memory, resident_mb, trim_heap
 
 if TYPE_CHECKING:
-    from xtag.models.lamp.explain import LampExplainer
+    from xtag.models.explain.lamp import LampExplainer
     from xtag.service.observability.metrics import ModelSeries
 
 log = logging.getLogger("xtag.service")

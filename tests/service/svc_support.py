@@ -87,7 +87,7 @@ def synthetic_bundle(folder: Path, name: str, labels: int = 2000, features: int 
     import numpy as np
     import scipy.sparse as sp
     from xtag.models.features.tfidf import TfidfConfig, TfidfFeaturizer
-    from xtag.models.inference.beam_search import RankerLevel
+    from xtag.models.inference.types import RankerLevel
     from xtag.models.label_tree import ClusterChain
     from xtag.models.labels import LabelVocab
     from xtag.models.xlinear.model import RankerConfig, XLinearModel

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import xtag.service.app as app_module
 from xtag.config.settings import Settings
-from xtag.models.inference.beam_search import Predictions
+from xtag.models.inference.types import Predictions
 from xtag.service.app import create_app, predictor_calls
 from xtag.service.batching import MicroBatcher, PredictorPool
 

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from xtag.models.label_tree import ClusterChain
 from xtag.models.threads import thread_count
 from xtag.training.tree.balanced_kmeans import bisect, left_size
-from xtag.training.tree.kernels import build_slice, node_state
+from xtag.training.tree.node_kernels import build_slice, node_state
 
 PifaWeighting = Literal["inverse-sqrt-labels", "uniform"]
 

@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
-from xtag.models.bundle import index_bounds
 from xtag.models.bundle.components import COMPONENTS
+from xtag.models.families import RunResult
 from xtag.models.features.static_encoder import StaticEncoder
-from xtag.models.inference.beam_search import RankerLevel
+from xtag.models.files import index_bounds
+from xtag.models.inference.types import RankerLevel
 from xtag.models.label_tree import ClusterChain
-from xtag.models.registry import RunResult
 from xtag.models.threads import thread_count
 from xtag.models.xlinear.model import RankerConfig, XLinearModel, load_level, save_level
 from xtag.training.tree.build import build_tree, pifa_embeddings
-from xtag.training.tree.kernels import build_slice
+from xtag.training.tree.node_kernels import build_slice
 from xtag.training.weighting.label_weights import (
     LabelWeights,
     MissingLabelsConfig,

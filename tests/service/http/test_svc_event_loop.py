@@ -14,7 +14,7 @@ import numpy as np
 import orjson
 from pydantic import ValidationError
 from xtag.config.settings import Settings
-from xtag.models.inference.beam_search import Predictions
+from xtag.models.inference.types import Predictions
 from xtag.service.app import create_app
 from xtag.service.http.response_json import explained_lists
 from xtag.service.schemas import BatchRequest, PredictRequest

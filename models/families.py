@@ -71,7 +71,7 @@ class UpdateInputs:
 
     run: Path  # the run being updated: read, never written
     checkpoints: Path  # the new run's checkpoints/ folder, for what a later update of it may reuse
-    old: Any  # the run's training corpus as read now (training/data/corpus.py Corpus; row i of `corpus` is its row i)
+    old: Any  # the run's training corpus as read now (corpus/files.py Corpus; row i of `corpus` is its row i)
     corpus: Any  # the combined corpus (update_run.merge_corpora)
     X: Any  # the combined corpus's TF-IDF under the run's featuriser (csr)
     Y: Any  # its labels: the old ones first, new ones from n_old (csr)
@@ -103,6 +103,9 @@ class Family:
     components: tuple[
         str, ...
     ]  # bundle components in load order (models/bundle/components.py); optional ones may be absent
+    loaders: (
+        str  # the loaders of the family's own component types: a dict of type -> ComponentType (models/bundle/parts.py)
+    )
     batch_wait_ms: float  # the service's micro-batch wait under concurrent traffic (encoders gain from batches)
     capabilities: frozenset[str]  # what the family supports, from CAPABILITIES; checked when a config is built
     # The service's predictor calls at once unless XTAG_INFERENCE_THREADS says (at most one per core): a TF-IDF
@@ -177,6 +180,7 @@ FAMILIES: dict[str, Family] = {
             "xtag.training.xlinear.entry:train",
             "xtag.training.xlinear.export:export",
             ("tfidf", "static-encoder", "label-tree", "rankers"),
+            loaders="xtag.models.xlinear.loaders:LOADERS",
             batch_wait_ms=0.0,
             parallel_calls=2,
             capabilities=RANKERS | {"weighted-losses", "static-dense", "update", "ray"},
@@ -189,6 +193,7 @@ FAMILIES: dict[str, Family] = {
             "xtag.training.xr_transformer.train:train_xr_transformer",
             "xtag.training.xr_transformer.export:export",
             ("tfidf", "text-encoder", "label-tree", "rankers", "shortlist"),
+            loaders="xtag.models.xr_transformer.loaders:LOADERS",
             batch_wait_ms=2.0,
             capabilities=TRANSFORMER | RANKERS | {"shortlist", "update"},
             update="xtag.training.xr_transformer.update:update",
@@ -202,6 +207,7 @@ FAMILIES: dict[str, Family] = {
             "xtag.training.lightxml.train:train_lightxml",
             "xtag.training.lightxml.export:export",
             ("lightxml-encoder", "label-tree", "lightxml-heads"),
+            loaders="xtag.models.lightxml.loaders:LOADERS",
             batch_wait_ms=2.0,
             capabilities=TRANSFORMER,
             train_needs=TRAIN_EXTRA,
@@ -213,6 +219,7 @@ FAMILIES: dict[str, Family] = {
             "xtag.training.cascadexml.train:train_cascadexml",
             "xtag.training.cascadexml.export:export",
             ("cascadexml-encoder", "label-tree", "cascadexml-heads"),
+            loaders="xtag.models.cascadexml.loaders:LOADERS",
             batch_wait_ms=2.0,
             capabilities=TRANSFORMER,
             train_needs=TRAIN_EXTRA,
@@ -224,6 +231,7 @@ FAMILIES: dict[str, Family] = {
             "xtag.training.lamp.train:train_lamp",
             "xtag.training.lamp.export:export",
             ("first-stage", "lamp-reranker"),
+            loaders="xtag.models.lamp.loaders:LOADERS",
             batch_wait_ms=2.0,
             capabilities=frozenset({"transformer", "ray", "int8", "rerank-candidates"}),
             train_needs=TRAIN_EXTRA,

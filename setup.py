@@ -1,7 +1,7 @@
 """Package layout: the repository's top-level folders install under one import root, `xtag`.
 
-`models/`, `training/`, `evaluation/`, `service/` and `cluster/` stay where they are in the checkout but become
-`xtag.models`, `xtag.training`, `xtag.evaluation`, `xtag.service` and `xtag.cluster` (setuptools' package-dir mapping),
+`corpus/`, `models/`, `config/`, `training/`, `evaluation/`, `service/` and `cluster/` stay where they are in the
+checkout but become `xtag.corpus`, `xtag.models`, `xtag.config`, ... (setuptools' package-dir mapping),
 so nothing but `xtag` lands at the top of site-packages. The list of roots is pyproject.toml's
 [tool.xtag] package-roots; everything else lives in pyproject.toml too.
 """

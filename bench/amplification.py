@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import httpx
-from xtag.training.data.corpus import load_corpus
+from xtag.corpus.files import load_corpus
 
 from bench.helpers.results import save_result
 from bench.helpers.server import cpu_seconds, start_server

@@ -18,7 +18,8 @@ import time
 import numpy as np
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize
-from xtag.models.inference.beam_search import RankerLevel, TreeIndex, beam_search
+from xtag.models.inference.beam_search import beam_search
+from xtag.models.inference.types import RankerLevel, TreeIndex
 from xtag.training.tree.build import TreeConfig, build_tree
 
 from bench.helpers.results import save_result

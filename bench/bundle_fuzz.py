@@ -2,7 +2,7 @@
 
 Issue 30's defect 3: a bundle with valid checksums but out-of-range indices (every value of
 rankers/engine/fm_node.npy set to 50,000,000, the manifest re-hashed) loaded, warmed up, and segfaulted at the
-first prediction. Loading now checks every index array against its bounds (models/bundle/index_bounds.py,
+first prediction. Loading now checks every index array against its bounds (models/files/index_bounds.py,
 models/engine/checks.py). This drives that contract: each mutation takes one integer array of the bundle
 (a .npy, or a member of a .npz) or one number of its JSON files (layout.json, the configs, the TF-IDF
 vocabulary) and changes it in one of KINDS' ways, re-hashes the manifest and then either

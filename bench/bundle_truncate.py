@@ -177,7 +177,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0, help="at most this long per request loop")
     ap.add_argument("--result-name", default="bundle_truncate")
     args = ap.parse_args()
-    from xtag.training.data.corpus import load_corpus
+    from xtag.corpus.files import load_corpus
 
     texts = list(load_corpus(args.test).texts[: args.requests])
     engine = args.bundle / "rankers" / "engine"

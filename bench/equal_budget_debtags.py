@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from xtag.corpus.files import load_corpus
 from xtag.evaluation.evaluate import evaluate_bundle
 from xtag.models.bundle.loader import load_bundle
-from xtag.training.data.corpus import load_corpus
 
 from bench.helpers.results import ROOT, save_result
 from bench.helpers.server import free_port, start_server

@@ -5,7 +5,7 @@ each round, so that no configuration always runs right after another): --before-
 holding an `xtag` package: the commit before explanations, with models/, training/, evaluation/, service/
 linked under xtag/, as bench/service_load.py's --server-code), and this checkout's server asked without and
 with `"explain": true`. Also timed in-process: the explainer alone for one text (models/explain/linear.py, or a LaMP
-bundle's models/lamp/explain.py), and the response sizes. For a LaMP bundle also what its graph's attention
+bundle's models/explain/lamp.py), and the response sizes. For a LaMP bundle also what its graph's attention
 outputs cost a plain prediction (onnxruntime runs every node whatever outputs are fetched): the re-ranker's
 logits from its graph against the same graph cut to the logits (the graph of bundles exported before them). On a shared machine compare the figures of one run (the load average is recorded): under
 load a longer CPU burst is more often preempted, so the client-side difference overstates what explaining
@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from xtag.corpus.files import load_corpus
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.explain.select import explainer_for
-from xtag.training.data.corpus import load_corpus
 
 from bench.helpers.results import save_result
 from bench.helpers.server import Conn, free_port, start_server

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import orjson
-from xtag.training.data.corpus import load_corpus
+from xtag.corpus.files import load_corpus
 
 from bench.helpers.results import save_result
 from bench.helpers.server import free_port, start_server, timed

@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from xtag.corpus.files import load_corpus
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.metrics import evaluate
 from xtag.training.config import TrainConfig
-from xtag.training.data.corpus import load_corpus
 from xtag.training.lamp.config import LampConfig
 
 from bench.helpers.lamp import cross_fit_split, scored, train_export

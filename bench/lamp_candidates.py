@@ -17,11 +17,11 @@ import argparse
 import time
 from pathlib import Path
 
+from xtag.corpus.files import load_corpus
 from xtag.evaluation.evaluate import ground_truth
 from xtag.models.bundle.loader import load_bundle
-from xtag.models.inference.corpus import predict_corpus
 from xtag.models.metrics import evaluate
-from xtag.training.data.corpus import load_corpus
+from xtag.models.tagging.batches import predict_corpus
 from xtag.training.lamp.serving_c import choose  # the rule `xtag export` applies on the run's held-out texts
 
 from bench.helpers.results import save_result

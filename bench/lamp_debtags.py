@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from xtag.corpus.files import load_corpus
 from xtag.models.bundle.loader import load_bundle
 from xtag.training.config import TrainConfig
-from xtag.training.data.corpus import load_corpus
 from xtag.training.lamp.config import LampConfig
 from xtag.training.xr_transformer.config import XRTransformerConfig
 

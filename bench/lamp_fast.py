@@ -24,11 +24,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+from xtag.corpus.files import load_corpus
 from xtag.evaluation.evaluate import ground_truth
 from xtag.models.bundle.loader import load_bundle
-from xtag.models.inference.corpus import predict_corpus
 from xtag.models.metrics import evaluate
-from xtag.training.data.corpus import load_corpus
+from xtag.models.tagging.batches import predict_corpus
 
 from bench.helpers.results import save_result
 from bench.helpers.server import _clients, free_port, ms, start_server

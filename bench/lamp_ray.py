@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from xtag.corpus.files import build_vocab, load_corpus
 from xtag.models.bundle.loader import load_bundle
 from xtag.training.config import TrainConfig
-from xtag.training.data.corpus import build_vocab, load_corpus
 from xtag.training.lamp.candidates import first_stage_labels
 from xtag.training.lamp.config import LampConfig
 from xtag.training.lamp.cross_fit import cross_fitted_topk

@@ -18,11 +18,11 @@ import json
 import time
 from pathlib import Path
 
+from xtag.corpus.files import load_corpus
 from xtag.evaluation.evaluate import evaluate_bundle
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.features.onnx_encoder import TextTokenizer
 from xtag.training.config import TrainConfig
-from xtag.training.data.corpus import load_corpus
 from xtag.training.deep.loop import steps_per_epoch
 from xtag.training.lightxml.config import LightXMLConfig
 from xtag.training.run import train_run

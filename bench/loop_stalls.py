@@ -31,8 +31,9 @@ from pathlib import Path
 from urllib.parse import quote_plus
 
 import numpy as np
-from xtag.training.data.corpus import load_corpus
+from xtag.corpus.files import load_corpus
 
+from bench.helpers.results import save_result
 from bench.helpers.server import start_server
 
 
@@ -173,6 +174,7 @@ def main() -> None:
         "--phases", default="explain", help="explain (the single-text phases, as before) and/or explain_batch"
     )
     ap.add_argument("--unbounded", action="store_true", help="lift the cost, memory and answer-size bounds")
+    ap.add_argument("--result-name", help="write bench/results/NAME.json")
     args = ap.parse_args()
     texts = load_corpus(args.test).texts
     joined = " ".join(texts)
@@ -191,7 +193,6 @@ def main() -> None:
                 print(f"--- {name}", flush=True)
                 results[name].update(stalls(port, long_text, max_text, args.rounds, set(args.phases.split(","))))
         if args.no_blocks:
-            print(json.dumps(results))
             return
         singles = [json.dumps({"text": texts[i % len(texts)], "k": 5}).encode() for i in range(100)]
         batches = [
@@ -212,7 +213,9 @@ def main() -> None:
         for proc in procs.values():
             proc.terminate()
             proc.wait(30)
-    print(json.dumps(results))
+        print(json.dumps(results))
+        if args.result_name:
+            save_result(args.result_name, results)
 
 
 if __name__ == "__main__":

@@ -28,11 +28,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+from xtag.corpus.files import build_vocab, load_corpus
 from xtag.evaluation.evaluate import ground_truth
 from xtag.models.features.tfidf import TfidfFeaturizer
 from xtag.models.inference.reweighting import candidate_budget, gains_for, label_weights, rerank
 from xtag.models.metrics import evaluate
-from xtag.training.data.corpus import build_vocab, load_corpus
 from xtag.training.data.drop_labels import drop_labels
 from xtag.training.weighting.label_weights import MissingLabelsConfig
 from xtag.training.xlinear.config import XLinearConfig

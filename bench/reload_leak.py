@@ -123,7 +123,7 @@ def storm(code: Path, bundle: Path, reloads: int, texts: list[str]) -> dict:
 
 
 def run_storm(args) -> int:
-    from xtag.training.data.corpus import load_corpus
+    from xtag.corpus.files import load_corpus
 
     texts = load_corpus(args.test).texts[:200]
     runs = {}

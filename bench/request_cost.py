@@ -38,14 +38,14 @@ from pathlib import Path
 import numpy as np
 import orjson
 from scipy.optimize import nnls
+from xtag.config.settings import Limits
+from xtag.corpus.files import load_corpus
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.inference.macro_optimal import predict_optimized, serving_config
 from xtag.models.inference.reweighting import gains_of
 from xtag.service.http.cost import FEATURES, Work, label_bytes, tree_shape
 from xtag.service.http.response_json import label_lists
-from xtag.service.settings import Settings
 from xtag.service.state.model_slot import ServedModel
-from xtag.training.data.corpus import load_corpus
 
 from bench.helpers.results import RESULTS_DIR, command_line, save_result
 
@@ -246,11 +246,11 @@ def main() -> None:
 def save_fitted(rows: list[dict], args, command: list[str] | None = None, measured: dict | None = None) -> None:
     """Each profile's fit over `rows` (their "work": a Work, or its features as saved), printed and saved."""
     tables: dict[str, dict] = {}
-    defaults = Settings.model_fields
+    defaults = Limits()
     limits = {
-        "cost": defaults["max_request_cost"].default,
-        "memory_mb": defaults["max_request_memory_mb"].default,
-        "bytes": defaults["max_response_bytes"].default,
+        "cost": defaults.max_request_cost,
+        "memory_mb": defaults.max_request_memory_mb,
+        "bytes": defaults.max_response_bytes,
     }  # the defaults: which measured requests they admit, with the fitted estimates
     for family in sorted({r["family"] for r in rows}):
         mine = [r for r in rows if r["family"] == family]

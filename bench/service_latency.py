@@ -31,11 +31,11 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+from xtag.corpus.files import load_corpus
 from xtag.evaluation.evaluate import ground_truth
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.inference.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank
 from xtag.models.metrics import evaluate
-from xtag.training.data.corpus import load_corpus
 
 from bench.helpers.results import save_result
 from bench.helpers.server import ROOT, Conn, _clients, cpu_seconds, free_port, ms, start_server

@@ -245,7 +245,7 @@ def main() -> int:
     args = ap.parse_args()
 
     if args.texts:
-        from xtag.training.data.corpus import load_corpus
+        from xtag.corpus.files import load_corpus
 
         texts = load_corpus(args.texts, need_labels=False).texts[:5000]
     else:

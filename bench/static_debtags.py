@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from xtag.corpus.files import Corpus, build_vocab, load_corpus
 from xtag.evaluation.evaluate import evaluate_bundle, ground_truth
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.features.static_encoder import StaticEncoder
@@ -39,7 +40,6 @@ from xtag.models.features.tfidf import TfidfFeaturizer
 from xtag.models.metrics import evaluate
 from xtag.models.xr_transformer.concat_features import concat_features
 from xtag.training.config import TrainConfig
-from xtag.training.data.corpus import Corpus, build_vocab, load_corpus
 from xtag.training.export.export_run import export_run
 from xtag.training.run import train_run
 from xtag.training.static.config import StaticDenseConfig

@@ -31,18 +31,18 @@ import time
 from pathlib import Path
 
 import numpy as np
+from xtag.corpus.files import load_corpus
 from xtag.evaluation.calibrate import fit_bundle_calibration, write_calibration
 from xtag.evaluation.evaluate import GroundTruth, ground_truth
 from xtag.evaluation.report import plot_buckets, plot_tradeoff
 from xtag.models.bundle.loader import Bundle, load_bundle
 from xtag.models.errors import XtagError
 from xtag.models.inference.calibration import expected_calibration_error, scored_pairs
-from xtag.models.inference.corpus import predict_corpus
 from xtag.models.inference.macro_optimal import OptimizeConfig, optimize
 from xtag.models.inference.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank
 from xtag.models.metrics import CONVENTIONS, bucket_metrics, evaluate, frequency_buckets, relevance
+from xtag.models.tagging.batches import predict_corpus
 from xtag.training.config import TrainConfig
-from xtag.training.data.corpus import load_corpus
 from xtag.training.export.export_run import export_run
 from xtag.training.run import save_model, train_run
 
@@ -101,10 +101,10 @@ def transformer_model_a(
 ) -> tuple[Bundle, dict]:
     """Model A for an XR-Transformer run: its fine-tuned encoder, TF-IDF and Φ_cat rankers refitted on the fit
     split, exported as a bundle and calibrated on the validation split (see the module docstring's caveat)."""
+    from xtag.corpus.files import build_vocab
     from xtag.models.features.tfidf import TfidfFeaturizer
     from xtag.models.xlinear.model import XLinearModel
     from xtag.models.xr_transformer.concat_features import concat_features
-    from xtag.training.data.corpus import build_vocab
     from xtag.training.deep.encoder import load_tokenizer, load_trained
     from xtag.training.deep.result import SAMPLE_TEXTS
     from xtag.training.xlinear.train import train_xlinear

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import BertConfig, BertModel
-from xtag.training.data.corpus import load_corpus
+from xtag.corpus.files import load_corpus
 
 
 def main() -> None:

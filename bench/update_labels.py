@@ -32,12 +32,12 @@ from pathlib import Path
 from unittest.mock import patch
 
 import numpy as np
+from xtag.corpus.files import load_corpus
 from xtag.evaluation.evaluate import ground_truth
 from xtag.models.bundle.loader import load_bundle
-from xtag.models.inference.corpus import predict_corpus
 from xtag.models.metrics import evaluate
+from xtag.models.tagging.batches import predict_corpus
 from xtag.training.config import TrainConfig
-from xtag.training.data.corpus import load_corpus
 from xtag.training.export.export_run import export_run
 from xtag.training.run import train_run
 from xtag.training.update_run import update_run

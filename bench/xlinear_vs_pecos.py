@@ -28,11 +28,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+from xtag.corpus.files import load_corpus
 from xtag.evaluation.evaluate import ground_truth
 from xtag.models.features.tfidf import TfidfConfig
 from xtag.models.metrics import evaluate
 from xtag.models.xlinear.model import XLinearModel
-from xtag.training.data.corpus import load_corpus
 from xtag.training.export.export_run import export_run
 
 from bench.helpers.pecos import METRICS, PECOS_PY, PEERS, ROOT, featurize

@@ -23,11 +23,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+from xtag.corpus.files import load_corpus
 from xtag.evaluation.evaluate import evaluate_bundle
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.errors import XtagError
 from xtag.training.config import TrainConfig
-from xtag.training.data.corpus import load_corpus
 from xtag.training.tree.build import TreeConfig
 from xtag.training.xlinear.config import XLinearConfig
 from xtag.training.xr_transformer.config import XRExportConfig, XRTransformerConfig

@@ -10,12 +10,12 @@ from __future__ import annotations
 import importlib.metadata
 import ipaddress
 import logging
-import os
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from xtag.config.settings import ClusterEnvironment
 from xtag.models.errors import XtagError
 
 INSTALL_HINT = "pip install 'xtag[ray]'"
@@ -90,7 +90,8 @@ def ray_cluster(address: str, num_cpus: int | None = None) -> Iterator[Cluster]:
     try:
         ray.init(**kwargs)
     except ConnectionError as exc:
-        where = f"RAY_ADDRESS={os.environ['RAY_ADDRESS']}" if os.environ.get("RAY_ADDRESS") else "this machine"
+        given = ClusterEnvironment().ray_address
+        where = f"RAY_ADDRESS={given}" if given else "this machine"
         raise XtagError(f"--ray {address}: no Ray cluster found on {where}; {START_HINT}") from exc
     try:
         yield _checked(ray, address)

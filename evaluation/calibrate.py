@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from xtag.corpus.files import Corpus
 from xtag.models.bundle.loader import Bundle, load_bundle
 from xtag.models.bundle.manifest import write_manifest
 from xtag.models.errors import XtagError
@@ -23,10 +24,9 @@ from xtag.models.inference.calibration import (
     fit_isotonic,
     scored_pairs,
 )
-from xtag.models.inference.corpus import predict_corpus
 from xtag.models.inference.reweighting import candidate_budget
 from xtag.models.metrics import relevance
-from xtag.training.data.corpus import Corpus
+from xtag.models.tagging.batches import predict_corpus
 
 # Fit on the candidates macro-aware inference sees (reweighting's widened shortlist for k ≤ 10).
 CALIBRATION_K = 10

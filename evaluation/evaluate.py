@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from xtag.corpus.files import Corpus
 from xtag.models.bundle.loader import Bundle
-from xtag.models.inference.corpus import predict_corpus
 from xtag.models.labels import LabelVocab
 from xtag.models.metrics import DEFAULT_CONVENTION, check_convention, evaluate, propensities_with_unseen
-from xtag.training.data.corpus import Corpus
+from xtag.models.tagging.batches import predict_corpus
 
 
 @dataclass

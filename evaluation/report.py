@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field
+from xtag.corpus.files import Corpus
 from xtag.evaluation.evaluate import ground_truth
 from xtag.models.bundle.loader import Bundle
-from xtag.models.inference.beam_search import Predictions
 from xtag.models.inference.calibration import expected_calibration_error, scored_pairs
-from xtag.models.inference.corpus import predict_corpus
 from xtag.models.inference.macro_optimal import OptimizeConfig, optimize
 from xtag.models.inference.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank
+from xtag.models.inference.types import Predictions
 from xtag.models.metrics import (
     BUCKETS,
     CONVENTIONS,
@@ -38,7 +38,7 @@ from xtag.models.metrics import (
     per_label_metrics,
     relevance,
 )
-from xtag.training.data.corpus import Corpus
+from xtag.models.tagging.batches import predict_corpus
 
 DEFAULT_ALPHAS: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 OPTIMIZED_CURVE_ALPHAS: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)

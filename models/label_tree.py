@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from xtag.models.bundle import index_bounds
-from xtag.models.bundle.atomic import write_atomic
 from xtag.models.errors import XtagError, reading
+from xtag.models.files import index_bounds
+from xtag.models.files.atomic import write_atomic
 
 
 @dataclass
@@ -26,7 +26,7 @@ class ClusterChain:
 
     def __post_init__(self) -> None:
         """Every pointer array runs from 0 without decreasing and has one entry per parent plus one; the leaves
-        are the labels, each once: beam search and the engine index with them unchecked (models/bundle/index_bounds.py)."""
+        are the labels, each once: beam search and the engine index with them unchecked (models/files/index_bounds.py)."""
         if not self.ptrs:
             raise XtagError("cluster chain: no levels")
         for t, ptr in enumerate(self.ptrs):
@@ -86,7 +86,7 @@ class ClusterChain:
         return Yt
 
     def save(self, path: Path) -> None:
-        """Atomically (models/bundle/atomic.py): a training checkpoint killed mid-write keeps the previous file."""
+        """Atomically (models/files/atomic.py): a training checkpoint killed mid-write keeps the previous file."""
         arrays = {f"ptr_{t}": p for t, p in enumerate(self.ptrs)}
         write_atomic(path, lambda fh: np.savez(fh, leaf_labels=self.leaf_labels, **arrays))
 

@@ -7,7 +7,7 @@ Conventions (CONVENTIONS; `xtag evaluate --convention`), so that figures compare
 
 - ``xmc`` (default; the pyxclib / Extreme Classification Repository practice): every test label
   mention counts. The ground truth has one column per model label *plus* one per test label unseen
-  in training (training/data/corpus.py: `Corpus.label_matrix(vocab, extra=...)`); such a label can never be
+  in training (corpus/files.py: `Corpus.label_matrix(vocab, extra=...)`); such a label can never be
   predicted, so it is a miss, but it counts in the denominators of recall, of nDCG's ideal DCG and
   of PSP's normaliser. Macro-P/R/F1@k and coverage@k are averaged over the labels that occur in the
   test split (a label with no test document has no recall to average).

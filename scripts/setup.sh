@@ -48,7 +48,8 @@ install_cpu_torch() {
 # rerun (main.sh twice) needs no package index.
 STAMP=.venv/.xtag-setup
 # a plain install is a copy: it is made again whenever the package's files changed
-sources() { [ -z "$EDITABLE" ] && find xtag models training evaluation service -type f -not -path '*/__pycache__/*' | sort | xargs cat; true; }
+ROOTS=$(.venv/bin/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["tool"]["xtag"]["package-roots"])')
+sources() { [ -z "$EDITABLE" ] && find xtag $ROOTS -type f -not -path '*/__pycache__/*' | sort | xargs cat; true; }
 HASH=$( (cat pyproject.toml setup.py scripts/setup.sh; echo "${XTAG_INSTALL:-editable}"; sources) | sha256sum | cut -d' ' -f1)
 DONE=$(cat "$STAMP" 2>/dev/null || true)
 if { [ "$DONE" != "full $HASH" ] && [ "$DONE" != "$MODE $HASH" ]; } || ! .venv/bin/python -c "import xtag.cli" 2>/dev/null

@@ -18,10 +18,13 @@ from fastapi.staticfiles import StaticFiles
 from starlette.responses import FileResponse
 from starlette.routing import Match, Route
 from uvicorn.config import STARTUP_FAILURE
+from xtag.config.settings import Settings, worker_settings
 from xtag.models.bundle.snapshot import server_root
 from xtag.models.errors import XtagError
+from xtag.models.families import FAMILIES, family
 from xtag.models.features.device import Device
-from xtag.models.registry import FAMILIES, family
+from xtag.models.threads import apply as size_thread_pools
+from xtag.models.threads import thread_count
 from xtag.service.batching import MicroBatcher, PredictorPool
 from xtag.service.deps import require_admin_key, require_api_key
 from xtag.service.http import api_docs, problems
@@ -33,8 +36,8 @@ from xtag.service.observability.prometheus import LATENCY_BUCKETS, Metrics, Obse
 from xtag.service.observability.timeline import Timelines
 from xtag.service.routes import admin, annif, feedback, health, labels, model_admin, models, monitoring, predict
 from xtag.service.schemas import REQUEST_MODELS, ProblemDetails
-from xtag.service.settings import Settings
 from xtag.service.state import shadow
+from xtag.service.state.memory import freeze_heap
 from xtag.service.state.model_repository import ModelRepository
 
 DASHBOARD = Path(__file__).parent / "dashboard"  # the page's files, served under the public /static/ URLs
@@ -54,19 +57,19 @@ class HotRoute(Route):
 def predictor_calls(settings: Settings, kind: str | None = None) -> int:
     """Predictor calls at once: XTAG_INFERENCE_THREADS when set, else the family's parallel_calls (for no kind:
     the most any family asks, which sizes the worker pool before a bundle is known), at most one per core."""
-    if settings.inference_threads is not None:
-        return settings.inference_threads
+    if settings.server.inference_threads is not None:
+        return settings.server.inference_threads
     wanted = family(kind).parallel_calls if kind else max(f.parallel_calls for f in FAMILIES.values())
-    return max(1, min(wanted, len(os.sched_getaffinity(0))))
+    return max(1, min(wanted, thread_count()))
 
 
 def make_batcher(
     settings: Settings, kind: str, executor: Executor | None, on_batch, recent: RecentRequests
 ) -> MicroBatcher | None:
     """The micro-batcher for a model kind, or None when batching is off."""
-    if not settings.batching:
+    if not settings.server.batching:
         return None
-    wait = settings.batch_max_wait_ms
+    wait = settings.server.batch_max_wait_ms
     if wait is None:
         wait = family(kind).batch_wait_ms  # encoder bundles batch best with a short wait
     alone = (lambda: recent.in_flight <= 1) if executor is not None else None  # no executor: always inline
@@ -77,8 +80,8 @@ def make_batcher(
         max(predictor_calls(settings, kind), 1),
         on_batch,
         alone=alone,
-        inline_max_texts=settings.inline_max_texts,
-        inline_max_chars=settings.inline_max_chars,
+        inline_max_texts=settings.server.inline_max_texts,
+        inline_max_chars=settings.server.inline_max_chars,
     )
 
 
@@ -112,9 +115,10 @@ async def lifespan(app: FastAPI):
                     settings, kind, state.executor, slot.current.series.observe_batch, state.recent
                 )
     state.lifespans += 1
+    log.info("thread pools: %s", size_thread_pools())  # sized from the CPUs this process may use
     loop = asyncio.get_running_loop()
     hup = False
-    if settings.sighup_reload:
+    if settings.admin.sighup_reload:
         try:
             loop.add_signal_handler(signal.SIGHUP, _sighup, app)
             hup = True
@@ -122,13 +126,13 @@ async def lifespan(app: FastAPI):
             pass
     task = None
     if state.registry.slots:
-        if settings.load_in_background:
+        if settings.server.load_in_background:
             task = loop.create_task(_initial_load(app))
         else:
             try:
                 await _load_all(app)  # fails startup (and a rolling restart) if the default bundle is bad
             except XtagError:
-                if settings.uvicorn_supervisor_pid == os.getppid():
+                if settings.server.uvicorn_supervisor_pid == os.getppid():
                     # A worker of `xtag serve --workers N` leaves at once (its reason is logged): uvicorn's
                     # supervisor pings its workers, and a ping that lands while this process is still finishing
                     # after a normal exit goes unanswered for XTAG_WORKER_START_TIMEOUT_S (seen: 300 s).
@@ -156,6 +160,7 @@ async def _load_all(app: FastAPI) -> None:
     shown in /ready and GET /v1/models while the rest serve)."""
     registry = app.state.registry
     failed = await admin.reload_all(app)  # each failure is logged by its slot
+    freeze_heap()  # before the first request: what is alive now is not walked by each full collection
     if registry.default in failed:
         raise XtagError(failed[registry.default])
 
@@ -178,7 +183,7 @@ async def _initial_load(app: FastAPI) -> None:
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
-    """The service as an ASGI app; loads `settings.bundle` on startup (in the background by default)."""
+    """The service as an ASGI app; loads `settings.models.bundle` on startup (in the background by default)."""
     settings = settings or Settings()
     app = FastAPI(
         title="xtag",
@@ -192,16 +197,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.registry = ModelRepository(
         settings.model_set,
-        settings.warmup_text,
-        Device.parse(settings.device, settings.tensorrt),
-        drift_window=settings.drift_window,
+        settings.server.warmup_text,
+        Device.parse(settings.models.device, settings.models.tensorrt),
+        drift_window=settings.server.drift_window,
         options=settings.runtime_options(),
-        max_memory_mb=settings.max_memory_mb,
-        snapshot_root=server_root(settings.snapshot_dir, settings.uvicorn_supervisor_pid or os.getpid()),
+        max_memory_mb=settings.limits.max_memory_mb,
+        snapshot_root=server_root(settings.models.snapshot_dir, settings.server.uvicorn_supervisor_pid or os.getpid()),
     )
     app.state.timelines = timelines = Timelines(LATENCY_BUCKETS)
     app.state.metrics = metrics = Metrics(timelines)
-    app.state.recent = recent = RecentRequests(settings.stats_window_s)
+    app.state.recent = recent = RecentRequests(settings.server.stats_window_s)
     app.state.tasks = set()
     app.state.reload_started = {}  # model name → time.time() of its last HTTP load attempted (admin.throttle)
     app.state.lifespans = 0  # how many times it started: a restarted app needs new worker pools (lifespan)
@@ -249,16 +254,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return FileResponse(DASHBOARD / "index.html", media_type="text/html", headers=DASHBOARD_HEADERS)
 
     # outermost last: NoSniff → Observability → LastResort → CORS → Admission → BodyRead → the app
-    budget = settings.max_queue * settings.max_body_bytes or None  # XTAG_MAX_QUEUE=0: no bound, no budget
+    budget = settings.limits.max_queue * settings.limits.max_body_bytes or None  # XTAG_MAX_QUEUE=0: no bound, no budget
     app.add_middleware(
-        BodyReadMiddleware, limit=settings.max_body_bytes, timeout_s=settings.body_timeout_s, budget=budget
+        BodyReadMiddleware,
+        limit=settings.limits.max_body_bytes,
+        timeout_s=settings.limits.body_timeout_s,
+        budget=budget,
     )
     # outside the body reader: a full server refuses before reading; the slot is taken once the body is whole
-    app.add_middleware(AdmissionMiddleware, max_queue=settings.max_queue, on_reject=metrics.rejected.inc)
-    if settings.cors_origin_list:  # off by default: no CORS headers, so browsers keep other origins out
+    app.add_middleware(AdmissionMiddleware, max_queue=settings.limits.max_queue, on_reject=metrics.rejected.inc)
+    if settings.server.cors_origin_list:  # off by default: no CORS headers, so browsers keep other origins out
         app.add_middleware(
             ProblemCORSMiddleware,
-            allow_origins=settings.cors_origin_list,
+            allow_origins=settings.server.cors_origin_list,
             allow_methods=["GET", "POST"],
             allow_headers=["Content-Type", "Authorization", "X-API-Key", "X-Admin-Key"],
         )
@@ -268,7 +276,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics=metrics,
         recent=recent,
         routes=app.router.routes,
-        access_log=settings.access_log,
+        access_log=settings.server.access_log,
     )
     app.add_middleware(NoSniffMiddleware)
 
@@ -291,5 +299,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 def app_from_env() -> FastAPI:
-    """Factory for `uvicorn --factory xtag.service.app:app_from_env` (settings from XTAG_* variables)."""
-    return create_app(Settings())
+    """Factory for `uvicorn --factory xtag.service.app:app_from_env` (its supervisor's settings, else XTAG_*
+    variables)."""
+    return create_app(worker_settings())

@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from starlette.types import Receive
-from xtag.models.inference.beam_search import Predictions
 from xtag.models.inference.stopping import StopFlag
+from xtag.models.inference.types import Predictions
 from xtag.service.http.hangups import stopping, unless_hung_up
 
 BatchFn = Callable[[list[str]], Predictions]

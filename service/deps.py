@@ -19,10 +19,10 @@ import orjson
 from fastapi import Depends, Query, Request, Security
 from fastapi.security import APIKeyHeader
 from pydantic import BaseModel, SecretStr, ValidationError
+from xtag.config.settings import Settings
 from xtag.service.http.problems import Problem, validation_problem
 from xtag.service.observability.prometheus import MODEL_KEY, served_name
 from xtag.service.schemas import IntegerText, ModelPutRequest, ReloadRequest
-from xtag.service.settings import Settings
 from xtag.service.state.feedback_writer import FeedbackWriter
 from xtag.service.state.model_repository import ModelRepository, UnknownModel
 from xtag.service.state.model_slot import ServedModel
@@ -88,7 +88,7 @@ def _key_matches(request: Request, header: str, expected: SecretStr) -> bool:
 
 async def require_api_key(request: Request, _documented: str | None = Security(api_key_header)) -> None:
     """Constant-time comparison against XTAG_API_KEY; a no-op when none is configured (also called directly)."""
-    expected = request.app.state.settings.api_key
+    expected = request.app.state.settings.admin.api_key
     if expected is not None and not _key_matches(request, "x-api-key", expected):
         raise Problem(
             401,
@@ -102,7 +102,7 @@ async def require_admin_key(request: Request, _documented: str | None = Security
     """The admin plane has its own credential (XTAG_ADMIN_KEY), and is off without one: unloading, reloading or
     swapping a model is never open to anyone, nor to holders of the API key (issue 47). SIGHUP is the local way
     to reload without a key."""
-    expected = request.app.state.settings.admin_key
+    expected = request.app.state.settings.admin.admin_key
     if expected is None:
         raise Problem(
             403,
@@ -176,7 +176,7 @@ def document_limit(limit: int, status: int = 422) -> Callable[[object], None]:
 
 def check_text_lengths(request: Request, texts: list[str], what: str = "documents[{i}].text") -> None:
     """413 for the first text over XTAG_MAX_TEXT_CHARS; `what` names it (formatted with its index `i`)."""
-    cap = request.app.state.settings.max_text_chars
+    cap = request.app.state.settings.limits.max_text_chars
     for i, text in enumerate(texts):
         if len(text) > cap:
             raise Problem(
@@ -315,7 +315,7 @@ async def feedback_writer(request: Request) -> FeedbackWriter:
     require_admin_key, which already refuses without XTAG_ADMIN_KEY; refused here too, since what it writes
     becomes training data."""
     state, settings = request.app.state, request.app.state.settings
-    if settings.admin_key is None:
+    if settings.admin.admin_key is None:
         raise Problem(
             403,
             "admin-key-required",
@@ -323,7 +323,7 @@ async def feedback_writer(request: Request) -> FeedbackWriter:
         )
     if state.feedback is None:
         state.feedback = FeedbackWriter(
-            settings.feedback_db, settings.feedback_timeout_s, settings.feedback_max_pending
+            settings.feedback.feedback_db, settings.feedback.feedback_timeout_s, settings.feedback.feedback_max_pending
         )
     return state.feedback
 

@@ -221,7 +221,7 @@ class Explanation(BaseModel):
     """Why a label was returned (models/explain/linear.py). `words`, `path_score` and `levels` explain a linear ranker's
     score over TF-IDF features: the bundle's, or a LaMP bundle's first stage (why the label became a candidate),
     absent when that first stage has none. A LaMP bundle adds `attended_words` and `supporting_labels` from its
-    last message-passing step (models/lamp/explain.py)."""
+    last message-passing step (models/explain/lamp.py)."""
 
     words: list[TermShare] | None = Field(
         None, description="the terms that raised the label's score most over its whole path"

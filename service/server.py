@@ -6,7 +6,7 @@ supervisor passes the signal on and each worker drains the same way.
 
 One worker: the app object runs in this process and reloads itself on SIGHUP (load beside, swap
 atomically). Several workers: uvicorn's supervisor runs `app_from_env` in each (settings passed as
-XTAG_* variables), each loading before it accepts connections; SIGHUP to this process rolls the
+one JSON variable, config/settings.py's hand_to_workers), each loading before it accepts connections; SIGHUP to this process rolls the
 workers one by one, and a worker whose bundle fails to load is discarded while the old ones keep
 serving. /metrics then aggregates all workers (PROMETHEUS_MULTIPROC_DIR).
 
@@ -23,16 +23,15 @@ import logging
 import os
 import shutil
 import signal
-import tempfile
 import threading
 from pathlib import Path
 
 import uvicorn
 from uvicorn.config import STARTUP_FAILURE
+from xtag.config.settings import Settings, hand_to_workers
 from xtag.models.bundle.snapshot import remove_tree
 from xtag.models.errors import XtagError
 from xtag.service.observability.logs import log_config
-from xtag.service.settings import Settings
 from xtag.service.supervisor import Supervisor
 
 GUARD = "xtag.service.http.protocol"
@@ -45,33 +44,24 @@ def _fastest(module: str, fallback: str, name: str) -> str:
 
 def uvicorn_options(settings: Settings) -> dict:
     options = {
-        "host": settings.host,
-        "port": settings.port,
-        "log_level": settings.log_level,
-        "log_config": log_config(settings.log_format, settings.log_level),
+        "host": settings.server.host,
+        "port": settings.server.port,
+        "log_level": settings.server.log_level,
+        "log_config": log_config(settings.server.log_format, settings.server.log_level),
         "access_log": False,  # XTAG_ACCESS_LOG is the app's own (service/observability/prometheus.py)
         # uvicorn's protocols with a deadline and a size bound on request heads (service/http/protocol.py)
         "http": _fastest("httptools", f"{GUARD}:H11Guard", f"{GUARD}:HttpToolsGuard"),
-        "h11_max_incomplete_event_size": settings.max_header_bytes,  # h11's default (16 KiB) would cut first
+        "h11_max_incomplete_event_size": settings.limits.max_header_bytes,  # h11's default (16 KiB) would cut first
         "loop": _fastest("uvloop", "asyncio", "uvloop"),
         "timeout_keep_alive": 30,
         "server_header": False,
         "proxy_headers": False,
         # SIGTERM: stop accepting, let in-flight requests finish (at most this long), then exit 0
-        "timeout_graceful_shutdown": settings.graceful_shutdown_s,
+        "timeout_graceful_shutdown": settings.server.graceful_shutdown_s,
     }
     # how long a restarted worker may take to load its bundle before the old one is kept (uvicorn >= 0.51)
-    options["timeout_worker_healthcheck"] = settings.worker_start_timeout_s
+    options["timeout_worker_healthcheck"] = settings.server.worker_start_timeout_s
     return options
-
-
-def _export(settings: Settings) -> None:
-    """Hand the settings to worker processes through XTAG_* variables; only those set explicitly, so that a worker
-    derives the rest as the supervisor did (e.g. the GPU batch size when batch_max_documents was not given)."""
-    for name, value in settings.model_dump(exclude_none=True, exclude_unset=True).items():
-        if hasattr(value, "get_secret_value"):
-            value = value.get_secret_value()
-        os.environ[f"XTAG_{name.upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _exit_zero(signum: int, frame) -> None:
@@ -93,7 +83,7 @@ def serve(
     workers: int | None = None,
     **overrides,
 ) -> None:
-    """Serve `bundle` (or XTAG_BUNDLE) and the other models configured (service/model_set.py); explicit arguments
+    """Serve `bundle` (or XTAG_BUNDLE) and the other models configured (config/model_set.py); explicit arguments
     win over XTAG_* variables and .env."""
     given = {"bundle": bundle, "host": host, "port": port, "workers": workers, **overrides}
     settings = Settings(**{k: v for k, v in given.items() if v is not None})
@@ -104,21 +94,19 @@ def serve(
     try:
         _serve(settings)
     finally:  # the private copies of its bundles (models/bundle/snapshot.py): its workers share them until here
-        remove_tree(settings.snapshot_dir / str(os.getpid()))
+        remove_tree(settings.models.snapshot_dir / str(os.getpid()))
 
 
 def _serve(settings: Settings) -> None:
-    if settings.workers == 1:
+    if settings.server.workers == 1:
         _serve_one(settings)
         return
     # Workers must hold their model before they count as started, so that a rolling restart on SIGHUP
     # keeps the old workers when the new bundle does not load.
-    settings = settings.model_copy(update={"load_in_background": False, "sighup_reload": True})
-    _export(settings)
-    own_dir = None
-    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        own_dir = os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="xtag-prometheus-")
-    os.environ["XTAG_UVICORN_SUPERVISOR_PID"] = str(os.getpid())  # the workers' Settings.uvicorn_supervisor_pid
+    server = settings.server.model_copy(update={"load_in_background": False})
+    admin = settings.admin.model_copy(update={"sighup_reload": True})
+    settings = settings.model_copy(update={"server": server, "admin": admin})
+    own_dir = hand_to_workers(settings, supervisor_pid=os.getpid())
     _exit_zero_on_sigterm()
     try:
         _serve_workers(settings)
@@ -130,8 +118,8 @@ def _serve(settings: Settings) -> None:
 def urls(settings: Settings) -> str:
     """Where to open the dashboard and the API docs: an address that listens everywhere is shown as this
     machine's loopback one, which a browser here can open."""
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(settings.host, settings.host)
-    base = f"http://{f'[{host}]' if ':' in host else host}:{settings.port}"
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(settings.server.host, settings.server.host)
+    base = f"http://{f'[{host}]' if ':' in host else host}:{settings.server.port}"
     return f"dashboard {base}/   API docs {base}/docs"
 
 
@@ -165,7 +153,7 @@ def _serve_one(settings: Settings) -> None:
 def _serve_workers(settings: Settings) -> None:
     """uvicorn.run's multi-worker path, keeping the supervisor to learn whether a worker failed to start."""
     config = uvicorn.Config(
-        "xtag.service.app:app_from_env", factory=True, workers=settings.workers, **uvicorn_options(settings)
+        "xtag.service.app:app_from_env", factory=True, workers=settings.server.workers, **uvicorn_options(settings)
     )
     supervisor = Supervisor(config, sockets=[config.bind_socket()])
     log.info("once the workers have loaded: %s", urls(settings))  # each loads before it accepts a connection

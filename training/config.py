@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from xtag.corpus.files import CorpusFormat
+from xtag.models.families import DEFAULT_KIND, FAMILIES, family
 from xtag.models.features.tfidf import TfidfConfig
-from xtag.models.registry import DEFAULT_KIND, FAMILIES, family
-from xtag.training.data.corpus import CorpusFormat
 from xtag.training.static.config import StaticDenseConfig
 from xtag.training.weighting.label_weights import WEIGHTED_LOSSES, MissingLabelsConfig
 

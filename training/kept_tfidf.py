@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from xtag.models.bundle.atomic import write_atomic
+from xtag.corpus.files import Corpus
 from xtag.models.features.tfidf import TfidfFeaturizer
-from xtag.training.data.corpus import Corpus
+from xtag.models.files.atomic import write_atomic
 
 FILE = "tfidf_rows.npz"  # under a run's checkpoints/
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -11,14 +10,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
-from xtag.models.bundle.atomic import fsync_dir, write_text_atomic
-from xtag.models.bundle.finite_scan import array_files, refuse_nonfinite
+from xtag.config.settings import ClusterEnvironment
+from xtag.corpus.files import build_vocab, load_corpus
 from xtag.models.errors import XtagError, reading
+from xtag.models.families import TrainEntry, TrainInputs, family
 from xtag.models.features.tfidf import TfidfFeaturizer
+from xtag.models.files.atomic import fsync_dir, write_text_atomic
+from xtag.models.files.finite_scan import array_files, refuse_nonfinite
 from xtag.models.labels import LabelVocab
-from xtag.models.registry import TrainEntry, TrainInputs, family
+from xtag.models.threads import apply as size_thread_pools
 from xtag.training.config import TrainConfig
-from xtag.training.data.corpus import build_vocab, load_corpus
 from xtag.training.data.fingerprint import FILE as FINGERPRINT_FILE
 from xtag.training.data.fingerprint import CorpusFingerprint
 from xtag.training.data.small_data import small_data_warnings
@@ -41,12 +42,12 @@ class RunLog:
 
 def _is_main_process() -> bool:
     """False on torchrun ranks other than 0: they help fine-tune but write nothing."""
-    return os.environ.get("RANK", "0") == "0"
+    return ClusterEnvironment().rank == 0
 
 
 def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bool = True, echo=None) -> dict | None:
     """Train into `out`; with `resume`, reuse its config and finished checkpoints."""
-    if "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun rank: die with the launcher (imports torch)
+    if ClusterEnvironment().torchrun:  # a torchrun rank: die with the launcher (imports torch)
         from xtag.training.deep.distributed import die_with_launcher
 
         die_with_launcher()
@@ -64,7 +65,7 @@ def train_run(config: TrainConfig, out: Path, resume: bool = False, progress: bo
         if saved != config and not moved:
             raise XtagError(f"{out}: --resume with a different configuration than the run was started with")
         moved_from = saved.corpus if moved else None
-        if (out / "checkpoints").is_dir():  # the server's NaN scan (models/bundle/finite_scan.py), before any is reused
+        if (out / "checkpoints").is_dir():  # the server's NaN scan (models/files/finite_scan.py), before any is reused
             checkpoints = out / "checkpoints"
             refuse_nonfinite(checkpoints, array_files(checkpoints), "cannot resume from these checkpoints")
     elif (out / "model").exists() or (out / "checkpoints").exists():
@@ -94,6 +95,9 @@ def _train(
     log({"event": "corpus", "documents": len(corpus), "labels": len(vocab), "skipped_rows": corpus.skipped})
     if corpus.skipped:
         log({"event": "warning", "message": corpus.skipped_note(), "skipped_lines": corpus.skipped_lines})
+    # every pool from the CPUs this process may use; logged once the run is known to go ahead (a refused resume
+    # says one line)
+    log({"event": "threads", "pools": size_thread_pools()})
     t = time.perf_counter()
     featurizer, X = TfidfFeaturizer.fit(corpus.texts, config.tfidf)
     Y, _ = corpus.label_matrix(vocab)

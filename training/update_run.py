@@ -19,13 +19,13 @@ import shutil
 import time
 from pathlib import Path
 
-from xtag.models.bundle.atomic import fsync_dir, write_text_atomic
+from xtag.corpus.files import Corpus, label_counts, load_corpus, write_jsonl_gz
 from xtag.models.errors import XtagError, reading
+from xtag.models.families import UpdateInputs, UpdatePlacement, family
 from xtag.models.features.tfidf import TfidfFeaturizer
+from xtag.models.files.atomic import fsync_dir, write_text_atomic
 from xtag.models.labels import LabelVocab
-from xtag.models.registry import UpdateInputs, UpdatePlacement, family
 from xtag.training.config import TrainConfig
-from xtag.training.data.corpus import Corpus, label_counts, load_corpus, write_jsonl_gz
 from xtag.training.data.fingerprint import CorpusFingerprint
 from xtag.training.kept_tfidf import combined_rows, load_rows, same_texts, save_rows
 from xtag.training.run import RunLog, save_model

@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from xtag.corpus.files import load_corpus
 from xtag.evaluation.evaluate import evaluate_bundle
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.features.onnx_encoder import OnnxEncoder, TextTokenizer
-from xtag.training.data.corpus import load_corpus
 from xtag.training.export.export_run import export_run
 
 from bench.helpers.results import save_result

@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.experiments.inference_threads --bundle bench/out/xlinear_vs_pecos_debdeps/xtag_bundle \\
         --test ../shared/data/debdeps/test.jsonl.gz --result-name inference_threads_debdeps
 
-XR-Linear bundles run two predictor calls at once by default (models/registry.py parallel_calls), which
+XR-Linear bundles run two predictor calls at once by default (models/families.py parallel_calls), which
 lifts batch throughput (service_latency.py --pecos). This checks what the default does to the other load,
 many clients of one text each, where micro-batches are small: both servers run side by side and take turns
 round by round (alternating which goes first), `--clients` connections sending the same texts to each.
@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 import numpy as np
-from xtag.training.data.corpus import load_corpus
+from xtag.corpus.files import load_corpus
 
 from bench.helpers.results import save_result
 from bench.helpers.server import _clients, free_port, start_server

@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
-from xtag.training.data.corpus import load_corpus
+from xtag.corpus.files import load_corpus
 
 from bench.helpers.results import save_result
 from bench.helpers.server import ROOT, _clients, free_port, start_server

@@ -21,10 +21,10 @@ import shutil
 import time
 from pathlib import Path
 
+from xtag.corpus.files import load_corpus
 from xtag.evaluation.evaluate import evaluate_bundle
 from xtag.models.bundle.loader import load_bundle
 from xtag.training.config import TrainConfig
-from xtag.training.data.corpus import load_corpus
 from xtag.training.export.export_run import export_run
 from xtag.training.run import train_run
 

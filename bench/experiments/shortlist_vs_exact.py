@@ -16,7 +16,8 @@ import time
 
 import numpy as np
 import scipy.sparse as sp
-from xtag.models.inference.beam_search import RankerLevel, score_candidates, top_k
+from xtag.models.inference.beam_search import score_candidates, top_k
+from xtag.models.inference.types import RankerLevel
 from xtag.models.xlinear.shortlist import FaissShortlist, ShortlistConfig
 
 from bench.helpers.results import save_result

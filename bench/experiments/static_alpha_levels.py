@@ -21,13 +21,13 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+from xtag.corpus.files import build_vocab, load_corpus
 from xtag.evaluation.evaluate import ground_truth
 from xtag.models.features.tfidf import TfidfFeaturizer
-from xtag.models.inference.beam_search import RankerLevel
+from xtag.models.inference.types import RankerLevel
 from xtag.models.metrics import evaluate
 from xtag.models.xlinear.model import XLinearModel
 from xtag.models.xr_transformer.concat_features import concat_features
-from xtag.training.data.corpus import build_vocab, load_corpus
 from xtag.training.static.config import StaticDenseConfig
 from xtag.training.static.fit import build_static_encoder
 from xtag.training.tree.build import build_tree, pifa_embeddings

@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from xtag.corpus.files import Corpus, build_vocab, load_corpus
 from xtag.evaluation.evaluate import ground_truth
 from xtag.models.features.tfidf import TfidfFeaturizer
 from xtag.models.metrics import evaluate
-from xtag.training.data.corpus import Corpus, build_vocab, load_corpus
 from xtag.training.xlinear.config import XLinearConfig
 from xtag.training.xlinear.train import train_xlinear
 

@@ -35,7 +35,8 @@ from pathlib import Path
 import numpy as np
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.errors import XtagError
-from xtag.models.inference.beam_search import Predictions, beam_search
+from xtag.models.inference.beam_search import beam_search
+from xtag.models.inference.types import Predictions
 from xtag.models.xr_transformer.concat_features import ConcatFeaturizer
 
 from bench.helpers.results import save_result

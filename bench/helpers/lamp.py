@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 from xtag.evaluation.evaluate import ground_truth
-from xtag.models.inference.corpus import predict_corpus
 from xtag.models.metrics import evaluate, set_metrics
+from xtag.models.tagging.batches import predict_corpus
 from xtag.training.config import TrainConfig
 from xtag.training.export.export_run import export_run
 from xtag.training.run import train_run

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+from xtag.corpus.files import build_vocab, load_corpus
 from xtag.evaluation.evaluate import ground_truth
 from xtag.models.features.tfidf import TfidfConfig, TfidfFeaturizer
 from xtag.models.labels import LabelVocab
-from xtag.training.data.corpus import build_vocab, load_corpus
 
 from bench.helpers.results import ROOT
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from xtag.training.data.corpus import Corpus
+from xtag.corpus.files import Corpus
 
 
 def subset(corpus: Corpus, mask: np.ndarray) -> Corpus:

@@ -124,9 +124,9 @@ class ThreadServer:
         import threading
 
         import uvicorn
+        from xtag.config.settings import Settings
         from xtag.service.app import create_app
         from xtag.service.server import uvicorn_options
-        from xtag.service.settings import Settings
 
         from bench.helpers.server import free_port
 
@@ -158,7 +158,7 @@ class ThreadServer:
         try:
             yield
         finally:
-            batcher.inline_max_texts = self.app.state.settings.inline_max_texts
+            batcher.inline_max_texts = self.app.state.settings.server.inline_max_texts
 
     def close(self) -> None:
         self.server.should_exit = True

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from .bundle_truncate import bundle_truncate
 from .cold_start import cold_start, fresh_install
-from .hardening import amplification, guard_cost, request_cost
+from .contention import contention
+from .hardening import amplification, guard_cost, loop_stalls, request_cost
 from .lamp import lamp_better, lamp_candidates, lamp_debtags, lamp_fast
 from .lamp_ray import lamp_ray
 from .lightxml_cascadexml import cascadexml_debtags, equal_budget, lightxml_debtags, lightxml_subset
@@ -46,6 +47,7 @@ BUILDERS = {
         service_batch,
         service_load,
         guard_cost,
+        loop_stalls,
         ray_xlinear,
         shadow,
         bundle_truncate,
@@ -78,5 +80,6 @@ BUILDERS = {
         ray_scoring,
         slow_bodies,
         reload_storm,
+        contention,
     )
 }

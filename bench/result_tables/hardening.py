@@ -94,3 +94,18 @@ def guard_cost(r: dict) -> dict[str, str]:
         f" (one keep-alive client) and {r['batches_per_round']} batches of {r['batch']} texts (one client)"
     )
     return {"table": head + "\n\n" + table(["", "p50 ms", "p99 ms", "batch docs/s"], "lrrr", rows)}
+
+
+@one_result_each
+def loop_stalls(r: dict) -> dict[str, str]:
+    """bench/loop_stalls.py: /health while each heavy phase ran, and the plain paths' speed, per server code."""
+    rows = []
+    for code, run in r.items():
+        for phase, p in run.items():
+            if isinstance(p, dict):
+                took = " / ".join(f"{x / 1e3:.1f}" for x in p["request_ms"])
+                rows.append([code, phase, f2(p["health_max_ms"]), f2(p["health_p99_ms"]), thousands(p["health_polls"]),
+                             took, f2(run.get("predict_p50_ms")), thousands(run.get("batch_docs_per_s"))])  # fmt: skip
+    header = ["server code", "phase", "/health max ms", "p99 ms", "polls", "request s (each round)",
+              "/v1/predict p50 ms", "batch docs/s"]  # fmt: skip
+    return {"table": table(header, "llrrrrrr", rows)}

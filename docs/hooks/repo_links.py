@@ -1,5 +1,5 @@
 """MkDocs hook: links from a docs page to the repository's files outside docs/ (`../bench/RESULTS.md`,
-`../service/settings.py`), written so that they work on GitHub, and checked here too: a target that does not
+`../config/settings.py`), written so that they work on GitHub, and checked here too: a target that does not
 exist is a warning, which `mkdocs build --strict` turns into a failure. In the built site a mirrored file
 (bench/RESULTS.md, which the site includes as a page of its own) is linked to its page; any other repository
 file becomes its path as code, since an offline site has no copy of the source tree to link to."""

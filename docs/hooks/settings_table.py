@@ -16,7 +16,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from pydantic_settings import BaseSettings
 
-SETTINGS = "xtag.service.settings:Settings"  # the one Settings class; move this line with it
+SETTINGS = "xtag.config.settings:Settings"  # the one Settings class; move this line with it
 MARKER = "<!-- settings:table -->"
 
 
@@ -28,25 +28,44 @@ def on_page_markdown(markdown: str, page, **_) -> str:
 
 
 def settings_table() -> str:
+    """The ungrouped fields' table, then one table per group, under its name and docstring."""
     module, _, name = SETTINGS.partition(":")
     cls = getattr(importlib.import_module(module), name)
+    prefix = cls.model_config.get("env_prefix", "")
+    groups = [name for name, field in cls.model_fields.items() if _model_type(field.annotation) is not None]
+    loose = [_table(_fields(cls, prefix, skip=set(groups)))] if len(groups) < len(cls.model_fields) else []
+    sections = []
+    for group in groups:
+        model = _model_type(cls.model_fields[group].annotation)
+        about = " ".join(inspect.getdoc(model).split()) if model.__doc__ else ""
+        rows = _table(_fields(cls, prefix, only=group))
+        sections.append("\n\n".join(part for part in (f"### {group}", about, rows) if part))
+    return "\n\n".join([*loose, *sections])
+
+
+def _table(fields: Iterator[tuple[str, FieldInfo]]) -> str:
     lines = ["| variable | default | type | what |", "|---|---|---|---|"]
-    for env, field in _fields(cls, cls.model_config.get("env_prefix", "")):
+    for env, field in fields:
         lines.append(f"| `{env}` | {_default(field)} | {_type(field)} | {_cell(field.description or '')} |")
     return "\n".join(lines)
 
 
-def _fields(cls: type[BaseModel], prefix: str) -> Iterator[tuple[str, FieldInfo]]:
-    """(environment variable, field) for every field, nested groups flattened the way pydantic-settings reads
-    them: a group that is a BaseSettings built on its own keeps its own env_prefix, a plain model group its
-    parent's name and the nested delimiter."""
-    delimiter = cls.model_config.get("env_nested_delimiter") or "__"
+def _fields(
+    cls: type[BaseModel], prefix: str, only: str | None = None, skip: set[str] = frozenset()
+) -> Iterator[tuple[str, FieldInfo]]:
+    """(environment variable, field) for every field (of group `only`; not of those in `skip`), nested groups
+    flattened the way the class reads them: a group that is a BaseSettings built on its own keeps its own
+    env_prefix; a plain model group is read under its parent's name and the nested delimiter when the class sets
+    one (XTAG_LIMITS__MAX_K), else under the flat names (XTAG_MAX_K, as config/settings.py reads its groups)."""
+    delimiter = cls.model_config.get("env_nested_delimiter")
     for name, field in cls.model_fields.items():
+        if (only is not None and name != only) or name in skip:
+            continue
         group = _model_type(field.annotation)
         if group is not None and issubclass(group, BaseSettings) and field.default_factory is not None:
             yield from _fields(group, group.model_config.get("env_prefix", ""))
         elif group is not None:
-            yield from _fields(group, f"{prefix}{name}{delimiter}".upper())
+            yield from _fields(group, f"{prefix}{name}{delimiter}".upper() if delimiter else prefix)
         else:
             yield _env_name(field, f"{prefix}{name}".upper()), field
 

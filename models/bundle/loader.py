@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xtag.models.bundle.components import assemble
-from xtag.models.bundle.finite_scan import refuse_nonfinite
 from xtag.models.bundle.manifest import not_a_bundle, read_manifest
 from xtag.models.errors import XtagError
 from xtag.models.features.device import RuntimeOptions
+from xtag.models.files.finite_scan import refuse_nonfinite
 from xtag.models.inference.predictor import Predictor
 from xtag.models.labels import LabelVocab
 
@@ -39,8 +39,8 @@ class Bundle:
 def load_bundle(path: str | Path, device=None, options: RuntimeOptions | None = None) -> Bundle:
     """Verify and load a bundle; raises XtagError with a clear message on any mismatch, unlisted file (an
     unlisted calibration.json included) or unreadable file (models/bundle/manifest.py), on NaN or inf in any of its
-    arrays (models/bundle/finite_scan.py), and on any index or number out of its bounds (each component's loader:
-    models/bundle/index_bounds.py). The one load path: the server, `xtag predict`, `evaluate`, `calibrate` and export's
+    arrays (models/files/finite_scan.py), and on any index or number out of its bounds (each component's loader:
+    models/files/index_bounds.py). The one load path: the server, `xtag predict`, `evaluate`, `calibrate` and export's
     check all come here, so a bundle one of them refuses, all refuse. `device`: where its ONNX graphs and
     FAISS indexes run (models/features/device.py; default cpu); CUDA that cannot start raises. `options`: how the encoders
     run (threads, TensorRT cache), from the caller's settings: models/ reads no environment."""

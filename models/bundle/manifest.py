@@ -25,12 +25,12 @@ from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
-from xtag.models.bundle.atomic import write_text_atomic
 from xtag.models.bundle.components import COMPONENTS, present
 from xtag.models.errors import XtagError
+from xtag.models.families import FAMILIES, family
+from xtag.models.files.atomic import write_text_atomic
 from xtag.models.inference.calibration import CALIBRATION_FILE
 from xtag.models.labels import LabelVocab
-from xtag.models.registry import FAMILIES, family
 
 FORMAT = "xtag-bundle"
 FORMAT_VERSION = 2

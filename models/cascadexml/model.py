@@ -16,13 +16,14 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.special import expit
-from xtag.models.bundle import index_bounds
-from xtag.models.bundle.atomic import write_atomic, write_text_atomic
 from xtag.models.cascadexml.cascade import child_tables, expand, top_nodes
 from xtag.models.errors import XtagError
 from xtag.models.features.onnx_encoder import GraphOutputsEncoder
-from xtag.models.inference.beam_search import Predictions, top_k
+from xtag.models.files import index_bounds
+from xtag.models.files.atomic import write_atomic, write_text_atomic
+from xtag.models.inference.beam_search import top_k
 from xtag.models.inference.model import CostHint, Model
+from xtag.models.inference.types import Predictions
 from xtag.models.label_tree import ClusterChain
 
 HEADS_FILE = "heads.npz"

@@ -20,9 +20,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from xtag.models.bundle import index_bounds
 from xtag.models.engine.layout import ARRAY_NAMES, LAYOUT_FILE, CompiledLevels
 from xtag.models.errors import XtagError
+from xtag.models.files import index_bounds
 from xtag.models.label_tree import ClusterChain
 
 # What CompiledLevels.build writes, and the kernels are compiled for: (dtype, dimensions) per array.

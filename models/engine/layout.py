@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from xtag.models.bundle.atomic import write_atomic, write_text_atomic
 from xtag.models.engine.jit import njit
 from xtag.models.errors import reading
-from xtag.models.inference.beam_search import RankerLevel
+from xtag.models.files.atomic import write_atomic, write_text_atomic
+from xtag.models.inference.types import RankerLevel
 from xtag.models.label_tree import ClusterChain
 
 HASH_MULTIPLIER = 2654435761  # Fibonacci hashing: slot = top bits of (feature · 2^32/φ) mod 2^32

@@ -11,14 +11,9 @@ import scipy.sparse as sp
 from xtag.models.engine.kernels import search_parallel, search_range, workspace
 from xtag.models.engine.layout import CompiledLevels
 from xtag.models.engine.scoring import POST_IDS
-from xtag.models.inference.beam_search import (
-    POST_PROCESSORS,
-    FirstLevelSearch,
-    PostProcessor,
-    Predictions,
-    SplitFeatures,
-    top_k_positions,
-)
+from xtag.models.inference.beam_search import POST_PROCESSORS, top_k_positions
+from xtag.models.inference.types import FirstLevelSearch, PostProcessor, Predictions, SplitFeatures
+from xtag.models.threads import thread_count
 
 # A chunk is scored by walking its features against the document's dense scatter when it has at most
 # this many features per document feature, else by looking each document feature up in its hash (PECOS
@@ -47,7 +42,7 @@ def share_cores(calls: int) -> int:
     For a caller that runs `calls` predictions at once, each on its own Python thread (the service's worker
     threads): they then split the cores instead of each launching a pool as wide as the machine. numba's
     thread count is per calling thread, so other threads keep theirs."""
-    threads = max(1, numba.config.NUMBA_NUM_THREADS // max(calls, 1))
+    threads = max(1, min(numba.config.NUMBA_NUM_THREADS, thread_count()) // max(calls, 1))
     numba.set_num_threads(threads)
     return threads
 
@@ -59,7 +54,7 @@ def _c(a, dtype) -> np.ndarray:
 
 
 def _csr_arrays(X):
-    """(indptr, indices, data) of a scipy matrix or xtag.models.inference.beam_search.CsrArrays, in the kernels' dtypes."""
+    """(indptr, indices, data) of a scipy matrix or xtag.models.inference.types.CsrArrays, in the kernels' dtypes."""
     if not hasattr(X, "indptr"):
         X = sp.csr_matrix(X, dtype=np.float32)
     elif sp.issparse(X) and X.format != "csr":
@@ -144,9 +139,9 @@ def engine_beam_search(
 ) -> Predictions:
     """xtag.models.inference.beam_search.beam_search on CompiledLevels: same arguments, same labels, scores and padding.
 
-    `threads` caps numba's pool for this call (default: numba.get_num_threads(), i.e. NUMBA_NUM_THREADS
-    unless the host set it); a batch of fewer than PARALLEL_MIN_DOCS documents, threads=1, or any batch
-    in a forked child of a process that used the pool, runs on the calling thread. The kernels release the GIL: concurrent calls from Python threads run side by side.
+    `threads` caps numba's pool for this call (default: numba.get_num_threads(), at most
+    xtag.models.threads.thread_count(), the CPUs this process may use); a batch of fewer than PARALLEL_MIN_DOCS
+    documents, threads=1, or any batch in a forked child of a process that used the pool, runs on the calling thread. The kernels release the GIL: concurrent calls from Python threads run side by side.
     """
     if post_processor not in POST_IDS:
         raise ValueError(f"unknown post-processor {post_processor!r}")
@@ -178,7 +173,8 @@ def engine_beam_search(
     cap = max(beam_size, k_run, init[0].shape[1])
     P = (float(scatter_ratio), t_start, last, int(beam_size), int(k_run), POST_IDS[post_processor])
     args = (compiled.arrays, P, leaf, indptr, indices, data, dense, init)
-    threads = numba.get_num_threads() if threads is None else max(1, min(threads, numba.config.NUMBA_NUM_THREADS))
+    wanted = min(numba.get_num_threads(), thread_count()) if threads is None else threads
+    threads = max(1, min(wanted, numba.config.NUMBA_NUM_THREADS))
     if n < PARALLEL_MIN_DOCS or threads == 1 or _SERIAL_ONLY[0]:
         search_range(*args, 0, n, _local_workspace(compiled, cap), nodes, scores, margins)
     else:

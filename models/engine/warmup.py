@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from xtag.models.engine.jit import disable_caching
 from xtag.models.engine.layout import CompiledLevels
 from xtag.models.engine.search import PARALLEL_MIN_DOCS, engine_beam_search
-from xtag.models.inference.beam_search import RankerLevel
+from xtag.models.inference.types import RankerLevel
 from xtag.models.label_tree import ClusterChain
 
 

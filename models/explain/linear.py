@@ -12,7 +12,7 @@ levels of the path: the words the dashboard highlights.
 
 Only rankers that read TF-IDF features can be explained this way (XR-Linear, XR-Transformer's Φ_cat);
 LightXML and CascadeXML score from a transformer alone, so explaining them raises ExplainUnavailable
-(the service answers 422). A LaMP bundle (models/lamp/explain.py) adds, per label, two more fields beside its
+(the service answers 422). A LaMP bundle (models/explain/lamp.py) adds, per label, two more fields beside its
 first stage's `words`: `attended_words` ([{term, weight}], its feature-to-label attention) and
 `supporting_labels` ([{id, name, weight}], its label-to-label attention); models/explain/select.py picks the explainer.
 

@@ -10,7 +10,7 @@ from xtag.models.explain.linear import Explainer
 def explainer_for(predictor):
     """The bundle's explainer; raises ExplainUnavailable when the bundle has nothing to explain with."""
     if predictor.model.reranks:
-        from xtag.models.lamp.explain import LampExplainer
+        from xtag.models.explain.lamp import LampExplainer
 
         return LampExplainer.for_model(predictor.model)
     return Explainer.for_predictor(predictor)

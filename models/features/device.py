@@ -34,7 +34,7 @@ class RuntimeOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    encoder_threads: int = Field(0, ge=0)  # onnxruntime intra-op threads per encoder session; 0: its default
+    encoder_threads: int = Field(0, ge=0)  # onnxruntime intra-op threads per encoder session; 0: xtag.models.threads'
     tensorrt_cache: str | None = None  # a folder that keeps TensorRT engines between starts; None: rebuilt each time
 
 

@@ -18,6 +18,7 @@ from tokenizers import Tokenizer
 from xtag.models.errors import XtagError
 from xtag.models.features.device import CPU, Device, RuntimeOptions
 from xtag.models.inference.stopping import check
+from xtag.models.threads import thread_count
 
 Pooling = Literal["mean", "cls"]
 Representation = Literal["tfidf+dense", "dense"]
@@ -166,7 +167,8 @@ class OnnxEncoder:
         runtime = options or RuntimeOptions()
         session_options = ort.SessionOptions()
         session_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        session_options.intra_op_num_threads = threads or runtime.encoder_threads  # 0 = onnxruntime's default
+        # onnxruntime's own default is the host's cores, not this process's share (xtag.models.threads)
+        session_options.intra_op_num_threads = threads or runtime.encoder_threads or thread_count()
         if not spin:
             session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         providers = device.providers(runtime.tensorrt_cache)
@@ -217,6 +219,7 @@ class GraphOutputsEncoder(ABC):
 
     tfidf = None  # the Featurizer contract (models/inference/predictor.py): no TF-IDF block
     encodes = True
+    dim = None  # named outputs, not a feature matrix
 
     def __init__(self, onnx: OnnxEncoder, names: list[str]):
         self.onnx, self.names = onnx, names

@@ -55,8 +55,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from xtag.models.errors import XtagError
-from xtag.models.inference.beam_search import Predictions
 from xtag.models.inference.reweighting import Predicts, candidate_budget
+from xtag.models.inference.types import Predictions
 
 Metric = Literal["macro-f1", "macro-recall"]
 Method = Literal["bca", "fw"]

@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from xtag.models.inference.beam_search import Predictions
+from xtag.models.inference.types import Predictions
 
 
 @dataclass(frozen=True)

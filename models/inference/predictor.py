@@ -8,9 +8,9 @@ from typing import Any, Protocol
 import numpy as np
 import scipy.sparse as sp
 from xtag.models.errors import XtagError
-from xtag.models.inference.beam_search import Predictions
 from xtag.models.inference.calibration import Calibration
 from xtag.models.inference.model import CostHint, Model
+from xtag.models.inference.types import Predictions
 from xtag.models.labels import LabelVocab
 
 
@@ -21,6 +21,7 @@ class Featurizer(Protocol):
 
     tfidf: Any  # its TF-IDF block (models/features/tfidf.py TfidfFeaturizer), or None
     encodes: bool  # it runs a dense encoder (ONNX or static token embeddings) over every text
+    dim: int | None  # the columns of the feature matrix it gives, or None when it gives no matrix
 
     def transform(self, texts: list[str]) -> sp.csr_matrix | Any: ...
 

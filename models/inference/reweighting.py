@@ -28,7 +28,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 from xtag.models.errors import XtagError
-from xtag.models.inference.beam_search import Predictions
+from xtag.models.inference.types import Predictions
 from xtag.models.propensity import jain_propensities
 
 Scheme = Literal["psp", "power", "macro-recall"]

@@ -16,19 +16,20 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.special import expit
-from xtag.models.bundle import index_bounds
 from xtag.models.errors import XtagError
 from xtag.models.features.device import Device, RuntimeOptions
 from xtag.models.features.onnx_encoder import OnnxEncoder
-from xtag.models.inference.beam_search import Predictions, top_k
+from xtag.models.files import index_bounds
+from xtag.models.inference.beam_search import top_k
 from xtag.models.inference.model import CostHint, Model
+from xtag.models.inference.types import Predictions
 from xtag.models.lamp.masks import label_mask
 
 HEAD_FILE = "lamp.json"
 CODES_FILE = "cooccurrence.npy"
 INPUTS = ("candidates", "scores", "label_mask")  # the graph's inputs after input_ids and attention_mask
 # The graph's outputs: the logits, then the last step's head-averaged attention weights (training/lamp/net.py):
-# feature-to-label n × C × tokens and label-to-label n × C × C, read only to explain (models/lamp/explain.py).
+# feature-to-label n × C × tokens and label-to-label n × C × C, read only to explain (models/explain/lamp.py).
 ATTENTION = ("token_attention", "label_attention")
 OUTPUTS = ("logits", *ATTENTION)
 
@@ -127,6 +128,7 @@ class Texts:
 
     tfidf = None  # the Featurizer contract (models/inference/predictor.py)
     encodes = False
+    dim = None  # texts, not a feature matrix
 
     def transform(self, texts: list[str]) -> list[str]:
         return list(texts)

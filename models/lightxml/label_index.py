@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from xtag.models.bundle.atomic import replacing, write_atomic
+from xtag.models.files.atomic import replacing, write_atomic
 
 EMBEDDINGS_FILE, INDEX_FILE = "label_embeddings.npy", "labels.faiss"
 

@@ -14,12 +14,13 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from scipy.special import expit
-from xtag.models.bundle import index_bounds
-from xtag.models.bundle.atomic import write_text_atomic
 from xtag.models.errors import XtagError
 from xtag.models.features.onnx_encoder import GraphOutputsEncoder
-from xtag.models.inference.beam_search import Predictions, top_k
+from xtag.models.files import index_bounds
+from xtag.models.files.atomic import write_text_atomic
+from xtag.models.inference.beam_search import top_k
 from xtag.models.inference.model import CostHint, Model
+from xtag.models.inference.types import Predictions
 from xtag.models.label_tree import ClusterChain
 from xtag.models.lightxml.label_index import LabelIndex
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from xtag.models.bundle.atomic import write_atomic
 from xtag.models.errors import XtagError
-from xtag.models.inference.beam_search import RankerLevel
+from xtag.models.files.atomic import write_atomic
+from xtag.models.inference.types import RankerLevel
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class LevelPart:
 
 
 def write_level(path: Path, parts: Sequence[LevelPart], n_columns: int) -> None:
-    """The level whose rows are `parts`' rows, in order, written atomically (models/bundle/atomic.py)."""
+    """The level whose rows are `parts`' rows, in order, written atomically (models/files/atomic.py)."""
     rows, nnz = sum(p.rows for p in parts), sum(p.nnz for p in parts)
 
     def write(fh) -> None:

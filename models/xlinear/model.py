@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from xtag.models.bundle import index_bounds
-from xtag.models.bundle.atomic import write_text_atomic
 from xtag.models.errors import XtagError, reading
-from xtag.models.inference.beam_search import FirstLevelSearch, PostProcessor, Predictions, RankerLevel, TreeIndex
+from xtag.models.files import index_bounds
+from xtag.models.files.atomic import write_text_atomic
 from xtag.models.inference.model import CostHint, Model
+from xtag.models.inference.types import FirstLevelSearch, PostProcessor, Predictions, RankerLevel, TreeIndex
 from xtag.models.label_tree import ClusterChain
 from xtag.models.xlinear.level_file import LevelPart, write_level
 
@@ -121,7 +121,7 @@ class XLinearModel(Model):
     def load_rankers(cls, folder: Path, chain: ClusterChain) -> XLinearModel:
         """The rankers/ component over an already loaded tree; its engine layout is memory-mapped when the
         bundle has one (so worker processes share it), else built from the weights. Either way every index
-        array is checked against its bounds first (models/bundle/index_bounds.py, models/engine/checks.py)."""
+        array is checked against its bounds first (models/files/index_bounds.py, models/engine/checks.py)."""
         with reading(folder / "config.json", "the rankers' configuration"):
             config = RankerConfig.model_validate_json((folder / "config.json").read_text())
         index_bounds.beam(str(folder / "config.json"), "beam_size", config.beam_size, chain.n_labels)
@@ -156,13 +156,13 @@ def save_tree_and_rankers(
 
 
 def save_level(level: RankerLevel, path: Path) -> None:
-    """Atomically (models/bundle/atomic.py): a training checkpoint killed mid-write keeps the previous file."""
+    """Atomically (models/files/atomic.py): a training checkpoint killed mid-write keeps the previous file."""
     write_level(path, [LevelPart.of(level)], level.W.shape[1])
 
 
 def load_level(path: Path) -> RankerLevel:
     """Raises an XtagError naming the file and the cause when it is empty, truncated or inconsistent, or
-    when an index array is out of bounds (scipy's sparse routines would read past them: models/bundle/index_bounds.py)."""
+    when an index array is out of bounds (scipy's sparse routines would read past them: models/files/index_bounds.py)."""
     with reading(path, "the ranker level"), np.load(path, allow_pickle=False) as z:
         shape = index_bounds.integers("shape", z["shape"])
         if shape.shape != (2,) or bool((shape < 0).any()):

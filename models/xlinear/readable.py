@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from xtag.models.inference.beam_search import Predictions, SplitFeatures
+from xtag.models.inference.types import Predictions, SplitFeatures
 
 BAND = 0.05  # the top 5 % of the score range: paths that clear every level's margin
 HINGES = ("l3-hinge", "l2-hinge")  # the post-processors that saturate (sigmoid does not)

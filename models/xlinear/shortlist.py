@@ -13,9 +13,9 @@ from typing import Literal
 import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field
-from xtag.models.bundle import index_bounds
 from xtag.models.errors import XtagError
-from xtag.models.inference.beam_search import RankerLevel
+from xtag.models.files import index_bounds
+from xtag.models.inference.types import RankerLevel
 
 # Queries are densified in chunks of at most this many entries (documents × indexed columns).
 QUERY_CHUNK_ENTRIES = 8_000_000
@@ -123,7 +123,7 @@ class FaissShortlist:
     def load(cls, folder: Path, nodes: int | None = None, n_features: int | None = None) -> FaissShortlist:
         """The saved shortlist, checked to be one over `nodes` level-1 nodes and `n_features` columns (when
         given) and its index arrays against their bounds: a node id it returns is dereferenced unchecked by
-        the compiled engine, and a column id indexes the feature map (models/bundle/index_bounds.py)."""
+        the compiled engine, and a column id indexes the feature map (models/files/index_bounds.py)."""
         import faiss
 
         try:

@@ -17,7 +17,8 @@ from typing import Protocol
 import numpy as np
 import scipy.sparse as sp
 from xtag.models.features.tfidf import TfidfFeaturizer
-from xtag.models.inference.beam_search import GATHER_MAX_DOCS, CsrArrays, SplitFeatures
+from xtag.models.inference.beam_search import GATHER_MAX_DOCS
+from xtag.models.inference.types import CsrArrays, SplitFeatures
 
 
 class DenseEncoder(Protocol):

@@ -11,9 +11,9 @@ which is rebuilt when the served model changes (its label count bounds k).
 
 from __future__ import annotations
 
+from xtag.config.model_set import NAME_PATTERN
+from xtag.config.settings import Settings
 from xtag.models.inference.macro_optimal import SERVING_MAX_DOCS, SERVING_MAX_SECONDS
-from xtag.service.model_set import NAME_PATTERN
-from xtag.service.settings import Settings
 
 API_KEY, ADMIN_KEY = "APIKeyHeader", "AdminKeyHeader"  # the schemes' names (service/deps.py)
 BATCHES = ("BatchRequest", "AnnifBatchRequest", "FeedbackRequest")  # `documents` bounded by max_batch_documents
@@ -23,20 +23,20 @@ TEXTS = ("PredictRequest", "BatchDocument", "AnnifBatchDocument", "FeedbackDocum
 def apply_limits(schema: dict, settings: Settings, n_labels: int | None) -> dict:
     """`schema` with the enforced maxima and only the security schemes in force (changed in place)."""
     components = schema.get("components", {}).get("schemas", {})
-    k_max = settings.max_k if n_labels is None else min(settings.max_k, n_labels)
+    k_max = settings.limits.max_k if n_labels is None else min(settings.limits.max_k, n_labels)
     for name in ("PredictRequest", "BatchRequest"):
         props = components[name]["properties"]
         props["k"]["maximum"] = k_max
-        _integer_branch(props["beam_size"])["maximum"] = settings.max_beam_size
+        _integer_branch(props["beam_size"])["maximum"] = settings.limits.max_beam_size
     for name in BATCHES:
-        components[name]["properties"]["documents"]["maxItems"] = settings.max_batch_documents
+        components[name]["properties"]["documents"]["maxItems"] = settings.limits.max_batch_documents
     for name in TEXTS:
-        components[name]["properties"]["text"]["maxLength"] = settings.max_text_chars
+        components[name]["properties"]["text"]["maxLength"] = settings.limits.max_text_chars
     optimize = components["Optimize"]
-    most = min(settings.max_batch_documents, SERVING_MAX_DOCS)
+    most = min(settings.limits.max_batch_documents, SERVING_MAX_DOCS)
     optimize["description"] = (
         optimize.get("description", "").rstrip()
-        + f"\n\nLimits: at most {most} documents (XTAG_MAX_BATCH_DOCUMENTS={settings.max_batch_documents}, and "
+        + f"\n\nLimits: at most {most} documents (XTAG_MAX_BATCH_DOCUMENTS={settings.limits.max_batch_documents}, and "
         f"never more than {SERVING_MAX_DOCS}) and {SERVING_MAX_SECONDS:g} s of optimisation per request."
     )
     _annif_limits(schema.get("paths", {}), k_max)
@@ -47,7 +47,7 @@ def apply_limits(schema: dict, settings: Settings, n_labels: int | None) -> dict
 
 def _name_patterns(paths: dict) -> None:
     """A model's name in a path ({name}, Annif's {project_id}) obeys the pattern every model name obeys
-    (service/model_set.py); stated here because pydantic's regex engine has no look-ahead (the "no ..")."""
+    (config/model_set.py); stated here because pydantic's regex engine has no look-ahead (the "no ..")."""
     for item in paths.values():
         for operation in item.values():
             for parameter in operation.get("parameters", []):
@@ -78,7 +78,7 @@ def _annif_limits(paths: dict, k_max: int) -> None:
 def _security_in_force(schema: dict, settings: Settings) -> None:
     """Keep X-API-Key only when XTAG_API_KEY is set; X-Admin-Key only when XTAG_ADMIN_KEY is (without it the
     admin routes are off, 403, whatever key is sent: service/deps.require_admin_key)."""
-    in_force = {name for name, key in ((API_KEY, settings.api_key), (ADMIN_KEY, settings.admin_key)) if key}
+    in_force = {name for name, key in ((API_KEY, settings.admin.api_key), (ADMIN_KEY, settings.admin.admin_key)) if key}
     for item in schema.get("paths", {}).values():
         for operation in item.values():
             kept: list[dict] = []

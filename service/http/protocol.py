@@ -38,22 +38,20 @@ from http import HTTPStatus
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from xtag.config.settings import Limits, Server, Settings
 from xtag.service.http.admission import HOLD_READING
 from xtag.service.http.problems import MEDIA_TYPE, problem_body
-from xtag.service.settings import Settings
-
-LIMITS = ("max_header_bytes", "header_timeout_s", "drain_grace_s", "graceful_shutdown_s")
 
 
 def _limits(config) -> tuple:
-    """LIMITS of the app uvicorn serves (unwrapping uvicorn's own middleware), or their defaults."""
+    """The head's size and deadline and the drain's times of the app uvicorn serves (unwrapping uvicorn's own
+    middleware), or their defaults."""
     app = config.loaded_app
     while app is not None and not hasattr(app, "state"):
         app = getattr(app, "app", None)
     settings = getattr(getattr(app, "state", None), "settings", None)
-    if not isinstance(settings, Settings):
-        return tuple(Settings.model_fields[name].default for name in LIMITS)
-    return tuple(getattr(settings, name) for name in LIMITS)
+    limits, server = (settings.limits, settings.server) if isinstance(settings, Settings) else (Limits(), Server())
+    return limits.max_header_bytes, limits.header_timeout_s, server.drain_grace_s, server.graceful_shutdown_s
 
 
 DRAINING = "xtag_draining"  # attribute of uvicorn's ServerState, set once its shutdown has begun

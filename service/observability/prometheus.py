@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from xtag.config.settings import ClusterEnvironment
 from xtag.service.observability.logs import ACCESS
 from xtag.service.observability.timeline import Timeline, Timelines
 
@@ -33,7 +34,7 @@ ENDPOINT_CACHE = 1024
 
 
 def multiprocess() -> bool:
-    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+    return ClusterEnvironment().prometheus_multiproc_dir is not None
 
 
 def placement_labels(model) -> list[tuple[str, str, str]]:
@@ -59,7 +60,7 @@ def forget_dead_workers() -> None:
     and its last values stayed in the aggregate forever (issue 30: a dead worker's model series, and 25
     requests in flight with no traffic). Every worker checks at each scrape. A reused pid would keep a
     dead worker's series until that process exits too; pids are not reused that quickly."""
-    folder = os.environ["PROMETHEUS_MULTIPROC_DIR"]
+    folder = ClusterEnvironment().prometheus_multiproc_dir
     pids = {int(path.stem.rsplit("_", 1)[1]) for path in Path(folder).glob("gauge_live*_*.db")}
     for pid in pids:
         if not alive(pid):

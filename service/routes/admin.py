@@ -84,7 +84,7 @@ def throttle(request: Request, name: str) -> None:
     Per model, from the later of the last HTTP load attempted and the served model's own load (at start, SIGHUP):
     with several workers each HTTP reload rolls them all (SIGHUP), and fresh workers must not take the next one
     at once. Wall-clock times (loaded_at is one); a clock set back never blocks longer than one interval."""
-    interval = request.app.state.settings.reload_interval_s
+    interval = request.app.state.settings.admin.reload_interval_s
     if interval <= 0:
         return
     slot = request.app.state.registry.slots.get(name)
@@ -190,7 +190,7 @@ def resolve_target(request: Request, bundle: str) -> Path:
 async def reload(request: Request, body: ReloadBody, settings: SettingsDep, registry: ModelRepositoryDep) -> dict:
     target: Path | None = None
     if body.bundle is not None:
-        if settings.workers > 1:
+        if settings.server.workers > 1:
             raise Problem(
                 409,
                 "multi-worker",
@@ -205,6 +205,6 @@ async def reload(request: Request, body: ReloadBody, settings: SettingsDep, regi
         raise Problem(409, "reload-in-progress", str(exc), headers={"Retry-After": "1"}) from exc
     except XtagError as exc:
         raise Problem(422, "reload-failed", f"{exc}{_still_serving(request)}") from exc
-    if settings.uvicorn_supervisor_pid == os.getppid():  # roll every sibling worker onto it
+    if settings.server.uvicorn_supervisor_pid == os.getppid():  # roll every sibling worker onto it
         os.kill(os.getppid(), signal.SIGHUP)
     return summary

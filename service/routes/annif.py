@@ -68,7 +68,7 @@ class StrictMultiPartParser(MultiPartParser):
 
 
 def project_id(model: ServedModel) -> str:
-    """The model's served name (already URL-safe: service/model_set.py)."""
+    """The model's served name (already URL-safe: config/model_set.py)."""
     return model.served_as or re.sub(r"[^A-Za-z0-9_-]+", "-", model.bundle.name).strip("-") or "xtag"
 
 
@@ -76,7 +76,7 @@ def project(request: Request, model: ServedModel) -> dict:
     return {
         "project_id": project_id(model),
         "name": model.bundle.name,
-        "language": request.app.state.settings.annif_language,
+        "language": request.app.state.settings.server.annif_language,
         "backend": {"backend_id": f"xtag-{model.kind}"},
         "is_trained": True,
         "modification_time": model.bundle.manifest.get("created"),
@@ -101,7 +101,7 @@ async def _suggest(
     """Annif semantics: limit (default 10) and threshold (default 0) filter; blank texts get no results. A shadowed
     model's request is left for its shadow (routes/predict.py shadow_task), `ids` the documents' for live P@k."""
     s = request.app.state.settings
-    limit = min(_number(limit_raw, "limit", int, 1, s.max_k, 10), model.n_labels)
+    limit = min(_number(limit_raw, "limit", int, 1, s.limits.max_k, 10), model.n_labels)
     threshold = _number(threshold_raw, "threshold", float, 0.0, 1.0, 0.0)
     check_text_lengths(request, texts)
     todo = [i for i, t in enumerate(texts) if t.strip()]
@@ -118,16 +118,16 @@ async def _suggest(
         annif=True,
     )
     # an Annif result holds the name twice (uri, label) and the uri's prefix: at most two label objects' bytes
-    per_label = 2 * model.label_bytes + len(s.annif_uri_prefix.encode())
+    per_label = 2 * model.label_bytes + len(s.server.annif_uri_prefix.encode())
     request.scope[METER_KEY] = check_work(
-        work, per_label, s.max_request_cost, s.max_response_bytes, s.max_request_memory_mb
+        work, per_label, s.limits.max_request_cost, s.limits.max_response_bytes, s.limits.max_request_memory_mb
     )
     preds = await predict_arrays(request, model, [texts[i] for i in todo], limit, None, None)
     if model.shadow is not None:
         scored = [texts[i] for i in todo]
         doc_ids = [None] * len(todo) if ids is None else [ids[i] for i in todo]
         request.scope[JOB_KEY] = model.shadow.job(scored, doc_ids, limit, None, True, model, preds.labels)
-    results = partial(annif_results, preds, model.names, s.annif_uri_prefix, threshold)
+    results = partial(annif_results, preds, model.names, s.server.annif_uri_prefix, threshold)
     rows = await off_loop_if_large(request, results, len(todo) * limit)
     for i, row in zip(todo, rows):
         out[i] = row
@@ -158,7 +158,7 @@ async def _form(request: Request, content_type: str) -> dict[str, str]:
     250,000 of them, whose parsing held the event loop for 0.2-1.6 s (issue 38). A url-encoded body over
     64 KiB is decoded in the parse thread, as JSON bodies are (deps.parse_body); the multipart parser reads
     the body as a stream on the loop, in bounded steps: a part at a time, at most the field limit of them."""
-    limit = request.app.state.settings.max_form_fields
+    limit = request.app.state.settings.limits.max_form_fields
     if content_type != FORM_TYPES[0]:
         try:
             form = await StrictMultiPartParser(request.headers, request.stream(), limit).parse()
@@ -284,7 +284,8 @@ async def suggest(request: Request, model: AnnifProjectDep):
     ),
 )
 async def suggest_batch(request: Request, model: AnnifProjectDep, settings: SettingsDep):
-    body = await parse_body(request, AnnifBatchRequest, check=document_limit(settings.max_batch_documents, status=400))
+    limit = settings.limits.max_batch_documents
+    body = await parse_body(request, AnnifBatchRequest, check=document_limit(limit, status=400))
     q = request.query_params
     # Annif's document_id is a string, absent ids come back null; an integer id is echoed as its string (issue 28)
     ids = [None if d.document_id is None else str(d.document_id) for d in body.documents]

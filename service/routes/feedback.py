@@ -47,7 +47,7 @@ RESPONSES = {
     responses=problem_responses(RESPONSES),
 )
 async def feedback(request: Request, out: FeedbackWriterDep, settings: SettingsDep) -> dict:
-    body = await parse_body(request, FeedbackRequest, check=document_limit(settings.max_batch_documents))
+    body = await parse_body(request, FeedbackRequest, check=document_limit(settings.limits.max_batch_documents))
     check_text_lengths(request, [d.text for d in body.documents])
     items = [
         Feedback(
@@ -61,7 +61,7 @@ async def feedback(request: Request, out: FeedbackWriterDep, settings: SettingsD
 
 def _subject_name(request: Request, uri: str | None, label: str | None, where: str) -> str:
     """Annif names a subject by uri or label: the label if given, else the uri less XTAG_ANNIF_URI_PREFIX."""
-    prefix = request.app.state.settings.annif_uri_prefix
+    prefix = request.app.state.settings.server.annif_uri_prefix
     name = label if label and label.strip() else None
     if name is None and uri and uri.strip():
         name = uri[len(prefix) :] if prefix and uri.startswith(prefix) else uri
@@ -78,7 +78,7 @@ def _subject_name(request: Request, uri: str | None, label: str | None, where: s
     responses=problem_responses({**RESPONSES, 404: "no such project", 503: RESPONSES[503] + ", or no model loaded"}),
 )
 async def learn(request: Request, _: AnnifProjectDep, out: FeedbackWriterDep, settings: SettingsDep) -> Response:
-    body = await parse_body(request, AnnifLearnRequest, check=_list_limit(settings.max_batch_documents))
+    body = await parse_body(request, AnnifLearnRequest, check=_list_limit(settings.limits.max_batch_documents))
     docs = body.root
     check_text_lengths(request, [d.text for d in docs])
     items = []

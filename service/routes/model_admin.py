@@ -12,10 +12,10 @@ import os
 import signal
 
 from fastapi import APIRouter, Request
+from xtag.config.model_set import ModelSpec
 from xtag.models.errors import XtagError
 from xtag.service.deps import ModelPutBody, ModelRepositoryDep, SettingsDep, openapi_body
 from xtag.service.http.problems import Problem, problem_responses
-from xtag.service.model_set import ModelSpec
 from xtag.service.routes.admin import reload_model, resolve_target, throttle
 from xtag.service.schemas import ModelPutRequest, ReloadResponse
 from xtag.service.state.model_repository import DefaultModelBusy, UnknownModel
@@ -36,7 +36,7 @@ def _slot_or_404(request: Request, name: str):
 
 
 def _single_worker(request: Request, what: str) -> None:
-    if request.app.state.settings.workers > 1:
+    if request.app.state.settings.server.workers > 1:
         raise Problem(
             409,
             "multi-worker",
@@ -78,7 +78,7 @@ async def _load(request: Request, name: str, target=None) -> dict:
 async def reload_one(request: Request, name: str, settings: SettingsDep) -> dict:
     _slot_or_404(request, name)
     summary = await _load(request, name)
-    if settings.uvicorn_supervisor_pid == os.getppid():  # roll every sibling worker onto it
+    if settings.server.uvicorn_supervisor_pid == os.getppid():  # roll every sibling worker onto it
         os.kill(os.getppid(), signal.SIGHUP)
     return summary
 

@@ -13,11 +13,11 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 from xtag.models.errors import XtagError
 from xtag.models.explain.linear import ExplainUnavailable
-from xtag.models.inference.beam_search import Predictions
 from xtag.models.inference.macro_optimal import SERVING_MAX_DOCS, predict_optimized, serving_config
 from xtag.models.inference.reweighting import gains_of
 from xtag.models.inference.stopping import StopFlag
-from xtag.models.inference.tagging import labels_per_text
+from xtag.models.inference.types import Predictions
+from xtag.models.tagging.tagger import labels_per_text
 from xtag.service.batching import run_off_loop
 from xtag.service.deps import (
     check_text_lengths,
@@ -72,7 +72,7 @@ async def answer(request: Request, model: ServedModel, content: object) -> Respo
     meter = request.scope.get(METER_KEY)
     labels = 0 if meter is None else meter.work.documents * meter.work.k
     body = await off_loop_if_large(request, partial(orjson.dumps, content), labels)
-    limit = request.app.state.settings.max_response_bytes
+    limit = request.app.state.settings.limits.max_response_bytes
     if limit and len(body) > limit:
         raise too_large(len(body), limit, "send fewer documents, a smaller k, or no explain")
     return Response(body, media_type="application/json", background=shadow_task(request))
@@ -85,15 +85,15 @@ def check_options(
     what the whole request would cost (413 too-costly, service/http/cost.py), all before any prediction."""
     s = request.app.state.settings
     check_text_lengths(request, texts, what)
-    try:  # `xtag predict --k` applies the same rule (models/inference/tagging.py)
-        k = labels_per_text(opts.k if "k" in opts.model_fields_set else None, model.n_labels, s.max_k)
+    try:  # `xtag predict --k` applies the same rule (models/tagging/tagger.py)
+        k = labels_per_text(opts.k if "k" in opts.model_fields_set else None, model.n_labels, s.limits.max_k)
     except XtagError as exc:
         raise Problem(422, "validation-error", str(exc)) from exc
-    if opts.beam_size is not None and opts.beam_size > s.max_beam_size:
+    if opts.beam_size is not None and opts.beam_size > s.limits.max_beam_size:
         raise Problem(
             422,
             "validation-error",
-            f"beam_size: {opts.beam_size} is above the maximum of {s.max_beam_size} (XTAG_MAX_BEAM_SIZE)",
+            f"beam_size: {opts.beam_size} is above the maximum of {s.limits.max_beam_size} (XTAG_MAX_BEAM_SIZE)",
         )
     try:
         a = reweight_gains(model, opts.reweight)
@@ -116,7 +116,7 @@ def check_options(
         hint=model.cost_hint,
     )
     request.scope[METER_KEY] = check_work(
-        work, model.label_bytes, s.max_request_cost, s.max_response_bytes, s.max_request_memory_mb
+        work, model.label_bytes, s.limits.max_request_cost, s.limits.max_response_bytes, s.limits.max_request_memory_mb
     )
     return k, opts.beam_size, a
 
@@ -260,7 +260,9 @@ async def predict(request: Request) -> Response:
 async def predict_batch(request: Request) -> Response:
     start = time.perf_counter()
     await require_api_key(request)
-    body = await parse_body(request, BatchRequest, check=document_limit(request.app.state.settings.max_batch_documents))
+    body = await parse_body(
+        request, BatchRequest, check=document_limit(request.app.state.settings.limits.max_batch_documents)
+    )
     model = served_model(request)
     texts = [d.text for d in body.documents]
     k, beam, a = check_options(request, model, body, texts, "documents[{i}].text")

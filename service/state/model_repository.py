@@ -9,9 +9,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from xtag.config.model_set import ModelSet, bundle_name
 from xtag.models.errors import XtagError
 from xtag.models.features.device import RuntimeOptions
-from xtag.service.model_set import ModelSet, bundle_name
 from xtag.service.observability.drift import DEFAULT_WINDOW
 from xtag.service.state.memory import bundle_bytes
 from xtag.service.state.model_slot import ModelSlot, ServedModel

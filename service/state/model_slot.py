@@ -23,15 +23,15 @@ from xtag.models.errors import XtagError
 from xtag.models.explain.linear import Explainer
 from xtag.models.explain.select import explainer_for
 from xtag.models.features.device import RuntimeOptions
-from xtag.models.inference.beam_search import Predictions
 from xtag.models.inference.reweighting import gains_for, label_weights, predict_reweighted
+from xtag.models.inference.types import Predictions
 from xtag.service.http.cost import label_bytes, tree_shape
 from xtag.service.http.response_json import LabelPrefixes, explained_lists
 from xtag.service.observability.drift import DEFAULT_WINDOW, LabelDrift
 from xtag.service.state.memory import check_memory, release_memory, resident_mb, trim_heap
 
 if TYPE_CHECKING:
-    from xtag.models.lamp.explain import LampExplainer
+    from xtag.models.explain.lamp import LampExplainer
     from xtag.service.observability.prometheus import ModelSeries
 
 log = logging.getLogger("xtag.service")
@@ -98,7 +98,7 @@ class ServedModel:
         a re-ranking bundle's second stage made `preds`; `gains`: a reweighted request's, shown per label)."""
         explain = self.explainer.explain
         return explained_lists(
-            self.names, preds, threshold, lambda labels: explain(texts, labels, rerank=rerank), gains
+            self.names, preds, threshold, lambda d, labels: explain(texts[d : d + 1], [labels], rerank=rerank)[0], gains
         )
 
     def predict(

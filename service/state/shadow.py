@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from prometheus_client import Counter, Gauge
 from starlette.background import BackgroundTask
 from xtag.models.engine.search import share_cores
 from xtag.models.inference.stopping import StopFlag
+from xtag.models.threads import thread_count
 from xtag.service.http.hangups import stopping
 from xtag.service.observability.agreement import AgreementWindow
 from xtag.service.state.model_slot import ServedModel
@@ -41,7 +41,7 @@ def _one_core() -> None:
     """The shadow thread's engine calls use one core's share of numba's threads, and its graphs have one intra-op
     thread (ModelRepository.options_for): its batches leave the other cores to the primary's requests, which on 2
     cores otherwise met a shadow batch running on both (bench/RESULTS.md, "Per-model series and shadow scoring")."""
-    share_cores(os.cpu_count() or 1)
+    share_cores(thread_count())
 
 
 class ShadowMetrics:
@@ -275,7 +275,13 @@ def declare(app, primary: str, shadow: str, resolve: Callable[[], ServedModel | 
     `primary` serves now (app.py's swap listener attaches it to every model loaded under that name)."""
     s = app.state.settings
     scorer = ShadowScorer(
-        primary, shadow, resolve, app.state.shadow_metrics, s.shadow_queue, s.shadow_timeout_s, s.shadow_window
+        primary,
+        shadow,
+        resolve,
+        app.state.shadow_metrics,
+        s.models.shadow_queue,
+        s.models.shadow_timeout_s,
+        s.models.shadow_window,
     )
     app.state.shadows[primary] = scorer
     return scorer
@@ -297,11 +303,11 @@ def feedback_labels(app) -> Callable[[list[str]], dict[str, list[str]]] | None:
     state = app.state
     if state.feedback is not None:
         return state.feedback.store.labels_by_id
-    target = state.settings.feedback_db
+    target = state.settings.feedback.feedback_db
     if getattr(state, "feedback_reader", None) is None:
         if not target.startswith(POSTGRES_SCHEMES) and not Path(target).is_file():
             return None
-        state.feedback_reader = FeedbackStore(target, state.settings.feedback_timeout_s)
+        state.feedback_reader = FeedbackStore(target, state.settings.feedback.feedback_timeout_s)
     return state.feedback_reader.labels_by_id
 
 

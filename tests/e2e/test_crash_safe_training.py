@@ -15,7 +15,7 @@ import pytest
 import scipy.sparse as sp
 from typer.testing import CliRunner
 from xtag.models.errors import XtagError
-from xtag.models.inference.beam_search import RankerLevel
+from xtag.models.inference.types import RankerLevel
 from xtag.models.label_tree import ClusterChain
 from xtag.models.xlinear.model import load_level, save_level
 

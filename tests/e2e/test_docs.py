@@ -17,7 +17,7 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
-from xtag.service.settings import Settings
+from xtag.config.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -139,10 +139,15 @@ def test_the_settings_table_follows_the_class(monkeypatch):
     """A field added to Settings (or a group of them) is in the table with no edit to the docs."""
     hook = settings_hook()
     monkeypatch.setattr(hook, "SETTINGS", f"{__name__}:_Example")
-    rows = hook.settings_table().splitlines()[2:]
-    assert rows == [
+    header = ["| variable | default | type | what |", "|---|---|---|---|"]
+    assert hook.settings_table().splitlines() == [
+        *header,
         "| `XTAG_PORT` | `8000` | int, ≥ 0, ≤ 65535 | the port |",
         "| `XTAG_LOG_FORMAT` | `text` | `text` \\| `json` | lines as text or JSON |",
+        "",
+        "### limits",  # a group: its own table under its name
+        "",
+        *header,
         "| `XTAG_LIMITS__MAX_K` | `1000` | int, ≥ 1 | largest k \\| a request may ask for |",
     ]
 

@@ -18,13 +18,15 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from xtag.models.registry import FAMILIES, Family
+from xtag.models.families import FAMILIES, Family
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE_ROOTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["xtag"]["package-roots"]
 PACKAGES = {"xtag": "xtag", **{root: f"xtag.{root}" for root in PACKAGE_ROOTS}}
 FAMILY_PACKAGES = {f.train.partition(":")[0].rsplit(".", 1)[0]: f for f in FAMILIES.values()}
-NUMPY_ONLY = ("xtag.training.data", "xtag.training.tree", "xtag.training.weighting")
+NUMPY_ONLY = ("xtag.corpus", "xtag.training.data", "xtag.training.tree", "xtag.training.weighting")
+# the corpus floor's only imports from the house: the error type and the label vocabulary, both leaves of models/
+CORPUS_MAY_IMPORT = ("xtag.models.errors", "xtag.models.labels")
 HEAVY = ("torch", "transformers", "onnx")  # the train extra; onnxruntime is a serving dependency
 
 
@@ -120,7 +122,8 @@ def violations(graph: dict[str, set[str]], via_registry: dict[str, set[str]] | N
                 elif FAMILY_PACKAGES[family].kind not in FAMILY_PACKAGES[owner].builds_on:
                     found.append(f"{module} imports {target}, a family its registry entry does not build on")
             if within(module, "xtag.models") and (
-                within(target, "xtag.training")
+                within(target, "xtag.corpus")
+                or within(target, "xtag.training")
                 or within(target, "xtag.evaluation")
                 or within(target, "xtag.service")
                 or within(target, "xtag.cluster")
@@ -132,11 +135,19 @@ def violations(graph: dict[str, set[str]], via_registry: dict[str, set[str]] | N
                 found.append(f"{module} (service) imports {target}: serving scales as pods, not on Ray")
             if within(module, "xtag.cluster") and (within(target, "xtag.service") or within(target, "xtag.evaluation")):
                 found.append(f"{module} (cluster) imports {target}: Ray jobs build on models and training only")
+            if within(module, "xtag.config") and any(
+                within(target, f"xtag.{above}") for above in ("service", "training", "evaluation", "cluster")
+            ):
+                found.append(f"{module} (config) imports {target}: settings sit below everything that reads them")
             if within(module, "xtag.training") and within(target, "xtag.evaluation"):
                 found.append(f"{module} (training) imports {target}: training never imports evaluation")
-            if within(module, "xtag.evaluation") and within(target, "xtag.training"):
-                if not within(target, "xtag.training.data"):
-                    found.append(f"{module} (evaluation) imports {target}: only training.data is torch-free")
+            if (within(module, "xtag.evaluation") or within(module, "xtag.cluster")) and within(
+                target, "xtag.training"
+            ):
+                found.append(f"{module} imports {target}: corpus files are read through xtag.corpus, not training")
+            if within(module, "xtag.corpus") and within(target, "xtag") and not within(target, "xtag.corpus"):
+                if not any(within(target, leaf) for leaf in CORPUS_MAY_IMPORT):
+                    found.append(f"{module} (the corpus floor) imports {target}")
             if (within(module, "xtag.models") or within(module, "xtag.evaluation")) and top in HEAVY:
                 found.append(f"{module} (serving path) imports {target}")
             if any(within(module, p) for p in NUMPY_ONLY) and top in HEAVY:
@@ -188,8 +199,56 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+def models_arrows(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """The arrows between models/ sub-packages, (importer, imported); a loose module at its top counts as one."""
+
+    def unit(name: str) -> str | None:
+        parts = name.split(".")
+        return parts[2] if len(parts) > 2 and parts[1] == "models" else None
+
+    return {
+        (unit(m), unit(t))
+        for m, ts in graph.items()
+        for t in ts
+        if t in graph and unit(m) and unit(t) and unit(m) != unit(t)
+    }
+
+
+def two_way_pairs(arrows: set[tuple[str, str]]) -> list[tuple[str, str]]:
+    return sorted({tuple(sorted(a)) for a in arrows if a[::-1] in arrows})
+
+
+def arrows_up(arrows: set[tuple[str, str]]) -> int:
+    """The fewest arrows that point up in any order of the sub-packages as floors (0: they stack), exact: a dynamic
+    program over the sets placed on the floors below (2^n sets: a second for models/'s 18)."""
+    nodes = sorted({n for a in arrows for n in a})
+    out = [sum(1 << nodes.index(b) for a, b in arrows if a == n) for n in nodes]
+    best = [0] + [len(arrows) + 1] * ((1 << len(nodes)) - 1)
+    for below in range(1 << len(nodes)):
+        for v, targets in enumerate(out):
+            if not below >> v & 1:
+                up = best[below] + (targets & ~below).bit_count()  # v's arrows to the floors above it
+                best[below | 1 << v] = min(best[below | 1 << v], up)
+    return best[-1]
+
+
 def test_imports_run_one_way():
     assert violations(import_graph(ROOT), registry_edges(ROOT)) == []
+
+
+def test_models_sub_packages_stack_as_floors():
+    """0 two-way pairs between models/ sub-packages and 0 arrows up: each imports only those on floors below it."""
+    arrows = models_arrows(import_graph(ROOT))
+    assert two_way_pairs(arrows) == []
+    assert arrows_up(arrows) == 0
+
+
+def test_a_planted_two_way_pair_between_models_sub_packages_is_counted(tmp_path):
+    for folder in PACKAGES:
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    planted = tmp_path / "models/inference/predictor.py"
+    planted.write_text(planted.read_text() + "\nfrom xtag.models.tagging import tagger\n")
+    assert two_way_pairs(models_arrows(import_graph(tmp_path))) == [("inference", "tagging")]
 
 
 PLANTED_FAMILY = 'Family("loop", None, "m:C", "xtag.training.update_run:update_run", "m:e", (), 0.0, frozenset())'
@@ -200,8 +259,12 @@ PLANTED_FAMILY = 'Family("loop", None, "m:C", "xtag.training.update_run:update_r
     [
         ("training/lightxml/train.py", "from xtag.training.xlinear import nodes", "does not build on"),
         ("training/tree/build.py", "from xtag.training.xlinear import nodes", "(shared code) imports the family"),
-        ("models/labels.py", "from xtag.training.data.corpus import Corpus", "(torch-free inference) imports"),
-        ("evaluation/report.py", "from xtag.training.deep import loop", "(evaluation) imports"),
+        ("models/labels.py", "from xtag.training.data import fingerprint", "(torch-free inference) imports"),
+        ("models/inference/predictor.py", "from xtag.corpus.files import Corpus", "(torch-free inference) imports"),
+        ("evaluation/report.py", "from xtag.training.data import fingerprint", "read through xtag.corpus"),
+        ("cluster/shards.py", "from xtag.training.data import apt_corpus", "read through xtag.corpus"),
+        ("corpus/files.py", "from xtag.models.inference import predictor", "(the corpus floor) imports"),
+        ("corpus/files.py", "from xtag.training.data import fingerprint", "(the corpus floor) imports"),
         ("training/weighting/label_weights.py", "import torch", "(numpy-only group) imports torch"),
         ("training/deep/optim.py", "from xtag.models.engine import _scratch", "private module"),
         ("training/onnx/parity.py", "from xtag.training.onnx import graph", "import cycle"),
@@ -209,11 +272,13 @@ PLANTED_FAMILY = 'Family("loop", None, "m:C", "xtag.training.update_run:update_r
         ("service/app.py", "from xtag.training import config", "(service) imports xtag.training.config"),
         ("service/app.py", "from xtag.cluster import connect", "(service) imports xtag.cluster.connect"),
         ("models/labels.py", "from xtag.cluster import connect", "(torch-free inference) imports xtag.cluster"),
-        ("cluster/connect.py", "from xtag.service import settings", "(cluster) imports xtag.service.settings"),
+        ("cluster/connect.py", "from xtag.service import deps", "(cluster) imports xtag.service.deps"),
+        ("config/settings.py", "from xtag.service import deps", "(config) imports xtag.service.deps"),
+        ("config/model_set.py", "from xtag.cluster import connect", "(config) imports xtag.cluster.connect"),
         ("training/onnx/parity.py", "from xtag.evaluation import report", "(training) imports xtag.evaluation"),
         # loops closed only through the registry's "module:attr" strings (run.py resolves every family's train)
         ("training/xlinear/train.py", "from xtag.training.run import save_model", "import cycle"),
-        ("models/registry.py", PLANTED_FAMILY, "import cycle: xtag.training.run -> xtag.training.update_run"),
+        ("models/families.py", PLANTED_FAMILY, "import cycle: xtag.training.run -> xtag.training.update_run"),
     ],
 )
 def test_a_planted_back_edge_fails(tmp_path, file, line, expected):
@@ -223,6 +288,58 @@ def test_a_planted_back_edge_fails(tmp_path, file, line, expected):
     planted = tmp_path / file
     planted.write_text(planted.read_text() + f"\n{line}\n")
     assert any(expected in v for v in violations(import_graph(tmp_path), registry_edges(tmp_path)))
+
+
+ENVIRONMENT = "xtag.config.settings"  # the one module that reads environment variables (and writes them for workers)
+READS_ENVIRONMENT = {  # the named exceptions, each with its reason
+    "xtag.models.threads": "sizes the libraries' pools from XTAG_THREADS when xtag is imported, before torch, numba "
+    "or OpenMP load and before any Settings exist; models/ is the floor below config/, so it cannot ask it",
+}
+OS_ENVIRONMENT = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
+
+
+def environment_reads(path: Path) -> list[int]:
+    """The lines of a module that touch the process environment: os.environ, os.getenv and their kin, imported
+    from os or reached as attributes."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Attribute) and node.attr in OS_ENVIRONMENT:
+            if isinstance(node.value, ast.Name) and node.value.id == "os":
+                found.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module == "os":
+            if any(alias.name in OS_ENVIRONMENT for alias in node.names):
+                found.append(node.lineno)
+    return found
+
+
+def environment_violations(root: Path) -> list[str]:
+    allowed = {ENVIRONMENT, *READS_ENVIRONMENT}
+    return [
+        f"{name} reads the environment at line {line}: ask {ENVIRONMENT} (or name it in READS_ENVIRONMENT, and why)"
+        for name, path in module_files(root).items()
+        if name not in allowed
+        for line in environment_reads(path)
+    ]
+
+
+def test_the_environment_is_read_in_one_module():
+    assert environment_violations(ROOT) == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'ADDRESS = os.environ.get("RAY_ADDRESS")',
+        'RANK = os.getenv("RANK")',
+        "from os import environ",
+    ],
+)
+def test_a_planted_environment_read_fails(tmp_path, line):
+    for folder in PACKAGES:
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    planted = tmp_path / "cluster/connect.py"
+    planted.write_text(planted.read_text() + f"\n{line}\n")
+    assert any(v.startswith("xtag.cluster.connect reads the environment") for v in environment_violations(tmp_path))
 
 
 def test_the_wheel_installs_one_top_level_package(tmp_path):
@@ -327,3 +444,10 @@ def test_the_images_copy_every_package_folder(dockerfile):
     ignored = [line.strip().rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()]
     needed = [*PACKAGES, "setup.py", "pyproject.toml"]
     assert not [name for name in needed if any(fnmatch.fnmatch(name, pattern) for pattern in ignored if pattern)]
+
+
+if __name__ == "__main__":  # python tests/e2e/test_layout.py [checkout]: the counts the issue's closing note gives
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT
+    arrows = models_arrows(import_graph(root))
+    pairs = two_way_pairs(arrows)
+    print(f"models/ sub-packages: {len(arrows)} arrows, {arrows_up(arrows)} up, {len(pairs)} two-way pairs {pairs}")

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from typer.testing import CliRunner
+from xtag.corpus.files import Corpus
 from xtag.evaluation.evaluate import ground_truth
 from xtag.models.labels import LabelVocab
 from xtag.models.metrics import CONVENTIONS, bucket_metrics, evaluate, jain_propensities, propensities_with_unseen
-from xtag.training.data.corpus import Corpus
 
 from xtag.cli import app
 

@@ -17,8 +17,8 @@ import httpx
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
+from xtag.config.settings import Settings
 from xtag.service.app import create_app
-from xtag.service.settings import Settings
 from xtag.training.config import TrainConfig
 from xtag.training.export.export_run import export_run
 from xtag.training.run import train_run
@@ -87,7 +87,7 @@ def synthetic_bundle(folder: Path, name: str, labels: int = 2000, features: int 
     import numpy as np
     import scipy.sparse as sp
     from xtag.models.features.tfidf import TfidfConfig, TfidfFeaturizer
-    from xtag.models.inference.beam_search import RankerLevel
+    from xtag.models.inference.types import RankerLevel
     from xtag.models.label_tree import ClusterChain
     from xtag.models.labels import LabelVocab
     from xtag.models.xlinear.model import RankerConfig, XLinearModel
@@ -192,7 +192,7 @@ class LiveServer:
         from xtag.service.server import uvicorn_options
 
         self.settings = settings.model_copy(update={"port": free_port(), "host": "127.0.0.1"})
-        self.url = f"http://127.0.0.1:{self.settings.port}"
+        self.url = f"http://127.0.0.1:{self.settings.server.port}"
         self.app = create_app(self.settings)
         self.server = uvicorn.Server(
             uvicorn.Config(self.app, **{**uvicorn_options(self.settings), "log_level": "warning"})

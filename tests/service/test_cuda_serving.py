@@ -57,8 +57,8 @@ def test_fp16_bundle_on_cuda_keeps_parity_with_fp32(xr_bundle, tmp_path):
 
 def test_service_reports_the_cuda_provider(xr_bundle):
     from fastapi.testclient import TestClient
+    from xtag.config.settings import Settings
     from xtag.service.app import create_app
-    from xtag.service.settings import Settings
 
     _, bundle = xr_bundle
     settings = Settings(_env_file=None, bundle=bundle, device="cuda", load_in_background=False)

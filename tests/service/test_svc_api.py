@@ -200,8 +200,8 @@ def test_an_app_started_a_second_time_still_predicts_in_its_worker_threads(bundl
     """Each lifespan's shutdown closes the worker pools; a second start (a TestClient reused, schemathesis's ASGI
     calls) gets new ones instead of answering 500 'cannot schedule new futures after shutdown'."""
     from fastapi.testclient import TestClient
+    from xtag.config.settings import Settings
     from xtag.service.app import create_app
-    from xtag.service.settings import Settings
 
     app = create_app(Settings(_env_file=None, bundle=bundles["a"], load_in_background=False))
     long_text = "python image network " * 1000  # over XTAG_INLINE_MAX_CHARS: predicted in a worker thread

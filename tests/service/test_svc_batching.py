@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -12,10 +11,11 @@ import httpx
 import numba
 import numpy as np
 import pytest
-from xtag.models.inference.beam_search import Predictions
+import xtag.service.app as app_module
+from xtag.config.settings import Settings
+from xtag.models.inference.types import Predictions
 from xtag.service.app import create_app, predictor_calls
 from xtag.service.batching import MicroBatcher, PredictorPool
-from xtag.service.settings import Settings
 
 from tests.service.svc_support import bundles, client, make_client  # noqa: F401  (pytest fixtures)
 
@@ -361,12 +361,12 @@ def test_tfidf_bundles_run_two_predictor_calls_at_once_by_default_and_encoder_bu
     """XR-Linear overlaps one call's featurising with another's scoring; an encoder bundle's ONNX session uses
     every core per call. Never more calls than cores, and XTAG_INFERENCE_THREADS overrides both."""
     monkeypatch.delenv("XTAG_INFERENCE_THREADS", raising=False)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(app_module, "thread_count", lambda: 4)  # the CPUs this process may use (models/threads.py)
     default = Settings(_env_file=None)
     assert (predictor_calls(default, "xlinear"), predictor_calls(default, "xr-transformer")) == (2, 1)
     assert predictor_calls(default) == 2  # the worker pool, sized before a bundle is loaded
     assert predictor_calls(Settings(_env_file=None, inference_threads=3), "xr-transformer") == 3
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr(app_module, "thread_count", lambda: 1)
     assert predictor_calls(default, "xlinear") == 1
 
 

@@ -11,7 +11,7 @@ import time
 from contextlib import ExitStack
 
 import pytest
-from xtag.service.settings import Settings
+from xtag.config.settings import Settings
 
 from tests.service.svc_support import (  # noqa: F401  (pytest fixtures)
     LiveServer,
@@ -41,7 +41,7 @@ def serve(bundles, protocol: str) -> LiveServer:
 
 
 def connect(server: LiveServer, stack: ExitStack) -> socket.socket:
-    return stack.enter_context(socket.create_connection(("127.0.0.1", server.settings.port), timeout=10))
+    return stack.enter_context(socket.create_connection(("127.0.0.1", server.settings.server.port), timeout=10))
 
 
 def get_health(sock: socket.socket) -> tuple[int, dict, bytes]:
@@ -55,7 +55,7 @@ def begin_shutdown(server: LiveServer) -> float:
     start = time.monotonic()
     while time.monotonic() - start < 5:
         try:
-            socket.create_connection(("127.0.0.1", server.settings.port), timeout=1).close()
+            socket.create_connection(("127.0.0.1", server.settings.server.port), timeout=1).close()
         except OSError:
             return start
         time.sleep(0.01)

@@ -1,4 +1,4 @@
-"""Which models a server holds (service/model_set.py through Settings): names that are safe in a URL and a metric
+"""Which models a server holds (config/model_set.py through Settings): names that are safe in a URL and a metric
 label, no name twice, one default, shadows between served models, from flags, XTAG_MODELS, models.toml and --all."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
-from xtag.service.settings import Settings
+from xtag.config.settings import Settings
 
 from xtag.cli import app
 

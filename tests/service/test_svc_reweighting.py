@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from xtag.models.errors import XtagError
-from xtag.models.inference.beam_search import Predictions
 from xtag.models.inference.reweighting import (
     BEAM_FACTOR,
     CANDIDATE_FACTOR,
@@ -16,6 +15,7 @@ from xtag.models.inference.reweighting import (
     predict_reweighted,
     rerank,
 )
+from xtag.models.inference.types import Predictions
 from xtag.models.metrics import jain_propensities
 
 FREQ = np.array([1000, 100, 10, 1, 50], dtype=np.float64)

@@ -16,8 +16,8 @@ schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is a dev
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from schemathesis.generation import GenerationMode  # noqa: E402
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance  # noqa: E402
+from xtag.config.settings import Settings  # noqa: E402
 from xtag.service.app import create_app  # noqa: E402
-from xtag.service.settings import Settings  # noqa: E402
 
 API_KEY = "fuzz-api-key"
 CASES = {GenerationMode.POSITIVE: 250, GenerationMode.NEGATIVE: 150}

@@ -7,7 +7,9 @@ import re
 from pathlib import Path
 
 from typer.testing import CliRunner
-from xtag.service.settings import Settings
+from xtag.config.settings import Settings, flat_fields
+from xtag.models import threads
+from xtag.models.threads import thread_count
 
 from tests.service.svc_support import (  # noqa: F401  (pytest fixtures)
     bundles,
@@ -32,8 +34,8 @@ def _threads(bundle) -> int:
 def test_the_servers_encoder_threads_setting_reaches_the_encoder_session(make_client, xr_bundle):
     client = make_client(bundle=xr_bundle[1], encoder_threads=1)
     assert _threads(client.app.state.registry.current.bundle) == 1
-    other = make_client(bundle=xr_bundle[1])  # default 0: onnxruntime's own count
-    assert _threads(other.app.state.registry.current.bundle) == 0
+    other = make_client(bundle=xr_bundle[1])  # default 0: the process's count, not onnxruntime's host cores
+    assert _threads(other.app.state.registry.current.bundle) == thread_count()
 
 
 def test_the_cli_loads_a_bundle_with_the_same_settings(xr_bundle, monkeypatch):
@@ -56,7 +58,10 @@ def test_settings_read_the_runtime_variables(monkeypatch):
 
 
 def test_no_product_module_reads_an_xtag_variable_itself():
-    """Every XTAG_* setting comes through service/settings.py; models/ gets RuntimeOptions passed down."""
+    """Every XTAG_* setting comes through config/settings.py; models/ gets RuntimeOptions passed down. The one
+    exception, XTAG_THREADS, is read by models/threads.py when xtag is imported, before any settings exist (the
+    pools size themselves as their libraries load); it is a Settings field too, so that serve validates it."""
+    assert threads.ENV == "XTAG_THREADS" and "threads" in flat_fields()
     readers = [
         f"{path.relative_to(ROOT)}:{n}"
         for package in PRODUCT

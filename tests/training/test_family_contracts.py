@@ -1,11 +1,11 @@
-"""Every family states the contracts beside the registry (models/registry.py): one train signature, results that
+"""Every family states the contracts beside the registry (models/families.py): one train signature, results that
 declare RunResult (save + summary), so training/run.py and update_run.py call every family the same way."""
 
 import inspect
 import typing
 
 import pytest
-from xtag.models.registry import FAMILIES, RunResult, TrainInputs, UpdateInputs
+from xtag.models.families import FAMILIES, RunResult, TrainInputs, UpdateInputs
 
 
 def hints(entry) -> dict:

@@ -1,5 +1,5 @@
 """NaN never travels from a run into a bundle (issue 30, defect 11): `--resume` refuses a checkpoint holding NaN
-or inf and export refuses such a run, with the check the server runs on bundles (models/bundle/finite_scan.py), naming
+or inf and export refuses such a run, with the check the server runs on bundles (models/files/finite_scan.py), naming
 the file. Before, a resumed NaN checkpoint exported fine and `xtag predict` answered garbage."""
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def test_resume_refuses_a_torch_checkpoint_with_nan(corpus_files, tiny_bert, tmp
 def test_the_scan_reads_every_float_type_of_a_safetensors_file(tmp_path):
     import torch
     from safetensors.torch import save_file
-    from xtag.models.bundle.finite_scan import nonfinite_arrays
+    from xtag.models.files.finite_scan import nonfinite_arrays
 
     tensors = {
         "ok32": torch.ones(5),

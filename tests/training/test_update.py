@@ -284,8 +284,8 @@ def test_a_run_of_a_family_without_update_is_refused_naming_those_with_it(kind, 
 
 
 def test_new_rows_replace_old_rows_of_the_same_id_and_new_names_follow_the_old():
+    from xtag.corpus.files import Corpus
     from xtag.models.labels import LabelVocab
-    from xtag.training.data.corpus import Corpus
     from xtag.training.update_run import grown_vocab, merge_corpora
 
     old = Corpus(ids=["a", "b"], texts=["ta", "tb"], labels=[["x"], ["y"]])

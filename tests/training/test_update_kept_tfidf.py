@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from xtag.corpus.files import load_corpus
 from xtag.models.features.tfidf import TfidfFeaturizer
 from xtag.training.config import TrainConfig
-from xtag.training.data.corpus import load_corpus
 from xtag.training.kept_tfidf import FILE, combined_rows, same_texts
 from xtag.training.run import train_run
 from xtag.training.update_run import merge_corpora, update_run
@@ -87,7 +87,7 @@ def test_combined_rows_equal_featurising_every_row():
 
 
 def load_corpus_like(texts: list[str], ids: list[str] | None = None):
-    from xtag.training.data.corpus import Corpus
+    from xtag.corpus.files import Corpus
 
     return Corpus(ids=ids or [str(i) for i in range(len(texts))], texts=texts, labels=[["x"]] * len(texts))
 

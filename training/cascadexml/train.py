@@ -27,22 +27,22 @@ import torch
 import torch.nn.functional as F
 from xtag.models.cascadexml.cascade import child_tables, expand, top_nodes, with_true_parents
 from xtag.models.cascadexml.model import CascadeHeadConfig
+from xtag.models.families import TrainInputs
 from xtag.models.features.onnx_encoder import TextTokenizer
 from xtag.models.label_tree import ClusterChain
-from xtag.models.registry import TrainInputs
 from xtag.training.cascadexml.config import CascadeXMLConfig
 from xtag.training.cascadexml.net import CascadeXMLNet
 from xtag.training.cascadexml.recipe import default_dropouts, default_layers, level_top_k, per_level, resolutions
 from xtag.training.cascadexml.result import CASCADEXML_NET
 from xtag.training.cascadexml.schedule import cascade_lr_factor
 from xtag.training.config import TrainConfig
-from xtag.training.deep.candidates import csr_row, pad_rows
 from xtag.training.deep.checkpoint import Checkpoint, fit_or_reload
 from xtag.training.deep.distributed import DistContext
 from xtag.training.deep.encoder import TextEncoder
 from xtag.training.deep.loop import Budget, TrainingLoop, epoch_order, start_tree_run
 from xtag.training.deep.losses import LabelWeightTable, weighted_pointwise_loss
 from xtag.training.deep.optim import decay_groups
+from xtag.training.deep.padded_candidates import csr_row, pad_rows
 from xtag.training.deep.result import NetRunResult, finish_run
 from xtag.training.weighting.label_weights import head_label_weights, level_positive_weights
 

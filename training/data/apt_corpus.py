@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import IO
 
 import lz4.frame
+from xtag.corpus.files import write_jsonl_gz
 from xtag.models.errors import XtagError
-from xtag.training.data.corpus import write_jsonl_gz
 
 APT_UPDATE = ["apt-get", "update", "-o", "Acquire::Languages=en"]
 

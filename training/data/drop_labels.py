@@ -16,9 +16,9 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+from xtag.corpus.files import load_corpus
 from xtag.models.errors import XtagError
 from xtag.models.propensity import DEFAULT_A, DEFAULT_B, jain_propensities
-from xtag.training.data.corpus import load_corpus
 
 
 def drop_labels(

@@ -12,9 +12,9 @@ from json.encoder import encode_basestring as _quoted  # json.dumps's own quotin
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
-from xtag.models.bundle.atomic import write_text_atomic
+from xtag.corpus.files import Corpus
 from xtag.models.errors import XtagError, reading
-from xtag.training.data.corpus import Corpus
+from xtag.models.files.atomic import write_text_atomic
 
 FILE = "corpus.json"
 _WHAT_TO_DO = "train into a new --out, or delete {run} and train there without --resume"

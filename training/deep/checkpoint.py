@@ -1,7 +1,7 @@
 """Training checkpoints that a killed run resumes from exactly: model, optimiser, schedule, RNG, position.
 
 Torch files are safetensors and JSON, never pickle; a checkpoint is swapped in atomically, each of its files
-flushed to disk first (models/bundle/atomic.py), so neither a kill nor a power cut leaves half of one. Reading one
+flushed to disk first (models/files/atomic.py), so neither a kill nor a power cut leaves half of one. Reading one
 that is damaged anyway raises an XtagError naming the file and the cause. Written and read by the shared
 training loop (training/deep/loop.py) for every transformer family, which also ends its runs here
 (`fit_or_reload`); what a finished run leaves for export is training/deep/result.py's.
@@ -19,8 +19,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
-from xtag.models.bundle.atomic import fsync_dir, replacing, write_text_atomic
 from xtag.models.errors import reading
+from xtag.models.files.atomic import fsync_dir, replacing, write_text_atomic
 from xtag.models.label_tree import ClusterChain
 
 # What torch and safetensors raise on a damaged or mismatched checkpoint file, besides xtag.models.errors.READ_ERRORS.

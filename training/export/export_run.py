@@ -12,11 +12,11 @@ import shutil
 from contextlib import nullcontext
 from pathlib import Path
 
-from xtag.models.bundle.finite_scan import array_files, refuse_nonfinite
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.bundle.manifest import write_manifest
 from xtag.models.errors import XtagError
-from xtag.models.registry import family
+from xtag.models.families import family
+from xtag.models.files.finite_scan import array_files, refuse_nonfinite
 from xtag.training.config import TrainConfig
 from xtag.training.export.steps import quiet_transformers, step
 
@@ -65,7 +65,7 @@ def export_run(
     if candidates is not None:
         chosen.require("rerank-candidates", f"--candidates {candidates}")
         export_settings.candidates = candidates
-    # The server's NaN scan (models/bundle/finite_scan.py) on what is exported, and below on the bundle: a run resumed or
+    # The server's NaN scan (models/files/finite_scan.py) on what is exported, and below on the bundle: a run resumed or
     # trained into NaN weights would export fine, and `xtag predict` would answer garbage.
     refuse_nonfinite(model, array_files(model), "not exported")
     tmp = out.with_name(out.name + ".tmp")

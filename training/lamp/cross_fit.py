@@ -33,7 +33,7 @@ AUTO_FOLDS = 5  # lamp.cross_fit=None over a first stage without a transformer: 
 def cross_fit_folds(lc, first_kind: str) -> int:
     """The folds lamp.cross_fit asks for; None (auto) cross-fits first stages that retrain in seconds, not those
     whose every fold would be a transformer fine-tuning."""
-    from xtag.models.registry import family
+    from xtag.models.families import family
 
     if lc.cross_fit is not None:
         return lc.cross_fit

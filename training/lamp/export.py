@@ -11,9 +11,9 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-from xtag.models.bundle.atomic import write_text_atomic
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.errors import XtagError
+from xtag.models.files.atomic import write_text_atomic
 from xtag.models.lamp.model import ATTENTION, HEAD_FILE, INPUTS, OUTPUTS, LampHeadConfig, LampReranker
 from xtag.training.config import TrainConfig
 from xtag.training.export.steps import copy_run_model, step

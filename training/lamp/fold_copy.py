@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+from xtag.corpus.files import write_jsonl_gz
 from xtag.models.bundle.loader import Bundle, load_bundle
 from xtag.models.errors import XtagError
-from xtag.models.inference.corpus import predict_corpus
-from xtag.training.data.corpus import write_jsonl_gz
+from xtag.models.tagging.batches import predict_corpus
 
 
 def in_label_space(labels: np.ndarray, scores: np.ndarray, names: list[str], index: dict[str, int]):

@@ -24,7 +24,7 @@ NEG = -1e4  # additive mask for disallowed attention (finite: a fully masked row
 
 class Attention(nn.Module):
     """Multi-head attention (eq. 15-18) with an additive mask; returns the message and the weights (n × heads ×
-    queries × keys), which the exported graph also outputs for explanations (models/lamp/explain.py)."""
+    queries × keys), which the exported graph also outputs for explanations (models/explain/lamp.py)."""
 
     def __init__(self, dim: int, heads: int):
         super().__init__()

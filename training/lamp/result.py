@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from xtag.models.bundle.atomic import write_atomic, write_text_atomic
+from xtag.models.files.atomic import write_atomic, write_text_atomic
 from xtag.models.lamp.model import CODES_FILE, HEAD_FILE, LampHeadConfig
 from xtag.training.deep.result import NetKind
 from xtag.training.lamp.net import LampNet

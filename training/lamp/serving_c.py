@@ -12,12 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from xtag.corpus.files import Corpus, load_corpus
 from xtag.models.errors import XtagError
 from xtag.models.lamp.model import LampModel, LampReranker
 from xtag.models.metrics import evaluate
 from xtag.models.propensity import jain_propensities
 from xtag.training.config import TrainConfig
-from xtag.training.data.corpus import Corpus, load_corpus
 
 BATCH = 256  # texts per re-ranker call while scoring
 

@@ -28,10 +28,10 @@ import torch
 import torch.nn.functional as F
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.errors import XtagError
-from xtag.models.inference.corpus import predict_corpus
+from xtag.models.families import TrainInputs
 from xtag.models.lamp.masks import cooccurrence_codes, label_mask
 from xtag.models.lamp.model import LampHeadConfig
-from xtag.models.registry import TrainInputs
+from xtag.models.tagging.batches import predict_corpus
 from xtag.training.deep.checkpoint import Checkpoint, fit_or_reload
 from xtag.training.deep.distributed import DistContext
 from xtag.training.deep.encoder import TextEncoder, load_tokenizer

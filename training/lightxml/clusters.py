@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 from xtag.models.label_tree import ClusterChain
-from xtag.training.deep.candidates import pad_rows
+from xtag.training.deep.padded_candidates import pad_rows
 from xtag.training.lightxml.config import LightXMLConfig
 from xtag.training.tree.build import TreeConfig, build_tree, pifa_embeddings
 

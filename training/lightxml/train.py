@@ -28,20 +28,20 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 import torch
-from xtag.models.bundle import index_bounds
-from xtag.models.bundle.atomic import write_atomic
 from xtag.models.errors import XtagError, reading
+from xtag.models.families import TrainInputs
 from xtag.models.features.onnx_encoder import TextTokenizer
+from xtag.models.files import index_bounds
+from xtag.models.files.atomic import write_atomic
 from xtag.models.label_tree import ClusterChain
 from xtag.models.lightxml.model import LightXMLHeadConfig, LightXMLModel, cluster_members
-from xtag.models.registry import TrainInputs
-from xtag.training.deep.candidates import csr_row
 from xtag.training.deep.checkpoint import Checkpoint, fit_or_reload
 from xtag.training.deep.distributed import DistContext
 from xtag.training.deep.encoder import TextEncoder
 from xtag.training.deep.loop import Budget, Callback, TrainingLoop, epoch_order, start_tree_run
 from xtag.training.deep.losses import LabelWeightTable, weighted_pointwise_loss
 from xtag.training.deep.optim import decay_groups, lr_factor
+from xtag.training.deep.padded_candidates import csr_row
 from xtag.training.deep.result import NetRunResult, finish_run
 from xtag.training.deep.swa import SWA
 from xtag.training.lightxml.clusters import label_clusters, training_candidates

@@ -9,8 +9,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 from safetensors.torch import load_model, save_model
-from xtag.models.bundle.atomic import replacing
 from xtag.models.features.onnx_encoder import TextTokenizer
+from xtag.models.files.atomic import replacing
 from xtag.models.lightxml.model import LightXMLModel, LightXMLOutputs
 from xtag.models.metrics import evaluate
 from xtag.training.deep.distributed import DistContext

@@ -14,9 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from sklearn.preprocessing import normalize
 from tqdm.auto import tqdm
 from xtag.models.label_tree import ClusterChain
-from xtag.training.threads import cpu_count
+from xtag.models.threads import thread_count
 from xtag.training.tree.balanced_kmeans import bisect, left_size
-from xtag.training.tree.kernels import build_slice, node_state
+from xtag.training.tree.node_kernels import build_slice, node_state
 
 PifaWeighting = Literal["inverse-sqrt-labels", "uniform"]
 
@@ -175,7 +175,7 @@ def run_bisections(
         state = node_state(config.seed, seed_id)
         bisect(indptr, indices, data, rows, mid - lo, config.kmeans_iters, state, scratch.S, scratch.D, scratch.marker)
 
-    with ThreadPoolExecutor(max_workers=threads or cpu_count()) as pool:
+    with ThreadPoolExecutor(max_workers=threads or thread_count()) as pool:
         for level in tqdm(rounds, desc="label tree", disable=not progress):
             for jobs in level:
                 list(pool.map(run, jobs))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from xtag.models.inference.beam_search import PostProcessor
+from xtag.models.inference.types import PostProcessor
 from xtag.training.tree.build import TreeConfig
 
 Loss = Literal["squared-hinge", "logistic"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from functools import partial
 
-from xtag.models.registry import TrainInputs
+from xtag.models.families import TrainInputs
 from xtag.models.xr_transformer.concat_features import concat_features
 from xtag.training.xlinear.train import XLinearResult, train_xlinear
 

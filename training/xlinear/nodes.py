@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from xtag.models.engine.jit import njit
-from xtag.training.tree.kernels import node_state
+from xtag.training.tree.node_kernels import node_state
 from xtag.training.xlinear.solver import solve
 
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from xtag.models.bundle import index_bounds
-from xtag.models.bundle.atomic import write_atomic
 from xtag.models.errors import reading
-from xtag.models.inference.beam_search import RankerLevel
+from xtag.models.files import index_bounds
+from xtag.models.files.atomic import write_atomic
+from xtag.models.inference.types import RankerLevel
 from xtag.models.label_tree import ClusterChain
 from xtag.models.xlinear.level_file import LevelPart
 from xtag.models.xlinear.model import RankerConfig, XLinearModel, save_tree_and_rankers

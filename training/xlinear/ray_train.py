@@ -22,8 +22,8 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 from xtag.cluster.connect import ray_cluster, require_ray
-from xtag.models.bundle import index_bounds
 from xtag.models.errors import XtagError
+from xtag.models.files import index_bounds
 from xtag.models.label_tree import ClusterChain
 from xtag.models.xlinear.model import RankerConfig, XLinearModel
 from xtag.training.tree.build import TreePlan, level_branching

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 from xtag.models.engine.jit import njit
-from xtag.training.tree.kernels import rand_below
+from xtag.training.tree.node_kernels import rand_below
 
 SQUARED_HINGE, LOGISTIC = 0, 1
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from xtag.models.inference.beam_search import RankerLevel
+from xtag.models.inference.types import RankerLevel
 from xtag.models.label_tree import ClusterChain
 from xtag.training.tree.build import TreePlan, pifa_embeddings, run_bisections
 from xtag.training.weighting.label_weights import LabelWeights

@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
-from xtag.models.bundle import index_bounds
 from xtag.models.bundle.components import COMPONENTS
+from xtag.models.families import RunResult
 from xtag.models.features.static_encoder import StaticEncoder
-from xtag.models.inference.beam_search import RankerLevel
+from xtag.models.files import index_bounds
+from xtag.models.inference.types import RankerLevel
 from xtag.models.label_tree import ClusterChain
-from xtag.models.registry import RunResult
+from xtag.models.threads import thread_count
 from xtag.models.xlinear.model import RankerConfig, XLinearModel, load_level, save_level
-from xtag.training.threads import cpu_count
 from xtag.training.tree.build import build_tree, pifa_embeddings
-from xtag.training.tree.kernels import build_slice
+from xtag.training.tree.node_kernels import build_slice
 from xtag.training.weighting.label_weights import (
     LabelWeights,
     MissingLabelsConfig,
@@ -220,7 +220,7 @@ def train_level(
     """
     X, mask = _as_float_csr(X), mask.tocsc()
     n_nodes, d = Yt.shape[1], X.shape[1]
-    workers = config.n_jobs or cpu_count()
+    workers = config.n_jobs or thread_count()
     targets = _csc_arrays(Yt)[:2]
     weights = (
         _csc_arrays(relevance) if relevance is not None else (np.zeros(1, np.int64), np.empty(0, np.int32), np.empty(0))

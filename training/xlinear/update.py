@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from xtag.models.errors import XtagError
-from xtag.models.inference.beam_search import RankerLevel
-from xtag.models.registry import RunResult, UpdateInputs, UpdatePlacement
+from xtag.models.families import RunResult, UpdateInputs, UpdatePlacement
+from xtag.models.inference.types import RankerLevel
 from xtag.models.xlinear.model import XLinearModel
 from xtag.training.tree.build import pifa_embeddings
 from xtag.training.tree.graft import gate_positive_weights, graft_subtree
@@ -103,7 +103,7 @@ FeatureStep = Callable[[UpdateInputs, Any, bool, Callable[[dict], None]], tuple[
 
 
 def ranker_update(features: FeatureStep, result: Callable[[XLinearModel, UpdateInputs], RunResult]):
-    """The `update` entry (models/registry.py) of a family whose rankers are XR-Linear's, one for them all:
+    """The `update` entry (models/families.py) of a family whose rankers are XR-Linear's, one for them all:
     `features(data, config, progress, log)` gives the matrix the rankers see for the combined corpus (and the facts
     of making it), `update_rankers` grows the run's rankers on it, `result` wraps the new model for saving."""
 

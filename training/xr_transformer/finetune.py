@@ -16,12 +16,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from xtag.models.features.onnx_encoder import TextTokenizer
-from xtag.training.deep.candidates import csr_row, pad_rows
 from xtag.training.deep.checkpoint import Checkpoint
 from xtag.training.deep.distributed import DistContext
 from xtag.training.deep.loop import Budget, TrainingLoop, epoch_order
 from xtag.training.deep.losses import pointwise_loss
 from xtag.training.deep.optim import decay_groups, lr_factor
+from xtag.training.deep.padded_candidates import csr_row, pad_rows
 from xtag.training.xr_transformer.config import XRTransformerConfig
 
 

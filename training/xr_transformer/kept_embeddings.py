@@ -21,8 +21,8 @@ import json
 from pathlib import Path
 
 import numpy as np
-from xtag.models.bundle.atomic import write_atomic, write_text_atomic
-from xtag.training.data.corpus import Corpus
+from xtag.corpus.files import Corpus
+from xtag.models.files.atomic import write_atomic, write_text_atomic
 from xtag.training.xr_transformer.config import XRTransformerConfig
 from xtag.training.xr_transformer.train import final_embeddings_file
 

@@ -22,11 +22,11 @@ import numpy as np
 import scipy.sparse as sp
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
-from xtag.models.bundle.atomic import replacing, write_atomic, write_text_atomic
 from xtag.models.errors import reading
+from xtag.models.families import RunResult, TrainInputs
 from xtag.models.features.onnx_encoder import EncoderConfig, TextTokenizer
+from xtag.models.files.atomic import replacing, write_atomic, write_text_atomic
 from xtag.models.label_tree import ClusterChain
-from xtag.models.registry import RunResult, TrainInputs
 from xtag.models.xlinear.model import XLinearModel
 from xtag.models.xr_transformer.concat_features import concat_features
 from xtag.training.config import TrainConfig

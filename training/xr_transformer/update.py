@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from xtag.models.registry import RunResult, UpdateInputs
+from xtag.models.families import RunResult, UpdateInputs
 from xtag.models.xlinear.model import XLinearModel
 from xtag.training.deep.distributed import pick_device
 from xtag.training.deep.encoder import encode_texts, load_tokenizer, load_trained, trained_config

@@ -8,7 +8,6 @@ corpus reader.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Annotated
 
@@ -17,12 +16,13 @@ import typer.rich_utils
 
 from xtag.cli import data, evaluate, export, feedback, predict, serve, shadow, train, update, warm
 from xtag.cli.options import show_version
+from xtag.config.settings import help_width_given
 
 # Without a terminal (a pipe, a file, CI logs) rich lays help out in 80 columns, which cuts option names
 # ("--no-skip-bad-…") and squeezes their descriptions; there is no screen to fit, so lay it out wide.
 # TERMINAL_WIDTH or COLUMNS, when set, still win.
 HELP_WIDTH_WITHOUT_TTY = 160
-if typer.rich_utils.MAX_WIDTH is None and "COLUMNS" not in os.environ and not sys.stdout.isatty():
+if typer.rich_utils.MAX_WIDTH is None and not help_width_given() and not sys.stdout.isatty():
     typer.rich_utils.MAX_WIDTH = HELP_WIDTH_WITHOUT_TTY
 
 app = typer.Typer(

@@ -71,10 +71,10 @@ def evaluate(
     progress: Progress = True,
 ) -> None:
     """Evaluate a bundle: P@k, nDCG@k, PSP@k, PSnDCG@k, recall@k, macro-P/R/F1@k, coverage@k, by frequency bucket."""
+    from xtag.corpus.files import load_corpus
     from xtag.evaluation.report import ReportConfig, build_report
     from xtag.models.inference.macro_optimal import OptimizeConfig
     from xtag.models.metrics import check_convention
-    from xtag.training.data.corpus import load_corpus
 
     b = load_bundle_or_fail(bundle)
     with failing(ValueError, name=lambda setting: FLAG_OF.get(setting, setting)):
@@ -186,8 +186,8 @@ def calibrate(
     progress: Progress = True,
 ) -> None:
     """Fit an isotonic score calibration on a validation corpus so scores (and `threshold`) are probabilities."""
+    from xtag.corpus.files import load_corpus
     from xtag.evaluation.calibrate import fit_bundle_calibration, write_calibration
-    from xtag.training.data.corpus import load_corpus
 
     b = load_bundle_or_fail(bundle)
     with failing(ValueError, OSError):

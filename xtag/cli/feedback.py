@@ -23,7 +23,7 @@ def export(
     from xtag.models.errors import XtagError
     from xtag.service.state.feedback_store import FeedbackStore, export_jsonl
 
-    target = db or service_settings().feedback_db
+    target = db or service_settings().feedback.feedback_db
     if not target.startswith(("postgres://", "postgresql://")) and not Path(target).is_file():
         fail(XtagError(f"{target}: no feedback store there (set --db or XTAG_FEEDBACK_DB)"))
     store = FeedbackStore(target)

@@ -100,14 +100,15 @@ def read_config(path: Path) -> dict:
 
 def setting_name(setting: str, flags: tuple[str, ...] = ()) -> str:
     """A refused setting as the user sets it: its variable, and its flag where the command has one."""
-    variable = f"XTAG_{setting.upper()}"
-    return f"invalid setting {variable}" + (f" (--{setting})" if setting in flags else "")
+    group, _, field = setting.rpartition(".")  # limits.max_k: the variable names the field, not its group
+    variable = field.upper() if group == "cluster" else f"XTAG_{field.upper()}"
+    return f"invalid setting {variable}" + (f" (--{field})" if field in flags else "")
 
 
 def service_settings():
     """The service's Settings (XTAG_* variables and .env), for the commands that load a bundle or open the
     feedback store as the server does; a bad variable fails in one line that names it."""
-    from xtag.service.settings import Settings
+    from xtag.config.settings import Settings
 
     with failing(ValidationError, name=setting_name):
         return Settings()

@@ -85,8 +85,8 @@ def predict(
     score most over its path in the tree (TF-IDF value × ranker weight, summed over levels) and each level's
     margin; in JSON lines each label gets the service's `explanation` object.
     """
-    from xtag.models.inference.tagging import Tagger, TagOptions, labels_per_text
-    from xtag.training.data.corpus import load_corpus
+    from xtag.corpus.files import load_corpus
+    from xtag.models.tagging.tagger import Tagger, TagOptions, labels_per_text
 
     if (text is None) == (corpus is None):
         fail(XtagError("give either a TEXT or --corpus"))
@@ -95,8 +95,8 @@ def predict(
     if ray is not None and (corpus is None or out is None):
         fail(XtagError("--ray scores a corpus: give --corpus 'GLOB' and --out FOLDER"))
     b = load_bundle_or_fail(bundle)
-    with failing():  # the service's rule for k (models/inference/tagging.py), XTAG_MAX_K included
-        k = labels_per_text(k, b.predictor.n_labels, service_settings().max_k)
+    with failing():  # the service's rule for k (models/tagging/tagger.py), XTAG_MAX_K included
+        k = labels_per_text(k, b.predictor.n_labels, service_settings().limits.max_k)
     options = TagOptions(k, beam_size, reweight, alpha, beta, threshold, explain)
     if ray is not None:
         job = dict(corpus_format=format, out_format=out_format, resume=resume, skip_bad_rows=skip_bad_rows)
@@ -117,10 +117,10 @@ def predict(
 
 
 def _on_ray(loaded, bundle: Path, corpus: Path, out: Path, options, address: str, job: dict, shard_rows, progress):
-    """The corpus scored on a Ray cluster (cluster/scoring.py), one output file per shard in `out`."""
-    from xtag.cluster.scoring import ScoringJob, score_on_ray
+    """The corpus scored on a Ray cluster (cluster/batch_scoring.py), one output file per shard in `out`."""
+    from xtag.cluster.batch_scoring import ScoringJob, score_on_ray
     from xtag.cluster.shards import plan_shards
-    from xtag.models.inference.tagging import Tagger
+    from xtag.models.tagging.tagger import Tagger
 
     with failing():
         Tagger(loaded, options)  # a bad bundle or option is refused before a cluster is joined
@@ -189,8 +189,8 @@ def explanation_line(explanation: dict) -> str:
 
 
 def _write_jsonl(lines: list[dict], out: Path | None) -> None:
-    """The rows (models/inference/tagging.py json_rows) as JSON lines, to `out` or stdout."""
-    from xtag.models.inference.tagging import to_jsonl
+    """The rows (models/tagging/tagger.py json_rows) as JSON lines, to `out` or stdout."""
+    from xtag.models.tagging.tagger import to_jsonl
 
     sink = open(out, "w") if out else sys.stdout
     try:

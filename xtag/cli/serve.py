@@ -1,4 +1,4 @@
-"""`xtag serve`: one or more bundles over HTTP; the flags win over XTAG_* variables and .env (service/settings.py)."""
+"""`xtag serve`: one or more bundles over HTTP; the flags win over XTAG_* variables and .env (config/settings.py)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def serve(
     """Serve bundles over HTTP (FastAPI + uvicorn); other settings come from XTAG_* variables or .env."""
     from pydantic import ValidationError
 
-    from xtag.service.model_set import bundle_name
+    from xtag.config.model_set import bundle_name
     from xtag.service.server import serve as run_server
 
     bundles = bundles or []  # each model's path is checked before anything binds (service/server.py)

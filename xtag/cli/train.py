@@ -23,7 +23,7 @@ from xtag.cli.options import (
 )
 from xtag.cli.train_flags import config_dict, option_name
 from xtag.models.errors import XtagError
-from xtag.models.registry import DEFAULT_KIND, FAMILIES
+from xtag.models.families import DEFAULT_KIND, FAMILIES
 
 LOSS_HELP = (
     "squared-hinge (default) | logistic | propensity (positives weighted 2/p-1: unbiased under missing labels, Jain "
@@ -151,7 +151,7 @@ def _printable(base: dict) -> dict:
 
 
 def _validated(base: dict):
-    from xtag.models.registry import family
+    from xtag.models.families import family
     from xtag.training.config import TrainConfig
 
     if base.get("corpus") is None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from xtag.models.errors import XtagError
-from xtag.models.registry import DEFAULT_KIND, FAMILIES, family
+from xtag.models.families import DEFAULT_KIND, FAMILIES, family
 
 FLAG_PATHS: dict[str, str] = {  # flag -> the TrainConfig setting it writes
     "--corpus": "corpus",

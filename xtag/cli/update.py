@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from xtag.cli.options import CorpusFormat, Progress, echo_json, failing, finish
-from xtag.models.registry import UpdatePlacement
+from xtag.models.families import UpdatePlacement
 
 Opt = typer.Option
 

@@ -8,9 +8,9 @@ import shutil
 
 import numpy as np
 import pytest
-from xtag.models.bundle import index_bounds
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.errors import XtagError
+from xtag.models.files import index_bounds
 
 from tests.conftest import edit_bundle
 

@@ -7,7 +7,8 @@ import scipy.sparse as sp
 pytest.importorskip("numba")
 
 from xtag.models.engine import CompiledLevels, engine_beam_search, warm_up  # noqa: E402
-from xtag.models.inference.beam_search import RankerLevel, SplitFeatures, TreeIndex, beam_search  # noqa: E402
+from xtag.models.inference.beam_search import beam_search  # noqa: E402
+from xtag.models.inference.types import RankerLevel, SplitFeatures, TreeIndex
 from xtag.models.label_tree import ClusterChain  # noqa: E402
 
 POSTS = ("l3-hinge", "l2-hinge", "sigmoid")

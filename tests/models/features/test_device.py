@@ -11,11 +11,11 @@ import onnx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
+from xtag.config.settings import Settings
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.errors import XtagError
 from xtag.models.features.device import Device
 from xtag.models.features.onnx_encoder import EncoderConfig, OnnxEncoder
-from xtag.service.settings import Settings
 
 from xtag.cli import app
 
@@ -35,7 +35,7 @@ def test_device_specs_parse_and_bad_ones_are_refused():
 def test_device_setting_validates_and_switches_the_batch_default(monkeypatch):
     monkeypatch.setenv("XTAG_DEVICE", "cuda:1")
     gpu = Settings(_env_file=None)
-    assert gpu.device == "cuda:1" and gpu.effective_batch_max_documents == gpu.gpu_batch_max_documents
+    assert gpu.models.device == "cuda:1" and gpu.effective_batch_max_documents == gpu.server.gpu_batch_max_documents
     assert Settings(_env_file=None, batch_max_documents=8).effective_batch_max_documents == 8  # explicit wins
     monkeypatch.delenv("XTAG_DEVICE")
     assert Settings(_env_file=None).effective_batch_max_documents == 64

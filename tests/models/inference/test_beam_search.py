@@ -1,13 +1,7 @@
 import numpy as np
 import scipy.sparse as sp
-from xtag.models.inference.beam_search import (
-    POST_PROCESSORS,
-    RankerLevel,
-    TreeIndex,
-    beam_search,
-    score_candidates,
-    top_k,
-)
+from xtag.models.inference.beam_search import POST_PROCESSORS, beam_search, score_candidates, top_k
+from xtag.models.inference.types import RankerLevel, TreeIndex
 from xtag.models.label_tree import ClusterChain
 
 

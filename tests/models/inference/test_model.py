@@ -2,10 +2,10 @@
 
 import numpy as np
 from xtag.models.cascadexml.model import CascadeXMLModel
-from xtag.models.inference.beam_search import Predictions
 from xtag.models.inference.calibration import Calibration
 from xtag.models.inference.model import Model
 from xtag.models.inference.predictor import Predictor
+from xtag.models.inference.types import Predictions
 from xtag.models.labels import LabelVocab
 from xtag.models.lamp.model import LampModel
 from xtag.models.lightxml.model import LightXMLModel

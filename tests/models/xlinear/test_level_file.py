@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from xtag.models.errors import XtagError
-from xtag.models.inference.beam_search import RankerLevel
+from xtag.models.inference.types import RankerLevel
 from xtag.models.xlinear.level_file import LevelPart, write_level
 from xtag.models.xlinear.model import load_level, save_level
 

@@ -42,7 +42,7 @@ def test_a_few_pairs_and_many_pairs_score_the_same(tiny_bundle, monkeypatch):
 
 
 def test_the_engine_returns_each_paths_summed_margins_and_readable_scores_use_them(tiny_bundle):
-    from xtag.models.inference.beam_search import Predictions
+    from xtag.models.inference.types import Predictions
     from xtag.models.xlinear.readable import readable_scores
 
     predictor = load_bundle(tiny_bundle).predictor

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import xtag.models.inference.beam_search as inference
-from xtag.models.inference.beam_search import RankerLevel, TreeIndex, beam_search, score_candidates
+from xtag.models.inference.beam_search import beam_search, score_candidates
+from xtag.models.inference.types import RankerLevel, TreeIndex
 from xtag.models.label_tree import ClusterChain
 from xtag.models.xr_transformer.concat_features import concat_features
 
@@ -73,7 +74,7 @@ def test_served_phi_cat_blocks_predict_like_the_training_matrix(with_tfidf):
     """ConcatFeaturizer hands beam search TF-IDF and embedding apart (SplitFeatures); predictions, for one
     document and for batches on both sides of the gather threshold, equal those on `concat_features`'s CSR."""
     from xtag.models.features.tfidf import TfidfConfig, TfidfFeaturizer
-    from xtag.models.inference.beam_search import SplitFeatures
+    from xtag.models.inference.types import SplitFeatures
     from xtag.models.xlinear.model import RankerConfig, XLinearModel
     from xtag.models.xr_transformer.concat_features import ConcatFeaturizer
 

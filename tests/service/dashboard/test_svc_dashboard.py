@@ -11,7 +11,7 @@ from urllib.parse import quote_plus
 
 import httpx
 import pytest
-from xtag.service.settings import Settings
+from xtag.config.settings import Settings
 
 from tests.service.svc_support import LiveServer, bundles, live_server  # noqa: F401  (pytest fixtures)
 

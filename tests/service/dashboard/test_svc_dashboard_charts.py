@@ -9,7 +9,7 @@ import time
 
 import httpx
 import pytest
-from xtag.service.settings import Settings
+from xtag.config.settings import Settings
 
 from tests.service.dashboard.test_svc_dashboard import CHROMIUM, dump_dom
 from tests.service.svc_support import ADMIN, ADMIN_KEY, LiveServer, bundles, tiny_corpus, wait_ready  # noqa: F401  (pytest fixtures)

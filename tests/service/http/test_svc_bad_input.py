@@ -106,12 +106,12 @@ def test_body_over_the_limit_is_413(make_client):
 
 def test_body_over_the_limit_is_rejected_before_it_is_read(bundles):
     """A live server answers 413 on the headers alone, while the client has sent none of the body."""
-    from xtag.service.settings import Settings
+    from xtag.config.settings import Settings
 
     from tests.service.svc_support import LiveServer
 
     with LiveServer(Settings(_env_file=None, bundle=bundles["a"], max_body_bytes=4096)) as server:
-        with socket.create_connection(("127.0.0.1", server.settings.port), timeout=5) as s:
+        with socket.create_connection(("127.0.0.1", server.settings.server.port), timeout=5) as s:
             s.sendall(
                 b"POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                 b"Content-Length: 500000000\r\n\r\n"

@@ -9,7 +9,7 @@ import time
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-from xtag.service.settings import Settings
+from xtag.config.settings import Settings
 
 from tests.service.svc_support import LiveServer, bundles, post_head  # noqa: F401  (pytest fixtures)
 
@@ -28,7 +28,7 @@ def test_disconnects_mid_body_count_as_499_with_one_log_line_each(bundles, caplo
     with LiveServer(Settings(_env_file=None, bundle=bundles["a"])) as server:
         caplog.clear()
         for _ in range(5):
-            with socket.create_connection(("127.0.0.1", server.settings.port), timeout=5) as s:
+            with socket.create_connection(("127.0.0.1", server.settings.server.port), timeout=5) as s:
                 s.sendall(post_head("/v1/predict", 100) + b'{"text": "pyth')
                 time.sleep(0.05)  # the server is reading the body
         deadline = time.monotonic() + 10

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import orjson
-from xtag.models.inference.beam_search import Predictions
+from xtag.models.inference.types import Predictions
 from xtag.service.http.response_json import LabelPrefixes, label_lists
 
 NAMES = ["lang::python", 'a "quoted" name', "ünïcode\\slash", "x"]

@@ -4,16 +4,20 @@ that take pydantic about a second to validate (issue 30, defect 5)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import statistics
 import threading
 import time
 
 import httpx
+import numpy as np
 import orjson
 from pydantic import ValidationError
+from xtag.config.settings import Settings
+from xtag.models.inference.types import Predictions
 from xtag.service.app import create_app
+from xtag.service.http.response_json import explained_lists
 from xtag.service.schemas import BatchRequest, PredictRequest
-from xtag.service.settings import Settings
 
 from tests.service.svc_support import LiveServer, bundles, client, make_client  # noqa: F401  (pytest fixtures)
 
@@ -114,6 +118,36 @@ def test_explanations_and_long_texts_are_worked_on_in_a_worker_thread_never_on_t
     on_worker = {name: [t.startswith("xtag-predict") for t in threads] for name, threads in seen.items()}
     assert on_worker["predict"] == [True, False, True, False, False]  # an explain request's short prediction too
     assert on_worker["explained"] == [True, True]
+
+
+def test_an_explained_batch_is_explained_and_encoded_one_document_at_a_time():
+    """A batch's explanations never pile up (their full garbage collection held the GIL, and /health, for 0.3 s:
+    issue 47, defect 7) and no label list is one long `orjson.dumps`: the answer is the same JSON as before."""
+    preds = Predictions(labels=np.array([[2, 0], [1, -1]]), scores=np.array([[0.9, 0.5], [0.7, -np.inf]], np.float32))
+    calls = []
+
+    def explain(d: int, ids: list[int]) -> list[dict]:
+        calls.append((d, ids))
+        return [{"why": [d, j]} for j in ids]
+
+    rows = explained_lists(["a", "b", "c"], preds, None, explain)
+    assert calls == [(0, [2, 0]), (1, [1])]
+    expected = [
+        [{"id": 2, "name": "c", "score": 0.8999999761581421, "explanation": {"why": [0, 2]}},
+         {"id": 0, "name": "a", "score": 0.5, "explanation": {"why": [0, 0]}}],
+        [{"id": 1, "name": "b", "score": 0.699999988079071, "explanation": {"why": [1, 1]}}],
+    ]  # fmt: skip
+    assert [orjson.loads(orjson.dumps(row)) for row in rows] == expected
+    assert orjson.dumps(rows[0]) == orjson.dumps(expected[0])  # byte for byte
+
+
+def test_the_heap_alive_once_the_models_are_loaded_is_frozen(make_client):
+    """What is alive when the startup models have loaded (code, app, models) is out of the collector's reach, so
+    that a full collection does not walk it on the GIL while the loop waits (issue 47, defect 7)."""
+    gc.unfreeze()
+    client = make_client()
+    assert gc.get_freeze_count() > 10_000
+    assert client.post("/v1/predict", json={"text": "python script game", "k": 3, "explain": True}).status_code == 200
 
 
 def form(fields: int) -> bytes:

@@ -10,10 +10,10 @@ import socket
 import time
 
 import pytest
+from xtag.config.settings import Settings
 from xtag.models.inference.stopping import check
 from xtag.service.batching import MicroBatcher
 from xtag.service.http.hangups import ClientGone
-from xtag.service.settings import Settings
 
 from tests.service.http.test_svc_disconnects import requests_by_status
 from tests.service.svc_support import LiveServer, bundles, post_head  # noqa: F401  (pytest fixtures)
@@ -99,7 +99,7 @@ def test_a_client_that_hangs_up_mid_explain_counts_499_and_its_batch_stops_early
         explainer._label = slow_label
         documents = [{"text": f"python script game doc{i}"} for i in range(256)]
         body = json.dumps({"documents": documents, "k": 1, "explain": True}).encode()
-        with socket.create_connection(("127.0.0.1", server.settings.port), timeout=5) as s:
+        with socket.create_connection(("127.0.0.1", server.settings.server.port), timeout=5) as s:
             s.sendall(post_head("/v1/predict/batch", len(body)) + body)
             deadline = time.monotonic() + 30
             while len(explained) < 10 and time.monotonic() < deadline:

@@ -37,8 +37,8 @@ def nested(depth: int, leaf: str, opener: str = "[") -> str:
 @pytest.fixture(scope="module")
 def api(bundles, tmp_path_factory):
     from fastapi.testclient import TestClient
+    from xtag.config.settings import Settings
     from xtag.service.app import create_app
-    from xtag.service.settings import Settings
 
     from tests.service.svc_support import wait_ready
 

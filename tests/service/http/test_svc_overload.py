@@ -8,7 +8,7 @@ import time
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-from xtag.service.settings import Settings
+from xtag.config.settings import Settings
 
 from tests.service.svc_support import LiveServer, bundles, slow_model  # noqa: F401  (pytest fixtures)
 

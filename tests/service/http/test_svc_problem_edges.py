@@ -10,8 +10,8 @@ import time
 
 import httpx
 from fastapi.testclient import TestClient
+from xtag.config.settings import Settings
 from xtag.service.app import create_app
-from xtag.service.settings import Settings
 from xtag.service.state.model_slot import ServedModel
 
 from tests.service.svc_support import LiveServer, bundles, client, make_client, read_response  # noqa: F401
@@ -28,7 +28,7 @@ def check_problem(status: int, headers, body: bytes, expected: int) -> dict:
 
 def test_malformed_http_gets_a_problem(bundles):
     with LiveServer(Settings(_env_file=None, bundle=bundles["a"])) as server:
-        with socket.create_connection(("127.0.0.1", server.settings.port), timeout=5) as s:
+        with socket.create_connection(("127.0.0.1", server.settings.server.port), timeout=5) as s:
             s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nBad Header\r\n\r\n")
             problem = check_problem(*read_response(s, 5), 400)
             assert problem["type"] == "urn:xtag:problem:bad-request"

@@ -10,7 +10,7 @@ import time
 
 import httpx
 import orjson
-from xtag.service.settings import Settings
+from xtag.config.settings import Settings
 
 from tests.service.svc_support import (  # noqa: F401  (pytest fixtures)
     PREDICT_S,
@@ -42,7 +42,7 @@ def test_an_immediate_retry_is_read_after_retry_after(bundles, slow_model):
     request = post_head("/v1/predict", len(BODY)) + BODY
     with LiveServer(settings) as server:
         started = slow_model()
-        with socket.create_connection(("127.0.0.1", server.settings.port), timeout=10) as s:
+        with socket.create_connection(("127.0.0.1", server.settings.server.port), timeout=10) as s:
             busy = occupy(server, started)
             start = time.monotonic()
             s.sendall(request)

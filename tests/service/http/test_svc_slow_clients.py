@@ -9,7 +9,7 @@ import time
 from contextlib import ExitStack
 
 import httpx
-from xtag.service.settings import Settings
+from xtag.config.settings import Settings
 
 from tests.service.svc_support import LiveServer, bundles, post_head, read_response  # noqa: F401  (pytest fixtures)
 
@@ -23,7 +23,7 @@ def serve(bundles, **settings) -> LiveServer:
 
 
 def connect(server: LiveServer, stack: ExitStack) -> socket.socket:
-    return stack.enter_context(socket.create_connection(("127.0.0.1", server.settings.port), timeout=10))
+    return stack.enter_context(socket.create_connection(("127.0.0.1", server.settings.server.port), timeout=10))
 
 
 def check_problem(status: int, headers: dict, body: bytes, expected: int, slug: str) -> dict:
@@ -190,8 +190,10 @@ def test_memory_comes_back_after_a_burst_of_stalled_bodies(bundles):
         assert burst > 0.5 * bodies * size / 2**20, (before, burst)
         for s in clients:
             s.close()
-        deadline = time.monotonic() + 10
-        while resident_mb() - before > 0.2 * burst:  # of the burst, not of `before`: pytest's RSS may be large
+        # Without the trim the whole burst stays (+80 MB of 80); with it, most comes back within a second on a quiet
+        # machine. Half of the burst, and 30 s, leave room for a loaded machine and the suite's other threads.
+        deadline = time.monotonic() + 30
+        while resident_mb() - before > 0.5 * burst:  # of the burst, not of `before`: pytest's RSS may be large
             assert time.monotonic() < deadline, f"RSS {resident_mb()} MB, {before} MB before the burst"
             time.sleep(0.1)
         assert httpx.post(server.url + "/v1/predict", json={"text": "python script"}, timeout=10).status_code == 200

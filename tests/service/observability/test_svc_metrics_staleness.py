@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
-from xtag.service.settings import Settings
+from xtag.config.settings import Settings
 
 from tests.service.svc_support import (  # noqa: F401  (pytest fixtures)
     STARTUP_S,

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 from xtag.models.bundle.loader import load_bundle
-from xtag.models.inference.beam_search import Predictions
+from xtag.models.inference.types import Predictions
 from xtag.service.routes.admin import reload_all
 from xtag.service.state import model_slot as registry
 from xtag.service.state.model_slot import ServedModel

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from xtag.models.lamp.explain import NO_ATTENTION
+from xtag.models.explain.lamp import NO_ATTENTION
 from xtag.service.schemas import Explanation
 
 from tests.service.svc_support import bundles, make_client  # noqa: F401  (pytest fixtures)

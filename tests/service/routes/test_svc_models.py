@@ -9,7 +9,7 @@ import threading
 
 import annif_client
 import httpx
-from xtag.service.settings import Settings
+from xtag.config.settings import Settings
 
 from tests.service.svc_support import (  # noqa: F401  (pytest fixtures)
     ADMIN,

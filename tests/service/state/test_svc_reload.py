@@ -6,8 +6,8 @@ import threading
 import time
 
 import pytest
+from xtag.config.settings import Settings
 from xtag.models.bundle.loader import load_bundle
-from xtag.service.settings import Settings
 from xtag.service.state import model_slot as registry
 
 from tests.service.svc_support import (  # noqa: F401  (pytest fixtures)

@@ -15,9 +15,9 @@ import pytest
 import scipy.sparse as sp
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
+from xtag.config.settings import Settings
 from xtag.models.metrics import evaluate
 from xtag.service.observability.agreement import AgreementWindow, compare, rank_correlation
-from xtag.service.settings import Settings
 from xtag.service.state import shadow as shadow_module
 from xtag.service.state.model_slot import ServedModel, load_and_warm
 
@@ -276,8 +276,8 @@ def test_annif_suggestions_of_a_shadowed_project_are_scored_too(make_client, bun
 
 
 def test_a_shadow_runs_on_one_core_so_its_batches_leave_the_others_to_the_primary(tmp_path):
+    from xtag.config.model_set import ModelSet, ModelSpec
     from xtag.models.features.device import RuntimeOptions
-    from xtag.service.model_set import ModelSet, ModelSpec
     from xtag.service.state.model_repository import ModelRepository
 
     models = ModelSet(

@@ -121,9 +121,9 @@ def cascade_run(corpus_files, tiny_bert, tmp_path_factory):
 
 def test_trains_above_chance_and_exports_a_parity_checked_graph(cascade_run, corpus_files):
     import onnx
+    from xtag.corpus.files import load_corpus
     from xtag.evaluation.evaluate import evaluate_bundle
     from xtag.models.bundle.loader import load_bundle
-    from xtag.training.data.corpus import load_corpus
 
     run, bundle = cascade_run
     events = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
@@ -190,9 +190,9 @@ def test_int8_and_fp16_bundles_report_their_cost_and_tag_as_fp32_does(cascade_ru
     graph and the top-5 agreement in the report, the weights really converted, and the bundle's test metrics."""
     import onnx
     from typer.testing import CliRunner
+    from xtag.corpus.files import load_corpus
     from xtag.evaluation.evaluate import evaluate_bundle
     from xtag.models.bundle.loader import load_bundle
-    from xtag.training.data.corpus import load_corpus
 
     from xtag.cli import app
 
@@ -240,7 +240,7 @@ def test_a_weighted_loss_lifts_the_labels_it_weighs_up(corpus_files, tiny_bert, 
     positive weight, and against the plain run from the same seed its logits on its own training texts rise
     among the most of all labels, and rare labels rise more than frequent ones on average."""
     from typer.testing import CliRunner
-    from xtag.training.data.corpus import build_vocab, load_corpus
+    from xtag.corpus.files import build_vocab, load_corpus
 
     from xtag.cli import app
 

@@ -51,9 +51,9 @@ def test_amp_is_bf16_or_scaled_fp16_on_cuda_and_off_on_cpu():
 def test_xr_transformer_fine_tunes_on_cuda_with_amp_and_exports_a_cpu_bundle(
     corpus_files, tiny_bert, xr_config, tmp_path
 ):
+    from xtag.corpus.files import load_corpus
     from xtag.evaluation.evaluate import evaluate_bundle
     from xtag.models.bundle.loader import load_bundle
-    from xtag.training.data.corpus import load_corpus
 
     from tests.conftest import train_and_export
 
@@ -89,9 +89,9 @@ def test_cuda_fine_tuning_is_what_makes_the_embedding_tag(corpus_files, tiny_ber
 
 
 def test_lightxml_learns_on_cuda_with_amp(corpus_files, tiny_bert, lightxml_config, tmp_path):
+    from xtag.corpus.files import load_corpus
     from xtag.evaluation.evaluate import evaluate_bundle
     from xtag.models.bundle.loader import load_bundle
-    from xtag.training.data.corpus import load_corpus
 
     from tests.conftest import train_and_export
 

@@ -157,9 +157,9 @@ def test_lamp_bundle_serves_without_torch(lamp_bundle):
 
 def test_predict_endpoint_reranks_unless_the_request_says_rerank_false(lamp_bundle, tiny_bundle):
     from fastapi.testclient import TestClient
+    from xtag.config.settings import Settings
     from xtag.models.bundle.loader import load_bundle
     from xtag.service.app import create_app
-    from xtag.service.settings import Settings
 
     from tests.service.svc_support import wait_ready
 
@@ -229,9 +229,9 @@ def test_cross_fit_candidates_come_from_a_first_stage_that_never_saw_the_text(
     """lamp.cross_fit=2: each text's training candidates are those of the first stage's config retrained on the
     other fold (so equal to such a model trained independently), the fold runs are deleted once their
     candidates are saved, and a resumed run reuses the saved candidates."""
+    from xtag.corpus.files import load_corpus
     from xtag.models.bundle.loader import load_bundle
     from xtag.training.config import TrainConfig
-    from xtag.training.data.corpus import load_corpus
     from xtag.training.export.export_run import export_run
     from xtag.training.lamp.cross_fit import fold_of
     from xtag.training.run import train_run
@@ -321,8 +321,9 @@ def test_reranker_threads_do_not_spin_behind_a_first_stage_encoder_session(lamp_
     """Behind a first stage that runs its own onnxruntime session on the CPU the re-ranker's threads sleep after
     each run (two sessions spinning in turn on the same cores cost 5 ms a text over XR-Transformer); behind
     XR-Linear's engine they keep onnxruntime's default."""
-    from xtag.models.bundle.components import Parts, _lamp_reranker
     from xtag.models.bundle.loader import load_bundle
+    from xtag.models.bundle.parts import Parts
+    from xtag.models.lamp.loaders import _lamp_reranker
 
     def spinning(model) -> str | None:
         options = model.reranker.onnx.session.get_session_options()

@@ -31,7 +31,7 @@ def cluster():
 
 def _fold_inputs(corpus_file: Path, first):
     """The texts and their labels in the first stage's label space, as train_lamp hands them to the folds."""
-    from xtag.training.data.corpus import build_vocab, load_corpus
+    from xtag.corpus.files import build_vocab, load_corpus
     from xtag.training.lamp.candidates import first_stage_labels
 
     corpus = load_corpus(corpus_file)

@@ -150,9 +150,9 @@ def test_static_negatives_cover_exactly_the_texts_still_to_be_visited(
 
 
 def test_training_learns_far_above_chance(lightxml_bundle, corpus_files):
+    from xtag.corpus.files import load_corpus
     from xtag.evaluation.evaluate import evaluate_bundle
     from xtag.models.bundle.loader import load_bundle
-    from xtag.training.data.corpus import load_corpus
 
     run, bundle = lightxml_bundle
     b = load_bundle(bundle)
@@ -228,11 +228,11 @@ def test_selection_validates_exactly_the_weights_it_saves(corpus_files, tiny_ber
     """With SWA running, the validation that picks the model must score the averages of every weight
     (label embeddings included) — exactly the saved model, recomputed here from the run directory."""
     import torch
+    from xtag.corpus.files import load_corpus
     from xtag.models.features.onnx_encoder import TextTokenizer
     from xtag.models.labels import LabelVocab
     from xtag.models.lightxml.model import LightXMLModel
     from xtag.models.metrics import evaluate
-    from xtag.training.data.corpus import load_corpus
     from xtag.training.lightxml.result import LIGHTXML_NET
     from xtag.training.lightxml.validation import net_outputs, validation_split
     from xtag.training.run import train_run
@@ -399,7 +399,7 @@ def test_every_parameter_trains_at_its_rate_and_the_schedule_is_applied(
 def test_prior_bias_starts_the_generator_at_the_cluster_log_odds(corpus_files, tiny_bert, lightxml_config, tmp_path):
     """prior_bias: before any step, σ(generator bias) is each cluster's share of the training texts (the
     popularity ranking); one step at a negligible rate leaves it there."""
-    from xtag.training.data.corpus import load_corpus
+    from xtag.corpus.files import load_corpus
     from xtag.training.run import train_run
 
     config = lightxml_config(

@@ -99,10 +99,10 @@ def test_faiss_label_index_scores_like_numpy():
 
 def test_service_serves_lightxml_like_the_predictor(lightxml_bundle):
     from fastapi.testclient import TestClient
+    from xtag.config.settings import Settings
     from xtag.models.bundle.loader import load_bundle
     from xtag.models.inference.reweighting import gains_for, label_weights, predict_reweighted
     from xtag.service.app import create_app
-    from xtag.service.settings import Settings
 
     _, bundle = lightxml_bundle
     b = load_bundle(bundle)

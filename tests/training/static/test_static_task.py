@@ -8,8 +8,8 @@ import json
 
 import numpy as np
 import pytest
+from xtag.corpus.files import build_vocab, load_corpus
 from xtag.models.features.tfidf import TfidfConfig, TfidfFeaturizer
-from xtag.training.data.corpus import build_vocab, load_corpus
 from xtag.training.tree.build import TreeConfig
 
 pytest.importorskip("torch")

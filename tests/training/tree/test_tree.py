@@ -4,7 +4,7 @@ import scipy.sparse as sp
 from sklearn.preprocessing import normalize
 from xtag.training.tree.balanced_kmeans import bisect
 from xtag.training.tree.build import TreeConfig, build_tree, level_branching, pifa_embeddings
-from xtag.training.tree.kernels import node_state
+from xtag.training.tree.node_kernels import node_state
 
 
 def test_bisection_cuts_at_the_capacity_and_separates_groups():

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize
+from xtag.corpus.files import Corpus, build_vocab
 from xtag.evaluation.evaluate import ground_truth
 from xtag.models.errors import XtagError
 from xtag.models.metrics import evaluate
 from xtag.models.propensity import jain_propensities, read_propensity_file
 from xtag.training.config import TrainConfig
-from xtag.training.data.corpus import Corpus, build_vocab
 from xtag.training.weighting.label_weights import (
     MissingLabelsConfig,
     class_balance,

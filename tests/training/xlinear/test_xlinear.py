@@ -2,9 +2,9 @@ import json
 
 import numpy as np
 import pytest
+from xtag.corpus.files import build_vocab, load_corpus
 from xtag.models.features.tfidf import TfidfConfig, TfidfFeaturizer
 from xtag.models.metrics import evaluate
-from xtag.training.data.corpus import build_vocab, load_corpus
 from xtag.training.tree.build import TreeConfig
 from xtag.training.xlinear.config import XLinearConfig
 from xtag.training.xlinear.train import train_xlinear
@@ -55,7 +55,8 @@ def test_resume_reuses_finished_levels(data, tmp_path):
 def test_matcher_aware_negatives_come_from_the_engine_as_from_the_reference(data):
     # The trainer's matcher (the top nodes of a partly trained tree) is the service's engine; it must
     # pick what the numpy reference beam search picks when stopped at the same level.
-    from xtag.models.inference.beam_search import TreeIndex, beam_search
+    from xtag.models.inference.beam_search import beam_search
+    from xtag.models.inference.types import TreeIndex
     from xtag.training.xlinear.train import _matcher_top
 
     X, Y, _, _ = data

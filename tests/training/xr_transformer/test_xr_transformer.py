@@ -72,9 +72,9 @@ def test_lr_schedule_warms_up_then_decays():
 
 
 def test_fine_tuned_bundle_tags_and_logs_every_level(xr_bundle, corpus_files, tiny_bert):
+    from xtag.corpus.files import load_corpus
     from xtag.evaluation.evaluate import evaluate_bundle
     from xtag.models.bundle.loader import load_bundle
-    from xtag.training.data.corpus import load_corpus
 
     run, bundle = xr_bundle
     events = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
@@ -99,9 +99,9 @@ def test_fine_tuned_bundle_tags_and_logs_every_level(xr_bundle, corpus_files, ti
 
 def dense_only_p_at_1(corpus_files, encoder, folder, **xr) -> float:
     """P@1 of an XR-Transformer bundle whose rankers see the [CLS] embedding alone (no TF-IDF block)."""
+    from xtag.corpus.files import load_corpus
     from xtag.evaluation.evaluate import evaluate_bundle
     from xtag.models.bundle.loader import load_bundle
-    from xtag.training.data.corpus import load_corpus
 
     from tests.conftest import make_xr_config, train_and_export
 

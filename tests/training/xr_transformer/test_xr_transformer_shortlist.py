@@ -2,7 +2,8 @@
 
 import numpy as np
 import scipy.sparse as sp
-from xtag.models.inference.beam_search import RankerLevel, TreeIndex, beam_search
+from xtag.models.inference.beam_search import beam_search
+from xtag.models.inference.types import RankerLevel, TreeIndex
 from xtag.models.label_tree import ClusterChain
 from xtag.models.xlinear.shortlist import FaissShortlist, ShortlistConfig, level1_recall
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import numpy as np
 from tqdm.auto import tqdm
 from xtag.models.bundle.loader import Bundle
-from xtag.models.inference.beam_search import Predictions
 from xtag.models.inference.reweighting import predict_reweighted
+from xtag.models.inference.types import Predictions
 
 BATCH = 2048
 

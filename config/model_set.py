@@ -1,7 +1,7 @@
 """Which models one server holds: each a name and a bundle path, one the default, some the shadow of another.
 
 Gathered from the command line, XTAG_BUNDLE, XTAG_MODELS, a models.toml and XTAG_BUNDLE_ROOT with --all
-(service/settings.py puts them together), and refused at start, in one line, when a name could not be a URL
+(config/settings.py puts them together), and refused at start, in one line, when a name could not be a URL
 segment and a metric label, or is given twice.
 
 A bundle given without a name is served under its directory's name (`bundles/debtags-xl` → `debtags-xl`): that

@@ -21,7 +21,9 @@ from xtag.models.errors import XtagError
 # their own (training/tree/graft.py), or the nearest old leaf cluster (training/tree/grow.py) with that cluster's
 # and its ancestors' rankers refit, or kept.
 UpdatePlacement = Literal["new", "refit", "keep"]
-EntryField = Literal["train", "update", "export", "config"]  # the Family fields that name code ("module:attribute")
+EntryField = Literal[
+    "train", "update", "export", "config", "loaders"
+]  # the Family fields that name code ("module:attribute")
 Log = Callable[[dict], None]  # a run's event log (training/run.py RunLog)
 
 
@@ -72,7 +74,7 @@ class UpdateInputs:
 
     run: Path  # the run being updated: read, never written
     checkpoints: Path  # the new run's checkpoints/ folder, for what a later update of it may reuse
-    old: Any  # the run's training corpus as read now (training/data/corpus.py Corpus; row i of `corpus` is its row i)
+    old: Any  # the run's training corpus as read now (corpus/files.py Corpus; row i of `corpus` is its row i)
     corpus: Any  # the combined corpus (update_run.merge_corpora)
     X: Any  # the combined corpus's TF-IDF under the run's featuriser (csr)
     Y: Any  # its labels: the old ones first, new ones from n_old (csr)
@@ -112,6 +114,9 @@ class Family:
     components: tuple[
         str, ...
     ]  # bundle components in load order (models/bundle/components.py); optional ones may be absent
+    loaders: (
+        str  # the loaders of the family's own component types: a dict of type -> ComponentType (models/bundle/parts.py)
+    )
     batch_wait_ms: float  # the service's micro-batch wait under concurrent traffic (encoders gain from batches)
     capabilities: frozenset[str]  # what the family supports, from CAPABILITIES; checked when a config is built
     # The service's predictor calls at once unless XTAG_INFERENCE_THREADS says (at most one per core): a TF-IDF
@@ -148,10 +153,20 @@ class Family:
     def resolve(self, field: Literal["export"]) -> ExportEntry: ...
     @overload
     def resolve(self, field: Literal["config"]) -> type[Any]: ...  # a pydantic model class (training code)
+    @overload
+    def resolve(
+        self, field: Literal["loaders"]
+    ) -> dict[str, Any]: ...  # type -> ComponentType (models/bundle/parts.py)
 
-    def resolve(self, field: EntryField) -> TrainEntry | UpdateEntry | ExportEntry | type[Any]:
+    def resolve(self, field: EntryField) -> TrainEntry | UpdateEntry | ExportEntry | type[Any] | dict[str, Any]:
         """The object an entry names, imported now, typed by its contract (`update`: only where the family has one)."""
-        named = {"train": self.train, "update": self.update, "export": self.export, "config": self.config}[field]
+        named = {
+            "train": self.train,
+            "update": self.update,
+            "export": self.export,
+            "config": self.config,
+            "loaders": self.loaders,
+        }[field]
         if named is None:
             raise XtagError(f"model {self.kind} has no {field} entry")
         module, _, attribute = named.partition(":")
@@ -198,6 +213,7 @@ FAMILIES: dict[str, Family] = {
             "xtag.training.xlinear.entry:train",
             "xtag.training.xlinear.export:export",
             ("tfidf", "static-encoder", "label-tree", "rankers"),
+            loaders="xtag.models.xlinear.loaders:LOADERS",
             batch_wait_ms=0.0,
             parallel_calls=2,
             capabilities=RANKERS | {"weighted-losses", "static-dense", "update", "ray"},
@@ -210,6 +226,7 @@ FAMILIES: dict[str, Family] = {
             "xtag.training.xr_transformer.train:train_xr_transformer",
             "xtag.training.xr_transformer.export:export",
             ("tfidf", "text-encoder", "label-tree", "rankers", "shortlist"),
+            loaders="xtag.models.xr_transformer.loaders:LOADERS",
             batch_wait_ms=2.0,
             capabilities=TRANSFORMER | RANKERS | {"shortlist", "update"},
             update="xtag.training.xr_transformer.update:update",
@@ -223,6 +240,7 @@ FAMILIES: dict[str, Family] = {
             "xtag.training.lightxml.train:train_lightxml",
             "xtag.training.lightxml.export:export",
             ("lightxml-encoder", "label-tree", "lightxml-heads"),
+            loaders="xtag.models.lightxml.loaders:LOADERS",
             batch_wait_ms=2.0,
             capabilities=TRANSFORMER,
             train_needs=TRAIN_EXTRA,
@@ -234,6 +252,7 @@ FAMILIES: dict[str, Family] = {
             "xtag.training.cascadexml.train:train_cascadexml",
             "xtag.training.cascadexml.export:export",
             ("cascadexml-encoder", "label-tree", "cascadexml-heads"),
+            loaders="xtag.models.cascadexml.loaders:LOADERS",
             batch_wait_ms=2.0,
             capabilities=TRANSFORMER,
             train_needs=TRAIN_EXTRA,
@@ -245,6 +264,7 @@ FAMILIES: dict[str, Family] = {
             "xtag.training.lamp.train:train_lamp",
             "xtag.training.lamp.export:export",
             ("first-stage", "lamp-reranker"),
+            loaders="xtag.models.lamp.loaders:LOADERS",
             batch_wait_ms=2.0,
             capabilities=frozenset({"transformer", "ray", "int8", "rerank-candidates"}),
             train_needs=TRAIN_EXTRA,

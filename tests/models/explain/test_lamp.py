@@ -7,9 +7,9 @@ import re
 
 import numpy as np
 from xtag.models.bundle.loader import load_bundle
+from xtag.models.explain.lamp import NO_ATTENTION, LampExplainer, text_words
 from xtag.models.explain.linear import TOP_TERMS, Explainer
 from xtag.models.explain.select import explainer_for
-from xtag.models.lamp.explain import NO_ATTENTION, LampExplainer, text_words
 
 TEXTS = [
     "shooter weapons arena frag multiplayer, shooter!",

@@ -2,8 +2,8 @@ import gzip
 import json
 
 import pytest
+from xtag.corpus.files import build_vocab, load_corpus
 from xtag.models.errors import XtagError
-from xtag.training.data.corpus import build_vocab, load_corpus
 
 
 def test_jsonl_gz_with_ids_and_line_numbers(tmp_path):

@@ -1,5 +1,5 @@
 """Tagging texts as `xtag predict` does, with the service's per-request options: the one place that turns a corpus
-into output rows, so the local command and the Ray actors (cluster/scoring.py) write the same rows."""
+into output rows, so the local command and the Ray actors (cluster/batch_scoring.py) write the same rows."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 from xtag.models.bundle.loader import Bundle
 from xtag.models.errors import XtagError
-from xtag.models.inference.corpus import predict_corpus
+from xtag.models.tagging.batches import predict_corpus
 
 Rows = list[list[tuple[int, str, float]]]
 DEFAULT_K = 10  # labels per text when none is asked for (the service's `k`, `xtag predict --k`)

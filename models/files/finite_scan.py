@@ -77,7 +77,7 @@ def nonfinite_arrays(folder: Path, files: Iterable[str]) -> list[str]:
 
 def array_files(folder: Path) -> list[str]:
     """Every array file below `folder` (relative POSIX paths, sorted), leaving out writes in progress
-    (models/bundle/atomic.py's `.NAME.tmp`, a checkpoint's `NAME.tmp/`): nothing reads those."""
+    (models/files/atomic.py's `.NAME.tmp`, a checkpoint's `NAME.tmp/`): nothing reads those."""
     return sorted(
         path.relative_to(folder).as_posix()
         for path in folder.rglob("*")

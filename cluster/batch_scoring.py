@@ -1,7 +1,7 @@
 """Distributed batch scoring: a corpus's shards (cluster/shards.py) scored in a Ray Data actor pool.
 
 Each actor loads the bundle once (memory-mapped arrays) and runs the local path's Tagger, so every row is the
-row `xtag predict --corpus` writes. The actors read their own shards with the local reader (training/data/corpus.py:
+row `xtag predict --corpus` writes. The actors read their own shards with the local reader (corpus/files.py:
 the same checks, the same file:line errors), so texts never cross the object store; only shard numbers go in and
 one small summary per shard comes back. A shard's file is written beside its name and renamed into place whole:
 a rerun with --resume keeps exactly the shards whose file is there, and a worker killed mid-write leaves none.
@@ -20,7 +20,7 @@ from xtag.cluster.connect import ray_cluster
 from xtag.cluster.shards import OUT_FORMATS, Shard, clear_partial_writes, unfinished
 from xtag.models.errors import XtagError
 from xtag.models.features.device import RuntimeOptions
-from xtag.models.inference.tagging import Tagger, TagOptions, to_jsonl
+from xtag.models.tagging.tagger import Tagger, TagOptions, to_jsonl
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class ShardScorer:
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list]:
         import numba
-        from xtag.training.data.corpus import read_span
+        from xtag.corpus.files import read_span
 
         numba.set_num_threads(ACTOR_CPUS)  # per calling thread in numba: set where the engine is called
         done: dict[str, list] = {"lines": [], "documents": [], "note": [], "error": []}

@@ -11,9 +11,9 @@ import time
 
 import pytest
 from typer.testing import CliRunner
-from xtag.cluster.scoring import ScoringJob, score_on_ray
+from xtag.cluster.batch_scoring import ScoringJob, score_on_ray
 from xtag.cluster.shards import plan_shards
-from xtag.models.inference.tagging import TagOptions
+from xtag.models.tagging.tagger import TagOptions
 
 from tests.conftest import make_rows, write_jsonl
 from tests.ray_support import free_port, local_cluster

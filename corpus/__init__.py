@@ -1,0 +1,1 @@
+"""Corpus reading and writing (JSONL, Annif TSV, AttentionXML): the floor training, evaluation and cluster share."""

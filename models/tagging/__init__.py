@@ -1,0 +1,1 @@
+"""A whole corpus through a loaded bundle: predictions in batches, and `xtag predict`'s output rows."""

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, overload
 
 from xtag.models.errors import XtagError
 
@@ -21,6 +21,9 @@ from xtag.models.errors import XtagError
 # their own (training/tree/graft.py), or the nearest old leaf cluster (training/tree/grow.py) with that cluster's
 # and its ancestors' rankers refit, or kept.
 UpdatePlacement = Literal["new", "refit", "keep"]
+EntryField = Literal[
+    "train", "update", "export", "config", "loaders"
+]  # the Family fields that name code ("module:attribute")
 Log = Callable[[dict], None]  # a run's event log (training/run.py RunLog)
 
 
@@ -93,13 +96,21 @@ class UpdateEntry(Protocol):
     ) -> tuple[RunResult, dict]: ...
 
 
+class ExportEntry(Protocol):
+    """A family's `export` entry: the run's model/ folder written as a bundle into `tmp` (the bundle being built,
+    renamed into place by training/export/export_run.py) under the run's TrainConfig; returns the export report
+    (parity, precision, recall) that the manifest records."""
+
+    def __call__(self, run_model: Path, tmp: Path, config: Any) -> dict: ...
+
+
 @dataclass(frozen=True)
 class Family:
     kind: str
     section: str | None  # TrainConfig field with the family's settings (None: the shared `xlinear` rankers only)
     config: str  # pydantic config of that section
     train: str  # a TrainEntry: TrainInputs -> RunResult (None on torchrun helper ranks)
-    export: str  # (run model dir, bundle dir being written, TrainConfig) -> export report
+    export: str  # an ExportEntry: (run model dir, bundle dir being written, TrainConfig) -> export report
     components: tuple[
         str, ...
     ]  # bundle components in load order (models/bundle/components.py); optional ones may be absent
@@ -134,9 +145,31 @@ class Family:
                 + (f" (supported by {', '.join(able)})" if able else "")
             )
 
-    def resolve(self, field: str) -> Any:
-        """The object an entry names, imported now."""
-        module, _, attribute = getattr(self, field).partition(":")
+    @overload
+    def resolve(self, field: Literal["train"]) -> TrainEntry: ...
+    @overload
+    def resolve(self, field: Literal["update"]) -> UpdateEntry: ...
+    @overload
+    def resolve(self, field: Literal["export"]) -> ExportEntry: ...
+    @overload
+    def resolve(self, field: Literal["config"]) -> type[Any]: ...  # a pydantic model class (training code)
+    @overload
+    def resolve(
+        self, field: Literal["loaders"]
+    ) -> dict[str, Any]: ...  # type -> ComponentType (models/bundle/parts.py)
+
+    def resolve(self, field: EntryField) -> TrainEntry | UpdateEntry | ExportEntry | type[Any] | dict[str, Any]:
+        """The object an entry names, imported now, typed by its contract (`update`: only where the family has one)."""
+        named = {
+            "train": self.train,
+            "update": self.update,
+            "export": self.export,
+            "config": self.config,
+            "loaders": self.loaders,
+        }[field]
+        if named is None:
+            raise XtagError(f"model {self.kind} has no {field} entry")
+        module, _, attribute = named.partition(":")
         return getattr(import_module(module), attribute)
 
     def check_train_extra(self) -> None:

@@ -32,13 +32,13 @@ from xtag.service.http.admission import AdmissionMiddleware
 from xtag.service.http.openapi_limits import apply_limits
 from xtag.service.http.request_body import BodyReadMiddleware
 from xtag.service.http.security import DASHBOARD_HEADERS, NoSniffMiddleware, ProblemCORSMiddleware
-from xtag.service.observability.metrics import LATENCY_BUCKETS, Metrics, ObservabilityMiddleware, RecentRequests
+from xtag.service.observability.prometheus import LATENCY_BUCKETS, Metrics, ObservabilityMiddleware, RecentRequests
 from xtag.service.observability.timeline import Timelines
 from xtag.service.routes import admin, annif, feedback, health, labels, model_admin, models, monitoring, predict
 from xtag.service.schemas import REQUEST_MODELS, ProblemDetails
 from xtag.service.state import shadow
 from xtag.service.state.memory import freeze_heap
-from xtag.service.state.registry import ModelRegistry
+from xtag.service.state.model_repository import ModelRepository
 
 DASHBOARD = Path(__file__).parent / "dashboard"  # the page's files, served under the public /static/ URLs
 log = logging.getLogger("xtag.service")
@@ -195,7 +195,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         "macro-aware reweighting. Errors are application/problem+json.",
     )
     app.state.settings = settings
-    app.state.registry = ModelRegistry(
+    app.state.registry = ModelRepository(
         settings.model_set,
         settings.server.warmup_text,
         Device.parse(settings.models.device, settings.models.tensorrt),

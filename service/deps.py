@@ -1,4 +1,9 @@
-"""Request dependencies: the served model, the API key check, and strict JSON bodies (415/400/422 as problem+json)."""
+"""Request dependencies: the served model, the API key check, and strict JSON bodies (415/400/422 as problem+json).
+
+Routes take what they need as the `...Dep` aliases at the end (FastAPI's `Annotated[T, Depends(f)]` habit), so
+no handler fetches its model, registry or settings by hand. The prediction handlers are the exception: they also
+run as plain Starlette routes (app.py HotRoute), without FastAPI's dependency machinery, so they call
+`served_model` themselves."""
 
 from __future__ import annotations
 
@@ -8,18 +13,19 @@ import json
 import re
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
 import orjson
-from fastapi import Request, Security
+from fastapi import Depends, Query, Request, Security
 from fastapi.security import APIKeyHeader
 from pydantic import BaseModel, SecretStr, ValidationError
 from xtag.config.settings import Settings
 from xtag.service.http.problems import Problem, validation_problem
-from xtag.service.observability.metrics import MODEL_KEY, served_name
-from xtag.service.schemas import IntegerText
+from xtag.service.observability.prometheus import MODEL_KEY, served_name
+from xtag.service.schemas import IntegerText, ModelPutRequest, ReloadRequest
+from xtag.service.state.feedback_writer import FeedbackWriter
+from xtag.service.state.model_repository import ModelRepository, UnknownModel
 from xtag.service.state.model_slot import ServedModel
-from xtag.service.state.registry import ModelRegistry, UnknownModel
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -28,10 +34,6 @@ api_key_header = APIKeyHeader(
     auto_error=False,
     description="needed on /v1/* when XTAG_API_KEY is set (or Authorization: Bearer KEY)",
 )
-
-
-def settings(request: Request) -> Settings:
-    return request.app.state.settings
 
 
 def served_model(request: Request) -> ServedModel:
@@ -48,7 +50,7 @@ def served_model(request: Request) -> ServedModel:
     return model
 
 
-def named_model(registry: ModelRegistry, name: str | None) -> ServedModel:
+def named_model(registry: ModelRepository, name: str | None) -> ServedModel:
     """404 for a name not served (listing those that are), 503 while the model is not ready."""
     try:
         slot = registry.default_slot if name is None else registry.slot(name)
@@ -272,3 +274,65 @@ def openapi_body(model: type[BaseModel], required: bool = True) -> dict:
     """`openapi_extra` that documents a json_body dependency's schema (registered by app.custom_openapi)."""
     ref = {"$ref": f"#/components/schemas/{model.__name__}"}
     return {"requestBody": {"required": required, "content": {"application/json": {"schema": ref}}}}
+
+
+# What routes declare. Async, so that FastAPI calls them on the event loop rather than in its thread pool.
+
+
+async def app_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+async def model_repository(request: Request) -> ModelRepository:
+    return request.app.state.registry
+
+
+async def default_or_named_model(request: Request) -> ServedModel:
+    """`served_model` as a dependency."""
+    return served_model(request)
+
+
+MODEL_QUERY = Query(description="the served model's name (default: the default model)", max_length=200)
+
+
+async def queried_model(request: Request, model: Annotated[str | None, MODEL_QUERY] = None) -> ServedModel:
+    """The model named by the `model` query parameter, else the default (404 listing the names, 503 while not
+    ready); unlike `served_model`, it does not label the request's metrics with it."""
+    return named_model(request.app.state.registry, model)
+
+
+async def annif_project(request: Request, project_id: str) -> ServedModel:
+    """The model served as Annif project `project_id` (404 as Annif words it, for a name not served; 503 while
+    it loads)."""
+    registry = request.app.state.registry
+    if project_id not in registry.names:
+        raise Problem(404, "not-found", f"Project '{project_id}' not found")
+    return named_model(registry, project_id)
+
+
+async def feedback_writer(request: Request) -> FeedbackWriter:
+    """The app's feedback writer, made on first use (a store that cannot open never delays startup). Behind
+    require_admin_key, which already refuses without XTAG_ADMIN_KEY; refused here too, since what it writes
+    becomes training data."""
+    state, settings = request.app.state, request.app.state.settings
+    if settings.admin.admin_key is None:
+        raise Problem(
+            403,
+            "admin-key-required",
+            "storing feedback needs an admin key (set XTAG_ADMIN_KEY): it becomes training data",
+        )
+    if state.feedback is None:
+        state.feedback = FeedbackWriter(
+            settings.feedback.feedback_db, settings.feedback.feedback_timeout_s, settings.feedback.feedback_max_pending
+        )
+    return state.feedback
+
+
+SettingsDep = Annotated[Settings, Depends(app_settings)]
+ModelRepositoryDep = Annotated[ModelRepository, Depends(model_repository)]
+ServedModelDep = Annotated[ServedModel, Depends(default_or_named_model)]  # the default, or {name} in the path
+QueriedModelDep = Annotated[ServedModel, Depends(queried_model)]  # the default, or ?model=NAME
+AnnifProjectDep = Annotated[ServedModel, Depends(annif_project)]  # {project_id} in the path
+FeedbackWriterDep = Annotated[FeedbackWriter, Depends(feedback_writer)]
+ReloadBody = Annotated[ReloadRequest, Depends(json_body(ReloadRequest, optional=True))]
+ModelPutBody = Annotated[ModelPutRequest, Depends(json_body(ModelPutRequest))]

@@ -48,7 +48,7 @@ def uvicorn_options(settings: Settings) -> dict:
         "port": settings.server.port,
         "log_level": settings.server.log_level,
         "log_config": log_config(settings.server.log_format, settings.server.log_level),
-        "access_log": False,  # XTAG_ACCESS_LOG is the app's own (service/observability/metrics.py)
+        "access_log": False,  # XTAG_ACCESS_LOG is the app's own (service/observability/prometheus.py)
         # uvicorn's protocols with a deadline and a size bound on request heads (service/http/protocol.py)
         "http": _fastest("httptools", f"{GUARD}:H11Guard", f"{GUARD}:HttpToolsGuard"),
         "h11_max_incomplete_event_size": settings.limits.max_header_bytes,  # h11's default (16 KiB) would cut first

@@ -89,6 +89,13 @@ class _CommonConfig(BaseModel):
         section = FAMILIES[self.model].section
         return getattr(self, section) if section else None
 
+    @property
+    def export_settings(self) -> Any:
+        """The chosen family's export settings: every family section has an `export` (None: a family with no
+        section, which exports without settings)."""
+        section = self.family_settings
+        return None if section is None else section.export
+
     def save(self, path: Path) -> None:
         path.write_text(self.model_dump_json(indent=2))
 

@@ -68,7 +68,7 @@ class Explainer:
     def for_predictor(cls, predictor) -> Explainer:
         """Raises ExplainUnavailable unless the predictor's rankers are linear over TF-IDF (+ an optional dense block)."""
         featurizer, model = predictor.featurizer, predictor.model
-        tfidf = featurizer if isinstance(featurizer, TfidfFeaturizer) else getattr(featurizer, "tfidf", None)
+        tfidf = featurizer.tfidf
         if not isinstance(model, XLinearModel) or not isinstance(tfidf, TfidfFeaturizer):
             raise ExplainUnavailable(
                 "this bundle has no TF-IDF features to explain its scores with: explanations need linear rankers "

@@ -217,6 +217,10 @@ class GraphOutputsEncoder(ABC):
     length-batched and returned in the order of `texts`. A family subclasses it with `check_outputs` (the output
     names its graph must return) and `wrap` (the record its model reads)."""
 
+    tfidf = None  # the Featurizer contract (models/inference/predictor.py): no TF-IDF block
+    encodes = True
+    dim = None  # named outputs, not a feature matrix
+
     def __init__(self, onnx: OnnxEncoder, names: list[str]):
         self.onnx, self.names = onnx, names
         self.batch_size = onnx.batch_size

@@ -36,6 +36,8 @@ class TfidfFeaturizer:
     (transform_arrays), so serving never imports it: that import alone took over a second of `xtag serve`'s
     start (issue 28)."""
 
+    encodes = False  # the Featurizer contract (models/inference/predictor.py)
+
     def __init__(self, vocabulary: dict[str, int], idf: np.ndarray, config: TfidfConfig):
         self.vocabulary, self.idf, self.config = vocabulary, idf, config
         self._token = re.compile(TOKEN_PATTERN)
@@ -82,6 +84,11 @@ class TfidfFeaturizer:
         except ValueError as exc:  # e.g. empty vocabulary
             raise XtagError(f"cannot fit TF-IDF on the training texts: {exc}") from exc
         return cls(vectorizer.vocabulary_, vectorizer.idf_, config), X.tocsr()
+
+    @property
+    def tfidf(self) -> TfidfFeaturizer:
+        """Its TF-IDF block: all of it."""
+        return self
 
     @property
     def dim(self) -> int:

@@ -50,12 +50,12 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from xtag.models.errors import XtagError
-from xtag.models.inference.reweighting import candidate_budget
+from xtag.models.inference.reweighting import Predicts, candidate_budget
 from xtag.models.inference.types import Predictions
 
 Metric = Literal["macro-f1", "macro-recall"]
@@ -382,17 +382,13 @@ def optimize_predictions(
     return optimize(candidate_ids, eta, k, n_labels, cfg).labels
 
 
-class _Predicts(Protocol):
-    def predict(self, texts: list[str], k: int = 10, beam_size: int | None = None) -> Predictions: ...
-
-
 def serving_config(metric: Metric, alpha: float, method: Method = "bca") -> OptimizeConfig:
     """The config a request gets: the serving time cap instead of the offline one."""
     return OptimizeConfig(metric=metric, alpha=alpha, method=method, max_seconds=SERVING_MAX_SECONDS)
 
 
 def predict_optimized(
-    predictor: _Predicts, texts: list[str], k: int, beam_size: int, n_labels: int, config: OptimizeConfig
+    predictor: Predicts, texts: list[str], k: int, beam_size: int, n_labels: int, config: OptimizeConfig
 ) -> Predictions:
     """Top-k per text chosen jointly over the batch (the service's "optimize" option).
 

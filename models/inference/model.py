@@ -8,7 +8,8 @@ Predictor asks the model instead of guessing from its attributes:
 - `readable(features, preds)`: the scores a user sees; the model's own unless they need a monotone fix-up
   (XR-Linear's hinge scores saturate at 1.0: models/xlinear/readable.py);
 - `cost_hint()`: which serving-cost profile the service's admission applies (service/http/cost.py), and the
-  shape it needs (a re-ranker's candidates), so that admission never reads a family's internals.
+  shape it needs (a re-ranker's candidates, the label tree's level sizes), so that admission never reads a
+  family's internals.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ class CostHint:
 
     family: str = "linear"  # the fitted profile: "linear" (sparse beam search), "encoder" (a transformer), "lamp"
     candidates: int = 0  # a re-ranker's C: it re-scores the first stage's top-max(C, k) per document
+    # Nodes per level of the label tree the beam search walks, root's children first (a re-ranker: its first
+    # stage's); () for a model that scores every label without one.
+    level_nodes: tuple[int, ...] = ()
 
 
 class Model(ABC):

@@ -16,7 +16,12 @@ from xtag.models.labels import LabelVocab
 
 class Featurizer(Protocol):
     """Texts → what the model scores: the rankers' feature matrix (TF-IDF, or Φ_cat with an encoder), or
-    LightXML's ONNX outputs (models/lightxml.LightXMLOutputs)."""
+    LightXML's ONNX outputs (models/lightxml.LightXMLOutputs). It declares what it is made of, for those who
+    must know: explanations need a TF-IDF block (models/explain/linear.py), the cost model an encoder's pass."""
+
+    tfidf: Any  # its TF-IDF block (models/features/tfidf.py TfidfFeaturizer), or None
+    encodes: bool  # it runs a dense encoder (ONNX or static token embeddings) over every text
+    dim: int | None  # the columns of the feature matrix it gives, or None when it gives no matrix
 
     def transform(self, texts: list[str]) -> sp.csr_matrix | Any: ...
 
@@ -36,8 +41,8 @@ class Predictor:
         """The model's (models/inference/model.py), but a linear model over a transformer's features
         (XR-Transformer's concatenated featuriser) also pays the encoder per document."""
         hint = self.model.cost_hint()
-        if hint.family == "linear" and getattr(self.featurizer, "encoder", None) is not None:
-            return CostHint("encoder")
+        if hint.family == "linear" and self.featurizer.encodes:
+            return CostHint("encoder", level_nodes=hint.level_nodes)
         return hint
 
     def predict(

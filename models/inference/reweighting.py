@@ -39,7 +39,9 @@ MIN_CANDIDATES = 50
 BEAM_FACTOR = 2
 
 
-class _Predicts(Protocol):
+class Predicts(Protocol):
+    """What reweighting and the macro optimizer (macro_optimal.py) need of a predictor: a Predictor's `predict`."""
+
     def predict(
         self, texts: list[str], k: int = 10, beam_size: int | None = None, rerank: bool = True
     ) -> Predictions: ...
@@ -110,7 +112,7 @@ def rerank(preds: Predictions, a: np.ndarray, k: int, b: np.ndarray | None = Non
 
 
 def predict_reweighted(
-    predictor: _Predicts,
+    predictor: Predicts,
     texts: list[str],
     k: int,
     a: np.ndarray | None,

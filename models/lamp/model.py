@@ -126,6 +126,10 @@ class LampReranker:
 class Texts:
     """The featuriser of a re-ranking bundle: the texts themselves (the first stage featurises its own way)."""
 
+    tfidf = None  # the Featurizer contract (models/inference/predictor.py)
+    encodes = False
+    dim = None  # texts, not a feature matrix
+
     def transform(self, texts: list[str]) -> list[str]:
         return list(texts)
 
@@ -151,7 +155,7 @@ class LampModel(Model):
 
     def cost_hint(self) -> CostHint:
         """The graph re-scores max(C, k) candidates with attention between them: quadratic in that width."""
-        return CostHint("lamp", self.reranker.config.candidates)
+        return CostHint("lamp", self.reranker.config.candidates, self.first.cost_hint().level_nodes)
 
     def candidates(self, texts: list[str], k: int, beam_size: int | None) -> Predictions:
         """The first stage's top-max(C, k), raw scores (the features LaMP was trained on)."""

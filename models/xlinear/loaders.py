@@ -23,7 +23,8 @@ def _rankers(path: Path, parts: Parts) -> None:
     from xtag.models.xlinear.model import XLinearModel
 
     parts.model = XLinearModel.load_rankers(path, parts.need("chain", "rankers"))
-    columns, n_features = getattr(parts.featurizer, "dim", None), parts.model.config.n_features
+    featurizer = parts.featurizer  # the Featurizer contract declares its columns (models/inference/predictor.py)
+    columns, n_features = None if featurizer is None else featurizer.dim, parts.model.config.n_features
     if columns is not None and columns != n_features:  # else every prediction fails, after /ready said yes
         raise XtagError(
             f"{path / 'config.json'}: n_features {n_features}, the features before it give {columns} columns"

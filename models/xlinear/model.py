@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from xtag.models.errors import XtagError, reading
 from xtag.models.files import index_bounds
 from xtag.models.files.atomic import write_text_atomic
-from xtag.models.inference.model import Model
+from xtag.models.inference.model import CostHint, Model
 from xtag.models.inference.types import FirstLevelSearch, PostProcessor, Predictions, RankerLevel, TreeIndex
 from xtag.models.label_tree import ClusterChain
 from xtag.models.xlinear.level_file import LevelPart, write_level
@@ -86,6 +86,10 @@ class XLinearModel(Model):
     @property
     def n_labels(self) -> int:
         return self.chain.n_labels
+
+    def cost_hint(self) -> CostHint:
+        """A sparse beam search down the label tree: its nodes per level size the search."""
+        return CostHint(level_nodes=tuple(int(level.W.shape[0]) for level in self.levels))
 
     def predict(self, X: sp.csr_matrix, k: int = 10, beam_size: int | None = None) -> Predictions:
         if X.shape[1] != self.config.n_features:

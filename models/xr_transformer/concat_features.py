@@ -66,6 +66,8 @@ def concat_features(X_tfidf: sp.csr_matrix | None, E: np.ndarray, alpha: float =
 class ConcatFeaturizer:
     """Text → Φ_cat: an optional TF-IDF featuriser plus a dense encoder (ONNX or static token embeddings)."""
 
+    encodes = True  # the Featurizer contract (models/inference/predictor.py)
+
     def __init__(self, tfidf: TfidfFeaturizer | None, encoder: DenseEncoder, alpha: float = 1.0):
         self.tfidf, self.encoder, self.alpha = tfidf, encoder, alpha
 

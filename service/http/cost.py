@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 from xtag.models.inference.macro_optimal import SERVING_MAX_SECONDS
 from xtag.models.inference.model import CostHint
+from xtag.models.inference.predictor import Predictor
 from xtag.models.inference.reweighting import candidate_budget
 from xtag.service.http.problems import Problem
 
@@ -179,12 +180,10 @@ def scored_nodes(level_nodes: tuple[int, ...], beam: int) -> int:
     return int(total)
 
 
-def tree_shape(predictor) -> tuple[int, ...]:
-    """Nodes per level of the bundle's label tree (a LaMP bundle's first stage's); (labels,) without a tree."""
-    model = predictor.model
-    model = getattr(getattr(model, "first", None), "model", model)
-    levels = getattr(model, "levels", None)
-    return tuple(int(level.W.shape[0]) for level in levels) if levels else (predictor.n_labels,)
+def tree_shape(predictor: Predictor) -> tuple[int, ...]:
+    """Nodes per level of the bundle's label tree, as its model declares it (Model.cost_hint; a LaMP bundle's
+    first stage's); (labels,) without a tree."""
+    return predictor.cost_hint().level_nodes or (predictor.n_labels,)
 
 
 def label_bytes(names: list[str]) -> float:

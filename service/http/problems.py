@@ -17,7 +17,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from xtag.models.errors import XtagError
 from xtag.service.http.hangups import ClientGone
-from xtag.service.observability.metrics import CLIENT_CLOSED
+from xtag.service.observability.prometheus import CLIENT_CLOSED
 
 MEDIA_TYPE = "application/problem+json"
 log = logging.getLogger("xtag.service")

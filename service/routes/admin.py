@@ -17,11 +17,11 @@ import signal
 import time
 from pathlib import Path
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from xtag.models.errors import XtagError
-from xtag.service.deps import json_body, openapi_body
+from xtag.service.deps import ModelRepositoryDep, ReloadBody, SettingsDep, openapi_body
 from xtag.service.http.problems import Problem, problem_responses
-from xtag.service.observability.metrics import served_name
+from xtag.service.observability.prometheus import served_name
 from xtag.service.schemas import ReloadRequest, ReloadResponse
 from xtag.service.state.model_slot import ReloadInProgress
 
@@ -187,8 +187,7 @@ def resolve_target(request: Request, bundle: str) -> Path:
         }
     ),
 )
-async def reload(request: Request, body: ReloadRequest = Depends(json_body(ReloadRequest, optional=True))) -> dict:
-    settings = request.app.state.settings
+async def reload(request: Request, body: ReloadBody, settings: SettingsDep, registry: ModelRepositoryDep) -> dict:
     target: Path | None = None
     if body.bundle is not None:
         if settings.server.workers > 1:
@@ -199,13 +198,13 @@ async def reload(request: Request, body: ReloadRequest = Depends(json_body(Reloa
                 "update the configured path (XTAG_BUNDLE) and restart, or reload it in place",
             )
         target = resolve_target(request, body.bundle)
-    throttle(request, request.app.state.registry.default or "")
+    throttle(request, registry.default or "")
     try:
         summary = await reload_model(request.app, target, wait=False)
     except ReloadInProgress as exc:
         raise Problem(409, "reload-in-progress", str(exc), headers={"Retry-After": "1"}) from exc
     except XtagError as exc:
         raise Problem(422, "reload-failed", f"{exc}{_still_serving(request)}") from exc
-    if request.app.state.settings.server.uvicorn_supervisor_pid == os.getppid():  # roll every sibling worker onto it
+    if settings.server.uvicorn_supervisor_pid == os.getppid():  # roll every sibling worker onto it
         os.kill(os.getppid(), signal.SIGHUP)
     return summary

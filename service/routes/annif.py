@@ -13,9 +13,11 @@ from fastapi import APIRouter, Request
 from starlette.formparsers import MultiPartException, MultiPartParser
 from xtag.service.deps import (
     OFF_LOOP_BYTES,
+    AnnifProjectDep,
+    ModelRepositoryDep,
+    SettingsDep,
     check_text_lengths,
     document_limit,
-    named_model,
     openapi_body,
     parse_body,
 )
@@ -79,14 +81,6 @@ def project(request: Request, model: ServedModel) -> dict:
         "is_trained": True,
         "modification_time": model.bundle.manifest.get("created"),
     }
-
-
-def _project(request: Request, pid: str) -> ServedModel:
-    """The model served as project `pid` (404 as Annif words it, for a name not served; 503 while it loads)."""
-    registry = request.app.state.registry
-    if pid not in registry.names:
-        raise Problem(404, "not-found", f"Project '{pid}' not found")
-    return named_model(registry, pid)
 
 
 def _number(raw: str | None, name: str, cast, lo: float, hi: float, default):
@@ -207,14 +201,14 @@ async def api_info() -> dict:
     summary="Annif projects: one per model served",
     responses=problem_responses({401: "missing API key"}),
 )
-async def projects(request: Request) -> dict:
-    slots = request.app.state.registry.slots.values()
+async def projects(request: Request, registry: ModelRepositoryDep) -> dict:
+    slots = registry.slots.values()
     return {"projects": [project(request, slot.current) for slot in slots if slot.current is not None]}
 
 
 @router.get("/v1/projects/{project_id}", summary="One Annif project", responses=problem_responses(PROJECT))
-async def get_project(request: Request, project_id: str) -> dict:
-    return project(request, _project(request, project_id))
+async def get_project(request: Request, model: AnnifProjectDep) -> dict:
+    return project(request, model)
 
 
 @router.post(
@@ -248,8 +242,7 @@ async def get_project(request: Request, project_id: str) -> dict:
         }
     },
 )
-async def suggest(request: Request, project_id: str):
-    model = _project(request, project_id)
+async def suggest(request: Request, model: AnnifProjectDep):
     content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if content_type not in FORM_TYPES:
         raise Problem(
@@ -290,9 +283,8 @@ async def suggest(request: Request, project_id: str):
         }
     ),
 )
-async def suggest_batch(request: Request, project_id: str):
-    model = _project(request, project_id)
-    limit = request.app.state.settings.limits.max_batch_documents
+async def suggest_batch(request: Request, model: AnnifProjectDep, settings: SettingsDep):
+    limit = settings.limits.max_batch_documents
     body = await parse_body(request, AnnifBatchRequest, check=document_limit(limit, status=400))
     q = request.query_params
     # Annif's document_id is a string, absent ids come back null; an integer id is echoed as its string (issue 28)

@@ -9,108 +9,22 @@ threads and never waits on the database, and a slow or failing store answers 503
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
-
 from fastapi import APIRouter, Request
 from starlette.responses import Response
-from xtag.service.deps import check_text_lengths, document_limit, openapi_body, parse_body
+from xtag.service.deps import (
+    AnnifProjectDep,
+    FeedbackWriterDep,
+    SettingsDep,
+    check_text_lengths,
+    document_limit,
+    openapi_body,
+    parse_body,
+)
 from xtag.service.http.problems import Problem, problem_responses
-from xtag.service.routes.annif import _project
 from xtag.service.schemas import AnnifLearnRequest, FeedbackRequest, FeedbackResponse, integer_id
-from xtag.service.state.feedback_store import Feedback, FeedbackStore, Written
+from xtag.service.state.feedback_store import Feedback
 
 router = APIRouter(tags=["feedback"])
-log = logging.getLogger("xtag.service")
-
-
-class FeedbackWriter:
-    """The store, its one writer thread, and the writes waiting for it (group commit).
-
-    A write queues its documents and asks the writer thread to commit; the thread takes every write queued
-    by then and commits them in one transaction, answering each with its own counts. While one transaction
-    runs, the next group gathers, so under load each sync to disk carries every write that arrived meanwhile
-    (one transaction per write answered 503 to 814 of 1,000 documents from 20 clients, issue 38). Writes not
-    yet answered are counted, and past XTAG_FEEDBACK_MAX_PENDING refused at once: a slow or stuck store cannot
-    pile up work. A failed transaction fails every write of its group (503; nothing of it was stored, so a
-    retry is safe)."""
-
-    def __init__(self, target: str, timeout_s: float, max_pending: int):
-        self.store = FeedbackStore(target, timeout_s)
-        self.timeout_s = timeout_s
-        self.max_pending = max_pending
-        self.executor = ThreadPoolExecutor(1, thread_name_prefix="xtag-feedback")
-        self.queue: deque[tuple[list[Feedback], Future]] = deque()
-        self.pending = 0
-
-    async def write(self, items: list[Feedback]) -> Written:
-        if self.pending >= self.max_pending:
-            detail = (
-                f"the feedback store is busy: {self.pending} writes wait for it, the limit is {self.max_pending} "
-                "(XTAG_FEEDBACK_MAX_PENDING); retry later"
-            )
-            raise Problem(503, "feedback-unavailable", detail, headers={"Retry-After": "5"})
-        self.pending += 1
-        answer: Future = Future()
-        self.queue.append((items, answer))
-        self.executor.submit(self._commit_queued)
-        waiter = asyncio.wrap_future(answer)
-        waiter.add_done_callback(lambda _: self._done())
-        try:
-            return await asyncio.wait_for(asyncio.shield(waiter), self.timeout_s)
-        except TimeoutError:
-            log.error("feedback write to %s took over %.1f s", self.store.where, self.timeout_s)
-            detail = f"the feedback store did not answer within {self.timeout_s:g} s (XTAG_FEEDBACK_TIMEOUT_S)"
-        except Exception as exc:  # sqlite3/psycopg errors, a missing driver: the store's problem, not the client's
-            detail = f"the feedback store ({self.store.where}) failed: {type(exc).__name__}"
-        raise Problem(503, "feedback-unavailable", detail, headers={"Retry-After": "5"})
-
-    def _commit_queued(self) -> None:
-        """On the writer thread: every write queued now, in one transaction (none left: an earlier call took them)."""
-        group = []
-        while self.queue:  # only this thread takes from the queue
-            group.append(self.queue.popleft())
-        if not group:
-            return
-        try:
-            written = self.store.add([items for items, _ in group])
-        except Exception as exc:
-            log.error("feedback write of %d requests to %s failed: %s", len(group), self.store.where, exc)
-            for _, answer in group:
-                answer.set_exception(exc)
-            return
-        log.debug(
-            "feedback: %d writes, %d documents committed in one transaction",
-            len(group),
-            sum(len(items) for items, _ in group),
-        )
-        for (_, answer), counts in zip(group, written):
-            answer.set_result(counts)
-
-    def _done(self) -> None:
-        self.pending -= 1
-
-    def close(self) -> None:
-        self.executor.shutdown(wait=False, cancel_futures=True)
-        self.store.close()
-
-
-def writer(request: Request) -> FeedbackWriter:
-    """The app's writer, made on first use (a store that cannot open never delays startup)."""
-    state, settings = request.app.state, request.app.state.settings
-    if settings.admin.admin_key is None:
-        raise Problem(
-            403,
-            "admin-key-required",
-            "storing feedback needs an admin key (set XTAG_ADMIN_KEY): it becomes training data",
-        )
-    if state.feedback is None:
-        state.feedback = FeedbackWriter(
-            settings.feedback.feedback_db, settings.feedback.feedback_timeout_s, settings.feedback.feedback_max_pending
-        )
-    return state.feedback
 
 
 RESPONSES = {
@@ -132,10 +46,8 @@ RESPONSES = {
     summary="Store documents with their correct labels (new label names welcome) for `xtag update`",
     responses=problem_responses(RESPONSES),
 )
-async def feedback(request: Request) -> dict:
-    out = writer(request)
-    limit = request.app.state.settings.limits.max_batch_documents
-    body = await parse_body(request, FeedbackRequest, check=document_limit(limit))
+async def feedback(request: Request, out: FeedbackWriterDep, settings: SettingsDep) -> dict:
+    body = await parse_body(request, FeedbackRequest, check=document_limit(settings.limits.max_batch_documents))
     check_text_lengths(request, [d.text for d in body.documents])
     items = [
         Feedback(
@@ -165,11 +77,8 @@ def _subject_name(request: Request, uri: str | None, label: str | None, where: s
     summary="Annif learn: documents with their subjects, stored as feedback (204, as Annif answers)",
     responses=problem_responses({**RESPONSES, 404: "no such project", 503: RESPONSES[503] + ", or no model loaded"}),
 )
-async def learn(request: Request, project_id: str) -> Response:
-    _project(request, project_id)
-    out = writer(request)
-    limit = request.app.state.settings.limits.max_batch_documents
-    body = await parse_body(request, AnnifLearnRequest, check=_list_limit(limit))
+async def learn(request: Request, _: AnnifProjectDep, out: FeedbackWriterDep, settings: SettingsDep) -> Response:
+    body = await parse_body(request, AnnifLearnRequest, check=_list_limit(settings.limits.max_batch_documents))
     docs = body.root
     check_text_lengths(request, [d.text for d in docs])
     items = []

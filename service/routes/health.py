@@ -6,8 +6,9 @@ import anyio.to_thread
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import Response
+from xtag.service.deps import ModelRepositoryDep
 from xtag.service.http.problems import problem_response, problem_responses
-from xtag.service.state.registry import UnknownModel
+from xtag.service.state.model_repository import UnknownModel
 from xtag.service.state.shadow import summaries
 
 router = APIRouter(tags=["operations"])
@@ -30,8 +31,7 @@ router.add_api_route("/health", health, methods=["HEAD"], include_in_schema=Fals
     "copy) until it is reloaded.",
     responses=problem_responses({503: "not ready; `detail` says why"}),
 )
-async def ready(request: Request):
-    registry = request.app.state.registry
+async def ready(request: Request, registry: ModelRepositoryDep):
     model = registry.current
     several = len(registry.slots) > 1
     changed = registry.default_slot.changed if model is not None else None
@@ -66,8 +66,7 @@ def _states(registry) -> dict:
     summary="Readiness of one model: 200 once it is loaded and warmed up, else 503 (404: no such model)",
     responses=problem_responses({404: "no model of that name is served", 503: "not ready; `detail` says why"}),
 )
-async def model_ready(request: Request, name: str):
-    registry = request.app.state.registry
+async def model_ready(request: Request, name: str, registry: ModelRepositoryDep):
     try:
         slot = registry.slot(name)
     except UnknownModel as exc:
@@ -86,9 +85,9 @@ async def model_ready(request: Request, name: str):
 
 
 @router.get("/metrics", summary="Prometheus exposition", response_class=Response)
-async def metrics(request: Request) -> Response:
+async def metrics(request: Request, registry: ModelRepositoryDep) -> Response:
     state = request.app.state
-    for slot in list(state.registry.slots.values()):  # each model's drift, computed when read: O(labels)
+    for slot in list(registry.slots.values()):  # each model's drift, computed when read: O(labels)
         model = slot.current
         if model is not None and model.drift is not None:
             state.metrics.publish_drift(model, model.drift.summary(model.names, top=0))

@@ -7,8 +7,8 @@ from pathlib import PurePosixPath, PureWindowsPath
 from typing import Annotated
 
 import numpy as np
-from fastapi import APIRouter, Depends, Query, Request
-from xtag.service.deps import served_model
+from fastapi import APIRouter, Query, Request
+from xtag.service.deps import ModelRepositoryDep, ServedModelDep
 from xtag.service.http.problems import problem_responses
 from xtag.service.schemas import LabelsPage, ModelInfo
 from xtag.service.state.model_slot import ServedModel
@@ -42,7 +42,7 @@ def _public(value):
     responses=problem_responses({**AUTH_AND_MODEL, **QUERY}),
 )
 async def labels(
-    model: ServedModel = Depends(served_model),
+    model: ServedModelDep,
     q: Annotated[str | None, Query(max_length=200, description="case-insensitive substring")] = None,
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
@@ -81,7 +81,7 @@ def model_info(model: ServedModel) -> dict:
     summary="The served bundle: manifest, label count, load time (no server paths)",
     responses=problem_responses(AUTH_AND_MODEL),
 )
-async def model(model: ServedModel = Depends(served_model)) -> dict:
+async def model(model: ServedModelDep) -> dict:
     return model_info(model)
 
 
@@ -90,11 +90,10 @@ async def model(model: ServedModel = Depends(served_model)) -> dict:
     summary="Rolling QPS, latency percentiles, error rate and top labels (dashboard feed)",
     responses=problem_responses({401: "missing API key", **QUERY}),
 )
-async def stats(request: Request, top: Annotated[int, Query(ge=1, le=100)] = 10) -> dict:
-    state = request.app.state
-    model = state.registry.current
-    out = state.recent.summary()
-    out["in_flight"] = state.recent.in_flight
+async def stats(request: Request, registry: ModelRepositoryDep, top: Annotated[int, Query(ge=1, le=100)] = 10) -> dict:
+    model, recent = registry.current, request.app.state.recent
+    out = recent.summary()
+    out["in_flight"] = recent.in_flight
     out["top_labels"] = []
     out["model"] = None
     if model is not None:

@@ -11,15 +11,15 @@ from __future__ import annotations
 import os
 import signal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from xtag.config.model_set import ModelSpec
 from xtag.models.errors import XtagError
-from xtag.service.deps import json_body, openapi_body
+from xtag.service.deps import ModelPutBody, ModelRepositoryDep, SettingsDep, openapi_body
 from xtag.service.http.problems import Problem, problem_responses
 from xtag.service.routes.admin import reload_model, resolve_target, throttle
 from xtag.service.schemas import ModelPutRequest, ReloadResponse
+from xtag.service.state.model_repository import DefaultModelBusy, UnknownModel
 from xtag.service.state.model_slot import ReloadInProgress
-from xtag.service.state.registry import DefaultModelBusy, UnknownModel
 
 router = APIRouter(tags=["admin"])
 COMMON = {401: "missing or wrong admin key", 403: "no XTAG_ADMIN_KEY configured: the admin plane is off"}
@@ -75,10 +75,10 @@ async def _load(request: Request, name: str, target=None) -> dict:
         }
     ),
 )
-async def reload_one(request: Request, name: str) -> dict:
+async def reload_one(request: Request, name: str, settings: SettingsDep) -> dict:
     _slot_or_404(request, name)
     summary = await _load(request, name)
-    if request.app.state.settings.server.uvicorn_supervisor_pid == os.getppid():  # roll every sibling worker onto it
+    if settings.server.uvicorn_supervisor_pid == os.getppid():  # roll every sibling worker onto it
         os.kill(os.getppid(), signal.SIGHUP)
     return summary
 
@@ -102,7 +102,7 @@ async def reload_one(request: Request, name: str) -> dict:
         }
     ),
 )
-async def put_model(request: Request, name: str, body: ModelPutRequest = Depends(json_body(ModelPutRequest))) -> dict:
+async def put_model(request: Request, name: str, body: ModelPutBody) -> dict:
     _single_worker(request, "loading a model over HTTP")
     try:
         ModelSpec(name=name, path=body.bundle)
@@ -120,12 +120,14 @@ async def put_model(request: Request, name: str, body: ModelPutRequest = Depends
         {**COMMON, **NAMED, 409: "the default model without a new_default, or a multi-worker server"}
     ),
 )
-async def delete_model(request: Request, name: str, new_default: str | None = None) -> None:
+async def delete_model(
+    request: Request, name: str, registry: ModelRepositoryDep, new_default: str | None = None
+) -> None:
     _single_worker(request, "unloading a model over HTTP")
     _slot_or_404(request, name)
     try:
-        request.app.state.registry.unload(name, new_default)
+        registry.unload(name, new_default)
     except UnknownModel as exc:
-        raise Problem(404, "unknown-model", str(exc), models=request.app.state.registry.names) from None
+        raise Problem(404, "unknown-model", str(exc), models=registry.names) from None
     except DefaultModelBusy as exc:
         raise Problem(409, "default-model", str(exc)) from None

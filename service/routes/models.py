@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
+from xtag.service.deps import ModelRepositoryDep
 from xtag.service.http.problems import problem_responses
 
 router = APIRouter(tags=["model"])
@@ -17,6 +18,5 @@ router = APIRouter(tags=["model"])
     "arrays are mapped from: what it adds to the process at most. `default` marks the model /v1/predict answers.",
     responses=problem_responses({401: "missing API key"}),
 )
-async def list_models(request: Request) -> dict:
-    registry = request.app.state.registry
+async def list_models(registry: ModelRepositoryDep) -> dict:
     return {"default": registry.default, "models": registry.describe()}

@@ -8,13 +8,12 @@ from typing import Annotated
 
 import anyio.to_thread
 from fastapi import APIRouter, Query, Request
-from xtag.service.deps import named_model
+from xtag.service.deps import MODEL_QUERY, ModelRepositoryDep, QueriedModelDep
 from xtag.service.http.problems import problem_responses
-from xtag.service.observability.metrics import served_name
+from xtag.service.observability.prometheus import served_name
 from xtag.service.state.shadow import summaries
 
 router = APIRouter(tags=["monitoring"])
-MODEL_QUERY = Query(description="the served model's name (default: the default model)", max_length=200)
 
 
 @router.get(
@@ -26,10 +25,9 @@ MODEL_QUERY = Query(description="the served model's name (default: the default m
 )
 async def drift(
     request: Request,
+    served: QueriedModelDep,
     top: Annotated[int, Query(ge=1, le=100)] = 10,
-    model: Annotated[str | None, MODEL_QUERY] = None,
 ) -> dict:
-    served = named_model(request.app.state.registry, model)  # 404 listing the names, 503 while not ready
     out = served.drift.summary(served.names, top)
     request.app.state.metrics.publish_drift(served, out)
     return {**out, "model": served.ref}
@@ -44,12 +42,13 @@ async def drift(
 )
 async def timeline(
     request: Request,
+    registry: ModelRepositoryDep,
     minutes: Annotated[float, Query(gt=0, le=60)] = 60,
     model: Annotated[str | None, MODEL_QUERY] = None,
 ) -> dict:
     timelines = request.app.state.timelines
     if model is None:
-        current = request.app.state.registry.current
+        current = registry.current
         model = served_name(current) if current is not None else ""
     return {**timelines.series(model, minutes), "model": model, "models": timelines.models()}
 

@@ -197,7 +197,7 @@ def check_cost(request: Request, model: ServedModel) -> None:
     (xtag_cost_underestimated_requests), so that a cost model that drifts low is seen."""
     meter = request.scope.get(METER_KEY)
     if meter is not None:
-        meter.check(model.served_as or model.bundle.name, getattr(model.series, "underestimated", None))
+        meter.check(model.served_as or model.bundle.name, None if model.series is None else model.series.underestimated)
 
 
 async def predict_arrays(

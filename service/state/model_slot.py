@@ -1,6 +1,6 @@
 """One named model's slot: its served bundle, loaded and warmed beside the old one, swapped atomically, or unloaded.
 
-A server holds one slot per model (service/state/registry.py); each loads, reloads and unloads on its own."""
+A server holds one slot per model (service/state/model_repository.py); each loads, reloads and unloads on its own."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from xtag.service.state.memory import check_memory, release_memory, resident_mb,
 
 if TYPE_CHECKING:
     from xtag.models.explain.lamp import LampExplainer
-    from xtag.service.observability.metrics import ModelSeries
+    from xtag.service.observability.prometheus import ModelSeries
 
 log = logging.getLogger("xtag.service")
 
@@ -47,7 +47,7 @@ class ServedModel:
     drift: LabelDrift | None = None  # attached once warmed up, so warm-up answers are not counted as traffic
     served_as: str = ""  # the name it is served under (its slot's), set when it goes live
     batcher: object | None = None  # its own micro-batcher (service/batching.py), set when it goes live
-    series: ModelSeries | None = None  # its Prometheus children (observability/metrics.py), set when it goes live
+    series: ModelSeries | None = None  # its Prometheus children (observability/prometheus.py), set when it goes live
     shadow: object | None = None  # its ShadowScorer (state/shadow.py, which imports this module), if any
     snapshot: Snapshot | None = None  # the private copy it was loaded from (models/bundle/snapshot.py), if any
     _weights: dict[tuple[str, float | None], np.ndarray] = field(default_factory=dict, repr=False)

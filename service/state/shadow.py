@@ -39,7 +39,7 @@ JOB_KEY = "xtag.shadow"  # the scope key where predict_rows leaves the request's
 
 def _one_core() -> None:
     """The shadow thread's engine calls use one core's share of numba's threads, and its graphs have one intra-op
-    thread (ModelRegistry.options_for): its batches leave the other cores to the primary's requests, which on 2
+    thread (ModelRepository.options_for): its batches leave the other cores to the primary's requests, which on 2
     cores otherwise met a shadow batch running on both (bench/RESULTS.md, "Per-model series and shadow scoring")."""
     share_cores(thread_count())
 

@@ -51,7 +51,7 @@ def export_run(
         shutil.rmtree(out)
     config = TrainConfig.load(run / "config.json")
     chosen = family(config.model)
-    export_settings = getattr(config.family_settings, "export", None)
+    export_settings = config.export_settings
     if shortlist_min_nodes is not None:
         chosen.require("shortlist", "--shortlist-min-nodes")
         export_settings.shortlist_config.min_nodes = shortlist_min_nodes

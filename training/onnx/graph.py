@@ -96,7 +96,7 @@ def write_graph(
         example = {} if extra is None else {"extra": extra(ids.shape[1])}
         export_graph(module, ids, mask, out / "model.onnx", config.opset, output_names, **example)
     update = {"opset": config.opset}
-    if getattr(config, "optimize", False):
+    if config.optimize:
         with step("onnxruntime transformer fusions"):
             fused = fuse(out / "model.onnx", *attention_shape(module), for_gpu=config.precision == "fp16")
         update["optimized"] = True

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 from xtag.service.observability.drift import LabelDrift, jensen_shannon
-from xtag.service.observability.metrics import LATENCY_BUCKETS
+from xtag.service.observability.prometheus import LATENCY_BUCKETS
 
 from tests.service.svc_support import bundles, make_client, tiny_corpus, wait_ready  # noqa: F401  (pytest fixtures)
 

@@ -68,7 +68,7 @@ def test_stats_feed_has_qps_percentiles_errors_and_top_labels(client):
 
 
 def test_stats_window_forgets_old_requests_and_wraps_around():
-    from xtag.service.observability.metrics import RecentRequests
+    from xtag.service.observability.prometheus import RecentRequests
 
     r = RecentRequests(window=60, capacity=8)
     for i in range(20):  # more than the capacity: only the last 8 remain

@@ -3,7 +3,7 @@ its span, percentiles from the buckets' histograms, and load/reload events."""
 
 from __future__ import annotations
 
-from xtag.service.observability.metrics import LATENCY_BUCKETS
+from xtag.service.observability.prometheus import LATENCY_BUCKETS
 from xtag.service.observability.timeline import Timeline
 
 

@@ -278,17 +278,17 @@ def test_annif_suggestions_of_a_shadowed_project_are_scored_too(make_client, bun
 def test_a_shadow_runs_on_one_core_so_its_batches_leave_the_others_to_the_primary(tmp_path):
     from xtag.config.model_set import ModelSet, ModelSpec
     from xtag.models.features.device import RuntimeOptions
-    from xtag.service.state.registry import ModelRegistry
+    from xtag.service.state.model_repository import ModelRepository
 
     models = ModelSet(
         models=[ModelSpec(name="old", path=tmp_path / "old"), ModelSpec(name="new", path=tmp_path / "new")],
         default="old",
         shadows={"new": "old"},
     )
-    registry = ModelRegistry(models, "warm", options=RuntimeOptions(encoder_threads=4))
+    registry = ModelRepository(models, "warm", options=RuntimeOptions(encoder_threads=4))
     assert registry.slots["new"].options.encoder_threads == 1  # its graphs: one intra-op thread
     assert registry.slots["old"].options.encoder_threads == 4  # the primary keeps the configured threads
-    assert ModelRegistry(models, "warm").slots["new"].options.encoder_threads == 1
+    assert ModelRepository(models, "warm").slots["new"].options.encoder_threads == 1
     import numba
 
     before = numba.get_num_threads()

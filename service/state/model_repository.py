@@ -27,7 +27,7 @@ class DefaultModelBusy(XtagError):
     """The default model cannot be unloaded unless another one becomes the default."""
 
 
-class ModelRegistry:
+class ModelRepository:
     """Every model of the server; `default` answers the unnamed routes. Slots change only on the event loop."""
 
     def __init__(

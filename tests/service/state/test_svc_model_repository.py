@@ -1,4 +1,4 @@
-"""Many models in one process (service/state/registry.py): each loads, reloads and unloads on its own; a failure of
+"""Many models in one process (service/state/model_repository.py): each loads, reloads and unloads on its own; a failure of
 one leaves the others serving and shows in /ready by name; the default cannot be dropped without a successor; a
 load that would pass XTAG_MAX_MEMORY_MB is refused before it starts; log lines name the model."""
 

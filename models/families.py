@@ -60,6 +60,9 @@ class TrainInputs:
     train_and_export: Callable[[Any, Path, bool], Path]
     progress: bool = True
     log: Log = _no_log
+    # what each label says (models/label_texts.py LabelTexts), from `--labels`; None without a label file. It may
+    # name labels that no training document carries.
+    label_texts: Any = None
 
 
 class TrainEntry(Protocol):

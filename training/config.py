@@ -28,6 +28,11 @@ class _CommonConfig(BaseModel):
     corpus: Path
     format: CorpusFormat = "auto"
     skip_bad_rows: bool = False
+    labels: Path | None = Field(
+        None,
+        description="a label file (labels.jsonl[.gz]: id, name, description, alt_labels, broader): what each label "
+        "says, kept in the run and the bundle",
+    )
     ray: str | None = Field(
         None, description="a Ray cluster to train on: auto | local | HOST:PORT (xlinear sub-trees, LaMP folds)"
     )

@@ -12,11 +12,13 @@ from pathlib import Path
 import numpy as np
 from xtag.config.settings import ClusterEnvironment
 from xtag.corpus.files import build_vocab, load_corpus
+from xtag.corpus.label_files import missing_note, read_label_file
 from xtag.models.errors import XtagError, reading
 from xtag.models.families import TrainEntry, TrainInputs, family
 from xtag.models.features.tfidf import TfidfFeaturizer
 from xtag.models.files.atomic import fsync_dir, write_text_atomic
 from xtag.models.files.finite_scan import array_files, refuse_nonfinite
+from xtag.models.label_texts import LABEL_TEXTS_FILE, LabelTexts
 from xtag.models.labels import LabelVocab
 from xtag.models.threads import apply as size_thread_pools
 from xtag.training.config import TrainConfig
@@ -99,6 +101,7 @@ def _train(
     # says one line)
     log({"event": "threads", "pools": size_thread_pools()})
     t = time.perf_counter()
+    label_texts = _label_texts(config, vocab, log)
     featurizer, X = TfidfFeaturizer.fit(corpus.texts, config.tfidf)
     Y, _ = corpus.label_matrix(vocab)
     config = _with_label_names(config, vocab.names)
@@ -108,10 +111,11 @@ def _train(
 
     t = time.perf_counter()
     train: TrainEntry = family(config.model).resolve("train")
-    result = train(TrainInputs(corpus.texts, X, Y, config, out / "checkpoints", train_and_export, progress, log))
+    inputs = TrainInputs(corpus.texts, X, Y, config, out / "checkpoints", train_and_export, progress, log, label_texts)
+    result = train(inputs)
     train_seconds = time.perf_counter() - t
 
-    save_model(out, vocab, featurizer, result)
+    save_model(out, vocab, featurizer, result, label_texts)
     if family(config.model).supports("update"):  # what a later `xtag update` reuses instead of featurising again
         save_rows(out / "checkpoints", X)
     summary = {
@@ -174,18 +178,35 @@ def _removed_on_failure(out: Path, keep: bool) -> Iterator[None]:
         raise
 
 
-def save_model(out: Path, vocab: LabelVocab, featurizer: TfidfFeaturizer, model) -> None:
-    """out/model: labels, TF-IDF and the trained model (anything with `.save(folder)`), which `xtag export`
-    reads; written beside and renamed, so it appears whole or not at all."""
+def save_model(
+    out: Path, vocab: LabelVocab, featurizer: TfidfFeaturizer, model, label_texts: LabelTexts | None = None
+) -> None:
+    """out/model: labels (and what they say, with --labels), TF-IDF and the trained model (anything with
+    `.save(folder)`), which `xtag export` reads; written beside and renamed, so it appears whole or not at all."""
     final = out / "model.tmp"
     shutil.rmtree(final, ignore_errors=True)
     final.mkdir(parents=True)
     vocab.save(final / "labels.json")
+    if label_texts is not None:
+        label_texts.save(final / LABEL_TEXTS_FILE)
     featurizer.save(final / "features" / "tfidf")
     model.save(final)
     shutil.rmtree(out / "model", ignore_errors=True)
     final.rename(out / "model")
     fsync_dir(out)
+
+
+def _label_texts(config: TrainConfig, vocab: LabelVocab, log) -> LabelTexts | None:
+    """The run's label file, read and checked before any training; the corpus's labels it lacks are named in
+    one warning."""
+    if config.labels is None:
+        return None
+    texts = read_label_file(config.labels)
+    log({"event": "label_texts", "labels": len(texts), "with_text": sum(t.has_text for t in texts.labels)})
+    note = missing_note(texts, vocab.names)
+    if note:
+        log({"event": "warning", "message": note})
+    return texts
 
 
 def _with_label_names(config: TrainConfig, names: list[str]) -> TrainConfig:

@@ -53,6 +53,10 @@ def train(
     print_config: Annotated[bool, Opt("--print-config", help="print the effective config and exit")] = False,
     format: CorpusFormat = "auto",
     skip_bad_rows: SkipBadRows = False,
+    labels: Annotated[
+        Path | None,
+        Opt(help="label file (labels.jsonl[.gz]): each label's name, description, other names and broader labels"),
+    ] = None,
     ray: Annotated[
         str | None,
         Opt(

@@ -20,6 +20,7 @@ FLAG_PATHS: dict[str, str] = {  # flag -> the TrainConfig setting it writes
     "--model": "model",
     "--format": "format",
     "--skip-bad-rows": "skip_bad_rows",
+    "--labels": "labels",
     "--ray": "ray",
     "--beam-size": "xlinear.beam_size",
     "--negatives": "xlinear.negatives",

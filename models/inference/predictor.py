@@ -11,6 +11,7 @@ from xtag.models.errors import XtagError
 from xtag.models.inference.calibration import Calibration
 from xtag.models.inference.model import CostHint, Model
 from xtag.models.inference.types import Predictions
+from xtag.models.label_texts import LabelTexts
 from xtag.models.labels import LabelVocab
 
 
@@ -32,6 +33,7 @@ class Predictor:
     model: Model
     vocab: LabelVocab
     calibration: Calibration | None = None  # the bundle's calibration.json: scores become probabilities
+    label_texts: LabelTexts | None = None  # the bundle's label_texts.jsonl (what each label says), when it has one
 
     @property
     def n_labels(self) -> int:

@@ -38,8 +38,10 @@ print(f"scipy    {scipy.__version__}")
 EOF
 }
 
+OMIKUJI="omikuji==0.5.2"  # the other peer of bench/peers_exclude_self.py (bench/peers/omikuji_bonsai.py)
 if [[ -x "$VENV/bin/python" ]] && "$VENV/bin/python" -c "import pecos.xmc.xlinear" >/dev/null 2>&1; then
-    echo "[setup_pecos] $VENV already has pecos; skipping install"
+    "$VENV/bin/python" -c "import omikuji" >/dev/null 2>&1 || "$VENV/bin/python" -m pip install -q "$OMIKUJI"
+    echo "[setup_pecos] $VENV already has pecos and omikuji; skipping install"
     print_versions
     exit 0
 fi
@@ -70,7 +72,7 @@ fi
 
 echo "[setup_pecos] installing libpecos (numpy<2)"
 # Re-state the torch pin so the resolver can never swap the CPU build out.
-"${PIP[@]}" install -q libpecos "numpy<2" "torch==$TORCH_VERSION"
+"${PIP[@]}" install -q libpecos "$OMIKUJI" "numpy<2" "torch==$TORCH_VERSION"
 
 "$VENV/bin/python" -c "import pecos.xmc.xlinear" \
     || { echo "[setup_pecos] ERROR: pecos failed to import" >&2; exit 1; }

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from xtag.models.metrics import evaluate, jain_propensities
+from xtag.models.metrics import evaluate, jain_propensities, occurrence_recall
 
 # 2 documents, 4 labels. Doc 0 truth {0, 2}; doc 1 truth {1}.
 Y = sp.csr_matrix(np.array([[1, 0, 1, 0], [0, 1, 0, 0]], dtype=np.float32))
@@ -69,3 +69,12 @@ def test_set_metrics_at_a_threshold_count_example_micro_and_macro_f1():
     # per label F1: label 0: 2·1/(1+1) = 1; label 1: 0 (never predicted above 0.5); label 2: 2·1/(2+1)
     assert out["macro-F1"] == pytest.approx(100 * (1 + 0 + 2 / 3) / 3)
     assert set_metrics(pred, scores, Y, 0.95) == {"example-F1": 0.0, "micro-F1": 0.0, "macro-F1": 0.0}
+
+
+def test_occurrence_recall_counts_only_the_chosen_labels_pairs_found_in_the_top_k():
+    # pairs of labels 1 and 2: (doc 0, 2), (doc 1, 1), (doc 1, 2); label 0's pair does not count
+    Y = sp.csr_matrix(np.array([[1, 0, 1, 0], [0, 1, 1, 0]]))
+    pred = np.array([[2, 0, -1], [3, 1, 2]])
+    assert occurrence_recall(pred, Y, np.array([1, 2]), k=2) == pytest.approx(200 / 3)  # doc 1's label 2 is 3rd
+    assert occurrence_recall(pred, Y, np.array([1, 2]), k=3) == pytest.approx(100.0)
+    assert occurrence_recall(pred, Y, np.array([3]), k=3) == 0.0  # no true pair: 0, not a division by zero

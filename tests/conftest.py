@@ -140,7 +140,7 @@ def tiny_bundle(corpus_files, tmp_path_factory) -> Path:
 
 LABEL_TEXT_ROWS = [  # what tiny_texts_bundle's labels say: a broader tree, a label no document carries, one left out
     {"id": "game", "name": "Games", "description": "Software to play."},
-    {"id": "game::fps", "name": "First-person shooters", "alt_labels": ["FPS"], "broader": ["game"]},
+    {"id": "game::fps", "name": "First-person shooters", "alt_labels": ["Ego shooters"], "broader": ["game"]},
     {"id": "game::puzzle", "name": "Puzzles", "description": 'Tiles & logic, "quoted".', "broader": ["game"]},
     {"id": "sci::bio", "name": "Biology", "description": "Genomes and proteins."},
     *({"id": name} for name in sorted(TOPICS) if not name.startswith(("game::", "sci::bio", "role::"))),

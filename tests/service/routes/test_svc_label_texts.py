@@ -97,3 +97,18 @@ def test_openapi_states_the_option_and_the_fields(texts_client):
         assert schemas[request]["properties"]["label_text"]["type"] == "boolean"
     assert {"label", "description"} <= set(schemas["LabelScore"]["properties"])
     assert {"label", "description", "alt_labels", "broader"} <= set(schemas["LabelInfo"]["properties"])
+
+
+def test_the_answer_size_estimate_counts_the_label_texts(texts_client):
+    from xtag.service.http.cost import Work, response_bytes
+
+    model = texts_client.app.state.registry.current
+    texts = [f"{SHOOTER} {i}" for i in range(8)]
+    body = {"documents": [{"text": t} for t in texts], "k": model.n_labels, "label_text": True}
+    r = texts_client.post("/v1/predict/batch", json=body)
+    assert r.status_code == 200 and '"description"' in r.text
+    work = Work(8, sum(map(len, texts)), model.n_labels, model.default_beam, model.level_nodes, hint=model.cost_hint)
+    assert model.text_bytes > 0
+    estimate = response_bytes(work, model.label_bytes + model.text_bytes)
+    assert len(r.content) <= 1.01 * estimate  # its envelope (ids, model, took_ms) is not counted, as in every answer
+    assert estimate - response_bytes(work, model.label_bytes) == 8 * model.n_labels * model.text_bytes

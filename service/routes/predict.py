@@ -143,8 +143,9 @@ async def predict_rows(
     label_text: bool = False,
 ) -> list[orjson.Fragment]:
     """Each text's top-k labels as JSON ({id, name, score} list, and each label's `gain` when reweighted, its
-    `label` and `description` with `label_text`), through the micro-batcher when it is on. For a shadowed model, the request's ShadowJob (texts, client `ids`,
-    options, the answer's labels) is left in the scope for the handler's background task (shadow_task)."""
+    `label` and `description` with `label_text`), through the micro-batcher when it is on. For a shadowed model,
+    the request's ShadowJob (texts, client `ids`, options, the answer's labels) is left in the scope for the
+    handler's background task (shadow_task)."""
     preds = await predict_arrays(request, model, texts, k, beam, a, rw_key, rerank)
     if model.shadow is not None:
         ids = ids or [None] * len(texts)
@@ -265,8 +266,7 @@ async def predict(request: Request) -> Response:
         _rw_key(body),
         body.explain,
         body.rerank,
-        None,
-        body.label_text,
+        label_text=body.label_text,
     )
     took = round((time.perf_counter() - start) * 1e3, 3)
     return await answer(request, model, {"labels": rows[0], "model": model.ref, "took_ms": took})
@@ -302,7 +302,7 @@ async def predict_batch(request: Request) -> Response:
             body.explain,
             body.rerank,
             ids,
-            body.label_text,
+            label_text=body.label_text,
         )
     else:
         rows = await optimized_rows(request, model, body, texts, k, beam)

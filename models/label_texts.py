@@ -172,3 +172,12 @@ def from_json(row: dict) -> LabelText:
             raise ValueError(f'"{key}" must be a list of strings')
         lists[key] = tuple(value)
     return LabelText(label_id, row.get("name"), row.get("description"), lists["alt_labels"], lists["broader"])
+
+
+def shown_fields(texts: LabelTexts | None, label_id: str) -> dict:
+    """What a returned label carries when its text is asked for (the service's and `xtag predict`'s `label_text`):
+    `label`, its name (its id when it has none, as Annif shows a label), and `description` (None when it has none)."""
+    label = None if texts is None else texts.get(label_id)
+    if label is None:
+        return {"label": label_id, "description": None}
+    return {"label": label.name or label_id, "description": label.description}

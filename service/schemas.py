@@ -142,6 +142,11 @@ class PredictOptions(Strict):
         description="false: a re-ranking bundle (model kind lamp) answers with its first stage alone, skipping "
         "the second stage; other bundles ignore it",
     )
+    label_text: StrictBool = Field(
+        False,
+        description="add each returned label's `label` (its name from the bundle's label file, else its id) and "
+        "`description` (null when it has none)",
+    )
 
 
 class PredictRequest(PredictOptions):
@@ -248,9 +253,18 @@ class Explanation(BaseModel):
     )
 
 
+LABEL_NAME = "the label's name from the bundle's label file (docs/label-files.md), else its id"
+
+
 class LabelScore(BaseModel):
     id: int
-    name: str
+    name: str = Field(description="the label's id: the string the training corpus names it by")
+    label: str | None = Field(None, description=f"only with `label_text: true`: {LABEL_NAME}; absent otherwise")
+    description: str | None = Field(
+        None,
+        description="only with `label_text: true`: the label's description from the bundle's label file, null "
+        "when it has none; absent otherwise",
+    )
     score: float = Field(
         description="the model's score (calibrated when the bundle is); with `reweight` the labels are ordered by "
         "gain a_j·score, so this need not decrease down the list"
@@ -286,9 +300,17 @@ class BatchResponse(BaseModel):
 
 
 class LabelInfo(BaseModel):
+    """A label of the served model; the fields of its label file only when the bundle has one and says them."""
+
     id: int
-    name: str
+    name: str = Field(description="the label's id: the string the training corpus names it by")
     frequency: int
+    label: str | None = Field(None, description="its name, from the bundle's label file; absent when none")
+    description: str | None = Field(None, description="from the bundle's label file; absent when none")
+    alt_labels: list[str] | None = Field(None, description="its other names, from the label file; absent when none")
+    broader: list[str] | None = Field(
+        None, description="the ids (`name`) of its broader labels, from the label file; absent when none"
+    )
 
 
 class LabelsPage(BaseModel):

@@ -138,6 +138,33 @@ def tiny_bundle(corpus_files, tmp_path_factory) -> Path:
     return folder / "bundle"
 
 
+LABEL_TEXT_ROWS = [  # what tiny_texts_bundle's labels say: a broader tree, a label no document carries, one left out
+    {"id": "game", "name": "Games", "description": "Software to play."},
+    {"id": "game::fps", "name": "First-person shooters", "alt_labels": ["Ego shooters"], "broader": ["game"]},
+    {"id": "game::puzzle", "name": "Puzzles", "description": 'Tiles & logic, "quoted".', "broader": ["game"]},
+    {"id": "sci::bio", "name": "Biology", "description": "Genomes and proteins."},
+    *({"id": name} for name in sorted(TOPICS) if not name.startswith(("game::", "sci::bio", "role::"))),
+]
+
+
+@pytest.fixture(scope="session")
+def tiny_texts_bundle(corpus_files, tmp_path_factory) -> tuple[Path, Path]:
+    """(run, bundle) of tiny_bundle's XR-Linear trained with a label file (`--labels`, LABEL_TEXT_ROWS)."""
+    from xtag.models.features.tfidf import TfidfConfig
+    from xtag.training.config import TrainConfig
+    from xtag.training.tree.build import TreeConfig
+    from xtag.training.xlinear.config import XLinearConfig
+
+    folder = tmp_path_factory.mktemp("texts")
+    config = TrainConfig(
+        corpus=corpus_files[0],
+        labels=write_jsonl(folder / "labels.jsonl", LABEL_TEXT_ROWS),
+        tfidf=TfidfConfig(min_df=1),
+        xlinear=XLinearConfig(n_jobs=1, tree=TreeConfig(branching=2, max_leaf_size=4)),
+    )
+    return train_and_export(config, folder)
+
+
 @pytest.fixture(scope="session")
 def tiny_bert(corpus_files, tmp_path_factory) -> Path:
     """A tiny randomly initialised BERT (hidden 32, 2 layers) with a WordPiece tokenizer trained on the

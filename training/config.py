@@ -30,7 +30,8 @@ class _CommonConfig(BaseModel):
     skip_bad_rows: bool = False
     labels: Path | None = Field(
         None,
-        description="a label file (labels.jsonl[.gz]: id, name, description, alt_labels, broader): what each label "
+        description="a label file (labels.jsonl[.gz]: id, name, description, alt_labels, broader; or an Annif TSV "
+        "vocabulary, or SKOS in Turtle or RDF/XML): what each label "
         "says, kept in the run and the bundle",
     )
     ray: str | None = Field(

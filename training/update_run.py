@@ -7,7 +7,7 @@ run's TF-IDF is kept as fitted: words the old corpus never had are not features 
 change every feature and so every ranker); the run's own rows are not featurised again where the run kept
 them (kept_tfidf.py). The family's `update` entry grows the tree and retrains what
 changed. RUN2 is a normal run (config.json, model/, summary.json, its combined corpus), so `xtag export`
-takes it and a later `xtag update` can build on it; summary.json's `update` section says which labels
+takes it and a later `xtag update` can build on it, and it keeps the run's label texts (model/label_texts.jsonl); summary.json's `update` section says which labels
 are new, which `xtag evaluate` reports apart. It is written in a temporary folder beside RUN2 and
 renamed at the end: a killed update leaves RUN untouched and no RUN2 (as save_model does for model/).
 """
@@ -24,6 +24,7 @@ from xtag.models.errors import XtagError, reading
 from xtag.models.families import UpdateInputs, UpdatePlacement, family
 from xtag.models.features.tfidf import TfidfFeaturizer
 from xtag.models.files.atomic import fsync_dir, write_text_atomic
+from xtag.models.label_texts import LABEL_TEXTS_FILE, LabelTexts
 from xtag.models.labels import LabelVocab
 from xtag.training.config import TrainConfig
 from xtag.training.data.fingerprint import CorpusFingerprint
@@ -71,6 +72,13 @@ class _SavedFeatures:
 
     def save(self, folder: Path) -> None:
         shutil.copytree(self.folder, folder)
+
+
+def _kept_texts(run: Path) -> LabelTexts | None:
+    """The run's label texts (a run trained with --labels), carried into the new run as they are: its new labels
+    read as their ids until a label file gives them text."""
+    path = run / "model" / LABEL_TEXTS_FILE
+    return LabelTexts.load(path) if path.is_file() else None
 
 
 def update_run(
@@ -136,7 +144,7 @@ def update_run(
         t = time.perf_counter()
         data = UpdateInputs(run, tmp / "checkpoints", old, merged, X, Y, len(vocab), differ, same_text)
         result, facts = chosen.resolve("update")(data, config, progress=progress, log=log, clusters=clusters)
-        save_model(tmp, grown, _SavedFeatures(run / "model" / "features" / "tfidf"), result)
+        save_model(tmp, grown, _SavedFeatures(run / "model" / "features" / "tfidf"), result, _kept_texts(run))
         summary = {
             "model": config.model,
             "documents": len(merged),

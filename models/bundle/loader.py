@@ -14,6 +14,7 @@ from xtag.models.errors import XtagError
 from xtag.models.features.device import RuntimeOptions
 from xtag.models.files.finite_scan import refuse_nonfinite
 from xtag.models.inference.predictor import Predictor
+from xtag.models.label_texts import LABEL_TEXTS_FILE, LabelTexts
 from xtag.models.labels import LabelVocab
 
 
@@ -62,6 +63,8 @@ def load_bundle(path: str | Path, device=None, options: RuntimeOptions | None = 
         model=parts.model,
         vocab=LabelVocab.load(folder / "labels.json"),
         calibration=parts.calibration,
+        # a bundle-level file like labels.json, not a component: what labels say, which no predictor part reads
+        label_texts=LabelTexts.load(folder / LABEL_TEXTS_FILE) if LABEL_TEXTS_FILE in manifest["files"] else None,
     )
     stated = manifest.get("label_count")
     if stated is not None and stated != len(predictor.vocab):  # a manifest edited, or a labels.json swapped in

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 from xtag.models.bundle.loader import Bundle
 from xtag.models.errors import XtagError
+from xtag.models.label_texts import LabelTexts, shown_fields
 from xtag.models.tagging.batches import predict_corpus
 
 Rows = list[list[tuple[int, str, float]]]
@@ -37,6 +38,7 @@ class TagOptions:
     beta: float | None = None
     threshold: float | None = None
     explain: bool = False
+    label_text: bool = False  # each label's name and description from the bundle's label file (the service's)
 
 
 class Tagger:
@@ -57,18 +59,28 @@ class Tagger:
     def json_rows(self, ids: list, texts: list[str], progress: bool = False) -> list[dict]:
         """The JSON-lines rows of `texts` (json_rows below)."""
         rows, explained = self.tag(texts, progress)
-        return json_rows(ids, rows, self.gains, explained)
+        texts = self.bundle.predictor.label_texts
+        return json_rows(ids, rows, self.gains, explained, texts, self.options.label_text)
 
 
-def json_rows(ids: list, rows: Rows, gains, explanations: list[list[dict | None]]) -> list[dict]:
-    """One `{"id", "labels": [{"name", "score"(, "gain")(, "explanation")}]}` per document; with --reweight each
-    label also carries the gain it was ranked by, with --explain its explanation."""
+def json_rows(
+    ids: list,
+    rows: Rows,
+    gains,
+    explanations: list[list[dict | None]],
+    texts: LabelTexts | None = None,
+    label_text: bool = False,
+) -> list[dict]:
+    """One `{"id", "labels": [{"name"(, "label", "description"), "score"(, "gain")(, "explanation")}]}` per
+    document; with --label-text each label also carries its name and description from `texts` (the bundle's label
+    file), with --reweight the gain it was ranked by, with --explain its explanation."""
     return [
         {
             "id": doc_id,
             "labels": [
                 {
                     "name": n,
+                    **(shown_fields(texts, n) if label_text else {}),
                     "score": round(s, 6),
                     **({} if gains is None else {"gain": round(float(gains[j] * s), 6)}),
                     **({} if e is None else {"explanation": e}),

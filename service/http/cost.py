@@ -35,10 +35,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import orjson
 from xtag.models.inference.macro_optimal import SERVING_MAX_SECONDS
 from xtag.models.inference.model import CostHint
 from xtag.models.inference.predictor import Predictor
 from xtag.models.inference.reweighting import candidate_budget
+from xtag.models.label_texts import LabelTexts, shown_fields
 from xtag.service.http.problems import Problem
 
 log = logging.getLogger("xtag.service")
@@ -192,6 +194,13 @@ def label_bytes(names: list[str]) -> float:
         return 0.0
     name_bytes = sum(len(n.encode()) for n in names) / len(names)
     return len('{"id":,"name":"","score":}') + len(str(len(names))) + name_bytes + SCORE_BYTES
+
+
+def text_bytes(texts: LabelTexts, names: list[str]) -> float:
+    """Mean bytes a `label_text` request adds to one label of this label set: `"label":"…","description":"…",`."""
+    if not names:
+        return 0.0
+    return sum(len(orjson.dumps(shown_fields(texts, n))) for n in names) / len(names)  # {…} for …,
 
 
 def response_bytes(work: Work, per_label: float) -> float:

@@ -14,19 +14,24 @@ from collections.abc import Callable
 import numpy as np
 import orjson
 from xtag.models.inference.types import Predictions
+from xtag.models.label_texts import LabelTexts, shown_fields
 
 
 class LabelPrefixes:
-    """`{"id":j,"name":"…","score":` per label id, rendered on first use (a model may have millions of labels)."""
+    """`{"id":j,"name":"…","score":` per label id, rendered on first use (a model may have millions of labels).
+    With `texts` (a `label_text` request's), `{"id":j,"name":"…","label":"…","description":…,"score":`: a request
+    that asks for the label texts uses its own cache, and one that does not reads the plain prefixes as before."""
 
-    def __init__(self, names: list[str]):
-        self.names = names
+    def __init__(self, names: list[str], texts: LabelTexts | None = None, with_text: bool = False):
+        self.names, self.texts, self.with_text = names, texts, with_text
         self._cache: dict[int, bytes] = {}
 
     def __call__(self, j: int) -> bytes:
         prefix = self._cache.get(j)
         if prefix is None:
-            prefix = self._cache[j] = b'{"id":%d,"name":%s,"score":' % (j, orjson.dumps(self.names[j]))
+            name = self.names[j]
+            text = orjson.dumps(shown_fields(self.texts, name))[1:-1] + b"," if self.with_text else b""
+            prefix = self._cache[j] = b'{"id":%d,"name":%s,%s"score":' % (j, orjson.dumps(name), text)
         return prefix
 
 
@@ -68,13 +73,16 @@ def explained_lists(
     threshold: float | None,
     explain: Callable[[int, list[int]], list[dict]],
     gains: np.ndarray | None = None,
+    texts: LabelTexts | None = None,
+    with_text: bool = False,
 ) -> list[orjson.Fragment]:
     """`label_lists` with an `explanation` per label, from `explain(document index, its label ids)`: the same labels
     and the same score digits (float64 of the float32 score, as there). Plain dicts here: explaining costs far more
     than serialising them. One document at a time, each label its own `orjson.dumps`, so that the worker thread
     never holds the GIL long in one call (a document of 595 explained labels was one 20-50 ms dumps) and a batch's
     explanations never pile up into a full garbage collection (a 10 x 595 batch's ran 0.3 s on the GIL, a /health
-    stall that long: issue 47, defect 7)."""
+    stall that long: issue 47, defect 7). `with_text`: each label also has its `label` and `description` from
+    `texts`, as LabelPrefixes renders them."""
     keep = kept_mask(preds, threshold)
     labels = [row[k].tolist() for row, k in zip(preds.labels, keep)]
     scores = [row[k].tolist() for row, k in zip(np.asarray(preds.scores, dtype=np.float64), keep)]
@@ -83,7 +91,14 @@ def explained_lists(
     for d, (ids, values, gs) in enumerate(zip(labels, scores, gain_lists)):
         items = [
             orjson.dumps(
-                {"id": j, "name": names[j], "score": s, **({} if gs is None else {"gain": gs[i]}), "explanation": e}
+                {
+                    "id": j,
+                    "name": names[j],
+                    **(shown_fields(texts, names[j]) if with_text else {}),
+                    "score": s,
+                    **({} if gs is None else {"gain": gs[i]}),
+                    "explanation": e,
+                }
             )
             for i, (j, s, e) in enumerate(zip(ids, values, explain(d, ids)))
         ]

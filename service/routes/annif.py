@@ -117,8 +117,8 @@ async def _suggest(
         hint=model.cost_hint,
         annif=True,
     )
-    # an Annif result holds the name twice (uri, label) and the uri's prefix: at most two label objects' bytes
-    per_label = 2 * model.label_bytes + len(s.server.annif_uri_prefix.encode())
+    # an Annif result holds the id (its uri), the label's name and the uri's prefix: at most two label objects' bytes
+    per_label = model.label_bytes + model.shown_bytes + len(s.server.annif_uri_prefix.encode())
     request.scope[METER_KEY] = check_work(
         work, per_label, s.limits.max_request_cost, s.limits.max_response_bytes, s.limits.max_request_memory_mb
     )
@@ -127,20 +127,22 @@ async def _suggest(
         scored = [texts[i] for i in todo]
         doc_ids = [None] * len(todo) if ids is None else [ids[i] for i in todo]
         request.scope[JOB_KEY] = model.shadow.job(scored, doc_ids, limit, None, True, model, preds.labels)
-    results = partial(annif_results, preds, model.names, s.server.annif_uri_prefix, threshold)
+    results = partial(annif_results, preds, model.names, model.shown_names, s.server.annif_uri_prefix, threshold)
     rows = await off_loop_if_large(request, results, len(todo) * limit)
     for i, row in zip(todo, rows):
         out[i] = row
     return out
 
 
-def annif_results(preds, names: list[str], prefix: str, threshold: float) -> list[orjson.Fragment]:
-    """Each document's Annif results, as JSON: {uri, label, notation, score}, scores under `threshold` dropped."""
+def annif_results(preds, names: list[str], shown: list[str], prefix: str, threshold: float) -> list[orjson.Fragment]:
+    """Each document's Annif results, as JSON: {uri, label, notation, score}, scores under `threshold` dropped. The
+    uri is the label's id (`names`) after the prefix, the label its name (`shown`: from the bundle's label file, else
+    the id), as Annif shows a subject's label."""
     return [
         orjson.Fragment(
             orjson.dumps(
                 [
-                    {"uri": prefix + names[j], "label": names[j], "notation": None, "score": score}
+                    {"uri": prefix + names[j], "label": shown[j], "notation": None, "score": score}
                     for j, score in zip(ids, scores)
                     if j >= 0 and score >= threshold
                 ]

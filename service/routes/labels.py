@@ -8,6 +8,7 @@ from typing import Annotated
 
 import numpy as np
 from fastapi import APIRouter, Query, Request
+from xtag.models.label_texts import LabelText
 from xtag.service.deps import ModelRepositoryDep, ServedModelDep
 from xtag.service.http.problems import problem_responses
 from xtag.service.schemas import LabelsPage, ModelInfo
@@ -38,24 +39,48 @@ def _public(value):
 @router.get(
     "/v1/labels",
     response_model=LabelsPage,
-    summary="Label names, paged, optionally filtered",
+    response_model_exclude_unset=True,  # a label's label-file fields only where the bundle says them
+    summary="Labels, paged, optionally filtered; with what the bundle's label file says of each",
     responses=problem_responses({**AUTH_AND_MODEL, **QUERY}),
 )
 async def labels(
     model: ServedModelDep,
-    q: Annotated[str | None, Query(max_length=200, description="case-insensitive substring")] = None,
+    q: Annotated[
+        str | None,
+        Query(max_length=200, description="case-insensitive substring of the id, or of the name or another name"),
+    ] = None,
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
 ) -> dict:
-    ids = range(model.n_labels) if not q else [i for i, n in enumerate(model.lower_names) if q.lower() in n]
+    ids = range(model.n_labels) if not q else [i for i, n in enumerate(model.search_texts) if q.lower() in n]
     page = ids[offset : offset + limit]
     freqs = model.bundle.predictor.vocab.frequencies
+    texts = model.label_texts
     return {
         "total": len(ids),
         "offset": offset,
         "limit": limit,
-        "labels": [{"id": i, "name": model.names[i], "frequency": freqs[i]} for i in page],
+        "labels": [
+            {
+                "id": i,
+                "name": model.names[i],
+                "frequency": freqs[i],
+                **({} if texts is None else _text_fields(texts.get(model.names[i]))),
+            }
+            for i in page
+        ],
     }
+
+
+def _text_fields(label: LabelText | None) -> dict:
+    """What the label file says of a label, without the fields it leaves out."""
+    if label is None:
+        return {}
+    row = label.as_json()
+    del row["id"]
+    if "name" in row:
+        row["label"] = row.pop("name")
+    return row
 
 
 def model_info(model: ServedModel) -> dict:

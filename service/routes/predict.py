@@ -29,7 +29,7 @@ from xtag.service.deps import (
 )
 from xtag.service.http.cost import METER_KEY, Work, check_work, too_large
 from xtag.service.http.problems import Problem, problem_responses
-from xtag.service.http.response_json import label_lists
+from xtag.service.http.response_json import LabelPrefixes, label_lists
 from xtag.service.schemas import BatchRequest, BatchResponse, PredictOptions, PredictRequest, PredictResponse, Reweight
 from xtag.service.state.model_slot import ServedModel
 from xtag.service.state.shadow import JOB_KEY
@@ -115,8 +115,9 @@ def check_options(
         optimize=getattr(opts, "optimize", None) is not None,
         hint=model.cost_hint,
     )
+    per_label = model.label_bytes + (model.text_bytes if opts.label_text else 0)
     request.scope[METER_KEY] = check_work(
-        work, model.label_bytes, s.limits.max_request_cost, s.limits.max_response_bytes, s.limits.max_request_memory_mb
+        work, per_label, s.limits.max_request_cost, s.limits.max_response_bytes, s.limits.max_request_memory_mb
     )
     return k, opts.beam_size, a
 
@@ -139,10 +140,12 @@ async def predict_rows(
     explain: bool = False,
     rerank: bool = True,
     ids: list[str | None] | None = None,
+    label_text: bool = False,
 ) -> list[orjson.Fragment]:
-    """Each text's top-k labels as JSON ({id, name, score} list, and each label's `gain` when reweighted),
-    through the micro-batcher when it is on. For a shadowed model, the request's ShadowJob (texts, client `ids`,
-    options, the answer's labels) is left in the scope for the handler's background task (shadow_task)."""
+    """Each text's top-k labels as JSON ({id, name, score} list, and each label's `gain` when reweighted, its
+    `label` and `description` with `label_text`), through the micro-batcher when it is on. For a shadowed model,
+    the request's ShadowJob (texts, client `ids`, options, the answer's labels) is left in the scope for the
+    handler's background task (shadow_task)."""
     preds = await predict_arrays(request, model, texts, k, beam, a, rw_key, rerank)
     if model.shadow is not None:
         ids = ids or [None] * len(texts)
@@ -151,9 +154,14 @@ async def predict_rows(
         None if a is None else gains_of(preds, a)
     )  # what the labels were ranked by (models/inference/reweighting.py)
     if not explain:
-        lists = partial(label_lists, model.label_prefixes, preds, threshold, gains)
+        lists = partial(label_lists, prefixes(model, label_text), preds, threshold, gains)
         return await off_loop_if_large(request, lists, preds.labels.size)
-    return await explained_rows(request, model, texts, preds, threshold, rerank, gains)
+    return await explained_rows(request, model, texts, preds, threshold, rerank, gains, label_text)
+
+
+def prefixes(model: ServedModel, label_text: bool) -> LabelPrefixes:
+    """The rendered label prefixes a response is built from: with the label texts only when the request asks."""
+    return model.text_prefixes if label_text else model.label_prefixes
 
 
 INLINE_LABELS = 2000  # labels of one answer made JSON on the event loop (about a ms); more go to a worker
@@ -176,13 +184,17 @@ async def explained_rows(
     threshold: float | None,
     rerank: bool = True,
     gains: np.ndarray | None = None,
+    label_text: bool = False,
 ) -> list[orjson.Fragment]:
     """The label lists with each label's explanation, computed after the prediction and outside the
     micro-batcher, so that a plain request never waits for one. Always in a worker thread (unless
     XTAG_INFERENCE_THREADS=0 asks for the loop), never inlined like a short prediction: one 99,000-character text
     at k = 595 takes 0.3-0.6 s to explain, and held /health for as long on the loop (issue 38). The worker
     stops between two documents when the client hangs up (service/http/hangups.py)."""
-    run = metered(request, partial(model.explained, preds=preds, threshold=threshold, rerank=rerank, gains=gains))
+    explained = partial(
+        model.explained, preds=preds, threshold=threshold, rerank=rerank, gains=gains, label_text=label_text
+    )
+    run = metered(request, explained)
     return await run_off_loop(request.app.state.executor, run, texts, request.receive, StopFlag())
 
 
@@ -244,7 +256,17 @@ async def predict(request: Request) -> Response:
     model = served_model(request)
     k, beam, a = check_options(request, model, body, [body.text], "text")
     rows = await predict_rows(
-        request, model, [body.text], k, beam, a, body.threshold, _rw_key(body), body.explain, body.rerank
+        request,
+        model,
+        [body.text],
+        k,
+        beam,
+        a,
+        body.threshold,
+        _rw_key(body),
+        body.explain,
+        body.rerank,
+        label_text=body.label_text,
     )
     took = round((time.perf_counter() - start) * 1e3, 3)
     return await answer(request, model, {"labels": rows[0], "model": model.ref, "took_ms": took})
@@ -269,7 +291,18 @@ async def predict_batch(request: Request) -> Response:
     if body.optimize is None:
         ids = [None if d.id is None else str(d.id) for d in body.documents]
         rows = await predict_rows(
-            request, model, texts, k, beam, a, body.threshold, _rw_key(body), body.explain, body.rerank, ids
+            request,
+            model,
+            texts,
+            k,
+            beam,
+            a,
+            body.threshold,
+            _rw_key(body),
+            body.explain,
+            body.rerank,
+            ids,
+            label_text=body.label_text,
         )
     else:
         rows = await optimized_rows(request, model, body, texts, k, beam)
@@ -306,9 +339,9 @@ async def optimized_rows(
     run = metered(request, run)
     preds = await run_off_loop(request.app.state.executor, run, texts, request.receive)  # one call: the batch's optimum
     if not body.explain:
-        lists = partial(label_lists, model.label_prefixes, preds, body.threshold)
+        lists = partial(label_lists, prefixes(model, body.label_text), preds, body.threshold)
         return await off_loop_if_large(request, lists, preds.labels.size)
-    return await explained_rows(request, model, texts, preds, body.threshold)
+    return await explained_rows(request, model, texts, preds, body.threshold, label_text=body.label_text)
 
 
 for _route in list(router.routes):

@@ -25,7 +25,8 @@ from xtag.models.explain.select import explainer_for
 from xtag.models.features.device import RuntimeOptions
 from xtag.models.inference.reweighting import gains_for, label_weights, predict_reweighted
 from xtag.models.inference.types import Predictions
-from xtag.service.http.cost import label_bytes, tree_shape
+from xtag.models.label_texts import LabelTexts, shown_fields
+from xtag.service.http.cost import label_bytes, text_bytes, tree_shape
 from xtag.service.http.response_json import LabelPrefixes, explained_lists
 from xtag.service.observability.drift import DEFAULT_WINDOW, LabelDrift
 from xtag.service.state.memory import check_memory, release_memory, resident_mb, trim_heap
@@ -57,14 +58,25 @@ class ServedModel:
         p = self.bundle.predictor
         self.n_labels = p.n_labels
         self.names = p.vocab.names
-        self.lower_names = [n.lower() for n in self.names]
+        self.label_texts = p.label_texts  # what each label says (models/label_texts.py), when the bundle has them
+        # what /v1/labels' `q` searches: each label's id, and its name and other names when the bundle has them
+        self.search_texts = (
+            [n.lower() for n in self.names] if self.label_texts is None else searched(self.label_texts, self.names)
+        )
         self.label_prefixes = LabelPrefixes(self.names)  # responses' JSON per label (service/http/response_json.py)
+        self.text_prefixes = LabelPrefixes(self.names, self.label_texts, with_text=True)  # `label_text` requests'
+        # the labels Annif's API shows: each label's name (its id when it has none), as Annif does
+        self.shown_names = (
+            self.names if self.label_texts is None else [shown_fields(self.label_texts, n)["label"] for n in self.names]
+        )
         self.default_beam = int(p.model.config.beam_size)
         self.ref = {"name": self.bundle.name, "version": self.bundle.version}
         self.kind = str(self.bundle.manifest.get("model_kind", "unknown"))
         self.predicted = np.zeros(self.n_labels, dtype=np.int64)  # label id → times returned
         self.level_nodes = tree_shape(p)  # what admission's cost model needs of the bundle (service/http/cost.py)
         self.label_bytes = label_bytes(self.names)
+        self.shown_bytes = self.label_bytes if self.label_texts is None else label_bytes(self.shown_names)
+        self.text_bytes = 0.0 if self.label_texts is None else text_bytes(self.label_texts, self.names)
         self.cost_hint = p.cost_hint()  # the family's serving-cost profile (models/inference/model.py)
 
     def gains(self, scheme: str, alpha: float, beta: float | None) -> np.ndarray | None:
@@ -93,12 +105,20 @@ class ServedModel:
         threshold: float | None,
         rerank: bool = True,
         gains: np.ndarray | None = None,
+        label_text: bool = False,
     ) -> list[orjson.Fragment]:
         """The response's label lists for `preds` of `texts`, each label with its explanation (`rerank`: whether
-        a re-ranking bundle's second stage made `preds`; `gains`: a reweighted request's, shown per label)."""
+        a re-ranking bundle's second stage made `preds`; `gains`: a reweighted request's, shown per label;
+        `label_text`: each label's name and description too)."""
         explain = self.explainer.explain
         return explained_lists(
-            self.names, preds, threshold, lambda d, labels: explain(texts[d : d + 1], [labels], rerank=rerank)[0], gains
+            self.names,
+            preds,
+            threshold,
+            lambda d, labels: explain(texts[d : d + 1], [labels], rerank=rerank)[0],
+            gains,
+            self.label_texts,
+            label_text,
         )
 
     def predict(
@@ -127,6 +147,16 @@ class ServedModel:
         check_warmup(self.predict(texts, k, None, self.gains("psp", 0.5, None)), "reweighted")
         self.predicted[:] = 0
         self.warmup_ms = (time.perf_counter() - start) * 1e3
+
+
+def searched(texts: LabelTexts, names: list[str]) -> list[str]:
+    """Per label id, what /v1/labels' `q` matches, lowercased: the id, then its name and other names (one per line,
+    so that a query never matches across two of them)."""
+    out = []
+    for name in names:
+        label = texts.get(name)
+        out.append(name.lower() if label is None else "\n".join((name, label.name or "", *label.alt_labels)).lower())
+    return out
 
 
 class WarmupCheckFailed(XtagError):

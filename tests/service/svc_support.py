@@ -191,7 +191,9 @@ class LiveServer:
     def __init__(self, settings: Settings):
         from xtag.service.server import uvicorn_options
 
-        self.settings = settings.model_copy(update={"port": free_port(), "host": "127.0.0.1"})
+        # a port of its own: port 8000 is taken when two test runs share the machine (the settings' port is in `server`)
+        server = settings.server.model_copy(update={"port": free_port(), "host": "127.0.0.1"})
+        self.settings = settings.model_copy(update={"server": server})
         self.url = f"http://127.0.0.1:{self.settings.server.port}"
         self.app = create_app(self.settings)
         self.server = uvicorn.Server(

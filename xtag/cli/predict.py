@@ -28,6 +28,7 @@ from xtag.cli.options import (
     warn,
 )
 from xtag.models.errors import XtagError
+from xtag.models.label_texts import shown_fields
 
 Opt = typer.Option
 SHARD_ROWS = 20_000  # --shard-rows' default: a shard a worker reads, scores and writes in seconds
@@ -65,6 +66,13 @@ def predict(
     explain: Annotated[
         bool, Opt("--explain", help="the words that raised each label's score (bundles with TF-IDF features)")
     ] = False,
+    label_text: Annotated[
+        bool,
+        Opt(
+            "--label-text",
+            help="each label's name and description from the bundle's label file (the service's `label_text`)",
+        ),
+    ] = False,
     skip_bad_rows: SkipBadRows = False,
     ray: RayAddress = None,
     out_format: Annotated[str, Opt(help="with --ray: each shard's file: jsonl | parquet")] = "jsonl",
@@ -84,6 +92,9 @@ def predict(
     --explain is the service's `explain` (models/explain/linear.py): under each label the text's terms that raised its
     score most over its path in the tree (TF-IDF value × ranker weight, summed over levels) and each level's
     margin; in JSON lines each label gets the service's `explanation` object.
+
+    --label-text is the service's `label_text`: each label's name (its id when the bundle's label file gives none)
+    and description, after the id on the text's lines, as `label` and `description` in JSON lines.
     """
     from xtag.corpus.files import load_corpus
     from xtag.models.tagging.tagger import Tagger, TagOptions, labels_per_text
@@ -97,7 +108,7 @@ def predict(
     b = load_bundle_or_fail(bundle)
     with failing():  # the service's rule for k (models/tagging/tagger.py), XTAG_MAX_K included
         k = labels_per_text(k, b.predictor.n_labels, service_settings().limits.max_k)
-    options = TagOptions(k, beam_size, reweight, alpha, beta, threshold, explain)
+    options = TagOptions(k, beam_size, reweight, alpha, beta, threshold, explain, label_text)
     if ray is not None:
         job = dict(corpus_format=format, out_format=out_format, resume=resume, skip_bad_rows=skip_bad_rows)
         return _on_ray(b, bundle, corpus, out, options, ray, job, shard_rows, progress)
@@ -107,7 +118,8 @@ def predict(
             if not text.strip():
                 raise XtagError("the text is empty")
             rows, explanations = tagger.tag([text])
-            _print_text(rows[0], tagger.gains, reweight, explanations[0])
+            texts = b.predictor.label_texts if label_text else None
+            _print_text(rows[0], tagger.gains, reweight, explanations[0], texts, label_text)
             return
         data = read_noting_skips(load_corpus(corpus, format, skip_bad=skip_bad_rows, need_labels=False))
         lines = tagger.json_rows(data.ids, data.texts, progress)
@@ -134,9 +146,19 @@ def _on_ray(loaded, bundle: Path, corpus: Path, out: Path, options, address: str
     finish(f"wrote {out}: {done.written} shard files{kept}, top-{options.k} labels of {done.documents} documents")
 
 
-def _print_text(row: list[tuple[int, str, float]], gains, scheme: str | None, explanations: list[dict | None]) -> None:
+def _print_text(
+    row: list[tuple[int, str, float]],
+    gains,
+    scheme: str | None,
+    explanations: list[dict | None],
+    texts=None,
+    label_text: bool = False,
+) -> None:
     """`score  label` lines, best first; re-ranked, `gain  score  label`, since the gain is what ranks them.
-    With --explain each label is followed by its explanation's line (explanation_line)."""
+    With --label-text each label's name and description follow its id (label_text_line), with --explain its
+    explanation's line (explanation_line)."""
+    if label_text:
+        row = [(j, label_text_line(name, texts), s) for j, name, s in row]
     if gains is None:
         shown = score_texts([s for _, _, s in row])
         lines = [f"{text}  {name}" for text, (_, name, _) in zip(shown, row)]
@@ -167,6 +189,17 @@ def score_texts(scores: list[float]) -> list[str]:
         digits = next((d for d in range(4, 8) if all(f"{s:.{d}f}" != f"{o:.{d}f}" for o in near)), 7)
         out.append(f"{s:.{digits}f}")
     return out
+
+
+def label_text_line(name: str, texts) -> str:
+    """`id  —  name: description` (the description cut to one short line), or the id alone when its text adds nothing."""
+    fields = shown_fields(texts, name)
+    said = fields["label"] if fields["label"] != name else ""
+    if fields["description"]:
+        one_line = " ".join(fields["description"].split())
+        said = f"{said}: {one_line}" if said else one_line
+        said = said if len(said) <= 100 else said[:99] + "…"
+    return f"{name}  —  {said}" if said else name
 
 
 def explanation_line(explanation: dict) -> str:

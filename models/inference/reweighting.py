@@ -24,12 +24,16 @@ wider than requested (or than the bundle's default), re-rank those k' by gain an
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 from xtag.models.errors import XtagError
 from xtag.models.inference.types import Predictions
 from xtag.models.propensity import jain_propensities
+
+if TYPE_CHECKING:  # label_filter imports candidate_budget from here
+    from xtag.models.inference.label_filter import LabelFilter
 
 Scheme = Literal["psp", "power", "macro-recall"]
 SCHEMES: tuple[str, ...] = ("psp", "power", "macro-recall")
@@ -43,7 +47,12 @@ class Predicts(Protocol):
     """What reweighting and the macro optimizer (macro_optimal.py) need of a predictor: a Predictor's `predict`."""
 
     def predict(
-        self, texts: list[str], k: int = 10, beam_size: int | None = None, rerank: bool = True
+        self,
+        texts: list[str],
+        k: int = 10,
+        beam_size: int | None = None,
+        rerank: bool = True,
+        filters: Sequence[LabelFilter | None] | None = None,
     ) -> Predictions: ...
 
 
@@ -119,10 +128,12 @@ def predict_reweighted(
     beam_size: int,
     n_labels: int,
     second_stage: bool = True,
+    filters: Sequence[LabelFilter | None] | None = None,
 ) -> Predictions:
     """Predict top-k re-ranked by gains `a` (None = plain prediction, nothing widened); `second_stage=False`:
-    a re-ranking bundle's first stage alone (models/inference/predictor.py)."""
+    a re-ranking bundle's first stage alone (models/inference/predictor.py); `filters`: per text, the labels it
+    may get (models/inference/label_filter.py), the candidates being the allowed ones."""
     if a is None:
-        return predictor.predict(texts, k=k, beam_size=beam_size, rerank=second_stage)
+        return predictor.predict(texts, k=k, beam_size=beam_size, rerank=second_stage, filters=filters)
     k_cand, beam = candidate_budget(k, beam_size, n_labels)
-    return rerank(predictor.predict(texts, k=k_cand, beam_size=beam, rerank=second_stage), a, k)[0]
+    return rerank(predictor.predict(texts, k=k_cand, beam_size=beam, rerank=second_stage, filters=filters), a, k)[0]

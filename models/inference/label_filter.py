@@ -97,6 +97,18 @@ def plan(f: LabelFilter | None, k: int, beam: int, n_labels: int, exact: bool) -
     return ("search", *candidate_budget(fetch, beam, n_labels))
 
 
+def search_width(
+    filters: Iterable[LabelFilter | None], k: int, beam: int, n_labels: int, exact: bool
+) -> tuple[int, int]:
+    """The most labels one document's search fetches (or, exact, scores) and the widest beam, for the service's
+    cost estimate (service/http/cost.py)."""
+    fetch, widest = k, beam
+    for f in {id(f): f for f in filters}.values():
+        how, kk, bb = plan(f, k, beam, n_labels, exact)
+        fetch, widest = max(fetch, int(f.include.size) if how == "exact" else kk), max(widest, bb)
+    return fetch, widest
+
+
 def predict_filtered(
     filters: Sequence[LabelFilter | None],
     k: int,

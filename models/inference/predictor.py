@@ -41,6 +41,11 @@ class Predictor:
     def n_labels(self) -> int:
         return len(self.vocab)
 
+    @property
+    def scores_labels(self) -> bool:
+        """Whether a small `include` is scored label by label (Model.score_labels; never through a re-ranker)."""
+        return self.model.scores_labels and not self.model.reranks
+
     def cost_hint(self) -> CostHint:
         """The model's (models/inference/model.py), but a linear model over a transformer's features
         (XR-Transformer's concatenated featuriser) also pays the encoder per document."""
@@ -87,8 +92,7 @@ class Predictor:
             return self._shown(features, self.model.score_labels(features, labels), calibrated, rerank)
 
         beam = beam_size or int(self.model.config.beam_size)
-        scores_labels = self.model.scores_labels and not self.model.reranks
-        return predict_filtered(filters, k, beam, self.n_labels, search, exact if scores_labels else None)
+        return predict_filtered(filters, k, beam, self.n_labels, search, exact if self.scores_labels else None)
 
     def _scored(self, features, k: int, beam_size: int | None, calibrated: bool, rerank: bool) -> Predictions:
         """The model's top-k for featurised texts, as shown (readable, calibrated)."""

@@ -25,15 +25,12 @@ wider than requested (or than the bundle's default), re-rank those k' by gain an
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 from xtag.models.errors import XtagError
 from xtag.models.inference.types import Predictions
 from xtag.models.propensity import jain_propensities
-
-if TYPE_CHECKING:  # label_filter imports candidate_budget from here
-    from xtag.models.inference.label_filter import LabelFilter
 
 Scheme = Literal["psp", "power", "macro-recall"]
 SCHEMES: tuple[str, ...] = ("psp", "power", "macro-recall")
@@ -52,7 +49,7 @@ class Predicts(Protocol):
         k: int = 10,
         beam_size: int | None = None,
         rerank: bool = True,
-        filters: Sequence[LabelFilter | None] | None = None,
+        filters: Sequence | None = None,  # a label_filter.LabelFilter per text (label_filter imports this module)
     ) -> Predictions: ...
 
 
@@ -128,7 +125,7 @@ def predict_reweighted(
     beam_size: int,
     n_labels: int,
     second_stage: bool = True,
-    filters: Sequence[LabelFilter | None] | None = None,
+    filters: Sequence | None = None,  # a label_filter.LabelFilter per text (label_filter imports this module)
 ) -> Predictions:
     """Predict top-k re-ranked by gains `a` (None = plain prediction, nothing widened); `second_stage=False`:
     a re-ranking bundle's first stage alone (models/inference/predictor.py); `filters`: per text, the labels it

@@ -300,7 +300,9 @@ async def predict_arrays(
     predicted alone: its filters are its texts')."""
     run = metered(request, partial(model.predict, k=k, beam_size=beam, a=a, rerank=rerank, filters=filters))
     batcher = model.batcher
-    if batcher is not None and filters is None:
+    if filters is not None:
+        model.series.filtered.inc()
+    elif batcher is not None:
         return await batcher.submit((id(model), k, beam, rw_key, rerank), texts, run, request.receive)
     model.series.observe_batch(len(texts))
     return await run_off_loop(request.app.state.executor, run, texts, request.receive)

@@ -28,6 +28,7 @@ def test_exclude_by_name_or_id_drops_those_labels(client, plain):
         assert names(r.json()) == [plain[1], plain[3], plain[4]]
     named = client.post("/v1/models/tiny-a/predict", json={"text": TEXT, "k": 3, "exclude": [plain[0]]})
     assert names(named.json()) == plain[1:4]
+    assert 'xtag_filtered_requests_total{model="tiny-a"} 3.0' in client.get("/metrics").text
 
 
 def test_include_answers_only_those_and_fewer_than_k_when_few(client, plain):
@@ -94,3 +95,13 @@ def test_annif_suggest_takes_exclude_and_include_as_uris_or_names(client, plain)
     assert batch.status_code == 200 and [x["label"] for x in batch.json()[0]["results"]] == [plain[1]]
     bad = client.post(f"/v1/projects/{project}/suggest", data={"text": TEXT, "exclude": "nope"})
     assert bad.status_code == 422 and bad.json()["unknown_labels"] == {"exclude": ["nope"]}
+
+
+def test_annif_filters_take_the_uris_results_give(make_client, plain):
+    c = make_client(annif_uri_prefix="http://example.org/tags/")
+    project = c.app.state.registry.current.served_as
+    r = c.post(
+        f"/v1/projects/{project}/suggest",
+        data={"text": TEXT, "limit": 1, "exclude": "http://example.org/tags/" + plain[0]},
+    )
+    assert r.status_code == 200 and r.json()["results"][0]["uri"] == "http://example.org/tags/" + plain[1]

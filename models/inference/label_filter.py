@@ -44,8 +44,7 @@ class LabelFilter:
 
     @classmethod
     def of(cls, exclude: Iterable[int] = (), include: Iterable[int] | None = None) -> LabelFilter:
-        unique = lambda ids: np.unique(np.fromiter(ids, np.int64))  # noqa: E731
-        return cls(unique(exclude), None if include is None else unique(include))
+        return cls(_positions(exclude), None if include is None else _positions(include))
 
     def allowed(self, labels: np.ndarray) -> np.ndarray:
         """Which of `labels` (padding -1 included, never allowed) the filter lets through."""
@@ -55,6 +54,10 @@ class LabelFilter:
     def labels(self) -> np.ndarray:
         """An include's labels less the excluded ones (only for a filter with an include)."""
         return np.setdiff1d(self.include, self.exclude, assume_unique=True)
+
+
+def _positions(ids: Iterable[int]) -> np.ndarray:
+    return np.unique(np.fromiter(ids, np.int64))
 
 
 def self_filters(ids: Sequence[object], vocab: LabelVocab) -> list[LabelFilter | None]:
@@ -99,14 +102,16 @@ def plan(f: LabelFilter | None, k: int, beam: int, n_labels: int, exact: bool) -
 
 def search_width(
     filters: Iterable[LabelFilter | None], k: int, beam: int, n_labels: int, exact: bool
-) -> tuple[int, int]:
-    """The most labels one document's search fetches (or, exact, scores) and the widest beam, for the service's
-    cost estimate (service/http/cost.py)."""
-    fetch, widest = k, beam
+) -> tuple[int, int, int]:
+    """For the service's cost estimate (service/http/cost.py), per document at most: the labels a search fetches,
+    the labels scored one by one (an exact include), and the beam."""
+    fetch, scored, widest = k, 0, beam
     for f in {id(f): f for f in filters}.values():
         how, kk, bb = plan(f, k, beam, n_labels, exact)
-        fetch, widest = max(fetch, int(f.include.size) if how == "exact" else kk), max(widest, bb)
-    return fetch, widest
+        if how == "exact":
+            scored = max(scored, int(f.include.size))
+        fetch, widest = max(fetch, kk), max(widest, bb)
+    return fetch, scored, widest
 
 
 def predict_filtered(

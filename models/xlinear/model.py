@@ -117,7 +117,13 @@ class XLinearModel(Model):
         flat = np.concatenate([np.asarray(row, np.int64) for row in labels]) if labels else np.empty(0, np.int64)
         score, margin = np.ones(len(flat)), np.zeros(len(flat))
         for level, ancestors in zip(self.levels, path_nodes(self)):
-            m = pair_scores(level.W, level.bias, X, docs, ancestors[flat])
+            # labels share their upper nodes: each (document, node) pair is scored once (level 1 has a few nodes)
+            pairs, where = np.unique(np.stack([docs, ancestors[flat]]), axis=1, return_inverse=True)
+            if level.Wt is not None:  # a level of at most FULL_PRODUCT_MAX_NODES nodes: one product, as the search
+                m = np.asarray((X @ level.Wt)[pairs[0], pairs[1]]).ravel() + level.bias[pairs[1]]
+            else:
+                m = pair_scores(level.W, level.bias, X, pairs[0], pairs[1])
+            m = m[where.ravel()]
             score, margin = score * post(m), margin + m
         score = score.astype(np.float32)
         start = 0

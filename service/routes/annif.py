@@ -132,9 +132,11 @@ async def _suggest(
     filters = request_filters(model, s.limits.max_filter_labels, asked, len(todo))
     if not todo:
         return out
-    beam, fetch = model.default_beam, 0
+    beam, fetch, one_by_one = model.default_beam, 0, 0
     if filters is not None:
-        fetch, beam = search_width(filters, limit, beam, model.n_labels, model.bundle.predictor.scores_labels)
+        fetch, one_by_one, beam = search_width(
+            filters, limit, beam, model.n_labels, model.bundle.predictor.scores_labels
+        )
     work = Work(
         documents=len(todo),
         characters=sum(len(texts[i]) for i in todo),
@@ -144,6 +146,7 @@ async def _suggest(
         hint=model.cost_hint,
         annif=True,
         fetch=fetch,
+        scored_labels=one_by_one,
     )
     # an Annif result holds the name twice (uri, label) and the uri's prefix: at most two label objects' bytes
     per_label = 2 * model.label_bytes + len(s.server.annif_uri_prefix.encode())

@@ -123,11 +123,11 @@ def check_options(
             raise Problem(422, "explain-unavailable", f"explain: {model.bundle.name} ({model.kind}): {exc}") from exc
     beam = opts.beam_size or model.default_beam
     filters = request_filters(model, s.limits.max_filter_labels, opts, len(texts), documents)
-    fetch = 0
+    fetch = scored = 0
     if filters is not None:
         if getattr(opts, "optimize", None) is not None:
             raise Problem(422, "validation-error", "exclude/include and optimize are alternatives: give one of them")
-        fetch, beam = search_width(filters, k, beam, model.n_labels, model.bundle.predictor.scores_labels)
+        fetch, scored, beam = search_width(filters, k, beam, model.n_labels, model.bundle.predictor.scores_labels)
     work = Work(
         documents=len(texts),
         characters=sum(map(len, texts)),
@@ -139,6 +139,7 @@ def check_options(
         optimize=getattr(opts, "optimize", None) is not None,
         hint=model.cost_hint,
         fetch=fetch,
+        scored_labels=scored,
     )
     request.scope[METER_KEY] = check_work(
         work, model.label_bytes, s.limits.max_request_cost, s.limits.max_response_bytes, s.limits.max_request_memory_mb

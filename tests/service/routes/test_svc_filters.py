@@ -56,6 +56,18 @@ def test_a_filter_is_bounded_by_xtag_max_filter_labels(make_client):
     assert c.post("/v1/predict", json={"text": TEXT, "exclude": [0, 1]}).status_code == 200
 
 
+def test_the_cost_estimate_counts_what_a_filter_fetches_and_scores():
+    """An exclude fetches k + its size; a small include is scored label by label (counted as explained levels,
+    the same path walk); so both cost more than the plain request, and more with more labels."""
+    from xtag.service.http.cost import Work
+
+    plain = Work(documents=1, characters=100, k=10, beam=10, level_nodes=(16, 256, 4096))
+    fetched = Work(**{**plain.__dict__, "fetch": 1010})
+    scored = Work(**{**plain.__dict__, "scored_labels": 1000})
+    assert plain.cost() < fetched.cost() and plain.cost() < scored.cost()
+    assert scored.cost() - plain.cost() > 100  # 1000 labels × 3 levels, as explained levels
+
+
 def test_batch_filters_apply_to_every_document_and_documents_add_their_own(client, plain):
     docs = [{"text": TEXT}, {"text": TEXT, "exclude": [plain[1]]}, {"text": TEXT, "include": [plain[5]]}]
     r = client.post("/v1/predict/batch", json={"documents": docs, "k": 2, "exclude": [plain[0]]})

@@ -176,6 +176,13 @@ class Limits(BaseModel):
     max_batch_documents: int = Field(256, ge=1, description="most documents in one /v1/predict/batch")
     max_k: int = Field(1000, ge=1, description="largest k a request may ask for (also capped at the label count)")
     max_beam_size: int = Field(512, ge=1, description="largest beam_size a request may ask for")
+    max_filter_labels: int = Field(
+        1000,
+        ge=0,
+        description="most labels a document's `exclude` and `include` may name together, counted after their "
+        "branches (label texts' `broader`); more get 422: an exclude makes the search fetch k + its size "
+        "(models/inference/label_filter.py)",
+    )
     max_request_cost: float = Field(
         1000.0,
         ge=0,

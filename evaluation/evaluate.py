@@ -8,6 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 from xtag.corpus.files import Corpus
 from xtag.models.bundle.loader import Bundle
+from xtag.models.inference.label_filter import self_filters
 from xtag.models.labels import LabelVocab
 from xtag.models.metrics import DEFAULT_CONVENTION, check_convention, evaluate, propensities_with_unseen
 from xtag.models.tagging.batches import predict_corpus
@@ -59,10 +60,14 @@ def evaluate_bundle(
     B: float = 1.5,
     progress: bool = True,
     convention: str = DEFAULT_CONVENTION,
+    exclude_self: bool = False,
 ) -> tuple[dict[str, float], dict]:
-    """Metrics (percent) plus facts about the run: convention, unseen test labels, documents."""
-    truth = ground_truth(corpus, bundle.predictor.vocab, convention, A, B)
-    preds = predict_corpus(bundle, corpus.texts, max(ks), beam_size, progress)
+    """Metrics (percent) plus facts about the run: convention, unseen test labels, documents. `exclude_self`: a
+    document whose id is a label's name never gets that label (`xtag evaluate --exclude-self`)."""
+    vocab = bundle.predictor.vocab
+    truth = ground_truth(corpus, vocab, convention, A, B)
+    filters = self_filters(corpus.ids, vocab) if exclude_self else None
+    preds = predict_corpus(bundle, corpus.texts, max(ks), beam_size, progress, filters=filters)
     metrics = evaluate(preds.labels, truth.Y, ks, truth.propensity, convention)
     info = {
         "documents": len(corpus),

@@ -22,6 +22,7 @@ from xtag.corpus.files import Corpus
 from xtag.evaluation.evaluate import ground_truth
 from xtag.models.bundle.loader import Bundle
 from xtag.models.inference.calibration import expected_calibration_error, scored_pairs
+from xtag.models.inference.label_filter import self_filters
 from xtag.models.inference.macro_optimal import OptimizeConfig, optimize
 from xtag.models.inference.reweighting import SCHEMES, candidate_budget, gains_for, label_weights, rerank
 from xtag.models.inference.types import Predictions
@@ -52,6 +53,7 @@ class ReportConfig(BaseModel):
     ks: tuple[int, ...] = (1, 3, 5)
     report_k: int = Field(5, ge=1, description="k of the per-label, bucket, calibration and trade-off views")
     beam_size: int | None = Field(None, ge=1)
+    exclude_self: bool = Field(False, description="a document whose id is a label's name never gets that label")
     propensity_a: float = 0.55
     propensity_b: float = 1.5
     convention: Convention = Field(DEFAULT_CONVENTION, description=" | ".join(CONVENTIONS))
@@ -280,7 +282,10 @@ def build_report(bundle: Bundle, corpus: Corpus, config: ReportConfig, progress:
     truth = ground_truth(corpus, vocab, conv, config.propensity_a, config.propensity_b)
     Y, freq, propensity = truth.Y, truth.frequencies, truth.propensity  # model labels, then unseen ones (xmc)
     beam = config.beam_size or p.model.config.beam_size
-    raw = predict_corpus(bundle, corpus.texts, max(max(ks), k), config.beam_size, progress, calibrated=False)
+    filters = self_filters(corpus.ids, vocab) if config.exclude_self else None
+    raw = predict_corpus(
+        bundle, corpus.texts, max(max(ks), k), config.beam_size, progress, calibrated=False, filters=filters
+    )
     plain = _calibrated(bundle, raw)
     metrics = evaluate(plain.labels, Y, ks, propensity, conv)
     buckets = frequency_buckets(freq)  # an unseen label (frequency 0) is tail
@@ -301,13 +306,16 @@ def build_report(bundle: Bundle, corpus: Corpus, config: ReportConfig, progress:
             "skipped_rows": corpus.skipped,
             "calibrated": p.calibration is not None,
             "report_k": k,
+            "excluded_self": 0 if filters is None else sum(f is not None for f in filters),
         },
     )
     report.label_groups = updated_label_groups(bundle, plain.labels, Y, k, conv)
     opt_counts = None
     if config.optimize is not None or config.plots is not None:
         k_cand, wide = candidate_budget(max(max(ks), k), beam, L)
-        cand = _calibrated(bundle, predict_corpus(bundle, corpus.texts, k_cand, wide, progress, calibrated=False))
+        cand = _calibrated(
+            bundle, predict_corpus(bundle, corpus.texts, k_cand, wide, progress, calibrated=False, filters=filters)
+        )
         report.info.update(candidates=k_cand, candidate_beam=wide)
     if config.optimize is not None:
         report.optimized = {}

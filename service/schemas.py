@@ -75,6 +75,27 @@ def integer_id(value: object) -> bool:
 DocumentId = Annotated[StrictStr | StrictInt, BeforeValidator(_string_or_integer), WrapValidator(_keep_integer_text)]
 
 
+# A label, as answers name it: its `id` (an integer, the position in the model's vocabulary) or its `name` (a string).
+LabelRef = Annotated[StrictStr | StrictInt, BeforeValidator(_string_or_integer)]
+LABEL_FILTER = (
+    "labels as answers name them: `id` (integer) or `name` (string); with the bundle's label texts a label with "
+    "narrower labels (`broader` in its label file) stands for its whole branch; unknown labels get 422; at most "
+    "XTAG_MAX_FILTER_LABELS labels after the branches"
+)
+LabelRefs = Annotated[list[LabelRef], Field(description=LABEL_FILTER)]
+
+
+class LabelFilterFields(BaseModel):
+    """`exclude` and `include` (models/inference/label_filter.py): the top k among the labels they allow."""
+
+    exclude: LabelRefs | None = Field(None, description="labels never returned; " + LABEL_FILTER)
+    include: LabelRefs | None = Field(
+        None,
+        description="only these labels may be returned (fewer than k allowed: the answer has fewer labels); "
+        + LABEL_FILTER,
+    )
+
+
 # JSON Schema's integer: 183.0 is the integer 183 (JSON has one number type); 183.5, "183" and true are not.
 # Constraints go before the conversion, or pydantic cannot state them as minimum/maximum in the schema.
 Integer = Annotated[StrictInt, BeforeValidator(_integral)]
@@ -120,7 +141,7 @@ class Reweight(Strict):
         return self
 
 
-class PredictOptions(Strict):
+class PredictOptions(Strict, LabelFilterFields):
     k: Annotated[PositiveInteger, Field(description="labels per document (default 10, at most the label count)")] = 10
     beam_size: Annotated[PositiveInteger, Field(description="beam width (default: the bundle's)")] | None = None
     threshold: (
@@ -153,7 +174,9 @@ class PredictRequest(PredictOptions):
     text: Text
 
 
-class BatchDocument(Strict):
+class BatchDocument(Strict, LabelFilterFields):
+    """A document, with its own `exclude` (added to the request's) and `include` (in place of the request's)."""
+
     id: DocumentId | None = Field(
         None, description='echoed back as a string (7 → "7"); default: the position, as a string ("0", "1", …)'
     )

@@ -7,6 +7,9 @@ Predictor asks the model instead of guessing from its attributes:
   answers with the first stage alone;
 - `readable(features, preds)`: the scores a user sees; the model's own unless they need a monotone fix-up
   (XR-Linear's hinge scores saturate at 1.0: models/xlinear/readable.py);
+- `scores_labels` / `score_labels(features, labels)`: the model can score given labels of each document outside
+  its search, exactly as its search would (XR-Linear: each label's path through the tree), so that a small
+  `include` filter is answered exactly (models/inference/label_filter.py); other families are over-fetched;
 - `cost_hint()`: which serving-cost profile the service's admission applies (service/http/cost.py), and the
   shape it needs (a re-ranker's candidates, the label tree's level sizes), so that admission never reads a
   family's internals.
@@ -37,6 +40,7 @@ class Model(ABC):
     whose labels are scored)."""
 
     reranks: ClassVar[bool] = False
+    scores_labels: ClassVar[bool] = False
     config: Any
 
     @property
@@ -49,6 +53,11 @@ class Model(ABC):
     def readable(self, features: Any, preds: Predictions) -> Predictions:
         """The scores a user sees, in the same order: the model's own unless a family overrides this."""
         return preds
+
+    def score_labels(self, features: Any, labels: list[Any]) -> Predictions:
+        """Each document's `labels` scored as the search scores them, best first, padded with -1 (only where
+        `scores_labels`)."""
+        raise NotImplementedError(f"{type(self).__name__} scores labels only through its search")
 
     def cost_hint(self) -> CostHint:
         """The serving-cost profile of this family: a sparse beam search unless a family says otherwise."""

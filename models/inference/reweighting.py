@@ -24,6 +24,7 @@ wider than requested (or than the bundle's default), re-rank those k' by gain an
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal, Protocol
 
 import numpy as np
@@ -43,7 +44,12 @@ class Predicts(Protocol):
     """What reweighting and the macro optimizer (macro_optimal.py) need of a predictor: a Predictor's `predict`."""
 
     def predict(
-        self, texts: list[str], k: int = 10, beam_size: int | None = None, rerank: bool = True
+        self,
+        texts: list[str],
+        k: int = 10,
+        beam_size: int | None = None,
+        rerank: bool = True,
+        filters: Sequence | None = None,  # a label_filter.LabelFilter per text (label_filter imports this module)
     ) -> Predictions: ...
 
 
@@ -119,10 +125,12 @@ def predict_reweighted(
     beam_size: int,
     n_labels: int,
     second_stage: bool = True,
+    filters: Sequence | None = None,  # a label_filter.LabelFilter per text (label_filter imports this module)
 ) -> Predictions:
     """Predict top-k re-ranked by gains `a` (None = plain prediction, nothing widened); `second_stage=False`:
-    a re-ranking bundle's first stage alone (models/inference/predictor.py)."""
+    a re-ranking bundle's first stage alone (models/inference/predictor.py); `filters`: per text, the labels it
+    may get (models/inference/label_filter.py), the candidates being the allowed ones."""
     if a is None:
-        return predictor.predict(texts, k=k, beam_size=beam_size, rerank=second_stage)
+        return predictor.predict(texts, k=k, beam_size=beam_size, rerank=second_stage, filters=filters)
     k_cand, beam = candidate_budget(k, beam_size, n_labels)
-    return rerank(predictor.predict(texts, k=k_cand, beam_size=beam, rerank=second_stage), a, k)[0]
+    return rerank(predictor.predict(texts, k=k_cand, beam_size=beam, rerank=second_stage, filters=filters), a, k)[0]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 from xtag.models.bundle.loader import Bundle
 from xtag.models.errors import XtagError
+from xtag.models.inference.label_filter import self_filters
 from xtag.models.label_texts import LabelTexts, shown_fields
 from xtag.models.tagging.batches import predict_corpus
 
@@ -39,6 +40,7 @@ class TagOptions:
     threshold: float | None = None
     explain: bool = False
     label_text: bool = False  # each label's name and description from the bundle's label file (the service's)
+    exclude_self: bool = False  # a document whose id is a label's name never gets that label (`--exclude-self`)
 
 
 class Tagger:
@@ -49,18 +51,24 @@ class Tagger:
         self.gains = reweight_gains(bundle.predictor, options.reweight, options.alpha, options.beta)
         self.explainer = _explainer(bundle.predictor) if options.explain else None
 
-    def tag(self, texts: list[str], progress: bool = False) -> tuple[Rows, list[list[dict | None]]]:
-        """(label id, name, score) per text, best first, above the threshold; and each label's explanation."""
+    def tag(
+        self, texts: list[str], progress: bool = False, ids: list | None = None
+    ) -> tuple[Rows, list[list[dict | None]]]:
+        """(label id, name, score) per text, best first, above the threshold; and each label's explanation.
+        `ids`: the documents' ids, which `exclude_self` needs."""
         o = self.options
-        preds = predict_corpus(self.bundle, texts, o.k, o.beam_size, progress, gains=self.gains)
+        if o.exclude_self and ids is None:
+            raise XtagError("--exclude-self needs the documents' ids: tag a corpus (--corpus)")
+        filters = self_filters(ids, self.bundle.predictor.vocab) if o.exclude_self else None
+        preds = predict_corpus(self.bundle, texts, o.k, o.beam_size, progress, gains=self.gains, filters=filters)
         rows = above(self.bundle.predictor.named(preds), o.threshold)
         return rows, explanations(self.explainer, texts, rows)
 
     def json_rows(self, ids: list, texts: list[str], progress: bool = False) -> list[dict]:
         """The JSON-lines rows of `texts` (json_rows below)."""
-        rows, explained = self.tag(texts, progress)
-        texts = self.bundle.predictor.label_texts
-        return json_rows(ids, rows, self.gains, explained, texts, self.options.label_text)
+        rows, explained = self.tag(texts, progress, ids)
+        label_texts = self.bundle.predictor.label_texts
+        return json_rows(ids, rows, self.gains, explained, label_texts, self.options.label_text)
 
 
 def json_rows(

@@ -44,6 +44,8 @@ class RankerConfig(BaseModel):
 class XLinearModel(Model):
     """Tree + rankers; `first_level` (a FAISS shortlist from the bundle) replaces level-1 scoring when set."""
 
+    scores_labels = True
+
     def __init__(
         self,
         chain: ClusterChain,
@@ -98,6 +100,39 @@ class XLinearModel(Model):
 
         beam = max(beam_size or self.config.beam_size, 1)
         return engine_beam_search(X, self.compiled, beam, k, self.config.post_processor, first_level=self.first_level)
+
+    def score_labels(self, X, labels: list[np.ndarray]) -> Predictions:
+        """Each document's `labels` by their path score Π_t post(m_t) over the label's ancestors (readable.py's
+        path walk, which explanations use too), whatever the beam would have kept; ties broken by the summed
+        margins, as the engine breaks them. Overrides Model.score_labels."""
+        from xtag.models.inference.beam_search import POST_PROCESSORS
+        from xtag.models.xlinear.readable import as_csr, pair_scores, path_nodes
+
+        X, post = as_csr(X), POST_PROCESSORS[self.config.post_processor]
+        width = max((len(row) for row in labels), default=0)
+        out_l = np.full((len(labels), max(width, 1)), -1, np.int64)
+        out_s = np.full(out_l.shape, -np.inf, np.float32)
+        out_m = np.zeros(out_l.shape)
+        docs = np.repeat(np.arange(len(labels)), [len(row) for row in labels])
+        flat = np.concatenate([np.asarray(row, np.int64) for row in labels]) if labels else np.empty(0, np.int64)
+        score, margin = np.ones(len(flat)), np.zeros(len(flat))
+        for level, ancestors in zip(self.levels, path_nodes(self)):
+            # labels share their upper nodes: each (document, node) pair is scored once (level 1 has a few nodes)
+            pairs, where = np.unique(np.stack([docs, ancestors[flat]]), axis=1, return_inverse=True)
+            if level.Wt is not None:  # a level of at most FULL_PRODUCT_MAX_NODES nodes: one product, as the search
+                m = np.asarray((X @ level.Wt)[pairs[0], pairs[1]]).ravel() + level.bias[pairs[1]]
+            else:
+                m = pair_scores(level.W, level.bias, X, pairs[0], pairs[1])
+            m = m[where.ravel()]
+            score, margin = score * post(m), margin + m
+        score = score.astype(np.float32)
+        start = 0
+        for d, row in enumerate(labels):
+            stop = start + len(row)
+            order = np.lexsort((-margin[start:stop], -score[start:stop])) + start
+            out_l[d, : len(row)], out_s[d, : len(row)], out_m[d, : len(row)] = flat[order], score[order], margin[order]
+            start = stop
+        return Predictions(out_l, out_s, out_m)
 
     def readable(self, X, preds: Predictions) -> Predictions:
         """The scores a user sees: the engine's order, no block of labels at exactly 1.0 (readable.py); overrides

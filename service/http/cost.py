@@ -6,7 +6,8 @@ reasonable alone; their product was not. So admission multiplies them out: `requ
 request will take, in milliseconds of the machine the model was fitted on, from what is known once the body is
 parsed: the documents and their characters, k, the beam (the request's or the bundle's), the tree's levels,
 whether it is explained, reweighted (k' = max(5k, 50) candidates and a doubled beam, models/inference/reweighting.py) or
-optimised. Over XTAG_MAX_REQUEST_COST it is refused (413 too-costly) before predicting, and so is a request
+optimised, and what its label filters fetch (k + |exclude|, or a widened search) or score label by label (a small
+include, counted as explained label levels: the same path walk). Over XTAG_MAX_REQUEST_COST it is refused (413 too-costly) before predicting, and so is a request
 whose answer would exceed XTAG_MAX_RESPONSE_BYTES (`response_bytes`, explanations included).
 
 The model is linear in FEATURES (each a count of work items: documents, characters, beam nodes scored, labels
@@ -131,17 +132,23 @@ class Work:
     optimize: bool = False
     hint: CostHint = CostHint()  # the bundle's serving-cost profile (Predictor.cost_hint)
     annif: bool = False  # answered as Annif's {uri, label, notation, score} dicts
+    fetch: int = 0  # labels a filtered search fetches per document (models/inference/label_filter.search_width)
+    scored_labels: int = 0  # labels an exact `include` scores one by one per document (the same search_width)
 
     def features(self) -> tuple[float, ...]:
         """The FEATURES of this request (see there)."""
         n, levels = self.documents, len(self.level_nodes)
         candidates, beam = self.k, self.beam
         if self.reweight or self.optimize:  # both widen the beam search (models/inference/reweighting.py)
-            candidates, beam = candidate_budget(self.k, self.beam, self.level_nodes[-1])
+            candidates, beam = candidate_budget(max(self.k, self.fetch), self.beam, self.level_nodes[-1])
+        candidates = max(candidates, self.fetch)  # `exclude`/`include` over-fetch (models/inference/label_filter.py)
         width = max(self.hint.candidates, candidates) if self.hint.candidates else 0  # LaMP's first stage's top
         if width:
             candidates = width
         explained = n * self.k * levels if self.explain else 0
+        # an include scored label by label walks each label's path as an explanation does (models/xlinear/readable.py
+        # shared_features, for both): counted as explained levels, which overestimates it about 3x (debdeps)
+        explained += n * self.scored_labels * levels
         return (
             1,
             n,

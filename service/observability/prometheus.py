@@ -144,6 +144,12 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.filtered = Counter(
+            "xtag_filtered_requests",
+            "prediction requests with an exclude or include label filter (models/inference/label_filter.py)",
+            ["model"],
+            registry=r,
+        )
         self.rejected = Counter(
             "xtag_overload_rejected_requests",
             "prediction requests answered 503 at once because XTAG_MAX_QUEUE were in flight",
@@ -228,6 +234,7 @@ class ModelSeries:
         self.batch_size = metrics.batch_size.labels(model)
         self.documents = metrics.documents.labels(model)
         self.underestimated = metrics.underestimated.labels(model)
+        self.filtered = metrics.filtered.labels(model)
 
     def observe_batch(self, n: int) -> None:
         """One predictor call of `n` documents (the micro-batcher's on_batch)."""

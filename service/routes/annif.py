@@ -11,6 +11,7 @@ from urllib.parse import parse_qsl
 import orjson
 from fastapi import APIRouter, Request
 from starlette.formparsers import MultiPartException, MultiPartParser
+from xtag.models.inference.label_filter import search_width
 from xtag.service.deps import (
     OFF_LOOP_BYTES,
     AnnifProjectDep,
@@ -23,14 +24,18 @@ from xtag.service.deps import (
 )
 from xtag.service.http.cost import METER_KEY, Work, check_work
 from xtag.service.http.problems import Problem, problem_responses
-from xtag.service.routes.predict import answer, off_loop_if_large, predict_arrays
-from xtag.service.schemas import AnnifBatchRequest
+from xtag.service.routes.predict import answer, off_loop_if_large, predict_arrays, request_filters
+from xtag.service.schemas import AnnifBatchRequest, LabelFilterFields
 from xtag.service.state.model_slot import ServedModel
 from xtag.service.state.shadow import JOB_KEY
 
 router = APIRouter(tags=["annif"])
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 PROJECT = {401: "missing API key", 404: "no such project", 503: "no model loaded yet"}
+ANNIF_FILTER = (
+    "xtag extension: labels separated by whitespace, each its URI or its name; `exclude`: never returned, `include`: "
+    "only these (as /v1/predict's exclude and include, branches included); unknown labels get 422"
+)
 
 
 def too_many_fields(count: int | str, limit: int) -> Problem:
@@ -95,35 +100,61 @@ def _number(raw: str | None, name: str, cast, lo: float, hi: float, default):
     return value
 
 
+def _labels(raw: str | None, prefix: str) -> list[str] | None:
+    """An `exclude`/`include` option: labels separated by whitespace, each its URI (as results give it) or its
+    name; absent or empty: no filter."""
+    if raw is None or not raw.strip():
+        return None
+    return [ref.removeprefix(prefix) if prefix and ref.startswith(prefix) else ref for ref in raw.split()]
+
+
 async def _suggest(
-    request: Request, model: ServedModel, texts: list[str], limit_raw, threshold_raw, ids: list | None = None
+    request: Request,
+    model: ServedModel,
+    texts: list[str],
+    limit_raw,
+    threshold_raw,
+    ids: list | None = None,
+    exclude_raw: str | None = None,
+    include_raw: str | None = None,
 ) -> list:
     """Annif semantics: limit (default 10) and threshold (default 0) filter; blank texts get no results. A shadowed
-    model's request is left for its shadow (routes/predict.py shadow_task), `ids` the documents' for live P@k."""
+    model's request is left for its shadow (routes/predict.py shadow_task), `ids` the documents' for live P@k.
+    xtag's `exclude` and `include` (whitespace-separated URIs or names) filter as /v1/predict's do."""
     s = request.app.state.settings
     limit = min(_number(limit_raw, "limit", int, 1, s.limits.max_k, 10), model.n_labels)
     threshold = _number(threshold_raw, "threshold", float, 0.0, 1.0, 0.0)
     check_text_lengths(request, texts)
     todo = [i for i, t in enumerate(texts) if t.strip()]
     out: list = [[] for _ in texts]
+    prefix = s.server.annif_uri_prefix
+    asked = LabelFilterFields(exclude=_labels(exclude_raw, prefix), include=_labels(include_raw, prefix))
+    filters = request_filters(model, s.limits.max_filter_labels, asked, len(todo))
     if not todo:
         return out
+    beam, fetch, one_by_one = model.default_beam, 0, 0
+    if filters is not None:
+        fetch, one_by_one, beam = search_width(
+            filters, limit, beam, model.n_labels, model.bundle.predictor.scores_labels
+        )
     work = Work(
         documents=len(todo),
         characters=sum(len(texts[i]) for i in todo),
         k=limit,
-        beam=model.default_beam,
+        beam=beam,
         level_nodes=model.level_nodes,
         hint=model.cost_hint,
         annif=True,
+        fetch=fetch,
+        scored_labels=one_by_one,
     )
     # an Annif result holds the id (its uri), the label's name and the uri's prefix: at most two label objects' bytes
     per_label = model.label_bytes + model.shown_bytes + len(s.server.annif_uri_prefix.encode())
     request.scope[METER_KEY] = check_work(
         work, per_label, s.limits.max_request_cost, s.limits.max_response_bytes, s.limits.max_request_memory_mb
     )
-    preds = await predict_arrays(request, model, [texts[i] for i in todo], limit, None, None)
-    if model.shadow is not None:
+    preds = await predict_arrays(request, model, [texts[i] for i in todo], limit, None, None, filters=filters)
+    if model.shadow is not None and filters is None:
         scored = [texts[i] for i in todo]
         doc_ids = [None] * len(todo) if ids is None else [ids[i] for i in todo]
         request.scope[JOB_KEY] = model.shadow.job(scored, doc_ids, limit, None, True, model, preds.labels)
@@ -215,11 +246,12 @@ async def get_project(request: Request, model: AnnifProjectDep) -> dict:
 
 @router.post(
     "/v1/projects/{project_id}/suggest",
-    summary="Annif suggest (form-encoded text, limit, threshold)",
+    summary="Annif suggest (form-encoded text, limit, threshold; xtag's exclude, include)",
     responses=problem_responses(
         {
             400: "invalid form, UTF-8, limit or threshold",
             **PROJECT,
+            422: "unknown labels in exclude/include, or more than XTAG_MAX_FILTER_LABELS",
             413: "body or text too large, too many form fields, or over XTAG_MAX_REQUEST_COST / XTAG_MAX_RESPONSE_BYTES (too-costly)",
             415: "not a form",
         }
@@ -237,6 +269,8 @@ async def get_project(request: Request, model: AnnifProjectDep) -> dict:
                             "limit": {"type": "integer", "default": 10, "minimum": 1},
                             "threshold": {"type": "number", "default": 0, "minimum": 0, "maximum": 1},
                             "language": {"type": "string"},
+                            "exclude": {"type": "string", "description": ANNIF_FILTER},
+                            "include": {"type": "string", "description": ANNIF_FILTER},
                         },
                     }
                 }
@@ -256,7 +290,9 @@ async def suggest(request: Request, model: AnnifProjectDep):
     text = form.get("text")
     if not isinstance(text, str):
         raise Problem(400, "bad-request", "text: a form field 'text' is required")
-    rows = await _suggest(request, model, [text], form.get("limit"), form.get("threshold"))
+    rows = await _suggest(
+        request, model, [text], form.get("limit"), form.get("threshold"), None, form.get("exclude"), form.get("include")
+    )
     return await answer(request, model, {"results": rows[0]})
 
 
@@ -271,6 +307,8 @@ async def suggest(request: Request, model: AnnifProjectDep):
                 "in": "query",
                 "schema": {"type": "number", "minimum": 0, "maximum": 1, "default": 0},
             },
+            {"name": "exclude", "in": "query", "schema": {"type": "string"}, "description": ANNIF_FILTER},
+            {"name": "include", "in": "query", "schema": {"type": "string"}, "description": ANNIF_FILTER},
         ],
     },
     summary="Annif suggest-batch (JSON documents; limit, threshold as query parameters)",
@@ -281,7 +319,7 @@ async def suggest(request: Request, model: AnnifProjectDep):
             413: "body or text too large, or over XTAG_MAX_REQUEST_COST / _MEMORY_MB / XTAG_MAX_RESPONSE_BYTES "
             "(too-costly)",
             415: "not application/json",
-            422: "invalid field",
+            422: "invalid field, unknown labels in exclude/include, or more than XTAG_MAX_FILTER_LABELS",
         }
     ),
 )
@@ -291,5 +329,8 @@ async def suggest_batch(request: Request, model: AnnifProjectDep, settings: Sett
     q = request.query_params
     # Annif's document_id is a string, absent ids come back null; an integer id is echoed as its string (issue 28)
     ids = [None if d.document_id is None else str(d.document_id) for d in body.documents]
-    rows = await _suggest(request, model, [d.text for d in body.documents], q.get("limit"), q.get("threshold"), ids)
+    texts = [d.text for d in body.documents]
+    rows = await _suggest(
+        request, model, texts, q.get("limit"), q.get("threshold"), ids, q.get("exclude"), q.get("include")
+    )
     return await answer(request, model, [{"document_id": i, "results": r} for i, r in zip(ids, rows)])

@@ -13,6 +13,7 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 from xtag.models.errors import XtagError
 from xtag.models.explain.linear import ExplainUnavailable
+from xtag.models.inference.label_filter import NO_LABELS, LabelFilter, label_positions, search_width
 from xtag.models.inference.macro_optimal import SERVING_MAX_DOCS, predict_optimized, serving_config
 from xtag.models.inference.reweighting import gains_of
 from xtag.models.inference.stopping import StopFlag
@@ -30,7 +31,16 @@ from xtag.service.deps import (
 from xtag.service.http.cost import METER_KEY, Work, check_work, too_large
 from xtag.service.http.problems import Problem, problem_responses
 from xtag.service.http.response_json import LabelPrefixes, label_lists
-from xtag.service.schemas import BatchRequest, BatchResponse, PredictOptions, PredictRequest, PredictResponse, Reweight
+from xtag.service.schemas import (
+    BatchDocument,
+    BatchRequest,
+    BatchResponse,
+    LabelFilterFields,
+    PredictOptions,
+    PredictRequest,
+    PredictResponse,
+    Reweight,
+)
 from xtag.service.state.model_slot import ServedModel
 from xtag.service.state.shadow import JOB_KEY
 
@@ -48,7 +58,8 @@ ERRORS = problem_responses(
         413: "body or text too large, or the request would cost more than XTAG_MAX_REQUEST_COST, take more memory "
         "than XTAG_MAX_REQUEST_MEMORY_MB or answer more than XTAG_MAX_RESPONSE_BYTES (too-costly)",
         415: "not application/json",
-        422: "invalid field, or explain on a bundle with nothing to explain with (explain-unavailable)",
+        422: "invalid field, unknown labels in exclude/include (named in `unknown_labels`), or explain on a bundle "
+        "with nothing to explain with (explain-unavailable)",
         503: "no model loaded yet",
     }
 )
@@ -79,10 +90,16 @@ async def answer(request: Request, model: ServedModel, content: object) -> Respo
 
 
 def check_options(
-    request: Request, model: ServedModel, opts: PredictOptions, texts: list[str], what: str
-) -> tuple[int, int | None, np.ndarray | None]:
-    """Limits that depend on the settings or the model: text length (413), k and beam (422), reweighting, and
-    what the whole request would cost (413 too-costly, service/http/cost.py), all before any prediction."""
+    request: Request,
+    model: ServedModel,
+    opts: PredictOptions,
+    texts: list[str],
+    what: str,
+    documents: list[BatchDocument] | None = None,
+) -> tuple[int, int | None, np.ndarray | None, list[LabelFilter | None] | None]:
+    """Limits that depend on the settings or the model: text length (413), k and beam (422), reweighting, label
+    filters (422), and what the whole request would cost (413 too-costly, service/http/cost.py), all before any
+    prediction."""
     s = request.app.state.settings
     check_text_lengths(request, texts, what)
     try:  # `xtag predict --k` applies the same rule (models/tagging/tagger.py)
@@ -104,22 +121,89 @@ def check_options(
             model.explainer  # noqa: B018  (made here, so that an unexplainable bundle is refused before predicting)
         except ExplainUnavailable as exc:
             raise Problem(422, "explain-unavailable", f"explain: {model.bundle.name} ({model.kind}): {exc}") from exc
+    beam = opts.beam_size or model.default_beam
+    filters = request_filters(model, s.limits.max_filter_labels, opts, len(texts), documents)
+    fetch = scored = 0
+    if filters is not None:
+        if getattr(opts, "optimize", None) is not None:
+            raise Problem(422, "validation-error", "exclude/include and optimize are alternatives: give one of them")
+        fetch, scored, beam = search_width(filters, k, beam, model.n_labels, model.bundle.predictor.scores_labels)
     work = Work(
         documents=len(texts),
         characters=sum(map(len, texts)),
         k=k,
-        beam=opts.beam_size or model.default_beam,
+        beam=beam,
         level_nodes=model.level_nodes,
         explain=opts.explain,
         reweight=a is not None,
         optimize=getattr(opts, "optimize", None) is not None,
         hint=model.cost_hint,
+        fetch=fetch,
+        scored_labels=scored,
     )
     per_label = model.label_bytes + (model.text_bytes if opts.label_text else 0)
     request.scope[METER_KEY] = check_work(
         work, per_label, s.limits.max_request_cost, s.limits.max_response_bytes, s.limits.max_request_memory_mb
     )
-    return k, opts.beam_size, a
+    return k, opts.beam_size, a, filters
+
+
+def request_filters(
+    model: ServedModel,
+    limit: int,
+    request: LabelFilterFields,
+    n: int,
+    documents: list[BatchDocument] | None = None,
+    where: str = "",
+) -> list[LabelFilter | None] | None:
+    """Each document's label filter (models/inference/label_filter.py), None when nothing filters: the request's
+    `exclude` and `include`, and a batch document's own (its exclude adds to the request's, its include replaces
+    it). Labels are resolved with their branches when the bundle has label texts (label_positions). 422 names
+    every unknown label, and a document whose filter names more than `limit` labels (XTAG_MAX_FILTER_LABELS)."""
+    own = [d for d in documents or () if d.exclude is not None or d.include is not None]
+    if request.exclude is None and request.include is None and not own:
+        return None
+    p = model.bundle.predictor
+    unknown: dict[str, list] = {}
+
+    def resolve(refs: list | None, field: str) -> np.ndarray | None:
+        if refs is None:
+            return None
+        positions, missing = label_positions(refs, p.vocab, p.label_texts)
+        if missing:
+            unknown.setdefault(field, []).extend(missing)
+        return positions
+
+    exclude, include = resolve(request.exclude, f"{where}exclude"), resolve(request.include, f"{where}include")
+    shared = LabelFilter(NO_LABELS if exclude is None else exclude, include)
+    filters = [shared] * n
+    for i, d in enumerate(documents or ()):
+        if d.exclude is not None or d.include is not None:
+            mine = resolve(d.exclude, f"documents[{i}].exclude")
+            theirs = resolve(d.include, f"documents[{i}].include")
+            filters[i] = LabelFilter(
+                shared.exclude if mine is None else np.union1d(shared.exclude, mine),
+                shared.include if theirs is None else theirs,
+            )
+    if unknown:
+        named = "; ".join(f"{field}: {', '.join(map(repr, refs[:20]))}" for field, refs in unknown.items())
+        raise Problem(
+            422,
+            "validation-error",
+            f"unknown labels ({named}): name labels by their id (an integer below {p.n_labels}) or their name",
+            unknown_labels={field: refs[:100] for field, refs in unknown.items()},
+        )
+    for i, f in enumerate(filters):
+        size = f.exclude.size + (0 if f.include is None else f.include.size)
+        if size > limit:
+            doc = f" of documents[{i}]" if documents else ""
+            raise Problem(
+                422,
+                "validation-error",
+                f"exclude/include{doc}: {size} labels (their branches included) is above the maximum of {limit} "
+                "(XTAG_MAX_FILTER_LABELS)",
+            )
+    return filters
 
 
 def reweight_gains(model: ServedModel, rw: Reweight | None) -> np.ndarray | None:
@@ -140,14 +224,16 @@ async def predict_rows(
     explain: bool = False,
     rerank: bool = True,
     ids: list[str | None] | None = None,
+    filters: list[LabelFilter | None] | None = None,
     label_text: bool = False,
 ) -> list[orjson.Fragment]:
     """Each text's top-k labels as JSON ({id, name, score} list, and each label's `gain` when reweighted, its
     `label` and `description` with `label_text`), through the micro-batcher when it is on. For a shadowed model,
     the request's ShadowJob (texts, client `ids`, options, the answer's labels) is left in the scope for the
-    handler's background task (shadow_task)."""
-    preds = await predict_arrays(request, model, texts, k, beam, a, rw_key, rerank)
-    if model.shadow is not None:
+    handler's background task (shadow_task); not for a filtered request, whose answer the shadow's unfiltered one
+    would not agree with."""
+    preds = await predict_arrays(request, model, texts, k, beam, a, rw_key, rerank, filters)
+    if model.shadow is not None and filters is None:
         ids = ids or [None] * len(texts)
         request.scope[JOB_KEY] = model.shadow.job(texts, ids, k, rw_key or None, rerank, model, preds.labels)
     gains = (
@@ -221,11 +307,15 @@ async def predict_arrays(
     a: np.ndarray | None,
     rw_key=(),
     rerank: bool = True,
+    filters: list[LabelFilter | None] | None = None,
 ) -> Predictions:
-    """Top-k label ids and scores for `texts`, through the micro-batcher when it is on."""
-    run = metered(request, partial(model.predict, k=k, beam_size=beam, a=a, rerank=rerank))
+    """Top-k label ids and scores for `texts`, through the micro-batcher when it is on (a filtered request is
+    predicted alone: its filters are its texts')."""
+    run = metered(request, partial(model.predict, k=k, beam_size=beam, a=a, rerank=rerank, filters=filters))
     batcher = model.batcher
-    if batcher is not None:
+    if filters is not None:
+        model.series.filtered.inc()
+    elif batcher is not None:
         return await batcher.submit((id(model), k, beam, rw_key, rerank), texts, run, request.receive)
     model.series.observe_batch(len(texts))
     return await run_off_loop(request.app.state.executor, run, texts, request.receive)
@@ -254,7 +344,7 @@ async def predict(request: Request) -> Response:
     await require_api_key(request)  # served as a plain Starlette route too (app.py): no Depends on the hot path
     body = await parse_body(request, PredictRequest)
     model = served_model(request)
-    k, beam, a = check_options(request, model, body, [body.text], "text")
+    k, beam, a, filters = check_options(request, model, body, [body.text], "text")
     rows = await predict_rows(
         request,
         model,
@@ -266,6 +356,8 @@ async def predict(request: Request) -> Response:
         _rw_key(body),
         body.explain,
         body.rerank,
+        None,
+        filters,
         label_text=body.label_text,
     )
     took = round((time.perf_counter() - start) * 1e3, 3)
@@ -287,7 +379,7 @@ async def predict_batch(request: Request) -> Response:
     )
     model = served_model(request)
     texts = [d.text for d in body.documents]
-    k, beam, a = check_options(request, model, body, texts, "documents[{i}].text")
+    k, beam, a, filters = check_options(request, model, body, texts, "documents[{i}].text", body.documents)
     if body.optimize is None:
         ids = [None if d.id is None else str(d.id) for d in body.documents]
         rows = await predict_rows(
@@ -302,6 +394,7 @@ async def predict_batch(request: Request) -> Response:
             body.explain,
             body.rerank,
             ids,
+            filters,
             label_text=body.label_text,
         )
     else:

@@ -23,6 +23,7 @@ from xtag.models.errors import XtagError
 from xtag.models.explain.linear import Explainer
 from xtag.models.explain.select import explainer_for
 from xtag.models.features.device import RuntimeOptions
+from xtag.models.inference.label_filter import LabelFilter
 from xtag.models.inference.reweighting import gains_for, label_weights, predict_reweighted
 from xtag.models.inference.types import Predictions
 from xtag.models.label_texts import LabelTexts, shown_fields
@@ -122,12 +123,18 @@ class ServedModel:
         )
 
     def predict(
-        self, texts: list[str], k: int, beam_size: int | None, a: np.ndarray | None, rerank: bool = True
+        self,
+        texts: list[str],
+        k: int,
+        beam_size: int | None,
+        a: np.ndarray | None,
+        rerank: bool = True,
+        filters: list[LabelFilter | None] | None = None,
     ) -> Predictions:
         """Top-k for a batch through the bundle's predictor (re-ranked when `a` is given; `rerank=False`: a
-        re-ranking bundle's first stage alone)."""
+        re-ranking bundle's first stage alone; `filters`: each text's exclude/include)."""
         beam = beam_size or self.default_beam
-        preds = predict_reweighted(self.bundle.predictor, texts, k, a, beam, self.n_labels, rerank)
+        preds = predict_reweighted(self.bundle.predictor, texts, k, a, beam, self.n_labels, rerank, filters)
         labels = preds.labels[preds.labels >= 0]
         np.add.at(self.predicted, labels, 1)
         if self.drift is not None:

@@ -15,6 +15,7 @@ from xtag.cli.options import (
     BeamSize,
     BundleDir,
     CorpusFormat,
+    ExcludeSelf,
     Progress,
     PropensityA,
     PropensityB,
@@ -36,7 +37,16 @@ CONVENTION_HELP = (
 OPTIMIZE_HELP = "also evaluate batch-level optimal predictions for macro-f1 | macro-recall"
 METHOD_HELP = "bca (expected test utility) | fw (population utility, Frank-Wolfe)"
 # Options that are ReportConfig settings of the same name (the report's other settings are built below).
-REPORT_SETTINGS = ("report_k", "beam_size", "propensity_a", "propensity_b", "convention", "per_label", "plots")
+REPORT_SETTINGS = (
+    "report_k",
+    "beam_size",
+    "exclude_self",
+    "propensity_a",
+    "propensity_b",
+    "convention",
+    "per_label",
+    "plots",
+)
 FLAG_OF = {  # ReportConfig / OptimizeConfig setting -> the flag that sets it, for one-line errors
     "beam_size": "--beam-size",
     "report_k": "--report-k",
@@ -57,6 +67,7 @@ def evaluate(
     ks: Annotated[str, Opt(help="comma-separated k values")] = "1,3,5",
     at_10: Annotated[bool, Opt("--at-10", help="also report every metric @10")] = False,
     beam_size: BeamSize = None,
+    exclude_self: ExcludeSelf = False,
     skip_bad_rows: SkipBadRows = False,
     propensity_a: PropensityA = DEFAULT_A,
     propensity_b: PropensityB = DEFAULT_B,
@@ -131,6 +142,8 @@ def _print_report(report, config) -> None:
             else "every test label is known to the model)"
         )
     )
+    if config.exclude_self:
+        typer.echo(f"(--exclude-self: {plural(info['excluded_self'], 'document')} never got their own id as a label)")
     cols = [f"micro-P@{k}", f"micro-R@{k}", f"macro-P@{k}", f"macro-R@{k}", f"macro-F1@{k}"]
     typer.echo(
         f"\nby training frequency (head / torso / tail = cumulative label mass 50 / 30 / 20 %; unseen labels: tail), @{k}:"

@@ -35,6 +35,14 @@ Resume = Annotated[bool, typer.Option("--resume", help="with --ray: keep the sha
 BeamSize = Annotated[
     int | None, typer.Option(min=1, help="beam width of the label-tree search (default: the bundle's)")
 ]
+ExcludeSelf = Annotated[
+    bool,
+    typer.Option(
+        "--exclude-self",
+        help="a document whose id is a label's name never gets that label (debdeps: a package never depends on "
+        "itself; the label-feature benchmarks' filter files)",
+    ),
+]
 PropensityA = Annotated[float, typer.Option(help="Jain propensity A")]
 PropensityB = Annotated[float, typer.Option(help="Jain propensity B")]
 

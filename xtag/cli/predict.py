@@ -15,6 +15,7 @@ from xtag.cli.options import (
     BeamSize,
     BundleDir,
     CorpusFormat,
+    ExcludeSelf,
     Progress,
     RayAddress,
     Resume,
@@ -73,6 +74,7 @@ def predict(
             help="each label's name and description from the bundle's label file (the service's `label_text`)",
         ),
     ] = False,
+    exclude_self: ExcludeSelf = False,
     skip_bad_rows: SkipBadRows = False,
     ray: RayAddress = None,
     out_format: Annotated[str, Opt(help="with --ray: each shard's file: jsonl | parquet")] = "jsonl",
@@ -89,6 +91,9 @@ def predict(
     --reweight/--alpha/--beta/--threshold mean what the service's per-request options mean
     (service/schemas.py) and run the same code (models/inference/reweighting.py).
 
+    --exclude-self drops each document's own id from its labels when it is a label's name (the service's
+    `exclude`, per document: models/inference/label_filter.py).
+
     --explain is the service's `explain` (models/explain/linear.py): under each label the text's terms that raised its
     score most over its path in the tree (TF-IDF value × ranker weight, summed over levels) and each level's
     margin; in JSON lines each label gets the service's `explanation` object.
@@ -101,6 +106,8 @@ def predict(
 
     if (text is None) == (corpus is None):
         fail(XtagError("give either a TEXT or --corpus"))
+    if exclude_self and corpus is None:
+        fail(XtagError("--exclude-self needs the documents' ids: tag a corpus (--corpus)"))
     if ray is None and (resume, out_format, shard_rows) != (False, "jsonl", SHARD_ROWS):
         fail(XtagError("--resume, --out-format and --shard-rows are options of --ray's sharded output"))
     if ray is not None and (corpus is None or out is None):
@@ -108,7 +115,7 @@ def predict(
     b = load_bundle_or_fail(bundle)
     with failing():  # the service's rule for k (models/tagging/tagger.py), XTAG_MAX_K included
         k = labels_per_text(k, b.predictor.n_labels, service_settings().limits.max_k)
-    options = TagOptions(k, beam_size, reweight, alpha, beta, threshold, explain, label_text)
+    options = TagOptions(k, beam_size, reweight, alpha, beta, threshold, explain, label_text, exclude_self)
     if ray is not None:
         job = dict(corpus_format=format, out_format=out_format, resume=resume, skip_bad_rows=skip_bad_rows)
         return _on_ray(b, bundle, corpus, out, options, ray, job, shard_rows, progress)

@@ -268,7 +268,7 @@ class Models(BaseModel):
     models_file: Path | None = Field(
         None,
         description='a models.toml naming the models (`default = "NAME"`, and under [models] NAME = "PATH" or '
-        'NAME = {path = "PATH", shadow_of = "OLD"}; paths relative to the file); default: '
+        'NAME = {path = "PATH", shadow_of = "OLD", shadow_fraction = F}; paths relative to the file); default: '
         "XTAG_BUNDLE_ROOT/models.toml when no model is named otherwise",
     )
     all_bundles: bool = Field(
@@ -314,6 +314,12 @@ class Models(BaseModel):
         description="onnxruntime threads of each ONNX session of an encoder bundle (XR-Transformer, LightXML, "
         "CascadeXML, LaMP); read by xtag serve, predict and evaluate; default 0: XTAG_THREADS' count (the CPUs this "
         "process may use; onnxruntime's own default is the host's cores)",
+    )
+    shadow_fraction: str | None = Field(
+        None,
+        description="shadow scoring: the share of its primary's documents a shadow scores, NEW=F,... or F for every "
+        "shadow (models.toml: shadow_fraction = F); a document with an id is sampled by a hash of it, so both "
+        "models' figures are over the same documents whatever the server, one without by chance; default 1: all",
     )
     shadow_queue: int = Field(
         64,
@@ -473,7 +479,14 @@ class Settings(BaseSettings):
     def _gather_models(self) -> Settings:
         m = self.models
         self._model_set = gather(
-            m.bundle, m.models, m.models_file, m.bundle_root, m.all_bundles, m.default_model, m.shadow
+            m.bundle,
+            m.models,
+            m.models_file,
+            m.bundle_root,
+            m.all_bundles,
+            m.default_model,
+            m.shadow,
+            m.shadow_fraction,
         )
         return self
 

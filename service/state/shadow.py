@@ -20,7 +20,9 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import os
 import random
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ from xtag.service.observability.agreement import AgreementWindow
 from xtag.service.state.model_slot import ServedModel
 
 log = logging.getLogger("xtag.service")
+SHADOW_NICE = 19  # the shadow thread's priority: the lowest, it runs on what the requests leave idle
 LINGER_S = 0.05  # how long the shadow lets requests gather before it scores them together
 JOB_KEY = "xtag.shadow"  # the scope key where predict_rows leaves the request's ShadowJob for its handler
 
@@ -43,8 +46,12 @@ JOB_KEY = "xtag.shadow"  # the scope key where predict_rows leaves the request's
 def _one_core() -> None:
     """The shadow thread's engine calls use one core's share of numba's threads, and its graphs have one intra-op
     thread (ModelRepository.options_for): its batches leave the other cores to the primary's requests, which on 2
-    cores otherwise met a shadow batch running on both (bench/RESULTS.md, "Per-model series and shadow scoring")."""
+    cores otherwise met a shadow batch running on both (bench/RESULTS.md, "Per-model series and shadow scoring").
+    The thread also runs at nice SHADOW_NICE (Linux sets a thread's own): it gets the CPU the requests leave, and
+    what it cannot score in time is shed and counted, so that a shadow costs its primary little on a small machine."""
     share_cores(thread_count())
+    with contextlib.suppress(OSError, AttributeError):  # another OS: the thread keeps the process's priority
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SHADOW_NICE)
 
 
 class ShadowMetrics:

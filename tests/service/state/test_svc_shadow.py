@@ -322,9 +322,17 @@ def test_a_shadow_runs_on_one_core_so_its_batches_leave_the_others_to_the_primar
     assert ModelRepository(models, "warm").slots["new"].options.encoder_threads == 1
     import numba
 
-    before = numba.get_num_threads()
-    try:
-        shadow_module._one_core()  # the shadow thread's engine calls: one core's share of numba's threads
-        assert numba.get_num_threads() == max(1, numba.config.NUMBA_NUM_THREADS // (os.cpu_count() or 1))
-    finally:
-        numba.set_num_threads(before)  # numba's count is this thread's: later tests keep theirs
+    seen = {}
+
+    def shadow_thread() -> None:  # a thread of its own: numba's count and the nice value are the thread's
+        shadow_module._one_core()
+        seen["numba"] = numba.get_num_threads()
+        seen["nice"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    thread = threading.Thread(target=shadow_thread)
+    thread.start()
+    thread.join()
+    # the shadow thread's engine calls: one core's share of numba's threads, at the lowest priority (Linux)
+    assert seen["numba"] == max(1, numba.config.NUMBA_NUM_THREADS // (os.cpu_count() or 1))
+    assert seen["nice"] == shadow_module.SHADOW_NICE
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) < shadow_module.SHADOW_NICE  # not this one

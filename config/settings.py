@@ -201,8 +201,26 @@ class Limits(BaseModel):
         None,
         gt=0,
         description="refuse to load a bundle (at start, reload or PUT) when the process's RSS plus the bundle's "
-        "file sizes would exceed this many MB; what is served is never evicted; default: no limit",
+        "file sizes would exceed this many MB; what is served is never evicted unless XTAG_EVICT=lru; default: no limit",
     )
+    evict: Literal["never", "lru"] = Field(
+        "never",
+        description="with XTAG_MAX_MEMORY_MB: never (load every model at start, refuse a load that does not fit) or "
+        "lru (the default model and the shadows load at start, every other on its first prediction request, and "
+        "the least recently used model without requests in flight is evicted to make room; see multi-model serving)",
+    )
+    load_wait_s: float = Field(
+        30.0,
+        gt=0,
+        description="with XTAG_EVICT=lru: how long a request waits for its model to load before it gets 503 with "
+        "Retry-After (the load goes on)",
+    )
+
+    @model_validator(mode="after")
+    def _evict_needs_a_limit(self) -> Limits:
+        if self.evict == "lru" and self.max_memory_mb is None:
+            raise ValueError("XTAG_EVICT=lru evicts to stay under XTAG_MAX_MEMORY_MB: set it")
+        return self
 
 
 class Admin(BaseModel):

@@ -66,10 +66,13 @@ def _reloaded_name(state, bundle: str | Path | None, name: str | None) -> str:
 
 async def reload_all(request_app) -> dict[str, str]:
     """Reload every model, the default first (SIGHUP, start); {name: why} of the failed. A configured model that
-    was unloaded (DELETE) comes back from its configured path: SIGHUP is the way back without an admin key."""
+    was unloaded (DELETE) comes back from its configured path: SIGHUP is the way back without an admin key. An idle
+    model (XTAG_EVICT=lru) stays idle: it reads its bundle afresh on its next request."""
     failed = {}
     registry = request_app.state.registry
     for name in sorted(registry.reloadable, key=lambda n: n != registry.default):
+        if registry.slots[name].idle:
+            continue
         try:
             unloaded = registry.slots[name].unloaded
             await reload_model(request_app, registry.configured[name] if unloaded else None, name=name)

@@ -25,7 +25,7 @@ from xtag.service.deps import (
     openapi_body,
     parse_body,
     require_api_key,
-    served_model,
+    serving_model,
 )
 from xtag.service.http.cost import METER_KEY, Work, check_work, too_large
 from xtag.service.http.problems import Problem, problem_responses
@@ -241,7 +241,7 @@ async def predict(request: Request) -> Response:
     start = time.perf_counter()
     await require_api_key(request)  # served as a plain Starlette route too (app.py): no Depends on the hot path
     body = await parse_body(request, PredictRequest)
-    model = served_model(request)
+    model = await serving_model(request)
     k, beam, a = check_options(request, model, body, [body.text], "text")
     rows = await predict_rows(
         request, model, [body.text], k, beam, a, body.threshold, _rw_key(body), body.explain, body.rerank
@@ -263,7 +263,7 @@ async def predict_batch(request: Request) -> Response:
     body = await parse_body(
         request, BatchRequest, check=document_limit(request.app.state.settings.limits.max_batch_documents)
     )
-    model = served_model(request)
+    model = await serving_model(request)
     texts = [d.text for d in body.documents]
     k, beam, a = check_options(request, model, body, texts, "documents[{i}].text")
     if body.optimize is None:

@@ -3,7 +3,7 @@
 Routes take what they need as the `...Dep` aliases at the end (FastAPI's `Annotated[T, Depends(f)]` habit), so
 no handler fetches its model, registry or settings by hand. The prediction handlers are the exception: they also
 run as plain Starlette routes (app.py HotRoute), without FastAPI's dependency machinery, so they call
-`served_model` themselves."""
+`serving_model` themselves."""
 
 from __future__ import annotations
 

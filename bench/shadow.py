@@ -11,6 +11,9 @@ servers taking turns (the order alternating), so that both see the same machine 
   on the whole test split);
 - the primary's p50 and p90 at the client with the shadow and without (goal: within 10 %), and what was shed.
 
+With `--fractions 1,0.25` (issue 50) one server per shadow fraction (XTAG_SHADOW_FRACTION) takes its turn beside the
+one without a shadow, and each one's p50 is reported against it; the agreement and live P@k are the first's.
+
     BENCH_PORTS=18300-18349 .venv/bin/python -m bench.shadow --primary bundles/debtags-xl \\
         --shadow bundles/debtags-lamp --test ../shared/data/debtags/test.jsonl.gz
 """
@@ -46,12 +49,16 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--limit", type=int, default=None, help="replay only the first N test documents")
     ap.add_argument("--blocks", type=int, default=6, help="blocks the two servers take turns on")
     ap.add_argument("--k", type=int, default=5)
+    ap.add_argument(
+        "--fractions", default=None, help="comma-separated shadow fractions, a server each (default: one, at 1)"
+    )
     ap.add_argument("--result-name", default="shadow_debtags")
     return ap.parse_args()
 
 
-def serve(args: argparse.Namespace, work: Path, shadow: bool) -> tuple[subprocess.Popen, int]:
-    """A server of both bundles (primary first: the default), with the shadow declared or not; its own store."""
+def serve(args: argparse.Namespace, work: Path, shadow: bool, fraction: float = 1.0) -> tuple[subprocess.Popen, int]:
+    """A server of both bundles (primary first: the default), with the shadow declared (scoring `fraction` of the
+    documents) or not; its own store."""
     port = free_port()
     names = (args.primary.name, args.shadow.name)
     env = {
@@ -62,6 +69,7 @@ def serve(args: argparse.Namespace, work: Path, shadow: bool) -> tuple[subproces
     }
     if shadow:
         env["XTAG_SHADOW"] = f"{names[1]}={names[0]}"
+        env["XTAG_SHADOW_FRACTION"] = f"{fraction:g}"
     return start_server(args.primary, port, "true", **env), port
 
 
@@ -96,7 +104,7 @@ def drained(port: int, expected: int, timeout: float = 600) -> dict:
     deadline, last, still = time.monotonic() + timeout, -1, 0
     while True:
         pair = asyncio.run(request(port, "GET", "/v1/shadow"))["pairs"][0]
-        done = pair["documents"] + pair["shed_documents"] + pair["errors"]
+        done = pair["documents"] + pair["shed_documents"] + pair["errors"] + pair.get("unsampled_documents", 0)
         still = still + 1 if done == last else 0
         if done >= expected or still >= 20 or time.monotonic() > deadline:
             return pair
@@ -115,7 +123,7 @@ def offline(bundle: Path, test: Path, work: Path) -> dict:
 
 
 def replay(args: argparse.Namespace, ports: dict[str, int], bodies: list[bytes]) -> dict[str, np.ndarray]:
-    """The bodies in `blocks` blocks, each sent to both servers in turn (alternating which goes first)."""
+    """The bodies in `blocks` blocks, each sent to every server in turn (alternating the order)."""
     times: dict[str, list] = {name: [] for name in ports}
     edges = np.linspace(0, len(bodies), args.blocks + 1).astype(int)
     for b in range(args.blocks):
@@ -132,17 +140,22 @@ def main() -> int:
     n = len(corpus.texts) if args.limit is None else min(args.limit, len(corpus.texts))
     ids, texts, labels = [str(i) for i in corpus.ids[:n]], corpus.texts[:n], [list(y) for y in corpus.labels[:n]]
     bodies = [orjson.dumps({"documents": [{"id": i, "text": t}], "k": args.k}) for i, t in zip(ids, texts)]
+    fractions = None if args.fractions is None else [float(f) for f in args.fractions.split(",")]
     with tempfile.TemporaryDirectory(prefix="xtag-shadow-bench-") as tmp:
         work = Path(tmp)
-        servers = {"with shadow": serve(args, work, True), "without": serve(args, work, False)}
+        shadowed = {"with shadow": 1.0} if fractions is None else {f"shadow at {f:g}": f for f in fractions}
+        servers = {name: serve(args, work, True, f) for name, f in shadowed.items()}
+        servers["without"] = serve(args, work, False)
         ports = {name: port for name, (_, port) in servers.items()}
+        first = next(iter(shadowed))  # the server whose comparison is reported
         try:
-            stored = feed(ports["with shadow"], ids, texts, labels)
+            stored = feed(ports[first], ids, texts, labels)
             for port in ports.values():  # warm-up, not recorded (its documents are compared too: ids repeat)
                 asyncio.run(timed(port, "/v1/predict/batch", bodies[:100]))
             times = replay(args, ports, bodies)
-            pair = drained(ports["with shadow"], n + 100)
-            exposition = asyncio.run(request(ports["with shadow"], "GET", "/metrics"))["text"]
+            pairs = {name: drained(ports[name], n + 100) for name in shadowed}
+            pair = pairs[first]
+            exposition = asyncio.run(request(ports[first], "GET", "/metrics"))["text"]
         finally:
             for proc, _ in servers.values():
                 proc.terminate()
@@ -158,10 +171,19 @@ def main() -> int:
     payload = {
         "primary": args.primary.name, "shadow": args.shadow.name, "k": args.k, "documents": n, "blocks": args.blocks,
         "feedback_stored": stored, "pair": pair, "report": report, "offline": offline_p, "latency": latency,
-        "p50_with_over_without": latency["with shadow"]["p50_ms"] / latency["without"]["p50_ms"],
     }  # fmt: skip
+    if fractions is None:
+        payload["p50_with_over_without"] = latency["with shadow"]["p50_ms"] / latency["without"]["p50_ms"]
+    else:
+        payload["fractions"] = {
+            name: {"fraction": shadowed[name], "pair": pairs[name],
+                   "p50_over_without": latency[name]["p50_ms"] / latency["without"]["p50_ms"]}
+            for name in shadowed
+        }  # fmt: skip
     print(report)
-    print(json.dumps({k: payload[k] for k in ("offline", "latency", "p50_with_over_without")}, indent=2))
+    print(json.dumps({k: payload.get(k) for k in ("offline", "latency", "p50_with_over_without")}, indent=2))
+    for name, row in payload.get("fractions", {}).items():
+        print(f"{name}: p50 {row['p50_over_without']:.3f}x without a shadow")
     save_result(args.result_name, payload)
     return 0
 

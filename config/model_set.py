@@ -105,11 +105,13 @@ class ModelSpec(BaseModel):
 
 
 class ModelSet(BaseModel):
-    """The models of one server, in order; `default` answers /v1/predict, `shadows` maps NEW to the OLD it shadows."""
+    """The models of one server, in order; `default` answers /v1/predict, `shadows` maps NEW to the OLD it shadows,
+    `shadow_fractions` a shadow to the share of its primary's documents it scores (absent: all of them)."""
 
     models: list[ModelSpec] = []
     default: str | None = None
     shadows: dict[str, str] = {}
+    shadow_fractions: dict[str, float] = {}
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSet:
@@ -127,6 +129,11 @@ class ModelSet(BaseModel):
                     raise ValueError(f"shadow {new}={old}: {name!r} is not served (models: {', '.join(names)})")
             if new == old:
                 raise ValueError(f"shadow {new}={old}: a model cannot shadow itself")
+        for new, fraction in self.shadow_fractions.items():
+            if new not in self.shadows:
+                raise ValueError(f"shadow fraction of {new!r}: it is not a shadow (shadows: {', '.join(self.shadows)})")
+            if not 0.0 < fraction <= 1.0:
+                raise ValueError(f"shadow fraction of {new!r}: {fraction:g} is not in (0, 1]")
         return self
 
     @property
@@ -153,6 +160,7 @@ def gather(
     every_bundle: bool,
     default: str | None,
     shadow: str | None,
+    shadow_fraction: str | None = None,
 ) -> ModelSet:
     """The models in the order given: XTAG_BUNDLE (the first argument of `xtag serve`), XTAG_MODELS, the models
     file (XTAG_MODELS_FILE, else XTAG_BUNDLE_ROOT/models.toml when nothing else names a model), then with --all
@@ -161,10 +169,11 @@ def gather(
         specs = [ModelSpec(name=bundle_name(bundle), path=bundle)] if bundle is not None else []
         specs += [ModelSpec(name=name, path=Path(path)) for name, path in pairs(models, "XTAG_MODELS")]
         shadows = dict(pairs(shadow, "XTAG_SHADOW"))
+        fractions: dict[str, float] = {}
         if models_file is None and root is not None and not specs and not every_bundle:
             models_file = Path(root) / MODELS_FILE if (Path(root) / MODELS_FILE).is_file() else None
         if models_file is not None:
-            listed, file_default, file_shadows = read_models_file(models_file)
+            listed, file_default, file_shadows, fractions = read_models_file(models_file)
             specs += listed
             default = default or file_default
             shadows = {**file_shadows, **shadows}
@@ -173,7 +182,8 @@ def gather(
                 raise ValueError("--all (XTAG_ALL_BUNDLES) serves every bundle under XTAG_BUNDLE_ROOT: set it")
             taken = {Path(p).resolve() for s in specs for p in s.bundles.values()}
             specs += [s for s in bundles_under(root) if s.path.resolve() not in taken]
-        return ModelSet(models=specs, default=default, shadows=shadows)
+        fractions.update(shadow_fractions(shadow_fraction, shadows))
+        return ModelSet(models=specs, default=default, shadows=shadows, shadow_fractions=fractions)
     except ValidationError as exc:  # one line, the validator's own words
         error = exc.errors(include_url=False)[0]
         cause = (error.get("ctx") or {}).get("error")
@@ -196,15 +206,27 @@ def pairs(text: str | None, what: str) -> list[tuple[str, str]]:
     return out
 
 
-def read_models_file(path: Path) -> tuple[list[ModelSpec], str | None, dict[str, str]]:
+def shadow_fractions(text: str | None, shadows: dict[str, str]) -> dict[str, float]:
+    """XTAG_SHADOW_FRACTION: `NEW=F,...` per shadow, or a bare `F` for every shadow."""
+    if text is None or not text.strip():
+        return {}
+    items = pairs(text, "XTAG_SHADOW_FRACTION") if "=" in text else [(new, text.strip()) for new in shadows]
+    try:
+        return {new: float(value) for new, value in items}
+    except ValueError:
+        raise ValueError(f"XTAG_SHADOW_FRACTION: {text!r}: give F or NEW=F,... with F a number in (0, 1]") from None
+
+
+def read_models_file(path: Path) -> tuple[list[ModelSpec], str | None, dict[str, str], dict[str, float]]:
     """A models.toml: `default = "NAME"` and a `[models]` table of NAME = "PATH" or NAME = {path = "PATH",
-    shadow_of = "OLD"}, or a model with versions: NAME = {versions = {V = "PATH", ...}, traffic = {V = WEIGHT,
-    ...}, stable = "V"} (traffic and stable optional); relative paths are read from the file's directory."""
+    shadow_of = "OLD", shadow_fraction = F}, or a model with versions: NAME = {versions = {V = "PATH", ...},
+    traffic = {V = WEIGHT, ...}, stable = "V"} (traffic and stable optional); relative paths are read from the file's
+    directory."""
     try:
         data = tomllib.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ValueError(f"{path}: cannot read the models file ({exc})") from None
-    specs, shadows = [], {}
+    specs, shadows, fractions = [], {}, {}
     table = data.get("models")
     if not isinstance(table, dict) or not table:
         raise ValueError(f'{path}: a [models] table of NAME = "PATH" is required')
@@ -222,8 +244,12 @@ def read_models_file(path: Path) -> tuple[list[ModelSpec], str | None, dict[str,
             specs.append(ModelSpec(name=name, path=Path(path).parent / entry["path"], **rollout))
         if "shadow_of" in entry:
             shadows[name] = str(entry["shadow_of"])
+        if "shadow_fraction" in entry:
+            if not isinstance(entry["shadow_fraction"], int | float) or isinstance(entry["shadow_fraction"], bool):
+                raise ValueError(f"{path}: models.{name}.shadow_fraction: give a number in (0, 1]")
+            fractions[name] = float(entry["shadow_fraction"])
     default = data.get("default")
-    return specs, None if default is None else str(default), shadows
+    return specs, None if default is None else str(default), shadows, fractions
 
 
 def _versioned(path: Path, name: str, entry: dict) -> ModelSpec:

@@ -208,8 +208,26 @@ class Limits(BaseModel):
         None,
         gt=0,
         description="refuse to load a bundle (at start, reload or PUT) when the process's RSS plus the bundle's "
-        "file sizes would exceed this many MB; what is served is never evicted; default: no limit",
+        "file sizes would exceed this many MB; what is served is never evicted unless XTAG_EVICT=lru; default: no limit",
     )
+    evict: Literal["never", "lru"] = Field(
+        "never",
+        description="with XTAG_MAX_MEMORY_MB: never (load every model at start, refuse a load that does not fit) or "
+        "lru (the default model and the shadows load at start, every other on its first prediction request, and "
+        "the least recently used model without requests in flight is evicted to make room; see multi-model serving)",
+    )
+    load_wait_s: float = Field(
+        30.0,
+        gt=0,
+        description="with XTAG_EVICT=lru: how long a request waits for its model to load before it gets 503 with "
+        "Retry-After (the load goes on)",
+    )
+
+    @model_validator(mode="after")
+    def _evict_needs_a_limit(self) -> Limits:
+        if self.evict == "lru" and self.max_memory_mb is None:
+            raise ValueError("XTAG_EVICT=lru evicts to stay under XTAG_MAX_MEMORY_MB: set it")
+        return self
 
 
 class Admin(BaseModel):
@@ -275,7 +293,7 @@ class Models(BaseModel):
     models_file: Path | None = Field(
         None,
         description='a models.toml naming the models (`default = "NAME"`, and under [models] NAME = "PATH" or '
-        'NAME = {path = "PATH", shadow_of = "OLD"}; paths relative to the file); default: '
+        'NAME = {path = "PATH", shadow_of = "OLD", shadow_fraction = F}; paths relative to the file); default: '
         "XTAG_BUNDLE_ROOT/models.toml when no model is named otherwise",
     )
     all_bundles: bool = Field(
@@ -321,6 +339,12 @@ class Models(BaseModel):
         description="onnxruntime threads of each ONNX session of an encoder bundle (XR-Transformer, LightXML, "
         "CascadeXML, LaMP); read by xtag serve, predict and evaluate; default 0: XTAG_THREADS' count (the CPUs this "
         "process may use; onnxruntime's own default is the host's cores)",
+    )
+    shadow_fraction: str | None = Field(
+        None,
+        description="shadow scoring: the share of its primary's documents a shadow scores, NEW=F,... or F for every "
+        "shadow (models.toml: shadow_fraction = F); a document with an id is sampled by a hash of it, so both "
+        "models' figures are over the same documents whatever the server, one without by chance; default 1: all",
     )
     shadow_queue: int = Field(
         64,
@@ -480,7 +504,14 @@ class Settings(BaseSettings):
     def _gather_models(self) -> Settings:
         m = self.models
         self._model_set = gather(
-            m.bundle, m.models, m.models_file, m.bundle_root, m.all_bundles, m.default_model, m.shadow
+            m.bundle,
+            m.models,
+            m.models_file,
+            m.bundle_root,
+            m.all_bundles,
+            m.default_model,
+            m.shadow,
+            m.shadow_fraction,
         )
         return self
 

@@ -48,6 +48,7 @@ from xtag.service.routes import (
 )
 from xtag.service.schemas import REQUEST_MODELS, ProblemDetails
 from xtag.service.state import shadow
+from xtag.service.state.eviction import EvictionMetrics, LazyModels
 from xtag.service.state.memory import freeze_heap
 from xtag.service.state.model_repository import ModelRepository
 
@@ -250,6 +251,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.registry.hooks.changed.append(on_traffic)
     for traffic in app.state.registry.traffic.values():
         metrics.set_traffic(traffic)
+    app.state.lazy = None  # XTAG_EVICT=lru: the models loaded on their first request (service/state/eviction.py)
+    if settings.limits.evict == "lru":
+        limits = settings.limits
+        app.state.lazy = LazyModels(
+            app.state.registry, limits.max_memory_mb, limits.load_wait_s, EvictionMetrics(metrics.registry)
+        )
     app.state.shadow_metrics = shadow.ShadowMetrics(metrics.registry)
     app.state.shadows = {}  # primary's name → its ShadowScorer (service/state/shadow.py)
     for new, old in app.state.registry.shadows.items():  # --shadow NEW=OLD, XTAG_SHADOW, models.toml's shadow_of

@@ -3,7 +3,7 @@
 Routes take what they need as the `...Dep` aliases at the end (FastAPI's `Annotated[T, Depends(f)]` habit), so
 no handler fetches its model, registry or settings by hand. The prediction handlers are the exception: they also
 run as plain Starlette routes (app.py HotRoute), without FastAPI's dependency machinery, so they call
-`served_model` themselves."""
+`serving_model` themselves."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import json
 import re
 import sys
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Annotated, TypeVar
 
 import orjson
@@ -20,8 +21,9 @@ from fastapi import Depends, Query, Request, Security
 from fastapi.security import APIKeyHeader
 from pydantic import BaseModel, SecretStr, ValidationError
 from xtag.config.settings import Settings
+from xtag.models.errors import XtagError
 from xtag.service.http.problems import Problem, validation_problem
-from xtag.service.observability.prometheus import MODEL_KEY, VERSION_KEY, served_name
+from xtag.service.observability.prometheus import DONE_KEY, MODEL_KEY, VERSION_KEY, served_name
 from xtag.service.rollout.traffic import ROUTING_HEADER
 from xtag.service.schemas import (
     IntegerText,
@@ -70,6 +72,28 @@ def served_model(request: Request, key: str | None = None) -> ServedModel:
     return model
 
 
+async def serving_model(request: Request, name: str | None = None, key: str | None = None) -> ServedModel:
+    """`served_model` for a prediction: with XTAG_EVICT=lru a model not in memory is loaded for it (the request
+    waits, at most XTAG_LOAD_WAIT_S) and held until the answer is sent, so that it is not evicted meanwhile
+    (service/state/eviction.py). `name`: the model's, when the path names it otherwise (Annif's project id); `key`: the
+    routing key of a request that carries none in its header (served_model). A lazy
+    model serves its stable version: versions and traffic splits are for models that stay loaded."""
+    lazy = request.app.state.lazy
+    wanted = name or request.path_params.get("name")
+    if lazy is None or wanted is None or wanted in lazy.pinned:
+        return served_model(request, key) if name is None else named_model(request.app.state.registry, name)
+    name = wanted
+    try:
+        model, _ = await lazy.hold(name)
+    except UnknownModel as exc:
+        raise Problem(404, "unknown-model", str(exc), models=request.app.state.registry.names) from None
+    except XtagError as exc:  # NoRoom, or the bundle failed to load
+        raise Problem(503, "model-unavailable", f"model {name} is not loaded: {exc}", RETRY) from None
+    request.scope[DONE_KEY] = partial(lazy.release, name)
+    request.scope[MODEL_KEY] = served_name(model)
+    return model
+
+
 def named_model(registry: ModelRepository, name: str | None, version: str | None = None) -> ServedModel:
     """404 for a name (or a version of it) not served, listing those that are; 503 while the model is not ready."""
     try:
@@ -90,6 +114,8 @@ def named_model(registry: ModelRepository, name: str | None, version: str | None
         raise Problem(503, "model-unavailable", "no model is being served yet: no bundle loaded", RETRY)
     if slot.current is None:
         why = slot.last_error or ("the bundle is still loading" if slot.loading else "no bundle loaded")
+        if slot.idle:
+            why = "not in memory now: it loads on its next prediction request (XTAG_EVICT=lru)"
         named = f" (model {slot.name})" if len(registry.slots) > 1 else ""
         if version is not None:
             named = f" (model {slot.name} version {version})"
@@ -335,11 +361,11 @@ async def queried_model(request: Request, model: Annotated[str | None, MODEL_QUE
 
 async def annif_project(request: Request, project_id: str) -> ServedModel:
     """The model served as Annif project `project_id` (404 as Annif words it, for a name not served; 503 while
-    it loads)."""
+    it loads; XTAG_EVICT=lru: loaded for the request)."""
     registry = request.app.state.registry
     if project_id not in registry.names:
         raise Problem(404, "not-found", f"Project '{project_id}' not found")
-    return named_model(registry, project_id)
+    return await serving_model(request, project_id)
 
 
 async def feedback_writer(request: Request) -> FeedbackWriter:

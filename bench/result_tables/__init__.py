@@ -11,6 +11,7 @@ from .contention import contention
 from .hardening import amplification, guard_cost, loop_stalls, request_cost
 from .lamp import lamp_better, lamp_candidates, lamp_debtags, lamp_fast
 from .lamp_ray import lamp_ray
+from .lazy_models import lazy_models
 from .lightxml_cascadexml import cascadexml_debtags, equal_budget, lightxml_debtags, lightxml_subset
 from .memory_bursts import slow_bodies
 from .multi_model import multi_model
@@ -52,6 +53,7 @@ BUILDERS = {
         ray_xlinear,
         shadow,
         rollout_traffic,
+        lazy_models,
         bundle_truncate,
         amplification,
         request_cost,

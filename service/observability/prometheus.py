@@ -29,6 +29,7 @@ LATENCY_BUCKETS = (
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 MODEL_KEY = "xtag.model"  # the scope key where deps.served_model names the model that served a request
 VERSION_KEY = "xtag.version"  # ... and the version of it that answered (service/rollout/traffic.py)
+DONE_KEY = "xtag.done"  # a callable the middleware calls once the request is over (deps: a held model let go)
 QUIET_PATHS = ("/metrics", "/health", "/ready", "/v1/stats", "/v1/timeline", "/v1/drift", "/static", "/favicon.ico")
 CLIENT_CLOSED = 499  # the status counted for a request whose client went away before the answer
 ENDPOINT_CACHE = 1024
@@ -379,6 +380,9 @@ class ObservabilityMiddleware:
         try:
             await self.app(scope, receive_wrapper, send_wrapper)
         finally:
+            done = scope.get(DONE_KEY)
+            if done is not None:
+                done()
             self.metrics.in_flight.dec()
             self.recent.in_flight -= 1
             elapsed = time.perf_counter() - start

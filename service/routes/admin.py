@@ -72,10 +72,11 @@ def _reloaded_name(state, bundle: str | Path | None, name: str | None) -> str:
 async def reload_all(request_app) -> dict[str, str]:
     """Reload every model, the default first (SIGHUP, start), then each model's other versions; {name: why} of the
     failed (NAME/VERSION for another version: it serves no traffic while it has no model). A configured model that
-    was unloaded (DELETE) comes back from its configured path: SIGHUP is the way back without an admin key."""
+    was unloaded (DELETE) comes back from its configured path: SIGHUP is the way back without an admin key. An idle
+    model (XTAG_EVICT=lru) stays idle: it reads its bundle afresh on its next request."""
     failed = {}
     registry = request_app.state.registry
-    names = sorted(registry.reloadable, key=lambda n: n != registry.default)
+    names = [n for n in sorted(registry.reloadable, key=lambda n: n != registry.default) if not registry.slots[n].idle]
     for name in names:
         try:
             unloaded = registry.slots[name].unloaded

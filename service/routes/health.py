@@ -63,7 +63,8 @@ def _states(registry) -> dict:
 
 @router.get(
     "/v1/models/{name}/ready",
-    summary="Readiness of one model: 200 once it is loaded and warmed up, else 503 (404: no such model)",
+    summary="Readiness of one model: 200 once it is loaded and warmed up, or idle (XTAG_EVICT=lru: it loads on its "
+    "next request), else 503 (404: no such model)",
     responses=problem_responses({404: "no model of that name is served", 503: "not ready; `detail` says why"}),
 )
 async def model_ready(request: Request, name: str, registry: ModelRepositoryDep):
@@ -72,6 +73,8 @@ async def model_ready(request: Request, name: str, registry: ModelRepositoryDep)
     except UnknownModel as exc:
         return problem_response(404, "unknown-model", str(exc), request.url.path, models=registry.names)
     model = slot.current
+    if slot.state == "idle":  # XTAG_EVICT=lru: it takes requests, and loads on the next one
+        return {"status": "idle"}
     changed = slot.changed if model is not None else None
     if model is None or changed:
         why = changed or slot.last_error or "loading the bundle"

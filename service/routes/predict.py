@@ -26,7 +26,7 @@ from xtag.service.deps import (
     openapi_body,
     parse_body,
     require_api_key,
-    served_model,
+    serving_model,
 )
 from xtag.service.http.cost import METER_KEY, Work, check_work, too_large
 from xtag.service.http.problems import Problem, problem_responses
@@ -372,7 +372,7 @@ async def predict(request: Request) -> Response:
     start = time.perf_counter()
     await require_api_key(request)  # served as a plain Starlette route too (app.py): no Depends on the hot path
     body = await parse_body(request, PredictRequest)
-    model = served_model(request)
+    model = await serving_model(request)
     k, beam, a, filters = check_options(request, model, body, [body.text], "text")
     rows = await predict_rows(
         request,
@@ -407,7 +407,7 @@ async def predict_batch(request: Request) -> Response:
         request, BatchRequest, check=document_limit(request.app.state.settings.limits.max_batch_documents)
     )
     first = body.documents[0].id
-    model = served_model(request, None if first is None else str(first))  # sticky by the first id, without a header
+    model = await serving_model(request, key=None if first is None else str(first))  # sticky by the first id
     texts = [d.text for d in body.documents]
     k, beam, a, filters = check_options(request, model, body, texts, "documents[{i}].text", body.documents)
     if body.optimize is None:

@@ -206,6 +206,7 @@ class ModelRepository:
             "name": name,
             "default": name == self.default,
             "state": slot.state,
+            "loaded": model is not None,  # false while idle (XTAG_EVICT=lru), loading, failed or unloaded
             "error": slot.error,
             "shadow_of": self.shadows.get(name),
             "family": None,

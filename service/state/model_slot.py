@@ -314,6 +314,7 @@ class ModelSlot:
         self.local_error: str | None = None
         self.loading = False
         self.unloaded = False
+        self.idle = False  # XTAG_EVICT=lru: not in memory now, loaded on its next request (service/state/eviction.py)
         self._lock = asyncio.Lock()
         self.listeners: list = [] if listeners is None else listeners  # called with (old, new) after a swap or unload
 
@@ -344,12 +345,15 @@ class ModelSlot:
 
     @property
     def state(self) -> str:
-        """loading | ready | failed | unloaded (a failed reload while the old model serves is still ready; a model
-        whose bundle changed on disk since load has failed, though it still answers from its private copy)."""
+        """loading | ready | failed | idle | unloaded (a failed reload while the old model serves is still ready; a
+        model whose bundle changed on disk since load has failed, though it still answers from its private copy; an
+        idle one loads on its next request)."""
         if self.loading:
             return "loading"
         if self.current is not None:
             return "failed" if self.changed else "ready"
+        if self.idle:
+            return "idle"
         if self.unloaded:
             return "unloaded"
         return "failed" if self.last_error else "loading"
@@ -393,6 +397,7 @@ class ModelSlot:
             if old is not None:  # once the last request on it is done: a storm of reloads kept 135 MB (issue 47)
                 weakref.finalize(old, trim_heap)
             self.path, self.last_error, self.local_error, self.unloaded = target, None, None, False
+            self.idle = False
             _hold(new)
             _let_go(old)
             log_swap(old, new, target, time.perf_counter() - start)
@@ -409,7 +414,7 @@ class ModelSlot:
     def unload(self) -> ServedModel | None:
         """Stop serving this model (requests already holding it finish); its arrays go once they are done."""
         old, self.current, self.unloaded, self.last_error = self.current, None, True, None
-        self.local_error = None
+        self.local_error, self.idle = None, False
         if old is not None:
             for listener in self.listeners:
                 listener(old, None)

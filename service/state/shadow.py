@@ -2,7 +2,8 @@
 
 The prediction routes hand each answered request of a shadowed model to its ShadowScorer as a background task,
 which runs once the response has been sent (Starlette's BackgroundTask): the client never waits for the shadow.
-The scorer queues the request in a bounded queue (XTAG_SHADOW_QUEUE) and scores what gathered there on a thread
+With a `shadow_fraction` below 1 only a sample of the primary's documents is handed over (`sampled`): the rest cost
+the primary nothing at all (no job, no background task, no queue). The scorer queues the request in a bounded queue (XTAG_SHADOW_QUEUE) and scores what gathered there on a thread
 of its own, in one call (_drain); a request that finds the queue full is shed and counted, so a slow shadow compares fewer
 documents instead of falling behind or holding memory. A shadow call that raises or takes over
 XTAG_SHADOW_TIMEOUT_S counts as an error (asked to stop; the next request waits for its thread, and sheds
@@ -17,7 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
+import os
+import random
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,6 +38,7 @@ from xtag.service.observability.agreement import AgreementWindow
 from xtag.service.state.model_slot import ServedModel
 
 log = logging.getLogger("xtag.service")
+SHADOW_NICE = 19  # the shadow thread's priority: the lowest, it runs on what the requests leave idle
 LINGER_S = 0.05  # how long the shadow lets requests gather before it scores them together
 JOB_KEY = "xtag.shadow"  # the scope key where predict_rows leaves the request's ShadowJob for its handler
 
@@ -40,8 +46,12 @@ JOB_KEY = "xtag.shadow"  # the scope key where predict_rows leaves the request's
 def _one_core() -> None:
     """The shadow thread's engine calls use one core's share of numba's threads, and its graphs have one intra-op
     thread (ModelRepository.options_for): its batches leave the other cores to the primary's requests, which on 2
-    cores otherwise met a shadow batch running on both (bench/RESULTS.md, "Per-model series and shadow scoring")."""
+    cores otherwise met a shadow batch running on both (bench/RESULTS.md, "Per-model series and shadow scoring").
+    The thread also runs at nice SHADOW_NICE (Linux sets a thread's own): it gets the CPU the requests leave, and
+    what it cannot score in time is shed and counted, so that a shadow costs its primary little on a small machine."""
     share_cores(thread_count())
+    with contextlib.suppress(OSError, AttributeError):  # another OS: the thread keeps the process's priority
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SHADOW_NICE)
 
 
 class ShadowMetrics:
@@ -124,8 +134,10 @@ class ShadowScorer:
         queue_size: int = 64,
         timeout_s: float = 5.0,
         window: int = 10_000,
+        fraction: float = 1.0,
     ):
         self.primary, self.shadow, self.resolve, self.timeout_s = primary, shadow, resolve, timeout_s
+        self.fraction = fraction  # the share of the primary's documents scored (XTAG_SHADOW_FRACTION)
         self.window = AgreementWindow(window)
         self.queue: asyncio.Queue[ShadowJob] | None = None
         self.queue_size = queue_size
@@ -138,9 +150,23 @@ class ShadowScorer:
         self.unserved_logged = False  # whether "not served" was logged since the shadow last scored
         self.top1, self.overlap, self.rank = (g.labels(primary, shadow) for g in (m.top1, m.overlap, m.rank))
         self.metrics = metrics
-        self.counts = {"documents": 0, "shed_documents": 0, "unserved_documents": 0, "errors": 0}  # for /v1/shadow
+        self.counts = {  # for /v1/shadow
+            "documents": 0,
+            "shed_documents": 0,
+            "unserved_documents": 0,
+            "unsampled_documents": 0,
+            "errors": 0,
+        }
 
-    def job(self, texts, ids, k, reweight, rerank, primary: ServedModel, labels: np.ndarray) -> ShadowJob:
+    def job(self, texts, ids, k, reweight, rerank, primary: ServedModel, labels: np.ndarray) -> ShadowJob | None:
+        """The shadow's work for an answered request: its sampled documents (all at fraction 1), None when none is."""
+        if self.fraction < 1.0:
+            keep = [i for i, doc_id in enumerate(ids) if sampled(doc_id, self.fraction)]
+            self.counts["unsampled_documents"] += len(ids) - len(keep)
+            if not keep:
+                return None
+            if len(keep) < len(ids):
+                texts, ids, labels = [texts[i] for i in keep], [ids[i] for i in keep], labels[keep]
         return ShadowJob(self, texts, ids, k, reweight, rerank, primary.names, labels)
 
     async def offer(self, job: ShadowJob) -> None:
@@ -270,6 +296,15 @@ class ShadowScorer:
         self.queue = self.task = self.executor = self.half_full = None
 
 
+def sampled(key: str | None, fraction: float) -> bool:
+    """Whether a document is in a shadow's sample: by a hash of its id when it has one, so that the same documents
+    are compared on every worker, replica and run (agreement and live P@k compare like with like); else by chance."""
+    if key is None:
+        return random.random() < fraction
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") < fraction * 2**64
+
+
 def declare(app, primary: str, shadow: str, resolve: Callable[[], ServedModel | None]) -> ShadowScorer:
     """Make `shadow` (found by `resolve`) score the requests of `primary` from its next load on, and at once if
     `primary` serves now (app.py's swap listener attaches it to every model loaded under that name)."""
@@ -282,6 +317,7 @@ def declare(app, primary: str, shadow: str, resolve: Callable[[], ServedModel | 
         s.models.shadow_queue,
         s.models.shadow_timeout_s,
         s.models.shadow_window,
+        s.model_set.shadow_fractions.get(shadow, 1.0),
     )
     app.state.shadows[primary] = scorer
     return scorer

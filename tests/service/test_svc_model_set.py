@@ -48,6 +48,28 @@ def test_the_default_and_the_shadows_must_be_served():
     assert models_of(bundle="a/x", models="y=a/y", shadow="y=x")[2] == {"y": "x"}
 
 
+def test_a_shadow_fraction_is_per_shadow_or_for_all_and_checked(tmp_path):
+    def fractions(**settings) -> dict[str, float]:
+        return Settings(_env_file=None, **settings).model_set.shadow_fractions
+
+    served = {"bundle": "a/x", "models": "y=a/y,z=a/z", "shadow": "y=x,z=x"}
+    assert fractions(**served) == {}
+    assert fractions(**served, shadow_fraction="y=0.25") == {"y": 0.25}
+    assert fractions(**served, shadow_fraction="0.5") == {"y": 0.5, "z": 0.5}
+    assert "of 'x': it is not a shadow" in refusal(**served, shadow_fraction="x=0.5")
+    assert "1.5 is not in (0, 1]" in refusal(**served, shadow_fraction="y=1.5")
+    assert "is not in (0, 1]" in refusal(**served, shadow_fraction="y=0")
+    assert "give F or NEW=F" in refusal(**served, shadow_fraction="half")
+    (tmp_path / "models.toml").write_text(
+        '[models]\nxl = "debtags-xl"\nlamp = {path = "debtags-lamp", shadow_of = "xl", shadow_fraction = 0.25}\n'
+    )
+    assert fractions(models_file=tmp_path / "models.toml") == {"lamp": 0.25}
+    (tmp_path / "models.toml").write_text(
+        '[models]\nxl = "x"\nlamp = {path = "l", shadow_of = "xl", shadow_fraction = "a"}\n'
+    )
+    assert "models.lamp.shadow_fraction: give a number" in refusal(models_file=tmp_path / "models.toml")
+
+
 def test_a_models_file_names_models_paths_relative_to_it_default_and_shadows(tmp_path):
     (tmp_path / "models.toml").write_text(
         'default = "lamp"\n[models]\nxl = "debtags-xl"\nlamp = {path = "debtags-lamp", shadow_of = "xl"}\n'

@@ -262,6 +262,37 @@ def test_a_shadow_declared_in_the_configuration_scores_every_route_to_its_primar
     assert c.get("/v1/shadow").json()["pairs"][0]["top1_agreement"] is not None
 
 
+def test_a_shadow_fraction_samples_documents_by_their_id_and_at_random_without_one():
+    keys = [f"doc-{i}" for i in range(20_000)]
+    chosen = [shadow_module.sampled(key, 0.25) for key in keys]
+    assert chosen == [shadow_module.sampled(key, 0.25) for key in keys]  # the same documents every time
+    assert abs(sum(chosen) / len(keys) - 0.25) < 0.01
+    assert all(shadow_module.sampled(key, 1.0) for key in keys[:100])
+    by_chance = sum(shadow_module.sampled(None, 0.25) for _ in range(20_000)) / 20_000
+    assert abs(by_chance - 0.25) < 0.02
+
+
+def test_a_shadow_at_a_fraction_scores_only_the_sampled_documents(make_client, bundles):
+    """XTAG_SHADOW_FRACTION: the documents with an id are scored when their hash falls in the sample, the others
+    cost their request nothing; /v1/shadow counts both."""
+    c = make_client(
+        models=f"tiny-b={bundles['b']}", shadow="tiny-b=tiny-a", shadow_fraction="tiny-b=0.5", admin_key=ADMIN_KEY
+    )
+    wait_ready(c, path="/v1/models/tiny-b/ready")
+    scorer = c.app.state.shadows["tiny-a"]
+    assert scorer.fraction == 0.5
+    docs = [{"id": d["id"], "text": d["text"]} for d in DOCS]
+    wanted = [d for d in docs if shadow_module.sampled(str(d["id"]), 0.5)]
+    assert 0 < len(wanted) < len(docs)
+    assert c.post("/v1/predict/batch", json={"documents": docs, "k": 3}).status_code == 200
+    for d in docs:  # one a request: the unsampled ones make no shadow job at all
+        assert c.post("/v1/predict/batch", json={"documents": [d], "k": 3}).status_code == 200
+    wait_for(lambda: scorer.counts["documents"] == 2 * len(wanted))
+    pair = c.get("/v1/shadow").json()["pairs"][0]
+    assert pair["unsampled_documents"] == 2 * (len(docs) - len(wanted)) and pair["documents"] == 2 * len(wanted)
+    assert {key for key, *_ in scorer.window.answers} == {str(d["id"]) for d in wanted}
+
+
 def test_annif_suggestions_of_a_shadowed_project_are_scored_too(make_client, bundles):
     c = make_client(models=f"tiny-b={bundles['b']}", shadow="tiny-b=tiny-a")
     wait_ready(c, path="/v1/models/tiny-b/ready")
@@ -291,9 +322,17 @@ def test_a_shadow_runs_on_one_core_so_its_batches_leave_the_others_to_the_primar
     assert ModelRepository(models, "warm").slots["new"].options.encoder_threads == 1
     import numba
 
-    before = numba.get_num_threads()
-    try:
-        shadow_module._one_core()  # the shadow thread's engine calls: one core's share of numba's threads
-        assert numba.get_num_threads() == max(1, numba.config.NUMBA_NUM_THREADS // (os.cpu_count() or 1))
-    finally:
-        numba.set_num_threads(before)  # numba's count is this thread's: later tests keep theirs
+    seen = {}
+
+    def shadow_thread() -> None:  # a thread of its own: numba's count and the nice value are the thread's
+        shadow_module._one_core()
+        seen["numba"] = numba.get_num_threads()
+        seen["nice"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    thread = threading.Thread(target=shadow_thread)
+    thread.start()
+    thread.join()
+    # the shadow thread's engine calls: one core's share of numba's threads, at the lowest priority (Linux)
+    assert seen["numba"] == max(1, numba.config.NUMBA_NUM_THREADS // (os.cpu_count() or 1))
+    assert seen["nice"] == shadow_module.SHADOW_NICE
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) < shadow_module.SHADOW_NICE  # not this one

@@ -64,18 +64,29 @@ class JSONBytes(Response):
 
 
 async def answer(request: Request, model: ServedModel, content: object) -> Response:
-    """The handler's response once the work is done: its cost estimate checked (check_cost), and the encoded body
-    held to XTAG_MAX_RESPONSE_BYTES, whatever the estimate said (413 too-costly). The label lists are already
+    """The handler's JSON response once the work is done (checked by `respond`). The label lists are already
     JSON (orjson.Fragment, built in the worker that predicted or explained): encoding joins them, which for an
     answer of megabytes still takes ms, so a large one is joined in a worker too."""
-    check_cost(request, model)
     meter = request.scope.get(METER_KEY)
     labels = 0 if meter is None else meter.work.documents * meter.work.k
     body = await off_loop_if_large(request, partial(orjson.dumps, content), labels)
+    return respond(request, model, body)
+
+
+def respond(
+    request: Request,
+    model: ServedModel,
+    body: bytes,
+    media_type: str = "application/json",
+    headers: dict[str, str] | None = None,
+) -> Response:
+    """An encoded answer (JSON, or the Open Inference Protocol's, routes/oip.py): its cost estimate checked
+    (check_cost), its size held to XTAG_MAX_RESPONSE_BYTES (413 too-costly), the shadow's turn run after it."""
+    check_cost(request, model)
     limit = request.app.state.settings.limits.max_response_bytes
     if limit and len(body) > limit:
         raise too_large(len(body), limit, "send fewer documents, a smaller k, or no explain")
-    return Response(body, media_type="application/json", background=shadow_task(request))
+    return Response(body, media_type=media_type, headers=headers, background=shadow_task(request))
 
 
 def check_options(
@@ -141,12 +152,8 @@ async def predict_rows(
     ids: list[str | None] | None = None,
 ) -> list[orjson.Fragment]:
     """Each text's top-k labels as JSON ({id, name, score} list, and each label's `gain` when reweighted),
-    through the micro-batcher when it is on. For a shadowed model, the request's ShadowJob (texts, client `ids`,
-    options, the answer's labels) is left in the scope for the handler's background task (shadow_task)."""
-    preds = await predict_arrays(request, model, texts, k, beam, a, rw_key, rerank)
-    if model.shadow is not None:
-        ids = ids or [None] * len(texts)
-        request.scope[JOB_KEY] = model.shadow.job(texts, ids, k, rw_key or None, rerank, model, preds.labels)
+    through the micro-batcher when it is on (and the shadow's job left in the scope: served_predictions)."""
+    preds = await served_predictions(request, model, texts, k, beam, a, rw_key, rerank, ids)
     gains = (
         None if a is None else gains_of(preds, a)
     )  # what the labels were ranked by (models/inference/reweighting.py)
@@ -154,6 +161,26 @@ async def predict_rows(
         lists = partial(label_lists, model.label_prefixes, preds, threshold, gains)
         return await off_loop_if_large(request, lists, preds.labels.size)
     return await explained_rows(request, model, texts, preds, threshold, rerank, gains)
+
+
+async def served_predictions(
+    request: Request,
+    model: ServedModel,
+    texts: list[str],
+    k: int,
+    beam: int | None,
+    a: np.ndarray | None,
+    rw_key: tuple = (),
+    rerank: bool = True,
+    ids: list[str | None] | None = None,
+) -> Predictions:
+    """`predict_arrays`, and for a shadowed model the request's ShadowJob (texts, client `ids`, options, the
+    answer's labels) left in the scope for the handler's background task (shadow_task)."""
+    preds = await predict_arrays(request, model, texts, k, beam, a, rw_key, rerank)
+    if model.shadow is not None:
+        ids = ids or [None] * len(texts)
+        request.scope[JOB_KEY] = model.shadow.job(texts, ids, k, rw_key or None, rerank, model, preds.labels)
+    return preds
 
 
 INLINE_LABELS = 2000  # labels of one answer made JSON on the event loop (about a ms); more go to a worker
@@ -225,7 +252,7 @@ def shadow_task(request: Request) -> BackgroundTask | None:
     return None if job is None else job.background()
 
 
-def _rw_key(opts: PredictOptions) -> tuple:
+def reweight_key(opts: PredictOptions) -> tuple:
     rw = opts.reweight
     return () if rw is None else (rw.scheme, float(rw.alpha), rw.beta)
 
@@ -244,7 +271,7 @@ async def predict(request: Request) -> Response:
     model = served_model(request)
     k, beam, a = check_options(request, model, body, [body.text], "text")
     rows = await predict_rows(
-        request, model, [body.text], k, beam, a, body.threshold, _rw_key(body), body.explain, body.rerank
+        request, model, [body.text], k, beam, a, body.threshold, reweight_key(body), body.explain, body.rerank
     )
     took = round((time.perf_counter() - start) * 1e3, 3)
     return await answer(request, model, {"labels": rows[0], "model": model.ref, "took_ms": took})
@@ -269,7 +296,7 @@ async def predict_batch(request: Request) -> Response:
     if body.optimize is None:
         ids = [None if d.id is None else str(d.id) for d in body.documents]
         rows = await predict_rows(
-            request, model, texts, k, beam, a, body.threshold, _rw_key(body), body.explain, body.rerank, ids
+            request, model, texts, k, beam, a, body.threshold, reweight_key(body), body.explain, body.rerank, ids
         )
     else:
         rows = await optimized_rows(request, model, body, texts, k, beam)

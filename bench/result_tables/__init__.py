@@ -14,6 +14,7 @@ from .lamp_ray import lamp_ray
 from .lightxml_cascadexml import cascadexml_debtags, equal_budget, lightxml_debtags, lightxml_subset
 from .memory_bursts import slow_bodies
 from .multi_model import multi_model
+from .oip import oip
 from .onnx_encoders import encoder_variants
 from .ray import ray_xlinear
 from .ray_scoring import ray_scoring
@@ -81,5 +82,6 @@ BUILDERS = {
         slow_bodies,
         reload_storm,
         contention,
+        oip,
     )
 }

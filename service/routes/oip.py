@@ -11,13 +11,20 @@ from importlib import metadata
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
-from xtag.service.deps import OFF_LOOP_BYTES, ModelRepositoryDep, named_model, require_api_key
+from xtag.service.deps import OFF_LOOP_BYTES, ModelRepositoryDep, require_api_key, served_model
 from xtag.service.http import oip
 from xtag.service.http.problems import OIP_ERROR, Problem
-from xtag.service.observability.prometheus import MODEL_KEY, served_name
-from xtag.service.routes.predict import check_options, off_loop_if_large, respond, reweight_key, served_predictions
+from xtag.service.routes.predict import (
+    ROUTING_PARAMETER,
+    VERSION_HEADER_DOC,
+    check_options,
+    off_loop_if_large,
+    respond,
+    reweight_key,
+    served_predictions,
+)
 from xtag.service.state.model_repository import ModelRepository, UnknownModel
-from xtag.service.state.model_slot import ModelSlot, ServedModel
+from xtag.service.state.model_slot import ModelSlot
 
 router = APIRouter(tags=["open inference protocol"])  # behind the API key, as /v1 is
 health_router = APIRouter(tags=["open inference protocol"])  # open, as /health and /ready are: probes carry no key
@@ -43,31 +50,17 @@ MODEL_ERRORS = {404: "no model of that name, or no such version of it", 503: "th
 
 
 def model_slot(registry: ModelRepository, name: str, version: str | None) -> ModelSlot:
-    """The one place a (name, version) of the protocol resolves to the slot that serves it: 404 for a name not
-    served, or a version that is not the one its bundle has (its manifest's `version`); while a model loads,
-    every version is let through, and the caller answers 503 for it."""
+    """The slot a (name, version) of the protocol's readiness names (404 for a name or version not served); the
+    routes that predict resolve theirs as /v1's do (deps.served_model: the version pinned, or the traffic's)."""
     try:
-        slot = registry.slot(name)
+        return registry.slot(name) if version is None else registry.versions(name)[version]
     except UnknownModel as exc:
         raise Problem(404, "unknown-model", str(exc)) from None
-    model = slot.current
-    if version is not None and model is not None and version != model.bundle.version:
-        raise Problem(404, "unknown-version", f"model {name!r} has no version {version!r}; it serves {versions(model)}")
-    return slot
-
-
-def served(request: Request) -> ServedModel:
-    """The model a /v2/models/{name}[/versions/{version}] request is for (404, or 503 while it is not ready),
-    named in the request's metrics as /v1's are."""
-    registry = request.app.state.registry
-    slot = model_slot(registry, request.path_params["name"], request.path_params.get("version"))
-    model = named_model(registry, slot.name)
-    request.scope[MODEL_KEY] = served_name(model)
-    return model
-
-
-def versions(model: ServedModel) -> list[str]:
-    return [model.bundle.version]
+    except KeyError:
+        versions = ", ".join(registry.versions(name))
+        raise Problem(
+            404, "unknown-version", f"model {name} has no version {version!r}; versions: {versions}"
+        ) from None
 
 
 @health_router.get("/v2/health/live", response_model=oip.ServerLive, summary="Liveness (the protocol's)")
@@ -115,10 +108,10 @@ async def server_metadata() -> dict:
 
 
 async def model_metadata(request: Request) -> dict:
-    model = served(request)
+    model = served_model(request)
     return {
         "name": model.served_as,
-        "versions": versions(model),
+        "versions": list(request.app.state.registry.versions(model.served_as)),
         "platform": f"xtag_{model.kind}",
         "inputs": oip.INPUTS,
         "outputs": oip.OUTPUTS,
@@ -127,7 +120,7 @@ async def model_metadata(request: Request) -> dict:
 
 async def infer(request: Request) -> Response:
     await require_api_key(request)  # served as a plain Starlette route too (app.py HotRoute), as /v1/predict is
-    model = served(request)
+    model = served_model(request)  # the version pinned in the path, else the one the model's traffic routes to
     body = await request.body()
     read = partial(oip.read_request, body, request.headers.get(oip.HEADER_LENGTH))
     if len(body) <= OFF_LOOP_BYTES:
@@ -141,7 +134,7 @@ async def infer(request: Request) -> Response:
         raise oip.bad(f'input "text": {len(texts)} texts, the maximum per request is {most} (XTAG_MAX_BATCH_DOCUMENTS)')
     k, beam, a = check_options(request, model, opts, texts, "text[{i}]")
     preds = await served_predictions(request, model, texts, k, beam, a, reweight_key(opts), opts.rerank)
-    head = {"model_name": model.served_as, "model_version": model.bundle.version}
+    head = {"model_name": model.served_as, "model_version": model.served_version}
     if infer_request.id is not None:
         head["id"] = infer_request.id
     encode = partial(oip.encode, model.names, preds, opts.threshold, outputs, head)
@@ -199,9 +192,11 @@ for _path in PATHS:
                 "description": "the outputs; with binary outputs asked for, the JSON header (its length in "
                 "Inference-Header-Content-Length) followed by their bytes",
                 "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+                "headers": VERSION_HEADER_DOC,
             },
         },
-        openapi_extra={**INFER_BODY, **_named},
+        # unpinned, the model's traffic chooses the version, sticky by X-Routing-Key
+        openapi_extra={**INFER_BODY, "parameters": [*_named["parameters"], *([] if _suffix else [ROUTING_PARAMETER])]},
         summary=f"Top-k labels and scores for texts (the protocol's inference){_which}",
         operation_id=f"oip_infer{_suffix}",
     )

@@ -168,3 +168,34 @@ def test_infer_counts_in_the_models_metrics(client):
         line.startswith("xtag_http_requests_total") and "/v2/models/{name}/infer" in line and 'model="tiny-a"' in line
         for line in metrics.splitlines()
     ), [line for line in metrics.splitlines() if "v2" in line]
+
+
+def test_versions_as_the_protocol_names_them(make_client, tmp_path, bundles):
+    """A model of versions (ROOT/NAME/VERSION, Triton's layout): metadata lists them, /versions/{v} pins one (the
+    same top k as /v1's pinned route), the unpinned infer goes where the traffic sends it, each answer names its
+    version, and a version that failed to load is not ready."""
+    import shutil
+
+    from tests.service.rollout.test_svc_versions import settled
+
+    for version, key in (("0", "broken"), ("1", "a"), ("2", "b")):
+        shutil.copytree(bundles[key], tmp_path / "tags" / version)
+    c = settled(make_client(bundle=None, bundle_root=tmp_path, all_bundles=True, wait=False))
+    assert c.get("/v2/models/tags").json()["versions"] == ["0", "1", "2"]
+    assert c.get("/v2/models/tags/versions/1").json()["versions"] == ["0", "1", "2"]
+    body = {"inputs": [{"name": "text", "shape": [len(TEXTS)], "datatype": "BYTES", "data": TEXTS}]}
+    for version in ("1", "2"):
+        r = c.post(f"/v2/models/tags/versions/{version}/infer", json={**body, "parameters": {"k": 3}})
+        assert r.json()["model_version"] == version == r.headers["X-Model-Version"]
+        labels = r.json()["outputs"][0]["data"]
+        v1 = c.post(
+            f"/v1/models/tags/versions/{version}/predict/batch",
+            json={"documents": [{"text": t} for t in TEXTS], "k": 3},
+        ).json()["results"]
+        assert labels == [x["name"] for row in v1 for x in row["labels"]]
+    assert c.post("/v2/models/tags/infer", json=body).json()["model_version"] == "2"  # the stable one's traffic
+    assert c.get("/v2/models/tags/versions/2/ready").json() == {"name": "tags", "ready": True}
+    assert c.get("/v2/models/tags/versions/0/ready").status_code == 503
+    for path in ("/v2/models/tags/versions/9/ready", "/v2/models/tags/versions/9/infer"):
+        r = c.post(path, json=body) if path.endswith("infer") else c.get(path)
+        assert r.status_code == 404 and "9" in r.json()["error"], path

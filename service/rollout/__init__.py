@@ -1,0 +1,1 @@
+"""Rollouts: a model's versions and the traffic between them (traffic.py)."""

@@ -59,11 +59,12 @@ def problem_response(
     )
 
 
-OIP_PREFIX = "/v2"  # the Open Inference Protocol's routes (routes/oip.py), whose errors are its own shape
+OIP_PATHS = ("/v2/health/", "/v2/models/")  # the Open Inference Protocol's routes (routes/oip.py), and GET /v2
 
 
 def is_oip(path: str) -> bool:
-    return path == OIP_PREFIX or path.startswith(OIP_PREFIX + "/")
+    """Whether `path` is one of the protocol's, whose errors are its own shape (an unknown /v2/x is not)."""
+    return path == "/v2" or path.startswith(OIP_PATHS)
 
 
 def error_response(

@@ -19,6 +19,7 @@ from .onnx_encoders import encoder_variants
 from .ray import ray_xlinear
 from .ray_scoring import ray_scoring
 from .reload_storm import reload_storm
+from .rollout import rollout_traffic
 from .service import (
     explain_latency,
     inference_threads,
@@ -51,6 +52,7 @@ BUILDERS = {
         loop_stalls,
         ray_xlinear,
         shadow,
+        rollout_traffic,
         bundle_truncate,
         amplification,
         request_cost,

@@ -16,11 +16,11 @@ from typing import Annotated, Any
 
 import numpy as np
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, Field, StrictBool, StrictInt, StrictStr, ValidationError
 from xtag.models.inference.types import Predictions
 from xtag.service.http.problems import Problem, validation_problem
 from xtag.service.http.response_json import kept_mask
-from xtag.service.schemas import Number, PredictOptions, not_blank
+from xtag.service.schemas import Number, PredictOptions, Strict, not_blank
 
 HEADER_LENGTH = "inference-header-content-length"
 TEXT, LABELS, SCORES = "text", "labels", "scores"
@@ -34,10 +34,6 @@ EXTENSIONS = ["binary_tensor_data", "parameters"]  # the extensions GET /v2 list
 
 # A parameter's value: a string, a number or a boolean ($parameter); strict, so that true stays a boolean
 Parameters = dict[str, StrictBool | StrictInt | Number | StrictStr]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class TensorMetadata(BaseModel):

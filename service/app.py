@@ -29,6 +29,7 @@ from xtag.service.batching import MicroBatcher, PredictorPool
 from xtag.service.deps import require_admin_key, require_api_key
 from xtag.service.http import api_docs, problems
 from xtag.service.http.admission import AdmissionMiddleware
+from xtag.service.http.oip import InferRequest
 from xtag.service.http.openapi_limits import apply_limits
 from xtag.service.http.request_body import BodyReadMiddleware
 from xtag.service.http.security import DASHBOARD_HEADERS, NoSniffMiddleware, ProblemCORSMiddleware
@@ -43,6 +44,7 @@ from xtag.service.routes import (
     model_admin,
     models,
     monitoring,
+    oip,
     predict,
     rollout,
 )
@@ -264,14 +266,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     problems.install(app)
     protected = [Depends(require_api_key)]
     app.include_router(health.router)
-    for module in (predict, models, labels, monitoring, annif):
+    app.include_router(oip.health_router)  # the Open Inference Protocol's probes, open as /health and /ready are
+    for module in (predict, models, labels, monitoring, annif, oip):
         app.include_router(module.router, dependencies=protected)
     for module in (admin, model_admin, rollout, feedback):  # XTAG_ADMIN_KEY; without one configured: off (403)
         app.include_router(module.router, dependencies=[Depends(require_admin_key)])
-    # The prediction handlers also run as plain Starlette routes placed first: same functions (they
+    # The prediction handlers (/v2's infer too) also run as plain Starlette routes placed first: same functions (they
     # check the API key themselves), without FastAPI's per-request dependency machinery, which is about
     # half the framework cost of a call (~140 of ~300 µs). The APIRoutes stay for the OpenAPI schema.
-    for route in [r for r in predict.router.routes if isinstance(r, APIRoute) and r.path in predict.HOT_ROUTES]:
+    hot = [(predict, predict.HOT_ROUTES), (oip, oip.HOT_ROUTES)]
+    for route in [
+        r for module, paths in hot for r in module.router.routes if isinstance(r, APIRoute) and r.path in paths
+    ]:
         app.router.routes.insert(0, HotRoute(route.path, route.endpoint, methods=list(route.methods)))
     api_docs.install(app, str(DASHBOARD))
     app.mount("/static", StaticFiles(directory=DASHBOARD), name="static")
@@ -312,7 +318,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
             components = schema.setdefault("components", {}).setdefault("schemas", {})
-            for model in (*REQUEST_MODELS, ProblemDetails):
+            for model in (*REQUEST_MODELS, InferRequest, ProblemDetails):
                 js = model.model_json_schema(ref_template="#/components/schemas/{model}")
                 components.update(js.pop("$defs", {}))
                 components[model.__name__] = js

@@ -20,7 +20,7 @@ from pydantic import (
 )
 
 
-def _not_blank(text: str) -> str:
+def not_blank(text: str) -> str:
     if not text.strip():
         raise ValueError("text is empty or whitespace only")
     return text
@@ -34,7 +34,7 @@ SPACE = "\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\
 NOT_BLANK = {"minLength": 1, "pattern": f"[^{SPACE}]"}
 Text = Annotated[
     StrictStr,
-    AfterValidator(_not_blank),
+    AfterValidator(not_blank),
     Field(
         description="the document to tag (not blank); longer than XTAG_MAX_TEXT_CHARS gets 413",
         json_schema_extra=NOT_BLANK,
@@ -452,7 +452,7 @@ StoredId = Annotated[
 ]
 StoredText = Annotated[
     StrictStr,
-    AfterValidator(_not_blank),
+    AfterValidator(not_blank),
     AfterValidator(_storable),
     Field(
         description="the document (not blank, no NUL character); longer than XTAG_MAX_TEXT_CHARS gets 413",
@@ -460,7 +460,7 @@ StoredText = Annotated[
     ),
 ]
 LabelName = Annotated[
-    StrictStr, AfterValidator(_not_blank), AfterValidator(_storable), Field(json_schema_extra=NOT_BLANK_NO_NUL)
+    StrictStr, AfterValidator(not_blank), AfterValidator(_storable), Field(json_schema_extra=NOT_BLANK_NO_NUL)
 ]
 
 

@@ -15,7 +15,9 @@ from .lazy_models import lazy_models
 from .lightxml_cascadexml import cascadexml_debtags, equal_budget, lightxml_debtags, lightxml_subset
 from .memory_bursts import slow_bodies
 from .multi_model import multi_model
+from .oip import oip
 from .onnx_encoders import encoder_variants
+from .peers import peers_exclude_self
 from .ray import ray_xlinear
 from .ray_scoring import ray_scoring
 from .reload_storm import reload_storm
@@ -40,6 +42,7 @@ BUILDERS = {
     f.__name__: f
     for f in (
         xlinear_vs_pecos,
+        peers_exclude_self,
         xlinear_seeds,
         tree_swap,
         xlinear_validation,
@@ -85,5 +88,6 @@ BUILDERS = {
         slow_bodies,
         reload_storm,
         contention,
+        oip,
     )
 }

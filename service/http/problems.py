@@ -59,6 +59,31 @@ def problem_response(
     )
 
 
+OIP_PATHS = ("/v2/health/", "/v2/models/")  # the Open Inference Protocol's routes (routes/oip.py), and GET /v2
+
+
+def is_oip(path: str) -> bool:
+    """Whether `path` is one of the protocol's, whose errors are its own shape (an unknown /v2/x is not)."""
+    return path == "/v2" or path.startswith(OIP_PATHS)
+
+
+def error_response(
+    request: Request,
+    status: int,
+    slug: str,
+    detail: str,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> Response:
+    """problem+json, or on the Open Inference Protocol's routes its error object `{"error": detail}`: what a
+    client sent wrong is a 400 there (the protocol says "typically 400"), where the /v1 API says 422."""
+    path = request.url.path
+    if not is_oip(path):
+        return problem_response(status, slug, detail, path, headers, **extra)
+    status = 400 if status == 422 else status
+    return Response(orjson.dumps({"error": detail}), status_code=status, media_type="application/json", headers=headers)
+
+
 def _loc(loc: tuple) -> str:
     out = ""
     for part in loc:
@@ -82,25 +107,25 @@ def validation_problem(errors: list[dict], prefix: tuple = ()) -> Problem:
 
 
 def install(app: FastAPI) -> None:
-    """Map every exception a request can raise to problem+json."""
+    """Map every exception a request can raise to problem+json (the protocol's error object under /v2)."""
 
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem) -> Response:
-        return problem_response(exc.status, exc.slug, exc.detail, request.url.path, exc.headers, **exc.extra)
+        return error_response(request, exc.status, exc.slug, exc.detail, exc.headers, **exc.extra)
 
     @app.exception_handler(RequestValidationError)
     async def _request_validation(request: Request, exc: RequestValidationError) -> Response:
         p = validation_problem(list(exc.errors()))
-        return problem_response(p.status, p.slug, p.detail, request.url.path, **p.extra)
+        return error_response(request, p.status, p.slug, p.detail, **p.extra)
 
     @app.exception_handler(ValidationError)
     async def _validation(request: Request, exc: ValidationError) -> Response:
         p = validation_problem(exc.errors(include_url=False, include_input=False))
-        return problem_response(p.status, p.slug, p.detail, request.url.path, **p.extra)
+        return error_response(request, p.status, p.slug, p.detail, **p.extra)
 
     @app.exception_handler(XtagError)
     async def _xtag(request: Request, exc: XtagError) -> Response:
-        return problem_response(422, "invalid-request", str(exc), request.url.path)
+        return error_response(request, 422, "invalid-request", str(exc))
 
     @app.exception_handler(ClientGone)
     async def _gone(request: Request, exc: ClientGone) -> Response:
@@ -116,7 +141,7 @@ def install(app: FastAPI) -> None:
             detail = f"method {request.method} is not allowed on {request.url.path}"
             headers = {**(headers or {}), "Allow": allowed_methods(request)}
         slug = HTTPStatus(exc.status_code).phrase.lower().replace(" ", "-")
-        return problem_response(exc.status_code, slug, detail, request.url.path, headers)
+        return error_response(request, exc.status_code, slug, detail, headers)
 
 
 def allowed_methods(request: Request) -> str:
@@ -192,6 +217,12 @@ async def send_problem(
 
 
 PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
+OIP_ERROR = {  # the Open Inference Protocol's error object
+    "type": "object",
+    "properties": {"error": {"type": "string"}},
+    "required": ["error"],
+    "title": "InferenceError",
+}
 
 
 def problem_responses(codes: dict[int, str]) -> dict:
@@ -203,12 +234,17 @@ def problem_responses(codes: dict[int, str]) -> dict:
 
 def document_problems(schema: dict) -> dict:
     """Make the OpenAPI say what the handlers send: every 4xx/5xx of every operation (FastAPI's own 422
-    included, which it documents as application/json HTTPValidationError) is application/problem+json."""
-    for item in schema.get("paths", {}).values():
+    included, which it documents as application/json HTTPValidationError) is application/problem+json, and under
+    /v2 the Open Inference Protocol's error object."""
+    for path, item in schema.get("paths", {}).items():
         for operation in item.values():
             for code, response in operation.get("responses", {}).items():
                 if str(code)[:1] in "45":
-                    response["content"] = {MEDIA_TYPE: {"schema": PROBLEM_REF}}
+                    response["content"] = (
+                        {"application/json": {"schema": OIP_ERROR}}
+                        if is_oip(path)
+                        else {MEDIA_TYPE: {"schema": PROBLEM_REF}}
+                    )
                     if code == "422" and response.get("description") == "Validation Error":
                         response["description"] = "invalid field (the problem's `errors` lists each one)"
     components = schema.get("components", {}).get("schemas", {})

@@ -103,19 +103,30 @@ class JSONBytes(Response):
 
 
 async def answer(request: Request, model: ServedModel, content: object) -> Response:
-    """The handler's response once the work is done: its cost estimate checked (check_cost), and the encoded body
-    held to XTAG_MAX_RESPONSE_BYTES, whatever the estimate said (413 too-costly). The label lists are already
+    """The handler's JSON response once the work is done (checked by `respond`). The label lists are already
     JSON (orjson.Fragment, built in the worker that predicted or explained): encoding joins them, which for an
     answer of megabytes still takes ms, so a large one is joined in a worker too."""
-    check_cost(request, model)
     meter = request.scope.get(METER_KEY)
     labels = 0 if meter is None else meter.work.documents * meter.work.k
     body = await off_loop_if_large(request, partial(orjson.dumps, content), labels)
+    return respond(request, model, body)
+
+
+def respond(
+    request: Request,
+    model: ServedModel,
+    body: bytes,
+    media_type: str = "application/json",
+    headers: dict[str, str] | None = None,
+) -> Response:
+    """An encoded answer (JSON, or the Open Inference Protocol's, routes/oip.py): its cost estimate checked
+    (check_cost), its size held to XTAG_MAX_RESPONSE_BYTES (413 too-costly), the shadow's turn run after it."""
+    check_cost(request, model)
     limit = request.app.state.settings.limits.max_response_bytes
     if limit and len(body) > limit:
         raise too_large(len(body), limit, "send fewer documents, a smaller k, or no explain")
-    headers = {VERSION_HEADER: model.served_version}  # which version answered (service/rollout/traffic.py)
-    return Response(body, media_type="application/json", headers=headers, background=shadow_task(request))
+    headers = {**(headers or {}), VERSION_HEADER: model.served_version}  # which version answered (rollout/traffic.py)
+    return Response(body, media_type=media_type, headers=headers, background=shadow_task(request))
 
 
 def check_options(
@@ -257,14 +268,9 @@ async def predict_rows(
     label_text: bool = False,
 ) -> list[orjson.Fragment]:
     """Each text's top-k labels as JSON ({id, name, score} list, and each label's `gain` when reweighted, its
-    `label` and `description` with `label_text`), through the micro-batcher when it is on. For a shadowed model,
-    the request's ShadowJob (texts, client `ids`, options, the answer's labels) is left in the scope for the
-    handler's background task (shadow_task); not for a filtered request, whose answer the shadow's unfiltered one
-    would not agree with."""
-    preds = await predict_arrays(request, model, texts, k, beam, a, rw_key, rerank, filters)
-    if model.shadow is not None and filters is None:
-        ids = ids or [None] * len(texts)
-        request.scope[JOB_KEY] = model.shadow.job(texts, ids, k, rw_key or None, rerank, model, preds.labels)
+    `label` and `description` with `label_text`), through the micro-batcher when it is on (and the shadow's job
+    left in the scope: served_predictions)."""
+    preds = await served_predictions(request, model, texts, k, beam, a, rw_key, rerank, ids, filters)
     gains = (
         None if a is None else gains_of(preds, a)
     )  # what the labels were ranked by (models/inference/reweighting.py)
@@ -277,6 +283,28 @@ async def predict_rows(
 def prefixes(model: ServedModel, label_text: bool) -> LabelPrefixes:
     """The rendered label prefixes a response is built from: with the label texts only when the request asks."""
     return model.text_prefixes if label_text else model.label_prefixes
+
+
+async def served_predictions(
+    request: Request,
+    model: ServedModel,
+    texts: list[str],
+    k: int,
+    beam: int | None,
+    a: np.ndarray | None,
+    rw_key: tuple = (),
+    rerank: bool = True,
+    ids: list[str | None] | None = None,
+    filters: list[LabelFilter | None] | None = None,
+) -> Predictions:
+    """`predict_arrays`, and for a shadowed model the request's ShadowJob (texts, client `ids`, options, the
+    answer's labels) left in the scope for the handler's background task (shadow_task); not for a filtered
+    request, whose answer the shadow's unfiltered one would not agree with."""
+    preds = await predict_arrays(request, model, texts, k, beam, a, rw_key, rerank, filters)
+    if model.shadow is not None and filters is None:
+        ids = ids or [None] * len(texts)
+        request.scope[JOB_KEY] = model.shadow.job(texts, ids, k, rw_key or None, rerank, model, preds.labels)
+    return preds
 
 
 INLINE_LABELS = 2000  # labels of one answer made JSON on the event loop (about a ms); more go to a worker
@@ -356,7 +384,7 @@ def shadow_task(request: Request) -> BackgroundTask | None:
     return None if job is None else job.background()
 
 
-def _rw_key(opts: PredictOptions) -> tuple:
+def reweight_key(opts: PredictOptions) -> tuple:
     rw = opts.reweight
     return () if rw is None else (rw.scheme, float(rw.alpha), rw.beta)
 
@@ -382,7 +410,7 @@ async def predict(request: Request) -> Response:
         beam,
         a,
         body.threshold,
-        _rw_key(body),
+        reweight_key(body),
         body.explain,
         body.rerank,
         None,
@@ -420,7 +448,7 @@ async def predict_batch(request: Request) -> Response:
             beam,
             a,
             body.threshold,
-            _rw_key(body),
+            reweight_key(body),
             body.explain,
             body.rerank,
             ids,

@@ -246,3 +246,104 @@ def test_the_dashboard_has_a_model_variable_that_every_prediction_query_uses():
             name, labels = selector
             if name.startswith(per_model) and name != "xtag_http_requests_in_flight":
                 assert 'model=~"$model"' in labels, query
+
+
+KSERVE = ROOT / "deploy" / "kserve" / "inferenceservice.yaml"
+# KServe's InferenceService is a CRD, so kubernetes-validate has no schema for it. Its predictor is a PodSpec with
+# KServe's component fields beside it: the PodSpec part is validated against the core schemas (as a Pod), and the
+# CRD's own fields by this schema of ours, written from KServe's v1beta1 API (PredictorSpec's
+# ComponentExtensionSpec), so that a misspelt or misplaced field is refused, not silently dropped by the cluster.
+KSERVE_COMPONENT_FIELDS = {
+    "minReplicas": {"type": "integer", "minimum": 0},
+    "maxReplicas": {"type": "integer", "minimum": 0},
+    "scaleMetric": {"enum": ["cpu", "memory", "concurrency", "rps"]},
+    "scaleTarget": {"type": "integer", "minimum": 1},
+    "containerConcurrency": {"type": "integer", "minimum": 0},
+    "timeout": {"type": "integer", "minimum": 1},
+    "canaryTrafficPercent": {"type": "integer", "minimum": 0, "maximum": 100},
+    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+    "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+}
+INFERENCE_SERVICE_SCHEMA = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"const": "serving.kserve.io/v1beta1"},
+        "kind": {"const": "InferenceService"},
+        "metadata": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {
+                "name": {"type": "string", "pattern": "^[a-z]([-a-z0-9]*[a-z0-9])?$"},
+                "annotations": {
+                    "type": "object",
+                    "additionalProperties": {"type": "string"},
+                    "properties": {"serving.kserve.io/deploymentMode": {"enum": ["Serverless", "RawDeployment"]}},
+                },
+            },
+        },
+        "spec": {
+            "type": "object",
+            "required": ["predictor"],
+            "additionalProperties": False,
+            "properties": {"predictor": {"type": "object", "required": ["containers"]}},
+        },
+    },
+}
+
+
+def validate_inference_service(isvc: dict) -> dict:
+    """Raise unless `isvc` is valid: KServe's fields by our schema, the rest of its predictor (a misspelt KServe
+    field lands there too) as a Pod's spec by kubernetes-validate; returns that pod spec."""
+    kv = pytest.importorskip("kubernetes_validate")
+    jsonschema = pytest.importorskip("jsonschema")  # kubernetes-validate's own dependency
+    schema = copy.deepcopy(INFERENCE_SERVICE_SCHEMA)
+    schema["properties"]["spec"]["properties"]["predictor"]["properties"] = KSERVE_COMPONENT_FIELDS
+    jsonschema.validate(isvc, schema)
+    predictor = isvc["spec"]["predictor"]
+    pod_spec = {k: v for k, v in predictor.items() if k not in KSERVE_COMPONENT_FIELDS}
+    kv.validate(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": pod_spec}, K8S_VERSION, strict=True
+    )
+    return pod_spec
+
+
+def test_the_kserve_inferenceservice_validates_and_runs_xtag_with_the_v2_probes():
+    kv = pytest.importorskip("kubernetes_validate")
+    jsonschema = pytest.importorskip("jsonschema")
+    [isvc] = [d for d in yaml.safe_load_all(KSERVE.read_text()) if d]
+    pod_spec = validate_inference_service(isvc)
+    predictor = isvc["spec"]["predictor"]
+    assert predictor["minReplicas"] <= predictor["maxReplicas"]
+    for path, value in (
+        (("spec", "predictor", "minReplica"), 1),  # misspelt: neither KServe's nor a PodSpec's field
+        (("spec", "predictor", "scaleMetric"), "latency"),  # a KServe field with a value KServe does not take
+        (("spec", "predictr"), {}),
+        (("spec", "predictor", "containers", 0, "readinessProbe", "httpGet", "pth"), "/v2/health/ready"),
+    ):
+        broken = copy.deepcopy(isvc)
+        node = broken
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+        with pytest.raises((jsonschema.ValidationError, kv.ValidationError)):
+            validate_inference_service(broken)
+
+    [container] = pod_spec["containers"]
+    assert container["name"] == "kserve-container" and container["command"] == ["xtag", "serve"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    [port] = container["ports"]
+    assert env["XTAG_PORT"] == str(port["containerPort"]) == isvc["metadata"]["annotations"]["prometheus.io/port"]
+    assert env["XTAG_HOST"] == "0.0.0.0"
+    assert container["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": port["containerPort"]}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": port["containerPort"]}
+    # KServe's storage initializer mounts STORAGE_URI at /mnt/models; the models served are bundles there, the
+    # quick path's, from the claim deploy/k8s fills
+    assert env["STORAGE_URI"] == "pvc://xtag-bundles" and env["XTAG_BUNDLE_ROOT"] == "/mnt/models"
+    assert "xtag-bundles" in {d["metadata"]["name"] for d in documents() if d["kind"] == "PersistentVolumeClaim"}
+    served = served_models(env)
+    assert len(served) == 2 and all(Path(path).parent == Path("/mnt/models") for path in served.values())
+    assert {Path(path).name for path in served.values()} <= quick_bundles()
+    pre_stop = float(container["lifecycle"]["preStop"]["exec"]["command"][-1])
+    assert 0 < pod_spec["terminationGracePeriodSeconds"] - pre_stop - float(env["XTAG_GRACEFUL_SHUTDOWN_S"]) <= 10

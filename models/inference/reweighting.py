@@ -130,7 +130,8 @@ def predict_reweighted(
     """Predict top-k re-ranked by gains `a` (None = plain prediction, nothing widened); `second_stage=False`:
     a re-ranking bundle's first stage alone (models/inference/predictor.py); `filters`: per text, the labels it
     may get (models/inference/label_filter.py), the candidates being the allowed ones."""
+    filtered = {} if filters is None else {"filters": filters}  # a predictor without filters is called as before
     if a is None:
-        return predictor.predict(texts, k=k, beam_size=beam_size, rerank=second_stage, filters=filters)
+        return predictor.predict(texts, k=k, beam_size=beam_size, rerank=second_stage, **filtered)
     k_cand, beam = candidate_budget(k, beam_size, n_labels)
-    return rerank(predictor.predict(texts, k=k_cand, beam_size=beam, rerank=second_stage, filters=filters), a, k)[0]
+    return rerank(predictor.predict(texts, k=k_cand, beam_size=beam, rerank=second_stage, **filtered), a, k)[0]

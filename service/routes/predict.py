@@ -188,6 +188,12 @@ def check_options(
     return k, opts.beam_size, a, filters
 
 
+def json_safe(ref: int | str) -> int | str:
+    """A label reference as the answer can echo it: an integer beyond 64 bits (which JSON encoders refuse) as its
+    digits."""
+    return ref if isinstance(ref, str) or -(2**63) <= ref < 2**64 else str(ref)
+
+
 def request_filters(
     model: ServedModel,
     limit: int,
@@ -231,7 +237,7 @@ def request_filters(
             422,
             "validation-error",
             f"unknown labels ({named}): name labels by their id (an integer below {p.n_labels}) or their name",
-            unknown_labels={field: refs[:100] for field, refs in unknown.items()},
+            unknown_labels={field: [json_safe(ref) for ref in refs[:100]] for field, refs in unknown.items()},
         )
     for i, f in enumerate(filters):
         size = f.exclude.size + (0 if f.include is None else f.include.size)

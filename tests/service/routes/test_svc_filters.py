@@ -45,6 +45,8 @@ def test_unknown_labels_are_a_422_naming_them(client):
     assert body["type"] == "urn:xtag:problem:validation-error"
     assert "'no-such'" in body["detail"] and "999" in body["detail"] and "'nope'" in body["detail"]
     assert body["unknown_labels"] == {"exclude": ["no-such", 999], "include": ["nope"]}
+    huge = client.post("/v1/predict", json={"text": TEXT, "exclude": [2**70]})
+    assert huge.status_code == 422 and huge.json()["unknown_labels"] == {"exclude": [str(2**70)]}
     floats = client.post("/v1/predict", json={"text": TEXT, "exclude": [1.5]})
     assert floats.status_code == 422
 

@@ -15,6 +15,7 @@ import tomllib
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError, field_validator, model_validator
+from xtag.config.rollout_policy import RolloutPolicy, read_rollouts
 from xtag.models.bundle.manifest import MANIFEST, not_a_bundle
 
 # A URL path segment, a Prometheus label value, an Annif project id; no "..". The OpenAPI states the same pattern
@@ -41,11 +42,13 @@ class ModelSpec(BaseModel):
 
 
 class ModelSet(BaseModel):
-    """The models of one server, in order; `default` answers /v1/predict, `shadows` maps NEW to the OLD it shadows."""
+    """The models of one server, in order; `default` answers /v1/predict, `shadows` maps NEW to the OLD it shadows,
+    `rollouts` a model to the rollout policy it starts with (models.toml's [rollouts.NAME])."""
 
     models: list[ModelSpec] = []
     default: str | None = None
     shadows: dict[str, str] = {}
+    rollouts: dict[str, RolloutPolicy] = {}
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSet:
@@ -63,6 +66,9 @@ class ModelSet(BaseModel):
                     raise ValueError(f"shadow {new}={old}: {name!r} is not served (models: {', '.join(names)})")
             if new == old:
                 raise ValueError(f"shadow {new}={old}: a model cannot shadow itself")
+        for name in self.rollouts:
+            if name not in names:
+                raise ValueError(f"rollouts.{name}: {name!r} is not served (models: {', '.join(names)})")
         return self
 
     @property
@@ -94,7 +100,7 @@ def gather(
     try:
         specs = [ModelSpec(name=bundle_name(bundle), path=bundle)] if bundle is not None else []
         specs += [ModelSpec(name=name, path=Path(path)) for name, path in pairs(models, "XTAG_MODELS")]
-        shadows = dict(pairs(shadow, "XTAG_SHADOW"))
+        shadows, rollouts = dict(pairs(shadow, "XTAG_SHADOW")), {}
         if models_file is None and root is not None and not specs and not every_bundle:
             models_file = Path(root) / MODELS_FILE if (Path(root) / MODELS_FILE).is_file() else None
         if models_file is not None:
@@ -102,12 +108,13 @@ def gather(
             specs += listed
             default = default or file_default
             shadows = {**file_shadows, **shadows}
+            rollouts = read_rollouts(models_file)
         if every_bundle:
             if root is None:
                 raise ValueError("--all (XTAG_ALL_BUNDLES) serves every bundle under XTAG_BUNDLE_ROOT: set it")
             taken = {Path(s.path).resolve() for s in specs}
             specs += [s for s in bundles_under(root) if s.path.resolve() not in taken]
-        return ModelSet(models=specs, default=default, shadows=shadows)
+        return ModelSet(models=specs, default=default, shadows=shadows, rollouts=rollouts)
     except ValidationError as exc:  # one line, the validator's own words
         error = exc.errors(include_url=False)[0]
         cause = (error.get("ctx") or {}).get("error")

@@ -1,4 +1,5 @@
-"""Which models one server holds: each a name and a bundle path, one the default, some the shadow of another.
+"""Which models one server holds: each a name and a bundle path (or several versions, each a bundle path, and
+the traffic between them), one the default, some the shadow of another.
 
 Gathered from the command line, XTAG_BUNDLE, XTAG_MODELS, a models.toml and XTAG_BUNDLE_ROOT with --all
 (config/settings.py puts them together), and refused at start, in one line, when a name could not be a URL
@@ -6,6 +7,11 @@ segment and a metric label, or is given twice.
 
 A bundle given without a name is served under its directory's name (`bundles/debtags-xl` → `debtags-xl`): that
 name is known before anything loads, so that a duplicate is refused at start, not after minutes of loading.
+
+Versions (issue 50): a folder of bundles under the root, ROOT/NAME/VERSION/ (Triton's layout), or a models.toml
+entry's `versions` table, serve one model NAME; `traffic` splits its requests between them by weight (whole
+percents summing to 100; service/rollout/traffic.py routes them). A model served from ROOT/NAME/ is one version,
+DEFAULT_VERSION.
 """
 
 from __future__ import annotations
@@ -23,13 +29,44 @@ from xtag.models.bundle.manifest import MANIFEST, not_a_bundle
 NAME_PATTERN = r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 NAME = re.compile(NAME_PATTERN)
 MODELS_FILE = "models.toml"  # read from XTAG_BUNDLE_ROOT when no model is configured otherwise
+DEFAULT_VERSION = "1"  # the one version of a model served from a single bundle (Triton numbers versions from 1)
+TOTAL_WEIGHT = 100  # a model's traffic weights are whole percents
+
+
+def version_order(names) -> list[str]:
+    """Versions in the order they are listed and routed: numbers by value (Triton's 1, 2, 10), then the others."""
+    return sorted(names, key=lambda v: (0, int(v), "") if v.isdigit() else (1, 0, v))
+
+
+def weights_problem(weights: dict, versions) -> tuple[str, str] | None:
+    """(code, why) when `weights` cannot route a model's traffic over `versions`: an unknown version, a weight that
+    is not a whole number ≥ 0, or a sum other than 100; None when they can. The one check, for models.toml and for
+    every change at run time (service/rollout/traffic.py)."""
+    unknown = [v for v in weights if v not in versions]
+    if unknown:
+        return "unknown-version", f"no version {unknown[0]!r} (versions: {', '.join(versions)})"
+    for version, weight in weights.items():
+        if isinstance(weight, bool) or not isinstance(weight, int) or weight < 0:
+            return "invalid-weights", f"weight of version {version}: {weight!r} is not a whole number ≥ 0"
+    total = sum(weights.values())
+    if total != TOTAL_WEIGHT:
+        split = ", ".join(f"{v}={w}" for v, w in weights.items())
+        return "invalid-weights", f"weights sum to {total}, not {TOTAL_WEIGHT} ({split})"
+    return None
 
 
 class ModelSpec(BaseModel):
-    """One served model: its name in routes (/v1/models/NAME/...) and the bundle directory it loads from."""
+    """One served model: its name in routes (/v1/models/NAME/...) and the bundle directory it loads from; or its
+    `versions` (name → bundle directory), the `traffic` between them and the `stable` one, whose bundle is `path`.
+
+    Without `traffic` the stable version takes it all; the stable one is the one named, else the heaviest, else
+    the latest (Triton's default policy)."""
 
     name: str
-    path: Path
+    path: Path | None = None
+    versions: dict[str, Path] = {}
+    traffic: dict[str, int] = {}
+    stable: str | None = None
 
     @field_validator("name")
     @classmethod
@@ -39,6 +76,33 @@ class ModelSpec(BaseModel):
                 f"model name {name!r}: use letters, digits, '.', '_' and '-' (at most 64, no path characters)"
             )
         return name
+
+    @model_validator(mode="after")
+    def _versions(self) -> ModelSpec:
+        if not self.versions:
+            if self.path is None:
+                raise ValueError(f"model {self.name}: give a bundle path or its versions")
+            if self.traffic or self.stable is not None:
+                raise ValueError(f"model {self.name}: traffic and stable need a versions table")
+            return self
+        for version in self.versions:
+            if not NAME.fullmatch(version):
+                raise ValueError(f"model {self.name}: version {version!r}: use letters, digits, '.', '_' and '-'")
+        problem = weights_problem(self.traffic, list(self.versions)) if self.traffic else None
+        if problem is not None:
+            raise ValueError(f"model {self.name}: traffic: {problem[1]}")
+        if self.stable is None:
+            heaviest = max(self.traffic.values(), default=None)
+            self.stable = next((v for v, w in self.traffic.items() if w == heaviest), list(self.versions)[-1])
+        if self.stable not in self.versions:
+            raise ValueError(f"model {self.name}: stable version {self.stable!r} is not one of its versions")
+        self.path = self.versions[self.stable]
+        return self
+
+    @property
+    def bundles(self) -> dict[str, Path]:
+        """Each version's bundle directory (one, DEFAULT_VERSION, for a model without versions)."""
+        return dict(self.versions) or {DEFAULT_VERSION: self.path}
 
 
 class ModelSet(BaseModel):
@@ -80,8 +144,10 @@ class ModelSet(BaseModel):
         every path holds a manifest. `xtag serve` asks before it binds or loads anything: a typo in the second
         --model was found only after the first had loaded, and the error named neither (issue 47)."""
         for spec in self.models:
-            if not (spec.path / MANIFEST).is_file():
-                return f"model {spec.name}: {spec.path}: {not_a_bundle(spec.path)}"
+            for version, path in spec.bundles.items():
+                if not (path / MANIFEST).is_file():
+                    named = f" version {version}" if spec.versions else ""
+                    return f"model {spec.name}{named}: {path}: {not_a_bundle(path)}"
         return None
 
 
@@ -112,7 +178,7 @@ def gather(
         if every_bundle:
             if root is None:
                 raise ValueError("--all (XTAG_ALL_BUNDLES) serves every bundle under XTAG_BUNDLE_ROOT: set it")
-            taken = {Path(s.path).resolve() for s in specs}
+            taken = {Path(p).resolve() for s in specs for p in s.bundles.values()}
             specs += [s for s in bundles_under(root) if s.path.resolve() not in taken]
         return ModelSet(models=specs, default=default, shadows=shadows, rollouts=rollouts)
     except ValidationError as exc:  # one line, the validator's own words
@@ -139,7 +205,8 @@ def pairs(text: str | None, what: str) -> list[tuple[str, str]]:
 
 def read_models_file(path: Path) -> tuple[list[ModelSpec], str | None, dict[str, str]]:
     """A models.toml: `default = "NAME"` and a `[models]` table of NAME = "PATH" or NAME = {path = "PATH",
-    shadow_of = "OLD"}; relative paths are read from the file's directory."""
+    shadow_of = "OLD"}, or a model with versions: NAME = {versions = {V = "PATH", ...}, traffic = {V = WEIGHT,
+    ...}, stable = "V"} (traffic and stable optional); relative paths are read from the file's directory."""
     try:
         data = tomllib.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -150,20 +217,55 @@ def read_models_file(path: Path) -> tuple[list[ModelSpec], str | None, dict[str,
         raise ValueError(f'{path}: a [models] table of NAME = "PATH" is required')
     for name, entry in table.items():
         entry = {"path": entry} if isinstance(entry, str) else entry
-        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
-            raise ValueError(f'{path}: models.{name}: give a path (NAME = "PATH" or NAME = {{path = "PATH"}})')
-        specs.append(ModelSpec(name=name, path=Path(path).parent / entry["path"]))
+        if isinstance(entry, dict) and isinstance(entry.get("versions"), dict) and "path" not in entry:
+            specs.append(_versioned(path, name, entry))
+        elif not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+            raise ValueError(
+                f'{path}: models.{name}: give a path (NAME = "PATH" or NAME = {{path = "PATH"}}) or a versions table '
+                '(NAME = {versions = {"1" = "PATH", ...}})'
+            )
+        else:
+            specs.append(ModelSpec(name=name, path=Path(path).parent / entry["path"]))
         if "shadow_of" in entry:
             shadows[name] = str(entry["shadow_of"])
     default = data.get("default")
     return specs, None if default is None else str(default), shadows
 
 
+def _versioned(path: Path, name: str, entry: dict) -> ModelSpec:
+    """A models.toml entry with a versions table (read_models_file)."""
+    versions = entry["versions"]
+    bad = next((v for v, p in versions.items() if not isinstance(p, str)), None)
+    if bad is not None or not versions:
+        raise ValueError(f'{path}: models.{name}.versions: give each version a path ({bad or "1"} = "PATH")')
+    traffic = entry.get("traffic", {})
+    if not isinstance(traffic, dict):
+        raise ValueError(f"{path}: models.{name}.traffic: a table of VERSION = WEIGHT")
+    stable = entry.get("stable")
+    return ModelSpec(
+        name=name,
+        versions={str(v): Path(path).parent / p for v, p in versions.items()},
+        traffic={str(v): w for v, w in traffic.items()},
+        stable=None if stable is None else str(stable),
+    )
+
+
 def bundles_under(root: Path) -> list[ModelSpec]:
-    """Every bundle directory (one holding a manifest.json) directly under `root`, by name."""
+    """Every bundle directory (one holding a manifest.json) directly under `root`, by name; and every folder of
+    version directories (ROOT/NAME/VERSION/manifest.json, Triton's layout) as one model with those versions."""
     if not Path(root).is_dir():
         raise ValueError(f"{root}: the bundle root (XTAG_BUNDLE_ROOT) is not a directory")
-    found = sorted(p for p in Path(root).iterdir() if (p / "manifest.json").is_file())
-    if not found:
-        raise ValueError(f"{root}: no bundle directory (with a manifest.json) under the bundle root")
-    return [ModelSpec(name=bundle_name(p), path=p) for p in found]
+    specs = []
+    for p in sorted(p for p in Path(root).iterdir() if p.is_dir()):
+        if (p / MANIFEST).is_file():
+            specs.append(ModelSpec(name=bundle_name(p), path=p))
+            continue
+        found = {v.name: v for v in p.iterdir() if (v / MANIFEST).is_file()}
+        if found:
+            specs.append(ModelSpec(name=bundle_name(p), versions={v: found[v] for v in version_order(found)}))
+    if not specs:
+        raise ValueError(
+            f"{root}: no bundle directory (with a manifest.json) under the bundle root, nor any NAME/VERSION/ "
+            "folder of them"
+        )
+    return specs

@@ -34,7 +34,18 @@ from xtag.service.http.request_body import BodyReadMiddleware
 from xtag.service.http.security import DASHBOARD_HEADERS, NoSniffMiddleware, ProblemCORSMiddleware
 from xtag.service.observability.prometheus import LATENCY_BUCKETS, Metrics, ObservabilityMiddleware, RecentRequests
 from xtag.service.observability.timeline import Timelines
-from xtag.service.routes import admin, annif, feedback, health, labels, model_admin, models, monitoring, predict
+from xtag.service.routes import (
+    admin,
+    annif,
+    feedback,
+    health,
+    labels,
+    model_admin,
+    models,
+    monitoring,
+    predict,
+    rollout,
+)
 from xtag.service.schemas import REQUEST_MODELS, ProblemDetails
 from xtag.service.state import shadow
 from xtag.service.state.memory import freeze_heap
@@ -230,6 +241,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         new.shadow = app.state.shadows.get(new.served_as)  # the model scoring its requests after them, if any
 
     app.state.registry.listeners.append(on_swap)
+
+    def on_traffic(change) -> None:
+        metrics.set_traffic(app.state.registry.traffic[change.model], change.action)
+        split = ", ".join(f"{v} {w}%" for v, w in change.after.items() if w)
+        metrics.series(change.model).timeline.mark(f"{change.model}: {change.action} ({split})", "traffic")
+
+    app.state.registry.hooks.changed.append(on_traffic)
+    for traffic in app.state.registry.traffic.values():
+        metrics.set_traffic(traffic)
     app.state.shadow_metrics = shadow.ShadowMetrics(metrics.registry)
     app.state.shadows = {}  # primary's name → its ShadowScorer (service/state/shadow.py)
     for new, old in app.state.registry.shadows.items():  # --shadow NEW=OLD, XTAG_SHADOW, models.toml's shadow_of
@@ -239,7 +259,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     for module in (predict, models, labels, monitoring, annif):
         app.include_router(module.router, dependencies=protected)
-    for module in (admin, model_admin, feedback):  # XTAG_ADMIN_KEY; without one configured: off (403)
+    for module in (admin, model_admin, rollout, feedback):  # XTAG_ADMIN_KEY; without one configured: off (403)
         app.include_router(module.router, dependencies=[Depends(require_admin_key)])
     # The prediction handlers also run as plain Starlette routes placed first: same functions (they
     # check the API key themselves), without FastAPI's per-request dependency machinery, which is about
@@ -277,6 +297,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         recent=recent,
         routes=app.router.routes,
         access_log=settings.server.access_log,
+        hooks=app.state.registry.hooks,
     )
     app.add_middleware(NoSniffMiddleware)
 

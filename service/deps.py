@@ -21,8 +21,16 @@ from fastapi.security import APIKeyHeader
 from pydantic import BaseModel, SecretStr, ValidationError
 from xtag.config.settings import Settings
 from xtag.service.http.problems import Problem, validation_problem
-from xtag.service.observability.prometheus import MODEL_KEY, served_name
-from xtag.service.schemas import IntegerText, ModelPutRequest, ReloadRequest
+from xtag.service.observability.prometheus import MODEL_KEY, VERSION_KEY, served_name
+from xtag.service.rollout.traffic import ROUTING_HEADER
+from xtag.service.schemas import (
+    IntegerText,
+    ModelPutRequest,
+    PromoteRequest,
+    ReloadRequest,
+    RollbackRequest,
+    TrafficRequest,
+)
 from xtag.service.state.feedback_writer import FeedbackWriter
 from xtag.service.state.model_repository import ModelRepository, UnknownModel
 from xtag.service.state.model_slot import ServedModel
@@ -36,31 +44,55 @@ api_key_header = APIKeyHeader(
 )
 
 
-def served_model(request: Request) -> ServedModel:
-    """The model serving this request, the one named in the path ({name}) or else the default; captured once so a
-    reload mid-request cannot mix two models."""
-    name = request.path_params.get("name")
-    if name is None:
-        model = request.app.state.registry.current
+def served_model(request: Request, key: str | None = None) -> ServedModel:
+    """The model serving this request, the one named in the path ({name}) or else the default, in the version
+    pinned in the path ({version}) or else the one its traffic routes the request to (sticky by the X-Routing-Key
+    header, else by `key`, the document's id); captured once so a reload mid-request cannot mix two models."""
+    registry = request.app.state.registry
+    params = request.path_params
+    name = params.get("name")
+    traffic = registry.traffic.get(registry.default if name is None else name)
+    if traffic is not None:
+        pinned = params.get("version")
+        if pinned is not None:
+            version, model = pinned, traffic.served(pinned)
+        elif traffic.split:
+            version, model = traffic.pick(request.headers.get(ROUTING_HEADER, key))
+        else:
+            version, model = traffic.pick()
         if model is not None:
-            request.scope[MODEL_KEY] = served_name(model)  # the request's series carry it (ObservabilityMiddleware)
+            request.scope[MODEL_KEY] = served_name(model)  # the request's series carry both (ObservabilityMiddleware)
+            request.scope[VERSION_KEY] = version
             return model
-    model = named_model(request.app.state.registry, name)
+    model = named_model(registry, name, params.get("version"))
     request.scope[MODEL_KEY] = served_name(model)
+    request.scope[VERSION_KEY] = model.served_version
     return model
 
 
-def named_model(registry: ModelRepository, name: str | None) -> ServedModel:
-    """404 for a name not served (listing those that are), 503 while the model is not ready."""
+def named_model(registry: ModelRepository, name: str | None, version: str | None = None) -> ServedModel:
+    """404 for a name (or a version of it) not served, listing those that are; 503 while the model is not ready."""
     try:
         slot = registry.default_slot if name is None else registry.slot(name)
     except UnknownModel as exc:
         raise Problem(404, "unknown-model", str(exc), models=registry.names) from None
+    if slot is not None and version is not None:
+        versions = registry.versions(slot.name)
+        if version not in versions:
+            raise Problem(
+                404,
+                "unknown-version",
+                f"model {slot.name} has no version {version!r}; versions: {', '.join(versions)}",
+                versions=list(versions),
+            )
+        slot = versions[version]
     if slot is None:
         raise Problem(503, "model-unavailable", "no model is being served yet: no bundle loaded", RETRY)
     if slot.current is None:
         why = slot.last_error or ("the bundle is still loading" if slot.loading else "no bundle loaded")
         named = f" (model {slot.name})" if len(registry.slots) > 1 else ""
+        if version is not None:
+            named = f" (model {slot.name} version {version})"
         raise Problem(503, "model-unavailable", f"no model is being served yet{named}: {why}", RETRY)
     return slot.current
 
@@ -336,3 +368,6 @@ AnnifProjectDep = Annotated[ServedModel, Depends(annif_project)]  # {project_id}
 FeedbackWriterDep = Annotated[FeedbackWriter, Depends(feedback_writer)]
 ReloadBody = Annotated[ReloadRequest, Depends(json_body(ReloadRequest, optional=True))]
 ModelPutBody = Annotated[ModelPutRequest, Depends(json_body(ModelPutRequest))]
+TrafficBody = Annotated[TrafficRequest, Depends(json_body(TrafficRequest))]
+PromoteBody = Annotated[PromoteRequest, Depends(json_body(PromoteRequest))]
+RollbackBody = Annotated[RollbackRequest, Depends(json_body(RollbackRequest, optional=True))]

@@ -264,8 +264,12 @@ class LabelScore(BaseModel):
 
 
 class ModelRef(BaseModel):
-    name: str
-    version: str
+    name: str = Field(description="the bundle's name")
+    version: str = Field(description="the bundle's version (its manifest's)")
+    served_version: str = Field(
+        description="the version of the served model that answered (ROOT/NAME/VERSION/, or models.toml's versions "
+        'table; "1" for a model served from one bundle), as in the X-Model-Version header'
+    )
 
 
 class PredictResponse(BaseModel):
@@ -332,6 +336,40 @@ class ModelPutRequest(Strict):
         description="bundle directory to serve under this name, under XTAG_BUNDLE_ROOT (a relative path is looked "
         "up under the root, then under the server's working directory); needs XTAG_ADMIN_KEY and a single worker",
     )
+
+
+Reason = Annotated[StrictStr | None, Field(max_length=500, description="said in the log line of the change")]
+
+
+class TrafficRequest(Strict):
+    weights: dict[str, Annotated[StrictInt, Field(ge=0, le=100)]] = Field(
+        max_length=64,
+        description="each version's share of the model's requests in whole percents, summing to 100 (versions "
+        "left out get 0); a version given weight must be loaded and ready",
+    )
+    reason: Reason = None
+
+
+class PromoteRequest(Strict):
+    version: StrictStr = Field(
+        min_length=1, max_length=64, description="the version that takes all the traffic and becomes stable"
+    )
+    reason: Reason = None
+
+
+class RollbackRequest(Strict):
+    reason: Reason = None
+
+
+class TrafficResponse(BaseModel):
+    model: str
+    action: Literal["weights", "promote", "rollback"] | None = Field(
+        description="the change just made (none for a read)"
+    )
+    stable: str = Field(description="the stable version: a rollback returns all traffic to it")
+    weights: dict[str, int] = Field(description="each version's share of the requests, in percent")
+    previous_stable: str | None = Field(description="where a rollback goes once the stable version has all traffic")
+    held_by: str | None = Field(description="the rollout policy that owns the traffic now, if any")
 
 
 class ReloadResponse(BaseModel):
@@ -423,6 +461,9 @@ REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     BatchRequest,
     ReloadRequest,
     ModelPutRequest,
+    TrafficRequest,
+    PromoteRequest,
+    RollbackRequest,
     AnnifBatchRequest,
     FeedbackRequest,
     AnnifLearnRequest,

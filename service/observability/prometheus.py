@@ -28,6 +28,7 @@ LATENCY_BUCKETS = (
 )  # fmt: skip
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 MODEL_KEY = "xtag.model"  # the scope key where deps.served_model names the model that served a request
+VERSION_KEY = "xtag.version"  # ... and the version of it that answered (service/rollout/traffic.py)
 QUIET_PATHS = ("/metrics", "/health", "/ready", "/v1/stats", "/v1/timeline", "/v1/drift", "/static", "/favicon.ico")
 CLIENT_CLOSED = 499  # the status counted for a request whose client went away before the answer
 ENDPOINT_CACHE = 1024
@@ -78,16 +79,18 @@ class Metrics:
         self._models: dict[str, ModelSeries] = {}
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        # `version`: the version of the model that answered (service/rollout/traffic.py), as few as a model's
+        # configured versions; "" with the model for requests no model answered
         self.requests = Counter(
             "xtag_http_requests",
-            'HTTP requests by endpoint, method, status and the model that answered ("" for no model)',
-            ["endpoint", "method", "status", "model"],
+            'HTTP requests by endpoint, method, status and the model and version that answered ("" for no model)',
+            ["endpoint", "method", "status", "model", "version"],
             registry=r,
         )
         self.latency = Histogram(
             "xtag_http_request_duration_seconds",
-            "request latency by endpoint, status and model",
-            ["endpoint", "method", "status", "model"],
+            "request latency by endpoint, status, model and version",
+            ["endpoint", "method", "status", "model", "version"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
@@ -144,6 +147,19 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.traffic_changes = Counter(
+            "xtag_traffic_changes",
+            "changes of a model's traffic between its versions, by action (weights, promote, rollback)",
+            ["model", "action"],
+            registry=r,
+        )
+        self.traffic_weight = Gauge(
+            "xtag_traffic_weight_percent",
+            "the share of a model's requests routed to each of its versions, in percent",
+            ["model", "version"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
         self.rejected = Counter(
             "xtag_overload_rejected_requests",
             "prediction requests answered 503 at once because XTAG_MAX_QUEUE were in flight",
@@ -171,6 +187,13 @@ class Metrics:
             self.placement.labels(name, *labels).set(1)
         self.model_load.labels(name).set(new.bundle.load_seconds)
         new.series = self.series(name)
+
+    def set_traffic(self, traffic, action: str | None = None) -> None:
+        """A model's traffic split (service/rollout/traffic.py) as gauges; `action`: counted as a change."""
+        for version, weight in traffic.weights.items():
+            self.traffic_weight.labels(traffic.model, version).set(weight)
+        if action is not None:
+            self.traffic_changes.labels(traffic.model, action).inc()
 
     def drop_model(self, old) -> None:
         """The info series of a model no longer served (replaced or unloaded); its counters stay (Prometheus
@@ -276,7 +299,8 @@ class RecentRequests:
 
 
 class ObservabilityMiddleware:
-    """Pure ASGI: in-flight gauge, per-endpoint count/latency by status, and the dashboard's window.
+    """Pure ASGI: in-flight gauge, per-endpoint count/latency by status (and model and version), the dashboard's
+    window, and the `answered` hooks of a rollout (service/rollout/traffic.py).
 
     A request whose client went away before its answer started counts as status 499 (nginx's "client
     closed request"), not as a server error nor as the status of an answer that reached nobody
@@ -292,8 +316,10 @@ class ObservabilityMiddleware:
         recent: RecentRequests,
         routes: list | None = None,
         access_log: bool = False,
+        hooks=None,
     ):
         self.app, self.metrics, self.recent = app, metrics, recent
+        self.hooks = hooks  # service/rollout/traffic.py Hooks: every request a model answered, as it ends
         self.access = logging.getLogger(ACCESS) if access_log else None
         self.routes = routes if routes is not None else []
         self.endpoints: dict[tuple[str, str], str] = {}  # (method, path) → endpoint, for unrouted requests
@@ -354,8 +380,11 @@ class ObservabilityMiddleware:
             endpoint = self.endpoint(scope, root_path)
             code = str(status)
             model = scope.get(MODEL_KEY, "")  # set by deps.served_model: the name of the model that answered
-            self.metrics.requests.labels(endpoint, scope["method"], code, model).inc()
-            self.metrics.latency.labels(endpoint, scope["method"], code, model).observe(elapsed)
+            version = scope.get(VERSION_KEY, "")  # ... and its version
+            self.metrics.requests.labels(endpoint, scope["method"], code, model, version).inc()
+            self.metrics.latency.labels(endpoint, scope["method"], code, model, version).observe(elapsed)
+            if model and self.hooks is not None and self.hooks.answered:
+                self.hooks.answer(model, version, status, elapsed)
             if not scope["path"].startswith(QUIET_PATHS) and scope["path"] != "/":
                 self.recent.add(elapsed, status)
                 if self.metrics.timelines is not None:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from xtag.config.model_set import TOTAL_WEIGHT, weights_problem
 from xtag.models.errors import XtagError
 
 if TYPE_CHECKING:
@@ -31,11 +32,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("xtag.service")
 
-BUCKETS = 100  # weights are whole percents
-DEFAULT_VERSION = "1"  # the one version of a model served from ROOT/NAME/ (Triton numbers versions from 1)
+BUCKETS = TOTAL_WEIGHT  # one bucket per percent
 ROUTING_HEADER = "x-routing-key"  # a request's sticky key; else its (first) document's id
 VERSION_HEADER = "X-Model-Version"  # every prediction answer names the version that gave it
-VERSION_KEY = "xtag.version"  # the scope key where deps.served_model names the version that answered
 
 
 class TrafficRefused(XtagError):
@@ -129,6 +128,11 @@ class Traffic:
             return self._only
         return self._table[random.randrange(BUCKETS) if key is None else sticky_bucket(key)]
 
+    @property
+    def split(self) -> bool:
+        """Whether more than one version has traffic (only then does a request's routing key matter)."""
+        return self._only is None
+
     def served(self, version: str) -> ServedModel | None:
         """The model a version serves now (None while it loads, or failed)."""
         slot = self.versions.get(version)
@@ -213,21 +217,9 @@ class Traffic:
 
     def _checked(self, weights: Mapping[str, int], ready: bool = True) -> dict[str, int]:
         """`weights` over every version (0 for those left out), or TrafficRefused saying what is wrong."""
-        self._check_known(list(weights), "weights")
-        for version, weight in weights.items():
-            if isinstance(weight, bool) or not isinstance(weight, int) or weight < 0:
-                raise TrafficRefused(
-                    f"model {self.model}: weight of {version}: {weight!r} is not a whole number ≥ 0",
-                    422,
-                    "invalid-weights",
-                )
-        total = sum(weights.values())
-        if total != BUCKETS:
-            raise TrafficRefused(
-                f"model {self.model}: weights sum to {total}, not 100 ({', '.join(f'{v}={w}' for v, w in weights.items())})",
-                422,
-                "invalid-weights",
-            )
+        problem = weights_problem(dict(weights), list(self.versions))
+        if problem is not None:
+            raise TrafficRefused(f"model {self.model}: {problem[1]}", 422, problem[0])
         if ready:
             down = [v for v, w in weights.items() if w > 0 and self.served(v) is None]
             if down:

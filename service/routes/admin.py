@@ -29,17 +29,22 @@ router = APIRouter(tags=["admin"])
 
 
 async def reload_model(
-    request_app, bundle: str | Path | None = None, wait: bool = True, name: str | None = None
+    request_app,
+    bundle: str | Path | None = None,
+    wait: bool = True,
+    name: str | None = None,
+    version: str | None = None,
 ) -> dict:
-    """Shared by the routes and SIGHUP: (re)load model `name` (default: the default model) from `bundle` (default:
-    its configured path); returns the reload summary; raises XtagError and keeps the old model."""
+    """Shared by the routes and SIGHUP: (re)load model `name` (default: the default model; its `version`, default
+    the stable one) from `bundle` (default: its configured path); returns the reload summary; raises XtagError and
+    keeps the old model."""
     start = time.perf_counter()
     state = request_app.state
     try:
         if name is None:
             old, new = await state.registry.load(bundle, wait=wait)
         else:
-            old, new = await state.registry.put(name, bundle, wait=wait)
+            old, new = await state.registry.put(name, bundle, wait=wait, version=version)
     except ReloadInProgress:
         raise
     except XtagError:
@@ -65,16 +70,25 @@ def _reloaded_name(state, bundle: str | Path | None, name: str | None) -> str:
 
 
 async def reload_all(request_app) -> dict[str, str]:
-    """Reload every model, the default first (SIGHUP, start); {name: why} of the failed. A configured model that
+    """Reload every model, the default first (SIGHUP, start), then each model's other versions; {name: why} of the
+    failed (NAME/VERSION for another version: it serves no traffic while it has no model). A configured model that
     was unloaded (DELETE) comes back from its configured path: SIGHUP is the way back without an admin key."""
     failed = {}
     registry = request_app.state.registry
-    for name in sorted(registry.reloadable, key=lambda n: n != registry.default):
+    names = sorted(registry.reloadable, key=lambda n: n != registry.default)
+    for name in names:
         try:
             unloaded = registry.slots[name].unloaded
             await reload_model(request_app, registry.configured[name] if unloaded else None, name=name)
         except XtagError as exc:
             failed[name] = str(exc)
+    for name in names:
+        for version, slot in registry.traffic[name].versions.items():
+            if slot is not registry.slots[name]:
+                try:
+                    await reload_model(request_app, slot.path, name=name, version=version)
+                except XtagError as exc:
+                    failed[f"{name}/{version}"] = str(exc)
     return failed
 
 

@@ -27,7 +27,7 @@ LIMITED = {429: "this model was loaded less than XTAG_RELOAD_INTERVAL_S ago (Ret
 NAMED = {404: "no model of that name is served (the detail lists them)"}
 
 
-def _slot_or_404(request: Request, name: str):
+def slot_or_404(request: Request, name: str):
     registry = request.app.state.registry
     try:
         return registry.slot(name)
@@ -35,7 +35,7 @@ def _slot_or_404(request: Request, name: str):
         raise Problem(404, "unknown-model", str(exc), models=registry.names) from None
 
 
-def _single_worker(request: Request, what: str) -> None:
+def single_worker(request: Request, what: str) -> None:
     if request.app.state.settings.server.workers > 1:
         raise Problem(
             409,
@@ -76,7 +76,7 @@ async def _load(request: Request, name: str, target=None) -> dict:
     ),
 )
 async def reload_one(request: Request, name: str, settings: SettingsDep) -> dict:
-    _slot_or_404(request, name)
+    slot_or_404(request, name)
     summary = await _load(request, name)
     if settings.server.uvicorn_supervisor_pid == os.getppid():  # roll every sibling worker onto it
         os.kill(os.getppid(), signal.SIGHUP)
@@ -103,7 +103,7 @@ async def reload_one(request: Request, name: str, settings: SettingsDep) -> dict
     ),
 )
 async def put_model(request: Request, name: str, body: ModelPutBody) -> dict:
-    _single_worker(request, "loading a model over HTTP")
+    single_worker(request, "loading a model over HTTP")
     try:
         ModelSpec(name=name, path=body.bundle)
     except ValueError as exc:
@@ -123,8 +123,8 @@ async def put_model(request: Request, name: str, body: ModelPutBody) -> dict:
 async def delete_model(
     request: Request, name: str, registry: ModelRepositoryDep, new_default: str | None = None
 ) -> None:
-    _single_worker(request, "unloading a model over HTTP")
-    _slot_or_404(request, name)
+    single_worker(request, "unloading a model over HTTP")
+    slot_or_404(request, name)
     try:
         registry.unload(name, new_default)
     except UnknownModel as exc:

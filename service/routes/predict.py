@@ -30,6 +30,7 @@ from xtag.service.deps import (
 from xtag.service.http.cost import METER_KEY, Work, check_work, too_large
 from xtag.service.http.problems import Problem, problem_responses
 from xtag.service.http.response_json import label_lists
+from xtag.service.rollout.traffic import VERSION_HEADER
 from xtag.service.schemas import BatchRequest, BatchResponse, PredictOptions, PredictRequest, PredictResponse, Reweight
 from xtag.service.state.model_slot import ServedModel
 from xtag.service.state.shadow import JOB_KEY
@@ -40,7 +41,12 @@ router = APIRouter(tags=["predict"])
 ALIASES = {"/v1/predict": "/predict", "/v1/predict/batch": "/predict/batch"}
 # The same handlers again for a model by name: deps.served_model reads {name} from the path (default: the default).
 NAMED = {"/v1/predict": "/v1/models/{name}/predict", "/v1/predict/batch": "/v1/models/{name}/predict/batch"}
-HOT_ROUTES = (*ALIASES, *ALIASES.values(), *NAMED.values())
+# ... and for one version of it, pinned (deps.served_model reads {version}; no traffic routing)
+PINNED = {
+    "/v1/predict": "/v1/models/{name}/versions/{version}/predict",
+    "/v1/predict/batch": "/v1/models/{name}/versions/{version}/predict/batch",
+}
+HOT_ROUTES = (*ALIASES, *ALIASES.values(), *NAMED.values(), *PINNED.values())
 ERRORS = problem_responses(
     {
         400: "invalid JSON or UTF-8",
@@ -53,7 +59,29 @@ ERRORS = problem_responses(
     }
 )
 NAMED_ERRORS = {**ERRORS, **problem_responses({404: "no model of that name is served (the detail lists them)"})}
+PINNED_ERRORS = {
+    **ERRORS,
+    **problem_responses({404: "no model of that name, or no such version of it (the detail lists them)"}),
+    503: ERRORS[503] | {"description": "this version is not loaded: still loading, or it failed (the detail says why)"},
+}
 NAME_PARAMETER = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+VERSION_PARAMETER = {"name": "version", "in": "path", "required": True, "schema": {"type": "string"}}
+# every answer names the version that gave it
+VERSION_HEADER_DOC = {
+    VERSION_HEADER: {
+        "description": "the version of the model that answered (`model.served_version` in the body)",
+        "schema": {"type": "string"},
+    }
+}
+OK = {200: {"description": "Successful Response", "headers": VERSION_HEADER_DOC}}
+ROUTING_PARAMETER = {
+    "name": "X-Routing-Key",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string"},
+    "description": "a sticky key (a user, a session): while the model's traffic weights stand, every request "
+    "with the same key reaches the same version (default: the first document's id, else a weighted random one)",
+}
 
 
 class JSONBytes(Response):
@@ -75,7 +103,8 @@ async def answer(request: Request, model: ServedModel, content: object) -> Respo
     limit = request.app.state.settings.limits.max_response_bytes
     if limit and len(body) > limit:
         raise too_large(len(body), limit, "send fewer documents, a smaller k, or no explain")
-    return Response(body, media_type="application/json", background=shadow_task(request))
+    headers = {VERSION_HEADER: model.served_version}  # which version answered (service/rollout/traffic.py)
+    return Response(body, media_type="application/json", headers=headers, background=shadow_task(request))
 
 
 def check_options(
@@ -233,8 +262,8 @@ def _rw_key(opts: PredictOptions) -> tuple:
 @router.post(
     "/v1/predict",
     response_model=PredictResponse,
-    responses=ERRORS,
-    openapi_extra=openapi_body(PredictRequest),
+    responses={**OK, **ERRORS},
+    openapi_extra={**openapi_body(PredictRequest), "parameters": [ROUTING_PARAMETER]},
     summary="Top-k labels for one text",
 )
 async def predict(request: Request) -> Response:
@@ -253,8 +282,8 @@ async def predict(request: Request) -> Response:
 @router.post(
     "/v1/predict/batch",
     response_model=BatchResponse,
-    responses=ERRORS,
-    openapi_extra=openapi_body(BatchRequest),
+    responses={**OK, **ERRORS},
+    openapi_extra={**openapi_body(BatchRequest), "parameters": [ROUTING_PARAMETER]},
     summary="Top-k labels for many texts, in input order",
 )
 async def predict_batch(request: Request) -> Response:
@@ -263,7 +292,8 @@ async def predict_batch(request: Request) -> Response:
     body = await parse_body(
         request, BatchRequest, check=document_limit(request.app.state.settings.limits.max_batch_documents)
     )
-    model = served_model(request)
+    first = body.documents[0].id
+    model = served_model(request, None if first is None else str(first))  # sticky by the first id, without a header
     texts = [d.text for d in body.documents]
     k, beam, a = check_options(request, model, body, texts, "documents[{i}].text")
     if body.optimize is None:
@@ -325,8 +355,18 @@ for _route in list(router.routes):
             _route.endpoint,
             methods=["POST"],
             response_model=_route.response_model,
-            responses=NAMED_ERRORS,
-            openapi_extra={**_route.openapi_extra, "parameters": [NAME_PARAMETER]},
+            responses={**OK, **NAMED_ERRORS},
+            openapi_extra={**_route.openapi_extra, "parameters": [NAME_PARAMETER, ROUTING_PARAMETER]},
             summary=f"{_route.summary}, by the model NAME (as {_route.path} does with the default model)",
             operation_id=f"{_route.name}_named",
+        )
+        router.add_api_route(
+            PINNED[_route.path],
+            _route.endpoint,
+            methods=["POST"],
+            response_model=_route.response_model,
+            responses={**OK, **PINNED_ERRORS},
+            openapi_extra={**_route.openapi_extra, "parameters": [NAME_PARAMETER, VERSION_PARAMETER]},
+            summary=f"{_route.summary}, by version VERSION of the model NAME (no traffic routing)",
+            operation_id=f"{_route.name}_pinned",
         )

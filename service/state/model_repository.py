@@ -2,6 +2,10 @@
 
 The one-model API (/v1/predict, /ready, /v1/model, /v1/admin/reload) reads the default through `current`,
 `load`, `last_error` and `loading`, which are the default slot's: a one-model server behaves as before.
+
+A model with versions has a slot per version and a Traffic (service/rollout/traffic.py) that routes between
+them; `slots[name]` is its stable version's slot, so that what reads one slot per model (reload, unload, /ready,
+shadows) reads the stable one, and follows it when a promote or rollback changes it.
 """
 
 from __future__ import annotations
@@ -9,10 +13,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from xtag.config.model_set import ModelSet, bundle_name
+from xtag.config.model_set import DEFAULT_VERSION, ModelSet, bundle_name
 from xtag.models.errors import XtagError
 from xtag.models.features.device import RuntimeOptions
 from xtag.service.observability.drift import DEFAULT_WINDOW
+from xtag.service.rollout.traffic import Hooks, Traffic, TrafficChange
 from xtag.service.state.memory import bundle_bytes
 from xtag.service.state.model_slot import ModelSlot, ServedModel
 
@@ -44,12 +49,15 @@ class ModelRepository:
         self.options, self.max_memory_mb = options, max_memory_mb
         self.snapshot_root = snapshot_root  # where bundles are copied to be served (models/bundle/snapshot.py)
         self.listeners: list = []  # called with (old, new) after any model's swap, (old, None) after an unload
-        self.slots: dict[str, ModelSlot] = {}
+        self.slots: dict[str, ModelSlot] = {}  # name → its stable version's slot
+        self.traffic: dict[str, Traffic] = {}  # name → its versions' slots and the traffic between them
+        self.hooks = Hooks()  # every answered request and every traffic change, for whoever subscribes
+        self.hooks.changed.append(self._follow_stable)
         models = models or ModelSet()
         self.shadows: dict[str, str] = dict(models.shadows)  # NEW → OLD (scored elsewhere: shadow scoring)
         self.configured: dict[str, Path] = {spec.name: spec.path for spec in models.models}  # SIGHUP's way back
         for spec in models.models:
-            self.add(spec.name, spec.path)
+            self.add(spec.name, spec.path, spec.versions, spec.traffic, spec.stable)
         self.default: str | None = models.default
 
     def options_for(self, name: str):
@@ -59,20 +67,43 @@ class ModelRepository:
             return self.options
         return (self.options or RuntimeOptions()).model_copy(update={"encoder_threads": 1})
 
-    def add(self, name: str, path: Path | None) -> ModelSlot:
-        slot = ModelSlot(
-            name,
-            path,
-            self.warmup_text,
-            self.device,
-            self.drift_window,
-            self.options_for(name),
-            self.max_memory_mb,
-            self.listeners,
-            self.snapshot_root,
-        )
-        self.slots[name] = slot
+    def add(
+        self,
+        name: str,
+        path: Path | None,
+        versions: dict[str, Path] | None = None,
+        weights: dict[str, int] | None = None,
+        stable: str | None = None,
+    ) -> ModelSlot:
+        """A model's slots (one per version; without versions, `path` is its one version) and its Traffic; returns
+        the stable version's slot."""
+        slots = {
+            version: ModelSlot(
+                name,
+                bundle,
+                self.warmup_text,
+                self.device,
+                self.drift_window,
+                self.options_for(name),
+                self.max_memory_mb,
+                self.listeners,
+                self.snapshot_root,
+                version,
+            )
+            for version, bundle in (versions or {DEFAULT_VERSION: path}).items()
+        }
+        traffic = self.traffic[name] = Traffic(name, slots, weights, stable, self.hooks)
+        slot = self.slots[name] = slots[traffic.stable]
         return slot
+
+    def _follow_stable(self, change: TrafficChange) -> None:
+        """After a promote or rollback, the model's slot is its new stable version's."""
+        self.slots[change.model] = self.traffic[change.model].versions[change.stable]
+
+    def versions(self, name: str) -> dict[str, ModelSlot]:
+        """Every version's slot of a served model (UnknownModel names those there are)."""
+        self.slot(name)
+        return self.traffic[name].versions
 
     # the default model, as the one-model routes see it
     @property
@@ -128,11 +159,14 @@ class ModelRepository:
             raise UnknownModel(f"no model named {name!r} is served; models: {', '.join(self.names) or 'none'}")
         return slot
 
-    async def put(self, name: str, path: Path | None, wait: bool = False) -> tuple[ServedModel | None, ServedModel]:
-        """Load `path` as model `name`: a new model, or a new bundle for one served (swapped once it is warm); no
-        path: reload its configured one. A new name whose bundle fails is dropped again, as if never asked for:
-        the caller got the reason, and a `failed` entry would stay in /v1/models and /ready for ever (issue 47)."""
-        slot = self.slots.get(name)
+    async def put(
+        self, name: str, path: Path | None, wait: bool = False, version: str | None = None
+    ) -> tuple[ServedModel | None, ServedModel]:
+        """Load `path` as model `name` (its `version`, default the stable one): a new model, or a new bundle for one
+        served (swapped once it is warm); no path: reload its configured one. A new name whose bundle fails is
+        dropped again, as if never asked for: the caller got the reason, and a `failed` entry would stay in
+        /v1/models and /ready for ever (issue 47)."""
+        slot = self.slots.get(name) if version is None else self.traffic[name].versions[version]
         new = slot is None
         if new:
             slot = self.add(name, path)
@@ -140,7 +174,7 @@ class ModelRepository:
             return await slot.load(path, wait=wait)
         except XtagError:
             if new and self.slots.get(name) is slot and slot.current is None:
-                del self.slots[name]
+                del self.slots[name], self.traffic[name]
             raise
 
     def unload(self, name: str, new_default: str | None = None) -> ServedModel | None:
@@ -157,6 +191,9 @@ class ModelRepository:
                 f"{name!r} is the default model: name another one to take its place (?new_default=NAME; "
                 f"models: {', '.join(others) or 'none'})"
             )
+        for other in self.traffic[name].versions.values():
+            if other is not slot and not other.unloaded:
+                other.unload()
         return slot.unload()
 
     def describe(self) -> list[dict]:
@@ -176,7 +213,13 @@ class ModelRepository:
             "label_count": None,
             "memory_bytes": None,
             "loaded_at": None,
+            "versions": [],
+            "traffic": None,
         }
+        traffic = self.traffic.get(name)
+        if traffic is not None:
+            entry["traffic"] = traffic.describe()
+            entry["versions"] = [self._version(v, s, traffic.weights.get(v, 0)) for v, s in traffic.versions.items()]
         if model is not None:
             entry.update(
                 family=model.kind,
@@ -186,3 +229,17 @@ class ModelRepository:
                 loaded_at=model.loaded_at,
             )
         return entry
+
+    @staticmethod
+    def _version(version: str, slot: ModelSlot, weight: int) -> dict:
+        """One version of a model as GET /v1/models shows it: its state, weight and bundle."""
+        model = slot.current
+        return {
+            "version": version,
+            "state": slot.state,
+            "error": slot.error,
+            "weight": weight,
+            "bundle": None if model is None else model.ref["name"],
+            "bundle_version": None if model is None else model.ref["version"],
+            "loaded_at": None if model is None else model.loaded_at,
+        }

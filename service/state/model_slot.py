@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import anyio.to_thread
 import numpy as np
 import orjson
+from xtag.config.model_set import DEFAULT_VERSION
 from xtag.models.bundle.loader import Bundle, load_bundle
 from xtag.models.bundle.snapshot import Snapshot, take_snapshot
 from xtag.models.errors import XtagError
@@ -46,6 +47,7 @@ class ServedModel:
     warmup_ms: float = 0.0
     drift: LabelDrift | None = None  # attached once warmed up, so warm-up answers are not counted as traffic
     served_as: str = ""  # the name it is served under (its slot's), set when it goes live
+    served_version: str = ""  # the version of that name it serves (its slot's), set when it goes live
     batcher: object | None = None  # its own micro-batcher (service/batching.py), set when it goes live
     series: ModelSeries | None = None  # its Prometheus children (observability/prometheus.py), set when it goes live
     shadow: object | None = None  # its ShadowScorer (state/shadow.py, which imports this module), if any
@@ -205,6 +207,7 @@ def log_swap(old: ServedModel | None, new: ServedModel, path: Path, seconds: flo
     fields = {
         "event": "bundle_reloaded" if old is not None else "bundle_loaded",
         "model": new.served_as,
+        "served_version": new.served_version,
         "bundle": new.bundle.name,
         "version": new.bundle.version,
         "previous": f"{old.bundle.name} {old.bundle.version}" if old is not None else None,
@@ -261,8 +264,10 @@ class ModelSlot:
         max_memory_mb: float | None = None,
         listeners: list | None = None,
         snapshot_root: Path | None = None,
+        version: str = DEFAULT_VERSION,
     ):
         self.name, self.path, self.warmup_text, self.device, self.options = name, path, warmup_text, device, options
+        self.version = version  # which of model `name`'s versions this slot serves (service/rollout/traffic.py)
         self.drift_window, self.max_memory_mb, self.snapshot_root = drift_window, max_memory_mb, snapshot_root
         self.changed_logged: str | None = None  # the change already logged (changed: one WARNING per change)
         self.current: ServedModel | None = None
@@ -343,7 +348,8 @@ class ModelSlot:
             finally:
                 self.loading = False
             new.drift = LabelDrift(new.bundle.predictor.vocab.frequency_array, self.drift_window)
-            new.served_as = self.name
+            new.served_as, new.served_version = self.name, self.version
+            new.ref = {**new.ref, "served_version": self.version}
             for listener in self.listeners:  # before the switch: it gets its batcher before its first request
                 listener(self.current, new)
             old, self.current = self.current, new  # the atomic switch: one reference assignment

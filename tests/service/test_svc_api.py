@@ -20,7 +20,8 @@ def test_predict_returns_the_predictors_top_k(client, bundles):
     expected = predictor.named(predictor.predict(["python script game"], k=3))[0]
     assert [(x["id"], x["name"]) for x in body["labels"]] == [(i, n) for i, n, _ in expected]
     assert [x["score"] for x in body["labels"]] == [float(s) for _, _, s in expected]
-    assert body["model"] == {"name": "tiny-a", "version": load_bundle(bundles["a"]).version}
+    assert body["model"] == {"name": "tiny-a", "version": load_bundle(bundles["a"]).version, "served_version": "1"}
+    assert r.headers["x-model-version"] == "1"
     assert body["took_ms"] > 0
 
 

@@ -74,7 +74,8 @@ def test_an_unexpected_error_is_a_500_problem_with_nosniff(bundles, monkeypatch)
         assert "RuntimeError" in problem["detail"]
         metrics = c.get("/metrics").text
         assert (
-            'xtag_http_requests_total{endpoint="/v1/predict",method="POST",model="tiny-a",status="500"} 1.0' in metrics
+            'xtag_http_requests_total{endpoint="/v1/predict",method="POST",model="tiny-a",status="500",version="1"} 1.0'
+            in metrics
         )
 
 

@@ -26,7 +26,7 @@ def test_metrics_count_requests_per_endpoint_and_status(client):
     s = samples(r.text)
 
     def key(ep, st, m="POST", model="tiny-a"):  # a request refused before a model was chosen has model ""
-        return (("endpoint", ep), ("method", m), ("model", model), ("status", st))
+        return (("endpoint", ep), ("method", m), ("model", model), ("status", st), ("version", "1" if model else ""))
 
     assert s[("xtag_http_requests_total", key("/v1/predict", "200"))] == 3
     assert s[("xtag_http_requests_total", key("/v1/predict", "422", model=""))] == 1

@@ -76,8 +76,8 @@ def test_reload_switches_to_a_new_bundle(admin, bundles):
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["status"] == "reloaded"
-    assert body["previous"] == {"name": "tiny-a", "version": version(bundles["a"])}
-    assert body["model"] == {"name": "tiny-b", "version": version(bundles["b"])}
+    assert body["previous"] == {"name": "tiny-a", "version": version(bundles["a"]), "served_version": "1"}
+    assert body["model"] == {"name": "tiny-b", "version": version(bundles["b"]), "served_version": "1"}
     assert client.post("/v1/predict", json={"text": "python"}).json()["model"]["name"] == "tiny-b"
     assert client.get("/v1/model").json()["path"] == "tiny-b"  # its name: no server paths in answers
     # a plain reload (a JSON Content-Type, no body) re-reads the path now configured

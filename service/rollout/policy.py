@@ -12,6 +12,8 @@ changes it only through set_weights, promote and rollback, so every change is ch
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,9 +21,13 @@ from typing import Protocol
 
 from xtag.config.rollout_policy import Gates, RolloutPolicy
 from xtag.service.rollout.traffic import Traffic, TrafficChange, TrafficRefused
-from xtag.service.rollout.window import GateWindows, WindowStats
+from xtag.service.rollout.window import SLICES, GateWindows, WindowStats
+
+log = logging.getLogger("xtag.service")
 
 ACTIVE = ("waiting", "running")  # the states a rollout still acts in; the others are final
+TICK_S = 1.0  # how often rollouts are judged: at most this, or each slice of the shortest running window
+MIN_TICK_S = 0.05
 MAX_FINISHED = 64  # finished rollouts kept for GET (one per model, the latest): bounded all the same
 
 
@@ -194,6 +200,12 @@ class Rollouts:
         self.events(rollout, "start", f"rolling {model} out to {policy.version} in steps {policy.steps}")
         return rollout
 
+    def tick_s(self) -> float:
+        """How long until the next tick: a slice of the shortest running window (so a breach is seen within a
+        slice of the window), at most TICK_S."""
+        running = [r.policy.window / SLICES for r in self.by_model.values() if r.state in ACTIVE]
+        return max(MIN_TICK_S, min([TICK_S, *running]))
+
     def shadow_wanted(self) -> list[tuple[str, str]]:
         """(model, canary) of the running rollouts with shadow gates: their figures are read off the loop (live
         P@k reads the feedback store) and handed to `tick`."""
@@ -278,3 +290,16 @@ class Rollouts:
         r.state = state
         self.windows.forget(r.model)
         self.events(r, kind, text)
+
+
+async def keep_ticking(rollouts: Rollouts, shadow_figures: Callable[[str, str], dict | None]) -> None:
+    """The app's ticker (a task of its lifespan): judge the rollouts every `tick_s` on the event loop, where
+    traffic changes, after reading the shadow gates' figures on a thread (live P@k reads the feedback store)."""
+    while True:
+        await asyncio.sleep(rollouts.tick_s())
+        wanted = rollouts.shadow_wanted()
+        try:
+            figures = await asyncio.to_thread(lambda: {w: shadow_figures(*w) for w in wanted}) if wanted else None
+            rollouts.tick(figures)
+        except Exception:  # a bug in one judgement must not end every rollout's ticker
+            log.exception("rollout tick failed")

@@ -84,6 +84,25 @@ function renderShadow(pairs) {
   }));
 }
 
+// Models with several versions (GET /v1/models): each version's weight and state, the stable one starred.
+function renderVersions(models) {
+  const split = models.filter((m) => m.versions && m.versions.length > 1 && m.state !== "unloaded");
+  $("versions").hidden = split.length === 0;
+  $("version-rows").tBodies[0].replaceChildren(...split.flatMap((m) => m.versions.map((v) => {
+    const tr = document.createElement("tr");
+    tr.dataset.version = `${m.name}|${v.version}`;
+    tr.dataset.weight = v.weight;
+    const star = m.traffic && m.traffic.stable === v.version ? " *" : "";
+    const bundle = v.bundle ? `${v.bundle} ${v.bundle_version}` : (v.error || "–");
+    for (const text of [m.name, v.version + star, `${v.weight} %`, v.state, bundle]) {
+      const td = document.createElement("td");
+      td.textContent = String(text);
+      tr.append(td);
+    }
+    return tr;
+  })));
+}
+
 function renderTimeline(tl) {
   events = tl.events;
   const t = tl.t, names = Object.keys(tl.endpoints).sort();
@@ -146,6 +165,7 @@ async function pollCharts() {
     renderTimeline(tl);
     renderDrift(await getJSON(`/v1/drift?${model}top=5`));
     renderShadow((await getJSON("/v1/shadow")).pairs);
+    renderVersions((await getJSON("/v1/models")).models);
   } catch (e) {
     $("tl-note").textContent = e.message;
   }

@@ -182,7 +182,7 @@ class Traffic:
                 f"model {self.model}: cannot roll back to version {target}: it does not serve", 409, "version-not-ready"
             )
         self.held_by = None
-        return self._change("rollback", {target: 100}, target, by, reason)
+        return self._change("rollback", {v: BUCKETS if v == target else 0 for v in self.versions}, target, by, reason)
 
     def hold(self, by: str | None) -> None:
         """A rollout policy takes (`by`) or gives back (None) the traffic: see the class docstring."""

@@ -1,7 +1,8 @@
 """The `xtag` command line (the console script and `python -m xtag`): one module per command group.
 
 data.py (corpora), train.py (+ train_flags.py, flags as config settings), export.py, update.py (labels added to
-a run), feedback.py (the service's feedback store), shadow.py (shadow scoring's report), evaluate.py (evaluate, calibrate), predict.py, serve.py and warm.py (the Numba cache); options.py holds what they share. Each command imports its heavy code when
+a run), feedback.py (the service's feedback store), shadow.py (shadow scoring's report), rollout.py (a served
+model's versions: traffic, promote, rollback), evaluate.py (evaluate, calibrate), predict.py, serve.py and warm.py (the Numba cache); options.py holds what they share. Each command imports its heavy code when
 it runs, so `xtag --help` imports no torch, and predict/evaluate/calibrate import no training code but the
 corpus reader.
 """
@@ -14,7 +15,7 @@ from typing import Annotated
 import typer
 import typer.rich_utils
 
-from xtag.cli import data, evaluate, export, feedback, predict, serve, shadow, train, update, warm
+from xtag.cli import data, evaluate, export, feedback, predict, rollout, serve, shadow, train, update, warm
 from xtag.cli.options import show_version
 from xtag.config.settings import help_width_given
 
@@ -44,6 +45,7 @@ def main(
 app.add_typer(data.app, name="data")
 app.add_typer(feedback.app, name="feedback")
 app.add_typer(shadow.app, name="shadow")
+app.add_typer(rollout.app, name="rollout")
 app.command()(train.train)
 app.command()(export.export)
 app.command()(update.update)

@@ -74,3 +74,25 @@ def test_the_page_has_a_model_selector_and_shows_the_shadow(bundles, tmp_path):
     assert "hidden" not in f["shadow"]
     assert "primaryshadowcompared" in f["shadow-pairs"]["text"] and "tiny-atiny-b10" in f["shadow-pairs"]["text"]
     assert int(f["chart-qps"]["data-points"]) > 0  # the default model's series
+
+
+def test_the_page_shows_each_versions_share_and_marks_a_traffic_change(bundles, tmp_path):
+    """A model of two versions split 80/20 by the admin plane: the versions panel lists both with their weights and
+    the stable one starred, and the change is an event of the charts."""
+    import shutil
+
+    for version, key in (("1", "a"), ("2", "b")):
+        shutil.copytree(bundles[key], tmp_path / "tags" / version)
+    (tmp_path / "models.toml").write_text('[models.tags]\nversions = {"1" = "tags/1", "2" = "tags/2"}\nstable = "1"\n')
+    settings = Settings(_env_file=None, bundle_root=tmp_path, admin_key=ADMIN_KEY)
+    with LiveServer(settings) as server, httpx.Client(base_url=server.url) as c:
+        deadline = time.monotonic() + 60
+        while "loading" in c.get("/v1/models").text and time.monotonic() < deadline:
+            time.sleep(0.05)
+        r = c.put("/v1/admin/models/tags/traffic", json={"weights": {"1": 80, "2": 20}}, headers=ADMIN)
+        assert r.status_code == 200, r.text
+        page = dump_dom(server.url + "/", tmp_path / "profile")
+    f = page.by_id
+    assert "hidden" not in f["versions"]
+    assert "tags1 *80 %ready" in f["version-rows"]["text"] and "tags220 %ready" in f["version-rows"]["text"]
+    assert 'data-event="traffic"' in page.html and "tags: weights (1 80%, 2 20%)" in f["events"]["text"]

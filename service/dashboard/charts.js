@@ -1,7 +1,8 @@
 // The page's time series (uPlot, vendored in this folder): polls /v1/timeline and /v1/drift of the model picked in
 // #model-select (the server's default at first), and /v1/shadow, every 5 s.
 // Each chart's element says how many points it draws (data-points) and how many event markers (loads, reloads,
-// rollout steps, promotions, rollbacks) it shows (data-markers), so a headless browser test can check them. Uses $ and getJSON from app.js.
+// rollout steps, promotions, rollbacks) it shows (data-markers), so a headless browser test can check them.
+// Uses $ and getJSON from app.js.
 "use strict";
 
 const COLORS = ["#2b6cb0", "#c05621", "#2f855a", "#9b2c2c", "#6b46c1", "#b7791f", "#2c7a7b", "#97266d"];

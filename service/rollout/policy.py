@@ -197,7 +197,7 @@ class Rollouts:
         rollout = self.by_model[model] = Rollout(model, traffic.stable, policy, time.time())
         traffic.hold(rollout.holder)
         self.windows.track(model, policy.window)
-        self.events(rollout, "start", f"rolling {model} out to {policy.version} in steps {policy.steps}")
+        self.events(rollout, "start", f"{model}: rolling out {policy.version} in steps {policy.steps}")
         return rollout
 
     def tick_s(self) -> float:

@@ -27,12 +27,13 @@ log = logging.getLogger("xtag.service")
 
 ACTIVE = ("waiting", "running")  # the states a rollout still acts in; the others are final
 TICK_S = 1.0  # how often rollouts are judged: at most this, or each slice of the shortest running window
-MIN_TICK_S = 0.05
+MIN_TICK_S = 0.05  # however short a window: the ticker never spins
 MAX_FINISHED = 64  # finished rollouts kept for GET (one per model, the latest): bounded all the same
 
 
 class RolloutConflict(Exception):
-    """A rollout, a promote or a rollback asked while another rollout of the model runs (409)."""
+    """A rollout asked while another of the model runs, or while someone else holds its traffic (409); a promote or
+    weights asked meanwhile are refused by the traffic itself (Traffic.hold)."""
 
 
 class RolloutRefused(ValueError):
@@ -52,7 +53,6 @@ class Rollout:
     step_since: float = 0.0  # monotonic
     reason: str | None = None  # why it rolled back or stopped
     gates: dict = field(default_factory=dict)  # the last judgement: each version's window, each gate's verdict
-    waiting_logged: bool = False
 
     @property
     def holder(self) -> str:
@@ -151,8 +151,8 @@ def canary_failure(traffic: Traffic, version: str) -> str | None:
 
 
 class Rollouts:
-    """The rollouts of one server, at most one running per model. `tick` moves them (service/app.py calls it on the
-    event loop every TICK_S, where traffic changes are made), `changed` hears traffic changes made by others (an
+    """The rollouts of one server, at most one running per model. `tick` moves them (`keep_ticking`, the app's task, calls
+    it on the event loop, where traffic changes are made, every `tick_s`), `changed` hears traffic changes made by others (an
     admin's rollback ends the rollout). While it runs, a rollout holds its model's traffic (Traffic.hold): another
     caller's weights or promote is refused with 409."""
 

@@ -224,8 +224,9 @@ def read_models_file(path: Path) -> tuple[list[ModelSpec], str | None, dict[str,
                 f'{path}: models.{name}: give a path (NAME = "PATH" or NAME = {{path = "PATH"}}) or a versions table '
                 '(NAME = {versions = {"1" = "PATH", ...}})'
             )
-        else:
-            specs.append(ModelSpec(name=name, path=Path(path).parent / entry["path"]))
+        else:  # traffic or stable without versions: refused by ModelSpec
+            rollout = {key: entry[key] for key in ("traffic", "stable") if key in entry}
+            specs.append(ModelSpec(name=name, path=Path(path).parent / entry["path"], **rollout))
         if "shadow_of" in entry:
             shadows[name] = str(entry["shadow_of"])
     default = data.get("default")
@@ -241,6 +242,9 @@ def _versioned(path: Path, name: str, entry: dict) -> ModelSpec:
     traffic = entry.get("traffic", {})
     if not isinstance(traffic, dict):
         raise ValueError(f"{path}: models.{name}.traffic: a table of VERSION = WEIGHT")
+    problem = weights_problem(traffic, [str(v) for v in versions]) if traffic else None
+    if problem is not None:  # before pydantic, which would read 95.0 as 95
+        raise ValueError(f"{path}: models.{name}.traffic: {problem[1]}")
     stable = entry.get("stable")
     return ModelSpec(
         name=name,

@@ -210,6 +210,7 @@ def test_every_dashboard_query_names_a_metric_the_service_exports(make_client, b
     c.post("/v1/predict/batch", json={"documents": [doc], "k": 3})
     c.post("/v1/feedback", json={"documents": [{**doc, "labels": ["lang::python"]}]}, headers={"X-Admin-Key": "k"})
     c.get("/v1/drift")
+    c.put("/v1/admin/models/tiny-a/traffic", json={"weights": {"1": 100}}, headers={"X-Admin-Key": "k"})  # a change
     deadline = time.monotonic() + 30
     while scorer.counts["documents"] == 0 and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -218,7 +219,8 @@ def test_every_dashboard_query_names_a_metric_the_service_exports(make_client, b
     queries = [t["expr"] for p in d["panels"] for t in p["targets"]] + [a["expr"] for a in d["annotations"]["list"]]
     titles = " ".join(p["title"] for p in d["panels"]).lower()
     for needed in (
-        "requests per second", "latency", "error", "503", "predictor call", "drift", "head / torso", "shadow", "live p@k"
+        "requests per second", "latency", "error", "503", "predictor call", "drift", "head / torso", "shadow", "live p@k",
+        "by version", "traffic weight",
     ):  # fmt: skip
         assert needed in titles, needed  # the built-in page's panels plus drift
     for query in queries:
@@ -230,7 +232,14 @@ def test_the_dashboard_has_a_model_variable_that_every_prediction_query_uses():
     d = dashboard()
     variable = {v["name"]: v for v in d["templating"]["list"]}["model"]
     assert "label_values(xtag_model_info, model)" in variable["definition"] and variable["includeAll"]
-    per_model = ("xtag_http_request", "xtag_predict", "xtag_label_drift", "xtag_model_", "xtag_shadow_")
+    per_model = (
+        "xtag_http_request",
+        "xtag_predict",
+        "xtag_label_drift",
+        "xtag_model_",
+        "xtag_shadow_",
+        "xtag_traffic_",
+    )
     queries = [t["expr"] for p in d["panels"] for t in p["targets"]] + [a["expr"] for a in d["annotations"]["list"]]
     for query in queries:
         for selector in re.findall(r"(xtag_\w+)(\{[^}]*\})?", query):

@@ -96,3 +96,52 @@ def test_serve_refuses_bad_names_at_start_with_exit_2_and_one_line(tmp_path):
     ]
     slash = runner.invoke(app, ["serve", str(tmp_path / "one" / "x"), "--model", f"a/b={Path(tmp_path / 'two' / 'y')}"])
     assert slash.exit_code == 2 and len(slash.output.strip().splitlines()) == 1 and "'a/b'" in slash.output
+
+
+def versioned(tmp_path, entry: str) -> Path:
+    path = tmp_path / "models.toml"
+    path.write_text(f"[models.tags]\n{entry}\n")
+    return path
+
+
+def test_a_models_file_gives_a_model_versions_traffic_and_its_stable_version(tmp_path):
+    path = versioned(tmp_path, 'versions = {"1" = "t/1", "2" = "t/2"}\ntraffic = {"1" = 95, "2" = 5}')
+    (spec,) = Settings(_env_file=None, models_file=path).model_set.models
+    assert spec.versions == {"1": tmp_path / "t/1", "2": tmp_path / "t/2"} and spec.traffic == {"1": 95, "2": 5}
+    assert spec.stable == "1" and spec.path == tmp_path / "t/1"  # the heaviest; its bundle is the model's path
+    (spec,) = Settings(
+        _env_file=None, models_file=versioned(tmp_path, 'versions = {"1" = "a", "2" = "b"}')
+    ).model_set.models
+    assert spec.stable == "2" and spec.bundles == {"1": tmp_path / "a", "2": tmp_path / "b"}  # the latest
+
+
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        ('versions = {"1" = "a", "2" = "b"}\ntraffic = {"1" = 60, "2" = 30}', "weights sum to 90, not 100"),
+        ('versions = {"1" = "a"}\ntraffic = {"1" = 50, "9" = 50}', "no version '9'"),
+        ('versions = {"1" = "a"}\ntraffic = {"1" = 100.0}', "is not a whole number"),
+        ('versions = {"1" = "a", "2" = "b"}\ntraffic = {"1" = 110, "2" = -10}', "is not a whole number ≥ 0"),
+        ('versions = {"1" = "a"}\nstable = "3"', "stable version '3' is not one of its versions"),
+        ('versions = {"a/b" = "a"}', "version 'a/b'"),
+        ('versions = {"1" = 5}', "give each version a path"),
+        ("versions = {}", "give each version a path"),
+        ('path = "a"\ntraffic = {"1" = 100}', "traffic and stable need a versions table"),
+    ],
+)
+def test_a_bad_versions_entry_is_refused_in_one_line(tmp_path, entry, said):
+    assert said in refusal(models_file=versioned(tmp_path, entry))
+
+
+def test_all_serves_a_folder_of_version_folders_as_one_model(tmp_path):
+    for folder in ("solo", "tags/1", "tags/2", "tags/10"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "manifest.json").write_text("{}")
+    (tmp_path / "tags" / "notes").mkdir()  # no manifest: not a version
+    (tmp_path / "empty").mkdir()  # neither a bundle nor versions: not a model
+    specs = {m.name: m for m in Settings(_env_file=None, bundle_root=tmp_path, all_bundles=True).model_set.models}
+    assert list(specs) == ["solo", "tags"] and specs["solo"].versions == {}
+    assert list(specs["tags"].versions) == ["1", "2", "10"] and specs["tags"].stable == "10"
+    (tmp_path / "tags" / "2" / "manifest.json").unlink()
+    why = Settings(_env_file=None, models_file=versioned(tmp_path, 'versions = {"1" = "tags/1", "2" = "tags/2"}'))
+    assert "model tags version 2" in why.model_set.unservable()

@@ -18,6 +18,7 @@ from tests.service.svc_support import (  # noqa: F401  (pytest fixtures)
     STARTUP_S,
     bundles,
     make_client,
+    tiny_corpus,
 )
 
 TEXT = {"text": "sql database query table", "k": 3}
@@ -159,3 +160,37 @@ def test_bad_policies_are_refused_and_the_plane_is_fenced(served):
     assert c.post("/v1/admin/models/tags/rollout", json={"version": "2"}).status_code == 401
     assert c.get("/v1/admin/models/nope/rollout", headers=ADMIN).status_code == 404
     assert c.get("/v1/admin/models/tags/rollout", headers=ADMIN).json()["type"].endswith(":no-rollout")
+
+
+def test_a_version_that_shadowed_first_is_judged_by_shadow_scorings_agreement(tmp_path, bundles, make_client):
+    """Version 2's bundle shadowed the model first (a shadow model on the same directory): a policy with a shadow
+    gate reads shadow scoring's own agreement, and rolls back when it is under the gate."""
+    for version, key in (("1", "a"), ("2", "b")):
+        shutil.copytree(bundles[key], tmp_path / "tags" / version)
+    (tmp_path / "models.toml").write_text(
+        '[models.tags]\nversions = {"1" = "tags/1", "2" = "tags/2"}\nstable = "1"\n'
+        '[models.candidate]\npath = "tags/2"\nshadow_of = "tags"\n'
+    )
+    c = make_client(bundle=None, bundle_root=tmp_path, admin_key=ADMIN_KEY)
+    deadline = time.monotonic() + STARTUP_S
+    while any(v["state"] != "ready" for v in c.get("/v1/models/tags").json()["versions"]):
+        assert time.monotonic() < deadline, "versions still loading"
+        time.sleep(0.05)
+    top1 = lambda v, text: c.post(f"/v1/models/tags/versions/{v}/predict", json={"text": text, "k": 3}).json()[  # noqa: E731
+        "labels"
+    ][0]["id"]
+    texts = [row["text"] for row in tiny_corpus()]
+    differ = next(t for t in texts if top1("1", t) != top1("2", t))  # the two bundles disagree on its first label
+    policy = {"version": "2", "steps": [50, 100], "interval_s": 60, "window_s": 2.0}
+    policy["gates"] = {"min_requests": 5, "min_top1_agreement": 0.5}
+    r = c.post("/v1/admin/models/tags/rollout", json=policy, headers=ADMIN)
+    assert r.status_code == 202, r.text
+    deadline = time.monotonic() + 60
+    while state(c)["state"] in ("waiting", "running"):
+        assert time.monotonic() < deadline, state(c)
+        c.post("/v1/models/tags/predict", json={"text": differ, "k": 3})
+        time.sleep(0.01)  # room for the shadow's thread
+    done = state(c)
+    assert done["state"] == "rolled_back", done
+    assert done["reason"].startswith("top1_agreement 0.") and "under the gate 0.5 (shadow scoring)" in done["reason"]
+    assert done["gates"]["shadow"]["window_documents"] > 0

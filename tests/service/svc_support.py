@@ -191,7 +191,10 @@ class LiveServer:
     def __init__(self, settings: Settings):
         from xtag.service.server import uvicorn_options
 
-        self.settings = settings.model_copy(update={"port": free_port(), "host": "127.0.0.1"})
+        # the nested group: a top-level "port" in model_copy is ignored (no validation), and every LiveServer
+        # bound 8000, colliding with any other server there
+        server = settings.server.model_copy(update={"port": free_port(), "host": "127.0.0.1"})
+        self.settings = settings.model_copy(update={"server": server})
         self.url = f"http://127.0.0.1:{self.settings.server.port}"
         self.app = create_app(self.settings)
         self.server = uvicorn.Server(

@@ -203,7 +203,11 @@ def start_rollouts(app: FastAPI, metrics: Metrics, timelines: Timelines) -> None
     """The rollout policies (service/rollout/policy.py), fed every answered request, and models.toml's
     [rollouts.NAME] started: each waits for its canary to load, then moves on the lifespan's ticker."""
     registry, windows = app.state.registry, GateWindows(LATENCY_BUCKETS)
-    app.state.rollouts = rollouts = Rollouts(registry.traffic.get, windows, RolloutEvents(metrics.registry, timelines))
+    events = RolloutEvents(metrics.registry, timelines)
+    app.state.rollouts = rollouts = Rollouts(registry.traffic.get, windows, events)
+    for name in registry.traffic:
+        events.declare(name)
+    registry.listeners.append(lambda old, new: new is None or events.declare(new.served_as))
     registry.hooks.answered.append(windows.observe)
     registry.hooks.changed.append(rollouts.changed)
     for name, policy in app.state.settings.model_set.rollouts.items():

@@ -15,6 +15,7 @@ from xtag.service.observability.timeline import Timelines
 from xtag.service.rollout.policy import Rollout
 
 log = logging.getLogger("xtag.service")
+KINDS = ("start", "step", "promote", "rollback", "stop")
 WARNING_KINDS = ("rollback", "stop")
 MARKS = {"start": "rollout", "stop": "rollout-stop"}  # the timeline's event kinds, read on their own on the page
 
@@ -37,6 +38,13 @@ class RolloutEvents:
             registry=registry,
             multiprocess_mode="liveall",
         )
+
+    def declare(self, model: str) -> None:
+        """A served model's series at 0 before its first rollout: Prometheus's increase() (Grafana's annotations)
+        sees a series' first value as its start, so without them the first event of each kind would not show."""
+        for kind in KINDS:
+            self.events.labels(model, kind)
+        self.percent.labels(model).set(0)
 
     def __call__(self, rollout: Rollout, kind: str, text: str) -> None:
         log.log(

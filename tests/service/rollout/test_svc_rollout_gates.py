@@ -22,7 +22,10 @@ from tests.service.svc_support import (  # noqa: F401  (pytest fixtures)
 )
 
 TEXT = {"text": "sql database query table", "k": 3}
-FAST = {"window_s": 2.0, "gates": {"min_requests": 8, "max_p99_ratio": 1.5, "p99_slack_ms": 5.0}}
+# Short windows; a p99 slack above a loaded test machine's jitter on tiny bundles (a few ms, spikes of tens), under
+# the slow canary's 150 ms; the errors case needs no latency gate at all.
+FAST = {"window_s": 3.0, "gates": {"min_requests": 8, "max_p99_ratio": 1.5, "p99_slack_ms": 60.0}}
+SLACK = {"slow": 60.0, "errors": 2000.0}
 
 
 @pytest.fixture
@@ -61,7 +64,7 @@ def drive(c, until, timeout: float = 60.0) -> dict:
     raise AssertionError(f"rollout did not get there in {timeout} s: {state(c)}")
 
 
-def slow_canary(c, monkeypatch, seconds: float = 0.05) -> None:
+def slow_canary(c, monkeypatch, seconds: float = 0.15) -> None:
     """The canary's loaded model answers `seconds` late (the fault, from the test)."""
     model = c.app.state.registry.traffic["tags"].versions["2"].current
     predict = model.predict
@@ -75,7 +78,8 @@ def slow_canary(c, monkeypatch, seconds: float = 0.05) -> None:
 
 def test_a_healthy_canary_is_stepped_up_and_promoted_on_its_own(served):
     c = served
-    r = start(c, steps=[20, 50, 100], interval_s=0.5, window_s=1.0, gates={"min_requests": 5})
+    # a wide p99 slack: this test is not about latency, and a loaded test machine's jitter is tens of ms
+    r = start(c, steps=[20, 50, 100], interval_s=0.5, window_s=1.0, gates={"min_requests": 5, "p99_slack_ms": 2000})
     assert r.status_code == 202, r.text
     assert r.json()["state"] in ("waiting", "running") and r.json()["stable"] == "1"
     seen = set()
@@ -94,7 +98,8 @@ def test_a_healthy_canary_is_stepped_up_and_promoted_on_its_own(served):
 @pytest.mark.parametrize("fault", ["slow", "errors"])
 def test_a_faulty_canary_is_rolled_back_within_one_gate_window(served, monkeypatch, caplog, fault):
     c = served
-    assert start(c, steps=[25, 100], interval_s=60.0, **FAST).status_code == 202
+    gates = {**FAST["gates"], "p99_slack_ms": SLACK[fault]}
+    assert start(c, steps=[25, 100], interval_s=60.0, window_s=FAST["window_s"], gates=gates).status_code == 202
     drive(c, lambda s: s["state"] == "running", timeout=20)
     if fault == "slow":
         slow_canary(c, monkeypatch)
@@ -182,7 +187,7 @@ def test_a_version_that_shadowed_first_is_judged_by_shadow_scorings_agreement(tm
     texts = [row["text"] for row in tiny_corpus()]
     differ = next(t for t in texts if top1("1", t) != top1("2", t))  # the two bundles disagree on its first label
     policy = {"version": "2", "steps": [50, 100], "interval_s": 60, "window_s": 2.0}
-    policy["gates"] = {"min_requests": 5, "min_top1_agreement": 0.5}
+    policy["gates"] = {"min_requests": 5, "min_top1_agreement": 0.5, "p99_slack_ms": 2000}  # not about latency
     r = c.post("/v1/admin/models/tags/rollout", json=policy, headers=ADMIN)
     assert r.status_code == 202, r.text
     deadline = time.monotonic() + 60

@@ -18,7 +18,7 @@ from .onnx_encoders import encoder_variants
 from .ray import ray_xlinear
 from .ray_scoring import ray_scoring
 from .reload_storm import reload_storm
-from .rollout import rollout_gates
+from .rollout import rollout_gates, rollout_traffic
 from .service import (
     explain_latency,
     inference_threads,
@@ -51,6 +51,7 @@ BUILDERS = {
         loop_stalls,
         ray_xlinear,
         shadow,
+        rollout_traffic,
         rollout_gates,
         bundle_truncate,
         amplification,

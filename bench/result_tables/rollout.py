@@ -1,8 +1,54 @@
-"""Rollout policy table (issue 50): a healthy canary promoted on its own, a slow and a failing one rolled back."""
+"""Rollout tables (issue 50). bench/rollout_traffic.py: a canary ramp and a rollback under keep-alive clients
+(shares, sticky keys, failed requests), and the hot path's cost with no rollout configured against main's code.
+bench/rollout_gates.py: rollout policies that promote a healthy canary and roll a slow and a failing one back."""
 
 from __future__ import annotations
 
-from .common import ms, one_result_each, table
+from .common import ms, one_result_each, table, thousands
+
+
+@one_result_each
+def rollout_traffic(r: dict) -> dict[str, str]:
+    """Two tables: each weight setting of the ramp; /v1/predict p50 and batch with no rollout, this code / main's."""
+    return {"ramp": _ramp(r), "no_rollout": _no_rollout(r)}
+
+
+def _ramp(r: dict) -> str:
+    ramp = r["ramp"]
+    rows = []
+    for s in ramp["steps"]:
+        weights = " / ".join(f"{w}" for w in s["weights"].values())
+        shares = " / ".join("–" if v is None else f"{v:.2f}" for v in s["share_percent"].values())
+        gap = "–" if s["max_share_gap_points"] is None else f"{s['max_share_gap_points']:.2f}"
+        keys = "–" if s["keys_on_one_version_percent"] is None else f"{s['keys_on_one_version_percent']:.2f}"
+        rows.append(
+            [s["step"], weights, thousands(s["requests"]), shares, gap, thousands(s["keyed_requests"]), str(s["keys"]),
+             keys, f"{s['admin_call_ms']:.1f}"]
+        )  # fmt: skip
+    head = (
+        f"{r['clients']} keep-alive clients on `/v1/predict` of model `tags` (version 1 = {r['v1']}, version 2 = "
+        f"{r['v2']}), half of them with an `X-Routing-Key` of {r['keys']}; {thousands(ramp['requests'])} requests, "
+        f"**{ramp['failed']} failed**, p50 {ms(ramp['p50_ms'])} ms, p99 {ms(ramp['p99_ms'])} ms. Per setting: the "
+        "requests sent and answered wholly within it."
+    )
+    header = ["setting", "weights v1 / v2 %", "requests", "share v1 / v2 %", "max gap, points", "keyed requests",
+              "keys", "keys on one version %", "admin call ms"]  # fmt: skip
+    return head + "\n\n" + table(header, "llrrrrrrr", rows)
+
+
+def _no_rollout(r: dict) -> str:
+    n = r["no_rollout"]
+    names = {"before": "main's code (session start)", "this": "this code"}
+    rows = [
+        [names[key], thousands(n[key]["requests"]), ms(n[key]["p50_ms"]), ms(n[key]["p90_ms"]),
+         thousands(n[key]["batch_docs_per_s"])]
+        for key in names if key in n
+    ]  # fmt: skip
+    if "this_over_before" in n:
+        q = n["this_over_before"]
+        rows.append(["this / main's", "", f"{q['p50']:.3f}", "", f"{q['batch']:.3f}"])
+    head = f"{r['v1']} alone, no rollout configured, the two servers taking turns request by request"
+    return head + "\n\n" + table(["server", "requests", "p50 ms", "p90 ms", "batch docs/s (64 texts)"], "lrrrr", rows)
 
 
 @one_result_each

@@ -46,12 +46,13 @@ def apply_limits(schema: dict, settings: Settings, n_labels: int | None) -> dict
 
 
 def _name_patterns(paths: dict) -> None:
-    """A model's name in a path ({name}, Annif's {project_id}) obeys the pattern every model name obeys
-    (config/model_set.py); stated here because pydantic's regex engine has no look-ahead (the "no ..")."""
+    """A model's name in a path ({name}, Annif's {project_id}) and a version's ({version}) obey the pattern every
+    model and version name obeys (config/model_set.py); stated here because pydantic's regex engine has no
+    look-ahead (the "no ..")."""
     for item in paths.values():
         for operation in item.values():
             for parameter in operation.get("parameters", []):
-                if parameter.get("in") == "path" and parameter.get("name") in ("name", "project_id"):
+                if parameter.get("in") == "path" and parameter.get("name") in ("name", "project_id", "version"):
                     parameter["schema"]["pattern"] = NAME_PATTERN
 
 

@@ -10,7 +10,7 @@ import time
 from typer.testing import CliRunner
 from xtag.config.settings import Settings
 
-from tests.service.svc_support import ADMIN_KEY, STARTUP_S, LiveServer, bundles, free_port  # noqa: F401  (pytest fixture)
+from tests.service.svc_support import ADMIN_KEY, STARTUP_S, LiveServer, bundles  # noqa: F401  (pytest fixture)
 from xtag.cli import app
 
 
@@ -20,7 +20,7 @@ def test_rollout_commands_drive_the_admin_routes(tmp_path, bundles, monkeypatch)
     (tmp_path / "models.toml").write_text('[models.tags]\nversions = {"1" = "tags/1", "2" = "tags/2"}\nstable = "1"\n')
     monkeypatch.setenv("XTAG_ADMIN_KEY", ADMIN_KEY)
     runner = CliRunner()
-    settings = Settings(_env_file=None, bundle_root=tmp_path, admin_key=ADMIN_KEY, port=free_port())
+    settings = Settings(_env_file=None, bundle_root=tmp_path, admin_key=ADMIN_KEY)
     with LiveServer(settings) as server:
         run = lambda *args: runner.invoke(app, ["rollout", *args, "--url", server.url])  # noqa: E731
         deadline = time.monotonic() + STARTUP_S

@@ -191,8 +191,8 @@ class LiveServer:
     def __init__(self, settings: Settings):
         from xtag.service.server import uvicorn_options
 
-        # the nested group: a top-level "port" in model_copy is ignored (no validation), and every LiveServer
-        # bound 8000, colliding with any other server there
+        # the port is a field of the `server` group: a flat `port` in model_copy's update was ignored, and every
+        # LiveServer listened on 8000, shared with any other server there (another test run's)
         server = settings.server.model_copy(update={"port": free_port(), "host": "127.0.0.1"})
         self.settings = settings.model_copy(update={"server": server})
         self.url = f"http://127.0.0.1:{self.settings.server.port}"

@@ -194,3 +194,12 @@ def test_a_rollout_policy_holding_the_traffic_refuses_other_changes_but_not_a_ro
     assert c.post("/v1/admin/models/tags/rollback", headers=ADMIN, json={}).status_code == 409  # nowhere to go
     c.app.state.registry.traffic["tags"].set_weights({"1": 50, "2": 50}, by="policy")
     assert c.post("/v1/admin/models/tags/rollback", headers=ADMIN, json={}).json()["held_by"] is None
+
+
+def test_unloading_a_model_unloads_every_version(versioned):
+    c = versioned
+    assert c.delete("/v1/admin/models/tags?new_default=solo", headers=ADMIN).status_code == 204
+    assert all(slot.unloaded for slot in c.app.state.registry.traffic["tags"].versions.values())
+    assert c.post("/v1/models/tags/versions/2/predict", json=TEXT).status_code == 404
+    assert c.get("/v1/models/tags").status_code == 404
+    assert c.post("/v1/predict", json=TEXT).headers["x-model-version"] == "1"  # solo, the default now

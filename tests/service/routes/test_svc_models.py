@@ -89,7 +89,12 @@ def test_the_named_routes_are_documented_once_each(make_client):
     paths = make_client().get("/openapi.json").json()["paths"]
     assert {"/v1/models", "/v1/models/{name}/predict", "/v1/models/{name}/predict/batch"} <= set(paths)
     params = paths["/v1/models/{name}/predict"]["post"]["parameters"]
-    assert [p["name"] for p in params] == ["name"] and "404" in paths["/v1/models/{name}/predict"]["post"]["responses"]
+    assert [p["name"] for p in params] == ["name", "X-Routing-Key"]
+    assert "404" in paths["/v1/models/{name}/predict"]["post"]["responses"]
+    pinned = paths["/v1/models/{name}/versions/{version}/predict"]["post"]
+    assert [p["name"] for p in pinned["parameters"]] == ["name", "version"] and "404" in pinned["responses"]
+    assert "X-Model-Version" in pinned["responses"]["200"]["headers"]
+    assert "/v1/models/{name}/versions/{version}/predict/batch" in paths
 
 
 def test_reloading_another_model_under_load_fails_no_request_of_the_default(bundles):

@@ -199,3 +199,22 @@ def test_a_version_that_shadowed_first_is_judged_by_shadow_scorings_agreement(tm
     assert done["state"] == "rolled_back", done
     assert done["reason"].startswith("top1_agreement 0.") and "under the gate 0.5 (shadow scoring)" in done["reason"]
     assert done["gates"]["shadow"]["window_documents"] > 0
+
+
+def test_a_models_toml_rollout_starts_with_the_server_and_a_bad_one_stops_it(tmp_path, bundles, make_client):
+    from xtag.config.settings import Settings
+    from xtag.models.errors import XtagError
+    from xtag.service.app import create_app
+
+    for version, key in (("1", "a"), ("2", "b")):
+        shutil.copytree(bundles[key], tmp_path / "tags" / version)
+    models = '[models.tags]\nversions = {"1" = "tags/1", "2" = "tags/2"}\nstable = "1"\n'
+    rollout = '[rollouts.tags]\nversion = "2"\nsteps = [50, 100]\ninterval_s = 0.3\nwindow_s = 1.0\n'
+    gates = "[rollouts.tags.gates]\nmin_requests = 3\np99_slack_ms = 2000\n"
+    (tmp_path / "models.toml").write_text(models + rollout + gates)
+    c = make_client(bundle=None, bundle_root=tmp_path, admin_key=ADMIN_KEY)  # ready: the stable version serves
+    done = drive(c, lambda s: s["state"] not in ("waiting", "running"))
+    assert done["state"] == "promoted" and done["policy"]["interval_s"] == 0.3
+    (tmp_path / "models.toml").write_text(models + rollout.replace('version = "2"', 'version = "9"'))
+    with pytest.raises(XtagError, match=r"rollouts.tags: model tags: no version '9'"):
+        create_app(Settings(_env_file=None, bundle_root=tmp_path))

@@ -21,6 +21,7 @@ import tomllib
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError, field_validator, model_validator
+from xtag.config.rollout_policy import RolloutPolicy, read_rollouts
 from xtag.models.bundle.manifest import MANIFEST, not_a_bundle
 
 # A URL path segment, a Prometheus label value, an Annif project id; no "..". The OpenAPI states the same pattern
@@ -106,12 +107,14 @@ class ModelSpec(BaseModel):
 
 class ModelSet(BaseModel):
     """The models of one server, in order; `default` answers /v1/predict, `shadows` maps NEW to the OLD it shadows,
-    `shadow_fractions` a shadow to the share of its primary's documents it scores (absent: all of them)."""
+    `shadow_fractions` a shadow to the share of its primary's documents it scores (absent: all of them),
+    `rollouts` a model to the rollout policy it starts with (models.toml's [rollouts.NAME])."""
 
     models: list[ModelSpec] = []
     default: str | None = None
     shadows: dict[str, str] = {}
     shadow_fractions: dict[str, float] = {}
+    rollouts: dict[str, RolloutPolicy] = {}
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSet:
@@ -134,6 +137,9 @@ class ModelSet(BaseModel):
                 raise ValueError(f"shadow fraction of {new!r}: it is not a shadow (shadows: {', '.join(self.shadows)})")
             if not 0.0 < fraction <= 1.0:
                 raise ValueError(f"shadow fraction of {new!r}: {fraction:g} is not in (0, 1]")
+        for name in self.rollouts:
+            if name not in names:
+                raise ValueError(f"rollouts.{name}: {name!r} is not served (models: {', '.join(names)})")
         return self
 
     @property
@@ -168,7 +174,7 @@ def gather(
     try:
         specs = [ModelSpec(name=bundle_name(bundle), path=bundle)] if bundle is not None else []
         specs += [ModelSpec(name=name, path=Path(path)) for name, path in pairs(models, "XTAG_MODELS")]
-        shadows = dict(pairs(shadow, "XTAG_SHADOW"))
+        shadows, rollouts = dict(pairs(shadow, "XTAG_SHADOW")), {}
         fractions: dict[str, float] = {}
         if models_file is None and root is not None and not specs and not every_bundle:
             models_file = Path(root) / MODELS_FILE if (Path(root) / MODELS_FILE).is_file() else None
@@ -177,13 +183,14 @@ def gather(
             specs += listed
             default = default or file_default
             shadows = {**file_shadows, **shadows}
+            rollouts = read_rollouts(models_file)
         if every_bundle:
             if root is None:
                 raise ValueError("--all (XTAG_ALL_BUNDLES) serves every bundle under XTAG_BUNDLE_ROOT: set it")
             taken = {Path(p).resolve() for s in specs for p in s.bundles.values()}
             specs += [s for s in bundles_under(root) if s.path.resolve() not in taken]
         fractions.update(shadow_fractions(shadow_fraction, shadows))
-        return ModelSet(models=specs, default=default, shadows=shadows, shadow_fractions=fractions)
+        return ModelSet(models=specs, default=default, shadows=shadows, shadow_fractions=fractions, rollouts=rollouts)
     except ValidationError as exc:  # one line, the validator's own words
         error = exc.errors(include_url=False)[0]
         cause = (error.get("ctx") or {}).get("error")

@@ -35,6 +35,9 @@ from xtag.service.http.request_body import BodyReadMiddleware
 from xtag.service.http.security import DASHBOARD_HEADERS, NoSniffMiddleware, ProblemCORSMiddleware
 from xtag.service.observability.prometheus import LATENCY_BUCKETS, Metrics, ObservabilityMiddleware, RecentRequests
 from xtag.service.observability.timeline import Timelines
+from xtag.service.rollout.events import RolloutEvents
+from xtag.service.rollout.policy import RolloutRefused, Rollouts, keep_ticking
+from xtag.service.rollout.window import GateWindows
 from xtag.service.routes import (
     admin,
     annif,
@@ -47,6 +50,7 @@ from xtag.service.routes import (
     oip,
     predict,
     rollout,
+    rollout_policy,
 )
 from xtag.service.schemas import REQUEST_MODELS, ProblemDetails
 from xtag.service.state import shadow
@@ -152,9 +156,11 @@ async def lifespan(app: FastAPI):
                     # after a normal exit goes unanswered for XTAG_WORKER_START_TIMEOUT_S (seen: 300 s).
                     os._exit(STARTUP_FAILURE)
                 raise
+    ticker = loop.create_task(keep_ticking(state.rollouts, partial(shadow.rollout_figures, app)))
     try:
         yield
     finally:
+        ticker.cancel()
         if task is not None:
             task.cancel()
         if hup:
@@ -194,6 +200,25 @@ async def _initial_load(app: FastAPI) -> None:
         return
     for callback in app.state.on_ready:
         callback()
+
+
+def start_rollouts(app: FastAPI, metrics: Metrics, timelines: Timelines) -> None:
+    """The rollout policies (service/rollout/policy.py), fed every answered request, and models.toml's
+    [rollouts.NAME] started: each waits for its canary to load, then moves on the lifespan's ticker."""
+    registry, windows = app.state.registry, GateWindows(LATENCY_BUCKETS)
+    events = RolloutEvents(metrics.registry, timelines)
+    app.state.rollouts = rollouts = Rollouts(registry.traffic.get, windows, events)
+    for name in registry.traffic:
+        events.declare(name)
+    registry.listeners.append(lambda old, new: new is None or events.declare(new.served_as))
+    registry.hooks.answered.append(windows.observe)
+    registry.hooks.changed.append(rollouts.changed)
+    for name, policy in app.state.settings.model_set.rollouts.items():
+        figures = shadow.rollout_figures(app, name, policy.version) if policy.gates.shadow_gated else None
+        try:
+            rollouts.start(name, policy, figures)
+        except RolloutRefused as exc:
+            raise XtagError(f"models file: rollouts.{name}: {exc}") from None
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -263,13 +288,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.shadows = {}  # primary's name → its ShadowScorer (service/state/shadow.py)
     for new, old in app.state.registry.shadows.items():  # --shadow NEW=OLD, XTAG_SHADOW, models.toml's shadow_of
         shadow.declare(app, old, new, partial(shadow.served, app.state.registry, new))
+    start_rollouts(app, metrics, timelines)
     problems.install(app)
     protected = [Depends(require_api_key)]
     app.include_router(health.router)
     app.include_router(oip.health_router)  # the Open Inference Protocol's probes, open as /health and /ready are
     for module in (predict, models, labels, monitoring, annif, oip):
         app.include_router(module.router, dependencies=protected)
-    for module in (admin, model_admin, rollout, feedback):  # XTAG_ADMIN_KEY; without one configured: off (403)
+    for module in (
+        admin,
+        model_admin,
+        rollout,
+        rollout_policy,
+        feedback,
+    ):  # XTAG_ADMIN_KEY; without one configured: off (403)
         app.include_router(module.router, dependencies=[Depends(require_admin_key)])
     # The prediction handlers (/v2's infer too) also run as plain Starlette routes placed first: same functions (they
     # check the API key themselves), without FastAPI's per-request dependency machinery, which is about

@@ -20,6 +20,7 @@ import orjson
 from fastapi import Depends, Query, Request, Security
 from fastapi.security import APIKeyHeader
 from pydantic import BaseModel, SecretStr, ValidationError
+from xtag.config.rollout_policy import RolloutPolicy
 from xtag.config.settings import Settings
 from xtag.models.errors import XtagError
 from xtag.service.http.problems import Problem, validation_problem
@@ -397,3 +398,4 @@ ModelPutBody = Annotated[ModelPutRequest, Depends(json_body(ModelPutRequest))]
 TrafficBody = Annotated[TrafficRequest, Depends(json_body(TrafficRequest))]
 PromoteBody = Annotated[PromoteRequest, Depends(json_body(PromoteRequest))]
 RollbackBody = Annotated[RollbackRequest, Depends(json_body(RollbackRequest, optional=True))]
+RolloutBody = Annotated[RolloutPolicy, Depends(json_body(RolloutPolicy))]

@@ -18,6 +18,7 @@ from pydantic import (
     WrapValidator,
     model_validator,
 )
+from xtag.config.rollout_policy import RolloutPolicy
 
 
 def not_blank(text: str) -> str:
@@ -417,6 +418,24 @@ class TrafficResponse(BaseModel):
     held_by: str | None = Field(description="the rollout policy that owns the traffic now, if any")
 
 
+class RolloutResponse(BaseModel):
+    """A model's latest rollout and where it stands (service/rollout/policy.py)."""
+
+    model: str
+    version: str = Field(description="the version rolled out (the canary)")
+    stable: str = Field(description="the version it started from: a rollback returns all traffic to it")
+    state: Literal["waiting", "running", "promoted", "rolled_back", "stopped"] = Field(
+        description="waiting: for the canary to load; running: a step holds; the others are final"
+    )
+    step: int = Field(description="the step in force, from 1 (0 before the first)")
+    steps: list[int] = Field(description="the canary's percent of traffic at each step")
+    canary_percent: int = Field(description="the canary's share of the traffic now (0 once it ended)")
+    started: float = Field(description="when it started, Unix seconds")
+    reason: str | None = Field(description="why it rolled back or stopped")
+    gates: dict = Field(description="the last judgement: each version's window, the bounds, the gate that failed")
+    policy: dict = Field(description="the policy it runs")
+
+
 class ReloadResponse(BaseModel):
     status: Literal["reloaded", "unchanged"]
     model: ModelRef
@@ -509,6 +528,7 @@ REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     TrafficRequest,
     PromoteRequest,
     RollbackRequest,
+    RolloutPolicy,
     AnnifBatchRequest,
     FeedbackRequest,
     AnnifLearnRequest,

@@ -21,7 +21,7 @@ from .peers import peers_exclude_self
 from .ray import ray_xlinear
 from .ray_scoring import ray_scoring
 from .reload_storm import reload_storm
-from .rollout import rollout_traffic
+from .rollout import rollout_gates, rollout_traffic
 from .service import (
     explain_latency,
     inference_threads,
@@ -57,6 +57,7 @@ BUILDERS = {
         shadow,
         rollout_traffic,
         lazy_models,
+        rollout_gates,
         bundle_truncate,
         amplification,
         request_cost,

@@ -1,5 +1,6 @@
-"""bench/rollout_traffic.py: a canary ramp and a rollback under keep-alive clients (shares, sticky keys, failed
-requests), and the hot path's cost with no rollout configured against main's code."""
+"""Rollout tables (issue 50). bench/rollout_traffic.py: a canary ramp and a rollback under keep-alive clients
+(shares, sticky keys, failed requests), and the hot path's cost with no rollout configured against main's code.
+bench/rollout_gates.py: rollout policies that promote a healthy canary and roll a slow and a failing one back."""
 
 from __future__ import annotations
 
@@ -48,3 +49,52 @@ def _no_rollout(r: dict) -> str:
         rows.append(["this / main's", "", f"{q['p50']:.3f}", "", f"{q['batch']:.3f}"])
     head = f"{r['v1']} alone, no rollout configured, the two servers taking turns request by request"
     return head + "\n\n" + table(["server", "requests", "p50 ms", "p90 ms", "batch docs/s (64 texts)"], "lrrrr", rows)
+
+
+@one_result_each
+def rollout_gates(r: dict) -> dict[str, str]:
+    """bench/rollout_gates.py: three rollouts one after the other under keep-alive clients, one server."""
+    head = (
+        f"{r['bundle']}, four versions of it (3 made {r['slow_ms']:g} ms slow and 4 made to raise by the bench, not "
+        f"the product); {r['clients']} keep-alive clients on /v1/models/debtags/predict throughout ({r['answers']:,} "
+        f"answers); steps 5 → 25 → 50 → 100 %, {r['interval_s']:g} s each, gates over {r['window_s']:g} s "
+        f"(min_requests {r['min_requests']}, p99 ≤ 1.5 × stable + 5 ms, 5xx ≤ stable + 1 point)"
+    )
+    rows = []
+    for run in r["runs"]:
+        reached = (
+            100 if run["final_state"] == "promoted" else max((s["canary_percent"] for s in run["steps"]), default=0)
+        )
+        after = run.get("rollback_after_first_canary_answer_s")
+        rows.append(
+            [
+                f"{run['version']} ({run['fault'] or 'healthy'})",
+                run["final_state"],
+                f"{reached} %",
+                f"{run['duration_s']:.1f}",
+                "" if after is None else f"{after:.2f}",
+                f"{run['requests']:,}",
+                f"{run['canary_requests']:,}",
+                str(run["failed_requests"]),
+                str(run["injected_5xx"]),
+                ms(run["stable_p99_ms"]),
+                ms(run["canary_p99_ms"]),
+                run["reason"] or "",
+            ]
+        )
+    header = [
+        "canary",
+        "ended",
+        "highest step",
+        "s",
+        "rollback after its first answer, s",
+        "requests",
+        "canary's",
+        "failed",
+        "injected 5xx",
+        "stable p99 ms",
+        "canary p99 ms",
+        "reason",
+    ]
+    verdict = "every goal met" if not r["misses"] else "missed: " + "; ".join(r["misses"])
+    return {"table": "\n\n".join((head, table(header, "llrrrrrrrrrl", rows), verdict))}

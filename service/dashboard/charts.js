@@ -1,21 +1,30 @@
 // The page's time series (uPlot, vendored in this folder): polls /v1/timeline and /v1/drift of the model picked in
 // #model-select (the server's default at first), and /v1/shadow, every 5 s.
-// Each chart's element says how many points it draws (data-points) and how many load/reload markers it shows
-// (data-markers), so a headless browser test can check them. Uses $ and getJSON from app.js.
+// Each chart's element says how many points it draws (data-points) and how many event markers (loads, reloads,
+// rollout steps, promotions, rollbacks) it shows (data-markers), so a headless browser test can check them.
+// Uses $ and getJSON from app.js.
 "use strict";
 
 const COLORS = ["#2b6cb0", "#c05621", "#2f855a", "#9b2c2c", "#6b46c1", "#b7791f", "#2c7a7b", "#97266d"];
 const charts = {};
 let events = [];
 
+// how each event kind is marked: loads and reloads dashed red; a rollout's steps blue, its promotion green, its
+// rollback (and a stopped rollout) solid red (service/rollout/events.py names the kinds)
+const MARKS = {
+  rollout: ["#2b6cb0", [2, 3]], step: ["#2b6cb0", [2, 3]], traffic: ["#2b6cb0", [2, 3]],
+  promote: ["#2f855a", []], rollback: ["#c53030", []], "rollout-stop": ["#c53030", []],
+};
+
 function markers(u) {
-  // vertical lines at model loads and reloads inside the plotted range
+  // vertical lines at model loads, reloads and rollout events inside the plotted range
   const ctx = u.ctx, [lo, hi] = [u.scales.x.min, u.scales.x.max];
   ctx.save();
-  ctx.strokeStyle = "#c53030";
-  ctx.setLineDash([4, 3]);
   for (const e of events) {
     if (e.t < lo || e.t > hi) continue;
+    const [color, dash] = MARKS[e.kind] || ["#c53030", [4, 3]];
+    ctx.strokeStyle = color;
+    ctx.setLineDash(dash);
     const x = Math.round(u.valToPos(e.t, "x", true));
     ctx.beginPath();
     ctx.moveTo(x, u.bbox.top);

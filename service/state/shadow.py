@@ -364,3 +364,28 @@ def summaries(app) -> list[dict]:
             log.warning("shadow scoring: live P@k of %s unavailable: %s", scorer.primary, exc)
             out.append(scorer.summary(None))
     return out
+
+
+def rollout_figures(app, model: str, version: str) -> dict | None:
+    """Shadow scoring's comparison for a rollout's shadow gates (service/rollout/policy.py): the pair of `model`
+    whose shadow serves the bundle directory of its `version` (that version shadowed it first), with `live` as
+    {documents, primary, shadow}; None when no shadow of `model` serves that bundle. Blocking: call off the loop."""
+    from pathlib import Path
+
+    scorer, traffic = app.state.shadows.get(model), app.state.registry.traffic.get(model)
+    shadow_slot = app.state.registry.slots.get(scorer.shadow) if scorer is not None else None
+    canary = traffic.versions.get(version) if traffic is not None else None
+    if shadow_slot is None or canary is None or None in (shadow_slot.path, canary.path):
+        return None
+    if Path(shadow_slot.path).resolve() != Path(canary.path).resolve():
+        return None
+    try:
+        labels_for = feedback_labels(app)
+    except Exception as exc:  # an unreachable store costs the live P@k only
+        log.warning("shadow scoring: the feedback store cannot be read: %s", exc)
+        labels_for = None
+    out = scorer.summary(labels_for)
+    if "live" in out:
+        live = out["live"]
+        out["live"] = {"documents": live["documents"], "primary": live[scorer.primary], "shadow": live[scorer.shadow]}
+    return out

@@ -1,0 +1,1 @@
+"""Tests of xtag.service.rollout: versions' traffic and the automatic rollout policy."""

@@ -1,0 +1,120 @@
+"""The label-text stage of a run: after the tree's rankers, the encoder (hard negatives from the trained tree's top
+K), the label index, and the fusion fitted on documents held out of a second tree (training/label_text/fusion.py).
+
+Labels of the label file that no training document carries are appended after the corpus's labels (frequency 0),
+so the tree's label ids stay 0..n_tree-1 and the stage covers them all (`stage_label_names`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+from xtag.models.families import TrainInputs, family
+from xtag.models.label_text.fusion import Fusion
+from xtag.models.label_text.index import LabelIndex
+from xtag.models.label_text.loaders import LOADERS
+from xtag.models.label_texts import LabelTexts
+from xtag.training.label_text.contrastive import train_label_encoder
+from xtag.training.label_text.fusion import fit_fusion
+
+PREDICT_BATCH = 4096  # documents per tree or encoder call, so a large corpus never holds one huge dense block
+
+
+def applies(config, label_texts: LabelTexts | None) -> bool:
+    """Whether a run trains the stage: a label file whose labels say more than their ids (not names only, as
+    debtags'), a family that has the stage, `label_text.enabled`, and no --ray (its model stays on disk in parts)."""
+    return (
+        config.label_text.enabled
+        and label_texts is not None
+        and any(label.has_text for label in label_texts.labels)
+        and family(config.model).supports("label-text")
+        and config.ray is None
+    )
+
+
+def stage_label_names(names: list[str], label_texts: LabelTexts) -> list[str]:
+    """The corpus's labels, then the label file's others in file order: the stage's vocabulary."""
+    known = set(names)
+    return [*names, *(label.id for label in label_texts.labels if label.id not in known)]
+
+
+@dataclass
+class LabelTextStage:
+    encoder: object  # models/label_text/encoder.py's encoder
+    index: LabelIndex
+    fusion: Fusion
+
+    def save(self, folder: Path) -> None:
+        self.encoder.save(folder / LOADERS["label-encoder"].path)
+        self.index.save(folder / LOADERS["label-index"].path)
+        self.fusion.save(folder / LOADERS["label-fusion"].path)
+
+    def summary(self) -> dict:
+        return {
+            "label_text": {"labels": self.index.n_labels, "index": self.index.info.index, "dim": self.index.info.dim}
+        }
+
+
+def top_candidates(tree, X: sp.csr_matrix, k: int):
+    """The tree's top k for every row of X, through the model's predict (the one inference path), in batches."""
+    from xtag.models.inference.types import Predictions
+
+    parts = [tree.predict(X[lo : lo + PREDICT_BATCH], k=k) for lo in range(0, X.shape[0], PREDICT_BATCH)]
+    return Predictions(np.vstack([p.labels for p in parts]), np.vstack([p.scores for p in parts]))
+
+
+def encode(encoder, texts: list[str], labels: bool = False) -> np.ndarray:
+    fn = encoder.encode_labels if labels else encoder.encode_documents
+    return np.vstack([fn(texts[lo : lo + PREDICT_BATCH]) for lo in range(0, len(texts), PREDICT_BATCH)])
+
+
+def train_stage(run: TrainInputs, X: sp.csr_matrix, tree, retrain: Callable) -> LabelTextStage:
+    """The stage over `tree` (trained on X, run.Y); `retrain(X, Y, checkpoint_dir)` trains the held-out tree as the
+    family trained `tree` (the family hands it in: shared training code imports no family)."""
+    cfg, start = run.config.label_text, time.perf_counter()
+    names = stage_label_names(run.label_names, run.label_texts)
+    texts = run.label_texts.texts_for(names)
+    n_tree = run.Y.shape[1]
+    hard = top_candidates(tree, X, cfg.tree_candidates).labels
+    run.log({"event": "label_text", "what": "hard negatives", "seconds": round(time.perf_counter() - start, 3)})
+    encoder = train_label_encoder(run.texts, run.Y, texts, cfg.encoder, hard_negatives=hard, log=run.log)
+    embeddings = encode(encoder, texts, labels=True)
+    frequencies = np.concatenate([np.diff(run.Y.tocsc().indptr), np.zeros(len(names) - n_tree, np.int64)])
+
+    rng = np.random.default_rng(cfg.seed)
+    n = X.shape[0]
+    held = np.sort(rng.permutation(n)[: min(cfg.max_heldout, max(1, int(n * cfg.heldout_fraction)))])
+    rest = np.setdiff1d(np.arange(n), held)
+    t = time.perf_counter()
+    part = retrain(X[rest], run.Y[rest], run.checkpoint_dir / "label_text" / "heldout_tree")
+    run.log(
+        {"event": "label_text", "what": "held-out tree", "documents": len(rest), "seconds": time.perf_counter() - t}
+    )
+    part_frequencies = frequencies.copy()
+    part_frequencies[:n_tree] = np.diff(run.Y[rest].tocsc().indptr)
+    part_index = LabelIndex.build(embeddings, part_frequencies, cfg.index)
+    fusion = fit_fusion(
+        top_candidates(part, X[held], cfg.tree_candidates),
+        encode(encoder, [run.texts[i] for i in held]),
+        part_index,
+        run.Y[held],
+        cfg.index_candidates,
+        run.log,
+    )
+    index = LabelIndex.build(embeddings, frequencies, cfg.index)
+    run.log(
+        {
+            "event": "label_text",
+            "what": "done",
+            "labels": len(names),
+            "added": len(names) - n_tree,
+            "index": index.info.index,
+            "seconds": round(time.perf_counter() - start, 3),
+        }
+    )
+    return LabelTextStage(encoder, index, fusion)

@@ -64,6 +64,7 @@ class TrainInputs:
     # name labels that no training document carries.
     label_texts: Any = None
     label_names: list[str] = field(default_factory=list)  # Y's columns: the corpus's label ids (LabelVocab.names)
+    doc_ids: list[str] | None = None  # the documents' ids (a document that is itself a label: the stage masks it)
 
 
 class TrainEntry(Protocol):

@@ -1,2 +1,1 @@
-"""The label-text stage: label texts and documents in one embedding space, searched by a FAISS index and fused with
-the tree's scores (models/label_text/model.py)."""
+"""The label-text stage's encoder: documents and label texts into one space (issue 49), torch-free."""

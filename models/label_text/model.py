@@ -43,6 +43,13 @@ class TextAndFeatures:
         return TextFeatures(self.inner.transform(list(texts)), list(texts))
 
 
+def embeds_nothing(queries: np.ndarray | sp.csr_matrix) -> np.ndarray:
+    """Per query: its text embedded to nothing (a zero row: no term the encoder knows)."""
+    if sp.issparse(queries):
+        return np.diff(sp.csr_matrix(queries).indptr) == 0
+    return ~np.asarray(queries).any(axis=1)
+
+
 def candidates(tree: Predictions, queries: np.ndarray, index: LabelIndex, m: int) -> tuple[np.ndarray, np.ndarray]:
     """(labels n × (K+M), their fusion features n × (K+M) × F): the tree's top K, then the index's top M for each
     query that the tree did not propose (a repeated or missing one is -1). The one candidate builder of serving and
@@ -53,9 +60,9 @@ def candidates(tree: Predictions, queries: np.ndarray, index: LabelIndex, m: int
     found, sims = index.search(queries, m)
     repeated = (found[:, :, None] == tree_labels[:, None, :]).any(axis=2)
     found = np.where(repeated | (found < 0), -1, found)
-    tree_cos = np.einsum("nd,nkd->nk", queries, index.embeddings[np.maximum(tree_labels, 0)])
-    labels = np.concatenate([np.where(proposed, tree_labels, -1), found], axis=1)
-    cosine = np.concatenate([tree_cos, np.where(found >= 0, sims, 0.0)], axis=1)
+    tree_labels = np.where(proposed, tree_labels, -1)
+    labels = np.concatenate([tree_labels, found], axis=1)
+    cosine = np.concatenate([index.cosines(queries, tree_labels), np.where(found >= 0, sims, 0.0)], axis=1)
     scores = np.concatenate([tree_scores, np.zeros(found.shape, np.float32)], axis=1)
     absent = np.concatenate([np.zeros(tree_labels.shape, bool), np.ones(found.shape, bool)], axis=1)
     frequency = index.frequencies[np.maximum(labels, 0)]
@@ -92,7 +99,7 @@ class FusedModel(Model):
         labels, feats = candidates(tree, queries, self.index, self.fusion.index_candidates)
         scores = np.where(labels >= 0, expit(self.fusion.logits(feats)), -np.inf).astype(np.float32)
         ids, best = top_k(scores, labels, k)
-        silent = ~queries.any(axis=1)  # embeds to nothing: the tree alone
+        silent = embeds_nothing(queries)  # the tree alone
         if silent.any():
             alone_ids, alone = top_k(tree.scores[silent], tree.labels[silent], k)
             ids[silent], best[silent] = alone_ids, alone
@@ -102,8 +109,8 @@ class FusedModel(Model):
         """The k labels nearest to `label` by text (itself left out); an empty answer for a label with no text."""
         if not 0 <= label < self.n_labels:
             raise XtagError(f"label {label} is not one of the model's {self.n_labels}")
-        query = self.index.embeddings[label : label + 1]
-        if not query.any():
+        query = self.index.vectors(np.array([label]))
+        if embeds_nothing(query)[0]:
             return Predictions(np.full((1, 0), -1, np.int64), np.zeros((1, 0), np.float32))
         ids, sims = self.index.search(query, k + 1)
         keep = (ids[0] != label) & (ids[0] >= 0)

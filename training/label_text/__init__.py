@@ -1,1 +1,1 @@
-"""Training of the label-text stage: the dual encoder, then the fusion fitted on held-out documents."""
+"""Training of the label-text stage's encoder (issue 49): contrastive, on CPU."""

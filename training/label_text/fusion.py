@@ -15,11 +15,11 @@ import scipy.sparse as sp
 from xtag.models.inference.types import Predictions
 from xtag.models.label_text.fusion import FEATURES, Fusion
 from xtag.models.label_text.index import LabelIndex
-from xtag.models.label_text.model import candidates
+from xtag.models.label_text.model import candidates, embeds_nothing
 
 
 def fit_fusion(
-    tree: Predictions, queries: np.ndarray, index: LabelIndex, Y: sp.csr_matrix, index_candidates: int, log
+    tree: Predictions, queries: np.ndarray | sp.csr_matrix, index: LabelIndex, Y: sp.csr_matrix, index_candidates: int, log
 ) -> Fusion:
     """`tree`: the held-out tree's top K for the held-out documents; `queries`: their embeddings; `index`: the label
     embeddings with the held-out tree's training frequencies; `Y`: their true labels (the tree's columns)."""
@@ -32,7 +32,7 @@ def fit_fusion(
     for i in range(labels.shape[0]):
         true = Y.indices[Y.indptr[i] : Y.indptr[i + 1]]
         truth[i] = np.isin(labels[i], true) & (labels[i] >= 0)
-    keep = (labels >= 0) & queries.any(axis=1)[:, None]  # documents that embed to nothing are the tree's alone
+    keep = (labels >= 0) & ~embeds_nothing(queries)[:, None]  # documents that embed to nothing are the tree's alone
     X, y = feats[keep], truth[keep]
     if y.all() or not y.any():  # one class only: nothing to learn from; trust the tree's score
         weights, intercept = [1.0] + [0.0] * (len(FEATURES) - 1), 0.0

@@ -68,9 +68,19 @@ def top_candidates(tree, X: sp.csr_matrix, k: int):
     return Predictions(np.vstack([p.labels for p in parts]), np.vstack([p.scores for p in parts]))
 
 
-def encode(encoder, texts: list[str], labels: bool = False) -> np.ndarray:
+def shortlist_matrix(labels: np.ndarray, n_labels: int) -> sp.csr_matrix:
+    """Top-k label lists (-1: none) as a documents × labels 0/1 matrix (the encoder's hard-negative pool)."""
+    rows = np.repeat(np.arange(labels.shape[0]), labels.shape[1])
+    keep = labels.ravel() >= 0
+    data = np.ones(int(keep.sum()), np.float32)
+    return sp.csr_matrix((data, (rows[keep], labels.ravel()[keep])), shape=(labels.shape[0], n_labels))
+
+
+def encode(encoder, texts: list[str], labels: bool = False) -> np.ndarray | sp.csr_matrix:
+    """Embeddings in batches: dense rows, or CSR rows for the untrained TF-IDF encoder."""
     fn = encoder.encode_labels if labels else encoder.encode_documents
-    return np.vstack([fn(texts[lo : lo + PREDICT_BATCH]) for lo in range(0, len(texts), PREDICT_BATCH)])
+    parts = [fn(texts[lo : lo + PREDICT_BATCH]) for lo in range(0, len(texts), PREDICT_BATCH)]
+    return sp.vstack(parts, format="csr") if encoder.sparse else np.vstack(parts)
 
 
 def train_stage(run: TrainInputs, X: sp.csr_matrix, tree, retrain: Callable) -> LabelTextStage:
@@ -80,9 +90,12 @@ def train_stage(run: TrainInputs, X: sp.csr_matrix, tree, retrain: Callable) -> 
     names = stage_label_names(run.label_names, run.label_texts)
     texts = run.label_texts.texts_for(names)
     n_tree = run.Y.shape[1]
-    hard = top_candidates(tree, X, cfg.tree_candidates).labels
+    Y = sp.hstack([run.Y, sp.csr_matrix((run.Y.shape[0], len(names) - n_tree))], format="csr")
+    hard = shortlist_matrix(top_candidates(tree, X, cfg.tree_candidates).labels, len(names))
     run.log({"event": "label_text", "what": "hard negatives", "seconds": round(time.perf_counter() - start, 3)})
-    encoder = train_label_encoder(run.texts, run.Y, texts, cfg.encoder, hard_negatives=hard, log=run.log)
+    encoder = train_label_encoder(
+        run.texts, Y, texts, cfg.encoder, hard_negatives=hard, doc_ids=run.doc_ids, label_ids=names, log=run.log
+    )
     embeddings = encode(encoder, texts, labels=True)
     frequencies = np.concatenate([np.diff(run.Y.tocsc().indptr), np.zeros(len(names) - n_tree, np.int64)])
 

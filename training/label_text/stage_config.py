@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 from xtag.models.label_text.index import LabelIndexConfig
-from xtag.training.label_text.config import EncoderConfig
+from xtag.training.label_text.config import LabelTextConfig
 
 
-class LabelTextConfig(BaseModel):
+class LabelTextStageConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = Field(True, description="train the stage when --labels gives texts (xlinear)")
@@ -19,5 +19,5 @@ class LabelTextConfig(BaseModel):
     )
     max_heldout: int = Field(5000, ge=100, description="at most this many held-out documents")
     seed: int = 0
-    encoder: EncoderConfig = Field(default_factory=EncoderConfig)
+    encoder: LabelTextConfig = Field(default_factory=LabelTextConfig)
     index: LabelIndexConfig = Field(default_factory=LabelIndexConfig)

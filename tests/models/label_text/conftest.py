@@ -32,7 +32,7 @@ def train_fused(corpus: Path, labels: Path, out: Path, **label_text) -> Path:
         labels=labels,
         tfidf=TfidfConfig(min_df=1),
         xlinear=XLinearConfig(n_jobs=1, tree=TreeConfig(branching=2, max_leaf_size=4)),
-        label_text={"heldout_fraction": 0.25, "encoder": {"dim": 16}, **label_text},
+        label_text={"heldout_fraction": 0.25, "tree_candidates": 3, "index_candidates": 3, "encoder": {"kind": "tfidf", "tfidf": {"min_df": 1}}, **label_text},
     )
     train_run(config, out / "run", progress=False)
     export_run(out / "run", out / "bundle")

@@ -113,7 +113,17 @@ def _train(
     t = time.perf_counter()
     train: TrainEntry = family(config.model).resolve("train")
     inputs = TrainInputs(
-        corpus.texts, X, Y, config, out / "checkpoints", train_and_export, progress, log, label_texts, vocab.names, corpus.ids
+        corpus.texts,
+        X,
+        Y,
+        config,
+        out / "checkpoints",
+        train_and_export,
+        progress,
+        log,
+        label_texts,
+        vocab.names,
+        corpus.ids,
     )
     result = train(inputs)
     train_seconds = time.perf_counter() - t

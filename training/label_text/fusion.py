@@ -19,7 +19,12 @@ from xtag.models.label_text.model import candidates, embeds_nothing
 
 
 def fit_fusion(
-    tree: Predictions, queries: np.ndarray | sp.csr_matrix, index: LabelIndex, Y: sp.csr_matrix, index_candidates: int, log
+    tree: Predictions,
+    queries: np.ndarray | sp.csr_matrix,
+    index: LabelIndex,
+    Y: sp.csr_matrix,
+    index_candidates: int,
+    log,
 ) -> Fusion:
     """`tree`: the held-out tree's top K for the held-out documents; `queries`: their embeddings; `index`: the label
     embeddings with the held-out tree's training frequencies; `Y`: their true labels (the tree's columns)."""

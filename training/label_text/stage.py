@@ -60,6 +60,22 @@ class LabelTextStage:
         }
 
 
+def add_labels(model: Path, label_texts: LabelTexts, names: list[str]) -> list[str]:
+    """A run's model/ folder with the label file's labels it lacks added from their text alone: embedded, appended to
+    the label index (no training documents, so no tree score); the tree and every other label stay as they were.
+    Returns the added ids (the caller appends them to labels.json in this order)."""
+    from xtag.models.label_text.encoder import LabelTextEncoder
+
+    known = set(names)
+    added = [label.id for label in label_texts.labels if label.id not in known]
+    if added:
+        encoder = LabelTextEncoder.load(model / LOADERS["label-encoder"].path)
+        folder = model / LOADERS["label-index"].path
+        index = LabelIndex.load(folder).added(encode(encoder, label_texts.texts_for(added), labels=True))
+        index.save(folder)
+    return added
+
+
 def top_candidates(tree, X: sp.csr_matrix, k: int):
     """The tree's top k for every row of X, through the model's predict (the one inference path), in batches."""
     from xtag.models.inference.types import Predictions

@@ -1,5 +1,6 @@
 """A tiny corpus with a label file: every topic label described, and one label (sci::astro) that no training
-document carries, whose description alone says what it is."""
+document carries, whose description alone says what it is; the fused bundle trained on them (session fixtures,
+imported by the tests that use them)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TOPICS, make_rows, write_jsonl
+from tests.conftest import TOPICS
 
 NEW_LABEL = "sci::astro"
 NEW_WORDS = "telescope galaxy orbit stellar planet"
 
 
+# Words only the label file has: a label added later from its text alone (xtag update --labels) can only be
+# found through words the stage's encoder knows, and its TF-IDF is fitted at training time.
+LATER_WORDS = "ocean marine tide coral reef"
+
+
 def label_rows() -> list[dict]:
     rows = [{"id": name, "name": name, "description": words} for name, words in TOPICS.items()]
+    rows[-1]["description"] += f"; also {LATER_WORDS}"
     return [*rows, {"id": NEW_LABEL, "name": "astronomy", "description": NEW_WORDS}]
 
 
@@ -32,7 +39,13 @@ def train_fused(corpus: Path, labels: Path, out: Path, **label_text) -> Path:
         labels=labels,
         tfidf=TfidfConfig(min_df=1),
         xlinear=XLinearConfig(n_jobs=1, tree=TreeConfig(branching=2, max_leaf_size=4)),
-        label_text={"heldout_fraction": 0.25, "tree_candidates": 3, "index_candidates": 3, "encoder": {"kind": "tfidf", "tfidf": {"min_df": 1}}, **label_text},
+        label_text={
+            "heldout_fraction": 0.25,
+            "tree_candidates": 3,
+            "index_candidates": 3,
+            "encoder": {"kind": "tfidf", "tfidf": {"min_df": 1}},  # the new label's words are in its text alone
+            **label_text,
+        },
     )
     train_run(config, out / "run", progress=False)
     export_run(out / "run", out / "bundle")
@@ -49,6 +62,3 @@ def label_file(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def fused_bundle(corpus_files, label_file, tmp_path_factory) -> Path:
     return train_fused(corpus_files[0], label_file, tmp_path_factory.mktemp("fused"))
-
-
-__all__ = ["NEW_LABEL", "NEW_WORDS", "make_rows", "write_jsonl"]

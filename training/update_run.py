@@ -24,6 +24,7 @@ from xtag.models.errors import XtagError, reading
 from xtag.models.families import UpdateInputs, UpdatePlacement, family
 from xtag.models.features.tfidf import TfidfFeaturizer
 from xtag.models.files.atomic import fsync_dir, write_text_atomic
+from xtag.models.label_text.loaders import LOADERS as LABEL_TEXT
 from xtag.models.labels import LabelVocab
 from xtag.training.config import TrainConfig
 from xtag.training.data.fingerprint import CorpusFingerprint
@@ -78,14 +79,13 @@ def update_labels(run: Path, labels: Path, out: Path, echo=None) -> dict:
     text alone (training/label_text/stage.py add_labels), in seconds; needs a run trained with the label-text stage.
     Written beside and renamed, as update_run does."""
     from xtag.corpus.label_files import read_label_file
-    from xtag.models.label_text.loaders import LOADERS
     from xtag.models.label_texts import LABEL_TEXTS_FILE, LabelTexts
     from xtag.training.label_text.stage import add_labels
 
     run, out = Path(run), Path(out)
     if not (run / "model").is_dir() or not (run / "config.json").is_file():
         raise XtagError(f"{run}: not a finished run (no model/ or config.json)")
-    if not (run / "model" / LOADERS["label-fusion"].path).is_file():
+    if not (run / "model" / LABEL_TEXT["label-fusion"].path).is_file():
         raise XtagError(
             f"{run}: no label-text stage to add labels to from their text alone; train with --labels "
             "(xtag train --model xlinear --labels FILE), or give --corpus with documents that carry the new labels"
@@ -139,6 +139,11 @@ def update_run(
         raise XtagError(f"{out}: already exists; choose another --out")
     with reading(run / "config.json", "the run's configuration"):
         config = TrainConfig.load(run / "config.json")
+    if (run / "model" / LABEL_TEXT["label-fusion"].path).is_file():  # its vocabulary has labels the tree lacks
+        raise XtagError(
+            f"{run}: a run with the label-text stage takes new labels from their text (xtag update --labels FILE); "
+            "new documents need a retrain (xtag train --config RUN/config.json)"
+        )
     chosen = family(config.model)
     chosen.require("update", "xtag update")
     chosen.check_train_extra()

@@ -31,9 +31,10 @@ class LabelIndexConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # A flat search costs labels × dim per document; HNSW about ef_search × M × dim. Measured at dim 256 on the
-    # 2-core machine (bench/experiments/label_index_threshold.py): one query over 40,000 labels took 1.6 ms flat,
-    # against 0.25 ms HNSW at recall@20 0.98 (ef 128); the two cross near 8,000 labels.
+    # A flat search costs labels × dim per query, HNSW about ef_search × M × dim. Measured on the 2-core machine
+    # (bench/experiments/label_index_threshold.py, dim 256, load 15, single queries): 8,000 labels 0.13 ms flat
+    # against 0.27 ms HNSW; 16,000 labels 9.5 ms flat against 0.51 ms (faiss splits a large flat search over its
+    # threads, which wait for cores on a loaded machine); so exact up to 8,192 labels, HNSW above.
     exact_max_labels: int = Field(8192, ge=0, description="exact (flat) index up to this many labels, HNSW above")
     hnsw_m: int = Field(32, ge=4, description="HNSW graph degree")
     ef_construction: int = Field(200, ge=8)

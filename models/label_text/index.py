@@ -95,7 +95,7 @@ class LabelIndex:
         stack = sp.vstack if sp.issparse(self.embeddings) else np.vstack
         return LabelIndex.build(
             stack([self.embeddings, embeddings]),
-            np.concatenate([self.frequencies, np.zeros(len(embeddings), np.int64)]),
+            np.concatenate([self.frequencies, np.zeros(embeddings.shape[0], np.int64)]),
             self.info.config,
         )
 

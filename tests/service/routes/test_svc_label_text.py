@@ -50,7 +50,7 @@ def test_labels_added_from_text_alone_are_served_after_export_and_reload(make_cl
     assert summary["update"]["added_labels"] == 1 and summary["total_seconds"] < 30
     export_run(tmp_path / "run2", tmp_path / "bundle2")
 
-    c = make_client(bundle=fused_bundle, admin_key=ADMIN_KEY)
+    c = make_client(bundle=fused_bundle, admin_key=ADMIN_KEY, bundle_root=tmp_path.parent.parent)
     text = {"text": LATER_WORDS, "k": 3}
     before = c.post("/v1/predict", json={"text": "python module pip", "k": 3}).json()["labels"]
     assert OCEAN["id"] not in [label["name"] for label in c.post("/v1/predict", json=text).json()["labels"]]

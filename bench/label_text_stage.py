@@ -119,8 +119,8 @@ def main() -> None:
         config = TrainConfig(corpus=args.data / "train.jsonl.gz", **labels, **VARIANTS[name])
         load = os.getloadavg()[0]
         start = time.perf_counter()
-        if not (folder / "bundle").is_dir():
-            train_run(config, folder / "run", progress=False)
+        if not (folder / "bundle").is_dir():  # a run left without its bundle resumes from its checkpoints
+            train_run(config, folder / "run", resume=(folder / "run" / "config.json").is_file(), progress=False)
             export_run(folder / "run", folder / "bundle")
         summary = json.loads((folder / "run" / "summary.json").read_text())
         rows[name] = {"train_seconds": summary["train_seconds"], "load_at_start": load}

@@ -21,13 +21,17 @@ from xtag.models.label_text.model import candidates, embeds_nothing
 def fit_fusion(
     tree: Predictions,
     queries: np.ndarray | sp.csr_matrix,
+    own: np.ndarray | None,
     index: LabelIndex,
     Y: sp.csr_matrix,
     index_candidates: int,
     log,
 ) -> Fusion:
-    """`tree`: the held-out tree's top K for the held-out documents; `queries`: their embeddings; `index`: the label
-    embeddings with the held-out tree's training frequencies; `Y`: their true labels (the tree's columns)."""
+    """`tree`: the held-out tree's top K for the held-out documents; `queries`: their embeddings; `own`: per document,
+    the label that is the document itself (-1: none), left out of the fit: a document that is a label matches its own
+    text best and never carries itself (most debdeps documents are packages that others depend on), which would
+    teach the fusion to distrust a high cosine; `index`: the label embeddings with the held-out tree's training
+    frequencies; `Y`: their true labels (the tree's columns)."""
     from sklearn.linear_model import LogisticRegression
 
     start = time.perf_counter()
@@ -37,7 +41,9 @@ def fit_fusion(
     for i in range(labels.shape[0]):
         true = Y.indices[Y.indptr[i] : Y.indptr[i + 1]]
         truth[i] = np.isin(labels[i], true) & (labels[i] >= 0)
-    keep = (labels >= 0) & ~embeds_nothing(queries)[:, None]  # documents that embed to nothing are the tree's alone
+    keep = (labels >= 0) & ~embeds_nothing(queries)[:, None]
+    if own is not None:
+        keep &= labels != own[:, None]  # documents that embed to nothing are the tree's alone
     X, y = feats[keep], truth[keep]
     if y.all() or not y.any():  # one class only: nothing to learn from; trust the tree's score
         weights, intercept = [1.0] + [0.0] * (len(FEATURES) - 1), 0.0

@@ -7,6 +7,7 @@ so the tree's label ids stay 0..n_tree-1 and the stage covers them all (`stage_l
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -99,6 +100,39 @@ def encode(encoder, texts: list[str], labels: bool = False) -> np.ndarray | sp.c
     return sp.vstack(parts, format="csr") if encoder.sparse else np.vstack(parts)
 
 
+def own_columns(doc_ids: list[str] | None, names: list[str]) -> np.ndarray | None:
+    """Per document, the column of the label that is the document itself (same id), else -1; None without ids."""
+    if doc_ids is None:
+        return None
+    column = {name: j for j, name in enumerate(names)}
+    return np.array([column.get(doc, -1) for doc in doc_ids], dtype=np.int64)
+
+
+def trained_encoder(run: TrainInputs, Y: sp.csr_matrix, texts: list[str], names: list[str], hard: sp.csr_matrix):
+    """The encoder, trained, or the one a killed or resumed run finished before (checkpoints/label_text/encoder)."""
+    from xtag.models.label_text.encoder import LabelTextEncoder
+
+    folder = run.checkpoint_dir / "label_text" / "encoder"
+    if (folder / "config.json").is_file():
+        run.log({"event": "resume", "what": "label-text encoder"})
+        return LabelTextEncoder.load(folder)
+    encoder = train_label_encoder(
+        run.texts,
+        Y,
+        texts,
+        run.config.label_text.encoder,
+        hard_negatives=hard,
+        doc_ids=run.doc_ids,
+        label_ids=names,
+        log=run.log,
+    )
+    tmp = folder.with_name("encoder.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    encoder.save(tmp)
+    tmp.rename(folder)  # whole or not at all
+    return encoder
+
+
 def train_stage(run: TrainInputs, X: sp.csr_matrix, tree, retrain: Callable) -> LabelTextStage:
     """The stage over `tree` (trained on X, run.Y); `retrain(X, Y, checkpoint_dir)` trains the held-out tree as the
     family trained `tree` (the family hands it in: shared training code imports no family)."""
@@ -109,9 +143,7 @@ def train_stage(run: TrainInputs, X: sp.csr_matrix, tree, retrain: Callable) -> 
     Y = sp.hstack([run.Y, sp.csr_matrix((run.Y.shape[0], len(names) - n_tree))], format="csr")
     hard = shortlist_matrix(top_candidates(tree, X, cfg.tree_candidates).labels, len(names))
     run.log({"event": "label_text", "what": "hard negatives", "seconds": round(time.perf_counter() - start, 3)})
-    encoder = train_label_encoder(
-        run.texts, Y, texts, cfg.encoder, hard_negatives=hard, doc_ids=run.doc_ids, label_ids=names, log=run.log
-    )
+    encoder = trained_encoder(run, Y, texts, names, hard)
     embeddings = encode(encoder, texts, labels=True)
     frequencies = np.concatenate([np.diff(run.Y.tocsc().indptr), np.zeros(len(names) - n_tree, np.int64)])
 
@@ -127,9 +159,11 @@ def train_stage(run: TrainInputs, X: sp.csr_matrix, tree, retrain: Callable) -> 
     part_frequencies = frequencies.copy()
     part_frequencies[:n_tree] = np.diff(run.Y[rest].tocsc().indptr)
     part_index = LabelIndex.build(embeddings, part_frequencies, cfg.index)
+    own = [run.doc_ids[i] for i in held] if run.doc_ids is not None else None
     fusion = fit_fusion(
         top_candidates(part, X[held], cfg.tree_candidates),
         encode(encoder, [run.texts[i] for i in held]),
+        own_columns(own, names),
         part_index,
         run.Y[held],
         cfg.index_candidates,

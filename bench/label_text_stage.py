@@ -34,7 +34,7 @@ from bench.helpers.server import free_port, ms, start_server, timed
 VARIANTS = {  # name -> the TrainConfig fields beyond the corpus
     "xlinear": {},
     "xlinear+stage (tfidf cosine)": {"label_text": {"encoder": {"kind": "tfidf"}}},
-    "xlinear+stage": {},
+    "xlinear+stage (tfidf-linear)": {"label_text": {"encoder": {"kind": "tfidf-linear"}}},
 }
 
 

@@ -34,7 +34,9 @@ class LabelIndexConfig(BaseModel):
     # A flat search costs labels × dim per query, HNSW about ef_search × M × dim. Measured on the 2-core machine
     # (bench/experiments/label_index_threshold.py, dim 256, load 15, single queries): 8,000 labels 0.13 ms flat
     # against 0.27 ms HNSW; 16,000 labels 9.5 ms flat against 0.51 ms (faiss splits a large flat search over its
-    # threads, which wait for cores on a loaded machine); so exact up to 8,192 labels, HNSW above.
+    # threads, which wait for cores on a loaded machine); so exact up to 8,192 labels, HNSW above. On debdeps' own
+    # tfidf-linear label embeddings (41,185 labels, test texts as queries, load 3): 8.3 ms flat against 0.41 ms HNSW,
+    # whose recall@20 of the exact top 20 was 0.978.
     exact_max_labels: int = Field(8192, ge=0, description="exact (flat) index up to this many labels, HNSW above")
     hnsw_m: int = Field(32, ge=4, description="HNSW graph degree")
     ef_construction: int = Field(200, ge=8)

@@ -25,8 +25,8 @@ PACKAGE_ROOTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["xt
 PACKAGES = {"xtag": "xtag", **{root: f"xtag.{root}" for root in PACKAGE_ROOTS}}
 FAMILY_PACKAGES = {f.train.partition(":")[0].rsplit(".", 1)[0]: f for f in FAMILIES.values()}
 NUMPY_ONLY = ("xtag.corpus", "xtag.training.data", "xtag.training.tree", "xtag.training.weighting")
-# the corpus floor's only imports from the house: the error type and the label vocabulary, both leaves of models/
-CORPUS_MAY_IMPORT = ("xtag.models.errors", "xtag.models.labels")
+# the corpus floor's only imports from the house: the error type, the label vocabulary and the label texts, leaves of models/
+CORPUS_MAY_IMPORT = ("xtag.models.errors", "xtag.models.labels", "xtag.models.label_texts")
 HEAVY = ("torch", "transformers", "onnx")  # the train extra; onnxruntime is a serving dependency
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import import_module
 from pathlib import Path
 from typing import Any, Literal, Protocol, overload
@@ -63,6 +63,8 @@ class TrainInputs:
     # what each label says (models/label_texts.py LabelTexts), from `--labels`; None without a label file. It may
     # name labels that no training document carries.
     label_texts: Any = None
+    label_names: list[str] = field(default_factory=list)  # Y's columns: the corpus's label ids (LabelVocab.names)
+    doc_ids: list[str] | None = None  # the documents' ids (a document that is itself a label: the stage masks it)
 
 
 class TrainEntry(Protocol):
@@ -199,6 +201,7 @@ CAPABILITIES: dict[str, str] = {
     "update": "adding labels to a trained run (xtag update)",
     "xlinear-rankers": "the XR-Linear rankers and their label tree (the `xlinear` settings)",
     "ray": "training on a Ray cluster (--ray)",
+    "label-text": "the label-text stage fused with the tree (with --labels; the `label_text` section)",
 }
 RANKERS = frozenset(
     {"xlinear-rankers"}
@@ -215,11 +218,11 @@ FAMILIES: dict[str, Family] = {
             "xtag.training.xlinear.config:XLinearConfig",
             "xtag.training.xlinear.entry:train",
             "xtag.training.xlinear.export:export",
-            ("tfidf", "static-encoder", "label-tree", "rankers"),
+            ("tfidf", "static-encoder", "label-tree", "rankers", "label-encoder", "label-index", "label-fusion"),
             loaders="xtag.models.xlinear.loaders:LOADERS",
             batch_wait_ms=0.0,
             parallel_calls=2,
-            capabilities=RANKERS | {"weighted-losses", "static-dense", "update", "ray"},
+            capabilities=RANKERS | {"weighted-losses", "static-dense", "update", "ray", "label-text"},
             update="xtag.training.xlinear.update:update",
         ),
         Family(

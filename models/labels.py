@@ -36,6 +36,10 @@ class LabelVocab:
     def frequency_array(self) -> np.ndarray:
         return np.asarray(self.frequencies, dtype=np.float64)
 
+    def with_added(self, names: list[str]) -> LabelVocab:
+        """This vocabulary with `names` appended as labels no training document carries (frequency 0)."""
+        return LabelVocab([*self.names, *names], [*self.frequencies, *([0] * len(names))], self.n_train_docs)
+
     def save(self, path: Path) -> None:
         payload = {"names": self.names, "frequencies": self.frequencies, "n_train_docs": self.n_train_docs}
         path.write_text(json.dumps(payload, ensure_ascii=False))

@@ -348,6 +348,18 @@ class LabelsPage(BaseModel):
     labels: list[LabelInfo]
 
 
+class RelatedLabel(BaseModel):
+    id: int
+    name: str
+    score: float = Field(description="the cosine of the two labels' text embeddings")
+
+
+class RelatedLabels(BaseModel):
+    id: int
+    name: str
+    related: list[RelatedLabel] = Field(description="nearest first; empty for a label with no text")
+
+
 class ModelInfo(BaseModel):
     name: str
     version: str

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 from xtag.corpus.files import CorpusFormat
 from xtag.models.families import DEFAULT_KIND, FAMILIES, family
 from xtag.models.features.tfidf import TfidfConfig
+from xtag.training.label_text.stage_config import LabelTextStageConfig
 from xtag.training.static.config import StaticDenseConfig
 from xtag.training.weighting.label_weights import WEIGHTED_LOSSES, MissingLabelsConfig
 
@@ -47,6 +48,10 @@ class _CommonConfig(BaseModel):
     )
     dense: StaticDenseConfig | None = Field(
         None, description="a static token-embedding block beside TF-IDF in the rankers' features (xlinear)"
+    )
+    label_text: LabelTextStageConfig = Field(
+        default_factory=LabelTextStageConfig,
+        description="the label-text stage fused with the tree, trained with --labels (xlinear; enabled=false: off)",
     )
 
     @model_validator(mode="before")

@@ -26,6 +26,7 @@ from xtag.training.data.fingerprint import FILE as FINGERPRINT_FILE
 from xtag.training.data.fingerprint import CorpusFingerprint
 from xtag.training.data.small_data import small_data_warnings
 from xtag.training.kept_tfidf import save_rows
+from xtag.training.label_text.stage import applies, stage_label_names
 
 
 class RunLog:
@@ -111,9 +112,23 @@ def _train(
 
     t = time.perf_counter()
     train: TrainEntry = family(config.model).resolve("train")
-    inputs = TrainInputs(corpus.texts, X, Y, config, out / "checkpoints", train_and_export, progress, log, label_texts)
+    inputs = TrainInputs(
+        corpus.texts,
+        X,
+        Y,
+        config,
+        out / "checkpoints",
+        train_and_export,
+        progress,
+        log,
+        label_texts,
+        vocab.names,
+        corpus.ids,
+    )
     result = train(inputs)
     train_seconds = time.perf_counter() - t
+    if applies(config, label_texts):  # the stage's labels: the label file's without training documents appended
+        vocab = vocab.with_added(stage_label_names(vocab.names, label_texts)[len(vocab) :])
 
     save_model(out, vocab, featurizer, result, label_texts)
     if family(config.model).supports("update"):  # what a later `xtag update` reuses instead of featurising again

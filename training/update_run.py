@@ -24,6 +24,7 @@ from xtag.models.errors import XtagError, reading
 from xtag.models.families import UpdateInputs, UpdatePlacement, family
 from xtag.models.features.tfidf import TfidfFeaturizer
 from xtag.models.files.atomic import fsync_dir, write_text_atomic
+from xtag.models.label_text.loaders import LOADERS as LABEL_TEXT
 from xtag.models.label_texts import LABEL_TEXTS_FILE, LabelTexts
 from xtag.models.labels import LabelVocab
 from xtag.training.config import TrainConfig
@@ -81,6 +82,53 @@ def _kept_texts(run: Path) -> LabelTexts | None:
     return LabelTexts.load(path) if path.is_file() else None
 
 
+def update_labels(run: Path, labels: Path, out: Path, echo=None) -> dict:
+    """`xtag update RUN --labels FILE` without documents: RUN2 = RUN with the label file's new labels added from their
+    text alone (training/label_text/stage.py add_labels), in seconds; needs a run trained with the label-text stage.
+    Written beside and renamed, as update_run does."""
+    from xtag.corpus.label_files import read_label_file
+    from xtag.training.label_text.stage import add_labels
+
+    run, out = Path(run), Path(out)
+    if not (run / "model").is_dir() or not (run / "config.json").is_file():
+        raise XtagError(f"{run}: not a finished run (no model/ or config.json)")
+    if not (run / "model" / LABEL_TEXT["label-fusion"].path).is_file():
+        raise XtagError(
+            f"{run}: no label-text stage to add labels to from their text alone; train with --labels "
+            "(xtag train --model xlinear --labels FILE), or give --corpus with documents that carry the new labels"
+        )
+    if out.exists():
+        raise XtagError(f"{out}: already exists; choose another --out")
+    start = time.perf_counter()
+    texts = read_label_file(labels)
+    vocab = LabelVocab.load(run / "model" / "labels.json")
+    tmp = out.with_name(f".{out.name}.updating")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        shutil.copytree(run, tmp, ignore=shutil.ignore_patterns("checkpoints"))
+        added = add_labels(tmp / "model", texts, vocab.names)
+        if not added:
+            raise XtagError(f"{labels}: no label the run does not know; nothing to add")
+        vocab.with_added(added).save(tmp / "model" / "labels.json")
+        kept = tmp / "model" / LABEL_TEXTS_FILE
+        old = LabelTexts.load(kept).labels if kept.is_file() else []
+        LabelTexts([*old, *(texts.get(i) for i in added)], str(kept)).save(kept)
+        summary = {
+            **json.loads((run / "summary.json").read_text()),
+            "labels": len(vocab) + len(added),
+            "total_seconds": round(time.perf_counter() - start, 3),
+            "update": {"from_run": run.name, "old_labels": len(vocab), "added_labels": len(added), "from": "text"},
+        }
+        write_text_atomic(tmp / "summary.json", json.dumps(summary, indent=2))
+        RunLog(tmp / "train_log.jsonl", echo)({"event": "done", **summary})
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    fsync_dir(out.parent)
+    return summary
+
+
 def update_run(
     run: Path,
     corpus: Path,
@@ -98,6 +146,11 @@ def update_run(
         raise XtagError(f"{out}: already exists; choose another --out")
     with reading(run / "config.json", "the run's configuration"):
         config = TrainConfig.load(run / "config.json")
+    if (run / "model" / LABEL_TEXT["label-fusion"].path).is_file():  # its vocabulary has labels the tree lacks
+        raise XtagError(
+            f"{run}: a run with the label-text stage takes new labels from their text (xtag update --labels FILE); "
+            "new documents need a retrain (xtag train --config RUN/config.json)"
+        )
     chosen = family(config.model)
     chosen.require("update", "xtag update")
     chosen.check_train_extra()

@@ -9,6 +9,7 @@ from .bundle_truncate import bundle_truncate
 from .cold_start import cold_start, fresh_install
 from .contention import contention
 from .hardening import amplification, guard_cost, loop_stalls, request_cost
+from .label_text import label_text_stage
 from .lamp import lamp_better, lamp_candidates, lamp_debtags, lamp_fast
 from .lamp_ray import lamp_ray
 from .lazy_models import lazy_models
@@ -44,6 +45,7 @@ BUILDERS = {
         xlinear_vs_pecos,
         peers_exclude_self,
         xlinear_seeds,
+        label_text_stage,
         tree_swap,
         xlinear_validation,
         beam_1m,

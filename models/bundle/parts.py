@@ -21,6 +21,8 @@ class Parts:
     model: Any = None
     chain: ClusterChain | None = None
     calibration: Calibration | None = None
+    label_encoder: Any = None  # the label-text stage's encoder (models/label_text/), for the fusion after it
+    label_index: Any = None  # its label index (models/label_text/index.py)
     device: Any = None  # xtag.models.features.device.Device the graphs and indexes go to (None: cpu)
     options: Any = None  # xtag.models.features.device.RuntimeOptions: encoder threads, TensorRT cache (None: defaults)
     placement: dict[str, str] = field(default_factory=dict)  # component type → where it runs (/v1/model says)

@@ -4,11 +4,17 @@ family: the LaMP explainer builds on the linear one."""
 
 from __future__ import annotations
 
-from xtag.models.explain.linear import Explainer
+from xtag.models.explain.linear import Explainer, ExplainUnavailable
+from xtag.models.label_text.model import FusedModel
 
 
 def explainer_for(predictor):
     """The bundle's explainer; raises ExplainUnavailable when the bundle has nothing to explain with."""
+    if isinstance(predictor.model, FusedModel):
+        raise ExplainUnavailable(
+            "this bundle fuses its tree with the label-text stage: a fused score (the tree's score, the text cosine, "
+            "the label's training frequency) has no per-term explanation; a bundle trained without --labels has one"
+        )
     if predictor.model.reranks:
         from xtag.models.explain.lamp import LampExplainer
 

@@ -1,5 +1,6 @@
 """XR-Linear's bundle components: the rankers, the static-encoder block of Φ_cat and the FAISS level-1 shortlist
-(XR-Transformer's bundles use the rankers and the shortlist too); named in the family registry."""
+(XR-Transformer's bundles use the rankers and the shortlist too), and the label-text stage's; named in the family
+registry."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 from xtag.models.bundle.parts import ComponentType, Parts
 from xtag.models.errors import XtagError
+from xtag.models.label_text.loaders import LOADERS as LABEL_TEXT_LOADERS
 
 
 def _static_encoder(path: Path, parts: Parts) -> None:
@@ -46,4 +48,5 @@ LOADERS: dict[str, ComponentType] = {
     "static-encoder": ComponentType("features/static", _static_encoder),
     "rankers": ComponentType("rankers", _rankers),
     "shortlist": ComponentType("shortlist", _shortlist),
+    **LABEL_TEXT_LOADERS,  # the label-text stage over the rankers (models/label_text/), when trained with --labels
 }

@@ -7,11 +7,12 @@ from pathlib import PurePosixPath, PureWindowsPath
 from typing import Annotated
 
 import numpy as np
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
+from xtag.models.label_text.model import FusedModel
 from xtag.models.label_texts import LabelText
 from xtag.service.deps import ModelRepositoryDep, ServedModelDep
-from xtag.service.http.problems import problem_responses
-from xtag.service.schemas import LabelsPage, ModelInfo
+from xtag.service.http.problems import Problem, problem_responses
+from xtag.service.schemas import LabelsPage, ModelInfo, RelatedLabels
 from xtag.service.state.model_slot import ServedModel
 
 router = APIRouter(tags=["model"])
@@ -81,6 +82,37 @@ def _text_fields(label: LabelText | None) -> dict:
     if "name" in row:
         row["label"] = row.pop("name")
     return row
+
+
+@router.get(
+    "/v1/labels/{label}/related",
+    response_model=RelatedLabels,
+    summary="The labels nearest to one label by text (the label-text stage's index)",
+    responses=problem_responses(
+        {**AUTH_AND_MODEL, **QUERY, 404: "no such label", 409: "the model has no label-text stage"}
+    ),
+)
+async def related(
+    model: ServedModelDep,
+    label: Annotated[int, Path(description="the label's id (its position in the vocabulary)")],
+    k: Annotated[int, Query(ge=1, le=100)] = 10,
+) -> dict:
+    """For tag-suggestion UIs and item-to-item recommendation: the k labels whose texts embed nearest."""
+    fused = model.bundle.predictor.model
+    if not 0 <= label < model.n_labels:
+        raise Problem(404, "unknown-label", f"label {label} is not one of the model's {model.n_labels} labels")
+    if not isinstance(fused, FusedModel):
+        raise Problem(
+            409, "no-label-text-stage", "this model was trained without label texts (xtag train --labels): no index"
+        )
+    near = fused.related(label, k)
+    return {
+        "id": label,
+        "name": model.names[label],
+        "related": [
+            {"id": int(j), "name": model.names[j], "score": float(s)} for j, s in zip(near.labels[0], near.scores[0])
+        ],
+    }
 
 
 def model_info(model: ServedModel) -> dict:

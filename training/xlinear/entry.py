@@ -8,6 +8,7 @@ from functools import partial
 
 from xtag.models.families import TrainInputs
 from xtag.models.xr_transformer.concat_features import concat_features
+from xtag.training.label_text.stage import applies
 from xtag.training.xlinear.train import XLinearResult, train_xlinear
 
 
@@ -53,4 +54,14 @@ def train(run: TrainInputs) -> XLinearResult:
     )
     if static is not None:
         model = model.with_config(model.config.model_copy(update={"dense_features": static.dim}))
-    return XLinearResult(model, static)
+    stage = None
+    if applies(run.config, run.label_texts):  # the label-text stage over the finished tree
+        from xtag.training.label_text.stage import train_stage
+
+        def retrain(X, Y, checkpoint_dir):
+            return train_xlinear(
+                X, Y, run.config.xlinear, checkpoint_dir, run.progress, run.log, run.config.missing_labels
+            )
+
+        stage = train_stage(run, X, model, retrain)
+    return XLinearResult(model, static, stage)

@@ -378,6 +378,7 @@ def train_xlinear(
 
 
 if TYPE_CHECKING:
+    from xtag.training.label_text.stage import LabelTextStage
     from xtag.training.xlinear.ray_parts import StreamedXLinear
 
 
@@ -388,12 +389,16 @@ class XLinearResult(RunResult):
 
     model: XLinearModel | StreamedXLinear
     static: StaticEncoder | None = None
+    stage: LabelTextStage | None = None  # the label-text stage (training/label_text/stage.py), with --labels
 
     def save(self, folder: Path) -> None:
         self.model.save(folder)
         if self.static is not None:
             self.static.save(folder / COMPONENTS["static-encoder"].path)
+        if self.stage is not None:
+            self.stage.save(folder)
 
     def summary(self) -> dict:
         dense = {"dense_features": self.static.dim, "dense": "static"} if self.static is not None else {}
-        return {"features": self.model.config.n_features, **dense}
+        stage = self.stage.summary() if self.stage is not None else {}
+        return {"features": self.model.config.n_features, **dense, **stage}

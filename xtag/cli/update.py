@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from xtag.cli.options import CorpusFormat, Progress, echo_json, failing, finish
+from xtag.models.errors import XtagError
 from xtag.models.families import UpdatePlacement
 
 Opt = typer.Option
@@ -15,8 +16,17 @@ Opt = typer.Option
 
 def update(
     run: Annotated[Path, typer.Argument(help="run directory written by `xtag train` (or by an earlier update)")],
-    corpus: Annotated[Path, Opt(help="new labelled documents (e.g. `xtag feedback export`); same ids replace rows")],
     out: Annotated[Path, Opt(help="new run directory to write (RUN is left as it is)")],
+    corpus: Annotated[
+        Path | None, Opt(help="new labelled documents (e.g. `xtag feedback export`); same ids replace rows")
+    ] = None,
+    labels: Annotated[
+        Path | None,
+        Opt(
+            help="without --corpus: a label file whose new labels are added from their text alone (a run trained "
+            "with --labels and the label-text stage)"
+        ),
+    ] = None,
     format: CorpusFormat = "auto",
     clusters: Annotated[
         UpdatePlacement,
@@ -34,10 +44,19 @@ def update(
 
     XR-Linear and XR-Transformer runs. An XR-Transformer run keeps its fine-tuned encoder as it is (re-tuning it
     would move every document's embedding and so retrain every ranker); only rows the run has no embedding for
-    are encoded. For a re-tuned encoder, retrain: `xtag train --config RUN2/config.json --out RUN3`."""
-    from xtag.training.update_run import update_run  # imported here: `xtag --help` stays fast
+    are encoded. For a re-tuned encoder, retrain: `xtag train --config RUN2/config.json --out RUN3`.
+
+    With --labels and no --corpus, a run trained with the label-text stage (xtag train --labels) gets the file's new
+    labels from their text alone, in seconds: appended to its vocabulary and its label index, every other label
+    as it was."""
+    from xtag.training.update_run import update_labels, update_run  # imported here: `xtag --help` stays fast
 
     with failing(OSError):
-        summary = update_run(run, corpus, out, format, progress, clusters=clusters)
+        if corpus is None and labels is None:
+            raise XtagError("give --corpus (new documents) or --labels (new labels from their text alone)")
+        if corpus is None:
+            summary = update_labels(run, labels, out)
+        else:
+            summary = update_run(run, corpus, out, format, progress, clusters=clusters)
     echo_json(summary)
     finish(f"wrote run {out}", f"xtag export {out} --out BUNDLE, then reload the service")

@@ -1,0 +1,139 @@
+"""The label-text stage on debdeps (issue 49): XR-Linear against XR-Linear with the stage (the trained encoder, and
+the untrained TF-IDF cosine encoder as the baseline row), trained, evaluated and served in one run.
+
+    .venv/bin/python -m bench.label_text_stage --data ../shared/data/debdeps --out label_text_stage
+
+Per variant: training wall time (`train_run`), P@1, P@5, nDCG@5, PSP@5, macro-R@5 and the test-only labels' recall@10
+(the occurrences of test labels no training document carries, found in the full top 10), every figure with each
+document's own id excluded from its predictions (`exclude_self`); then HTTP /v1/predict p50 (one text a request,
+one connection) and /v1/predict/batch docs/s (64 texts a request), the variants' servers taking turns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+from xtag.corpus.files import load_corpus
+from xtag.evaluation.evaluate import ground_truth
+from xtag.models.bundle.loader import load_bundle
+from xtag.models.metrics import evaluate
+from xtag.models.tagging.batches import predict_corpus
+from xtag.training.config import TrainConfig
+from xtag.training.export.export_run import export_run
+from xtag.training.run import train_run
+
+from bench.helpers.results import save_result
+from bench.helpers.server import free_port, ms, start_server, timed
+
+VARIANTS = {  # name -> the TrainConfig fields beyond the corpus
+    "xlinear": {},
+    "xlinear+stage (tfidf cosine)": {"label_text": {"encoder": {"kind": "tfidf"}}},
+    "xlinear+stage (tfidf-linear)": {"label_text": {"encoder": {"kind": "tfidf-linear"}}},
+}
+
+
+def exclude_self(labels: np.ndarray, scores: np.ndarray, ids: list[str], names: list[str], k: int):
+    """Each document's own id removed from its predictions (a package never depends on itself), cut to k: the
+    convention of every debdeps figure, until `xtag evaluate --exclude-self` replaces this."""
+    index = {n: j for j, n in enumerate(names)}
+    own = np.array([index.get(i, -2) for i in ids])[:, None]
+    keep = labels != own
+    order = np.argsort(~keep, axis=1, kind="stable")[:, :k]
+    rows = np.arange(len(labels))[:, None]
+    return np.where(keep[rows, order], labels[rows, order], -1), scores[rows, order]
+
+
+def quality(bundle_path: Path, test, train_names: set[str]) -> dict:
+    bundle = load_bundle(bundle_path)
+    vocab = bundle.predictor.vocab
+    start = time.perf_counter()
+    preds = predict_corpus(bundle, test.texts, 11, progress=False)
+    seconds = time.perf_counter() - start
+    labels, _ = exclude_self(preds.labels, preds.scores, test.ids, vocab.names, 10)
+    truth = ground_truth(test, vocab)
+    metrics = evaluate(labels[:, :5], truth.Y, (1, 5), truth.propensity)
+    found = total = 0
+    for i, true in enumerate(test.labels):
+        new = {n for n in true if n not in train_names}
+        total += len(new)
+        top = {truth.names[j] for j in labels[i] if j >= 0}
+        found += len(new & top)
+    picked = {m: metrics[m] for m in ("P@1", "P@5", "nDCG@5", "PSP@5", "macro-R@5")}
+    return {
+        **picked,
+        "test_only_recall@10": 100 * found / max(total, 1),
+        "test_only_occurrences": total,
+        "evaluate_seconds": seconds,
+    }
+
+
+def serve_rounds(bundles: dict[str, Path], texts: list[str], requests: int, rounds: int) -> dict:
+    """p50 of single-text /v1/predict and docs/s of 64-text batches, each server in turn per round."""
+    single = [json.dumps({"text": t, "k": 5}).encode() for t in texts[:requests]]
+    batches = [
+        json.dumps({"documents": [{"text": t} for t in texts[lo : lo + 64]], "k": 5}).encode()
+        for lo in range(0, min(len(texts), requests * 4), 64)
+    ]
+    out = {name: {"p50_ms": [], "batch_docs_s": []} for name in bundles}
+    servers = {}
+    try:
+        for name, bundle in bundles.items():
+            port = free_port()
+            servers[name] = (start_server(bundle, port, "on"), port)
+        for _ in range(rounds):
+            for name, (_, port) in servers.items():
+                times = asyncio.run(timed(port, "/v1/predict", single))
+                out[name]["p50_ms"].append(ms(times, 50))
+                start = time.perf_counter()
+                asyncio.run(timed(port, "/v1/predict/batch", batches))
+                docs = sum(len(json.loads(b)["documents"]) for b in batches)
+                out[name]["batch_docs_s"].append(docs / (time.perf_counter() - start))
+    finally:
+        for proc, _ in servers.values():
+            proc.terminate()
+            proc.wait()
+    return {name: {k: float(np.median(v)) for k, v in r.items()} for name, r in out.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--data", type=Path, default=Path("../shared/data/debdeps"))
+    ap.add_argument("--work", type=Path, default=Path("/tmp/label_text_stage"))
+    ap.add_argument("--out", default="label_text_stage")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--requests", type=int, default=500)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    test = load_corpus(args.data / "test.jsonl.gz")
+    train_names = {n for labels in load_corpus(args.data / "train.jsonl.gz").labels for n in labels}
+    rows, bundles = {}, {}
+    for name in args.variants.split(","):
+        folder = args.work / name.replace(" ", "_").replace("+", "_").replace("(", "").replace(")", "")
+        labels = {"labels": args.data / "labels.jsonl.gz"} if name != "xlinear" else {}
+        config = TrainConfig(corpus=args.data / "train.jsonl.gz", **labels, **VARIANTS[name])
+        load = os.getloadavg()[0]
+        start = time.perf_counter()
+        if not (folder / "bundle").is_dir():  # a run left without its bundle resumes from its checkpoints
+            train_run(config, folder / "run", resume=(folder / "run" / "config.json").is_file(), progress=False)
+            export_run(folder / "run", folder / "bundle")
+        summary = json.loads((folder / "run" / "summary.json").read_text())
+        rows[name] = {"train_seconds": summary["train_seconds"], "load_at_start": load}
+        rows[name].update(quality(folder / "bundle", test, train_names))
+        rows[name]["wall_seconds"] = time.perf_counter() - start
+        bundles[name] = folder / "bundle"
+        print(name, json.dumps(rows[name]), flush=True)
+    served = serve_rounds(bundles, test.texts, args.requests, args.rounds)
+    for name, figures in served.items():
+        rows[name].update(figures)
+    print(json.dumps(served), flush=True)
+    save_result(args.out, {"data": str(args.data), "variants": rows, "rounds": args.rounds})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""The label embeddings as a FAISS inner-product index (rows L2-normalised, so scores are cosines), with each label's
+training-document count, which the fusion reads as a feature.
+
+Exact (IndexFlatIP) up to `exact_max_labels`, HNSW above it, as models/xlinear/shortlist.py does for the tree's first
+level; written with faiss.write_index into the bundle, listed and checksummed in the manifest like every file. The
+untrained TF-IDF encoder's rows are sparse and as wide as its vocabulary: no FAISS index, an exact sparse product
+(kind "sparse", saved as a CSR .npz).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import scipy.sparse as sp
+from pydantic import BaseModel, ConfigDict, Field
+from xtag.models.errors import XtagError, reading
+from xtag.models.files import index_bounds
+from xtag.models.files.atomic import write_text_atomic
+from xtag.models.inference.beam_search import top_k
+
+INDEX_FILE = "faiss.index"
+SPARSE_FILE = "embeddings.npz"
+FREQUENCY_FILE = "frequencies.npy"
+SPARSE_CHUNK = 256  # documents per sparse product, so a batch's cosines against every label stay small
+
+
+class LabelIndexConfig(BaseModel):
+    """How the label index is built and searched; stored in label_text/index/config.json."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # A flat search costs labels × dim per query, HNSW about ef_search × M × dim. Measured on the 2-core machine
+    # (bench/experiments/label_index_threshold.py, dim 256, load 15, single queries): 8,000 labels 0.13 ms flat
+    # against 0.27 ms HNSW; 16,000 labels 9.5 ms flat against 0.51 ms (faiss splits a large flat search over its
+    # threads, which wait for cores on a loaded machine); so exact up to 8,192 labels, HNSW above. On debdeps' own
+    # tfidf-linear label embeddings (41,185 labels, test texts as queries, load 3): 8.3 ms flat against 0.41 ms HNSW,
+    # whose recall@20 of the exact top 20 was 0.978.
+    exact_max_labels: int = Field(8192, ge=0, description="exact (flat) index up to this many labels, HNSW above")
+    hnsw_m: int = Field(32, ge=4, description="HNSW graph degree")
+    ef_construction: int = Field(200, ge=8)
+    ef_search: int = Field(128, ge=1, description="HNSW search breadth (higher: better recall, slower)")
+
+
+class LabelIndexInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    index: Literal["flat", "hnsw", "sparse"]
+    labels: int
+    dim: int
+    config: LabelIndexConfig
+
+
+class LabelIndex:
+    """Top-M labels by cosine for document embeddings; `embeddings` is the labels × dim matrix it was built from."""
+
+    def __init__(self, index, embeddings: np.ndarray | sp.csr_matrix, frequencies: np.ndarray, info: LabelIndexInfo):
+        held = embeddings.shape if index is None else (index.ntotal, index.d)
+        if embeddings.shape != (info.labels, info.dim) or held != embeddings.shape:
+            raise XtagError(f"label index holds {held[0]} × {held[1]}, its config says {info.labels} × {info.dim}")
+        if frequencies.shape != (info.labels,):
+            raise XtagError(f"label index: {frequencies.shape} frequencies for {info.labels} labels")
+        self.index, self.embeddings, self.frequencies, self.info = index, embeddings, frequencies, info
+        # the sparse kind's terms × labels, built once: a query's product then reads only its terms' rows (converting
+        # the transpose per query took 46 ms of a 0.8 ms XR-Linear request on debdeps)
+        self._by_term = embeddings.T.tocsr() if index is None else None
+        if info.index == "hnsw":
+            index.hnsw.efSearch = info.config.ef_search
+
+    @property
+    def n_labels(self) -> int:
+        return self.info.labels
+
+    @classmethod
+    def build(
+        cls, embeddings: np.ndarray | sp.csr_matrix, frequencies: np.ndarray, config: LabelIndexConfig | None = None
+    ) -> LabelIndex:
+        import faiss
+
+        config = config or LabelIndexConfig()
+        frequencies = np.asarray(frequencies, dtype=np.int64)
+        if sp.issparse(embeddings):
+            info = LabelIndexInfo(index="sparse", labels=embeddings.shape[0], dim=embeddings.shape[1], config=config)
+            return cls(None, sp.csr_matrix(embeddings, dtype=np.float32), frequencies, info)
+        embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
+        n, d = embeddings.shape
+        if n <= config.exact_max_labels:
+            index, kind = faiss.IndexFlatIP(d), "flat"
+        else:
+            index, kind = faiss.IndexHNSWFlat(d, config.hnsw_m, faiss.METRIC_INNER_PRODUCT), "hnsw"
+            index.hnsw.efConstruction = config.ef_construction
+        index.add(embeddings)
+        info = LabelIndexInfo(index=kind, labels=n, dim=d, config=config)
+        return cls(index, embeddings, frequencies, info)
+
+    def added(self, embeddings: np.ndarray) -> LabelIndex:
+        """This index with more labels appended (ids from n_labels on, no training documents), built again so that
+        the exact/HNSW choice follows the new count."""
+        stack = sp.vstack if sp.issparse(self.embeddings) else np.vstack
+        return LabelIndex.build(
+            stack([self.embeddings, embeddings]),
+            np.concatenate([self.frequencies, np.zeros(embeddings.shape[0], np.int64)]),
+            self.info.config,
+        )
+
+    def search(self, queries: np.ndarray | sp.csr_matrix, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k label ids per query (-1 where fewer exist) and their cosines (-inf there)."""
+        k = min(k, self.n_labels)
+        if self.index is None:
+            return self._sparse_search(sp.csr_matrix(queries), k)
+        sims, ids = self.index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
+        return ids.astype(np.int64), np.where(ids >= 0, sims, -np.inf).astype(np.float32)
+
+    def _sparse_search(self, queries: sp.csr_matrix, k: int) -> tuple[np.ndarray, np.ndarray]:
+        ids, sims = [], []
+        for lo in range(0, queries.shape[0], SPARSE_CHUNK):
+            scores = (queries[lo : lo + SPARSE_CHUNK] @ self._by_term).toarray().astype(np.float32)
+            top, best = top_k(scores, np.broadcast_to(np.arange(self.n_labels), scores.shape), k)
+            ids.append(top)
+            sims.append(best)
+        if not ids:
+            return np.empty((0, k), np.int64), np.empty((0, k), np.float32)
+        return np.vstack(ids), np.vstack(sims)
+
+    def cosines(self, queries: np.ndarray | sp.csr_matrix, labels: np.ndarray) -> np.ndarray:
+        """The cosine of each query (row i) with each of its labels (labels[i, j]; -1: 0)."""
+        rows = np.maximum(labels, 0)
+        if self.index is None:
+            n, width = labels.shape
+            pairs = sp.csr_matrix(queries)[np.repeat(np.arange(n), width)].multiply(self.embeddings[rows.ravel()])
+            cos = np.asarray(pairs.sum(axis=1), dtype=np.float32).reshape(n, width)
+        else:
+            cos = np.einsum("nd,nkd->nk", queries, self.embeddings[rows])
+        return np.where(labels >= 0, cos, 0.0).astype(np.float32)
+
+    def vectors(self, labels: np.ndarray) -> np.ndarray | sp.csr_matrix:
+        """The embeddings of these labels, as queries."""
+        return self.embeddings[labels]
+
+    def save(self, folder: Path) -> None:
+        import faiss
+
+        folder.mkdir(parents=True, exist_ok=True)
+        if self.index is None:
+            sp.save_npz(folder / SPARSE_FILE, self.embeddings)
+        else:
+            faiss.write_index(self.index, str(folder / INDEX_FILE))
+        np.save(folder / FREQUENCY_FILE, self.frequencies)
+        write_text_atomic(folder / "config.json", self.info.model_dump_json(indent=2))
+
+    @classmethod
+    def load(cls, folder: Path) -> LabelIndex:
+        import faiss
+
+        with reading(folder / "config.json", "the label index's configuration"):
+            info = LabelIndexInfo.model_validate_json((folder / "config.json").read_text())
+        with reading(folder / FREQUENCY_FILE, "the labels' training frequencies"):
+            frequencies = index_bounds.integers(FREQUENCY_FILE, np.load(folder / FREQUENCY_FILE, allow_pickle=False))
+        index_bounds.in_range(FREQUENCY_FILE, frequencies, 0, np.iinfo(np.int64).max, "document counts")
+        if info.index == "sparse":
+            with reading(folder / SPARSE_FILE, "the label embeddings"):
+                embeddings = sp.load_npz(folder / SPARSE_FILE).tocsr()
+            index_bounds.pointer("indptr", embeddings.indptr, len(embeddings.indices))
+            index_bounds.in_range("indices", embeddings.indices, 0, info.dim, "the embedding columns")
+            return cls(None, embeddings.astype(np.float32), frequencies.astype(np.int64), info)
+        with reading(folder / INDEX_FILE, "the label index"):
+            index = faiss.read_index(str(folder / INDEX_FILE))
+        embeddings = index.reconstruct_n(0, index.ntotal) if index.ntotal else np.zeros((0, index.d), np.float32)
+        return cls(index, np.asarray(embeddings, dtype=np.float32), frequencies.astype(np.int64), info)

@@ -1,0 +1,44 @@
+"""The label-text stage's bundle components (XR-Linear's registry entry lists them; optional, so bundles exported
+without the stage load as before): the encoder, the label index and the fusion, which wraps the tree's model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from xtag.models.bundle.parts import ComponentType, Parts
+from xtag.models.errors import XtagError
+
+
+def _encoder(path: Path, parts: Parts) -> None:
+    from xtag.models.label_text.encoder import LabelTextEncoder
+
+    parts.label_encoder = LabelTextEncoder.load(path)
+    parts.placement["label-encoder"] = "cpu"
+
+
+def _index(path: Path, parts: Parts) -> None:
+    from xtag.models.label_text.index import LabelIndex
+
+    parts.label_index = LabelIndex.load(path)
+    parts.placement["label-index"] = "cpu"
+
+
+def _fusion(path: Path, parts: Parts) -> None:
+    from xtag.models.label_text.fusion import Fusion
+    from xtag.models.label_text.model import FusedModel, TextAndFeatures
+
+    tree = parts.need("model", "label-fusion")
+    encoder, index = parts.need("label_encoder", "label-fusion"), parts.need("label_index", "label-fusion")
+    featurizer = parts.need("featurizer", "label-fusion")
+    if isinstance(tree, FusedModel):
+        raise XtagError(f"{path}: a second label-text fusion")
+    parts.model = FusedModel(tree, encoder, index, Fusion.load(path))
+    parts.featurizer = TextAndFeatures(featurizer)
+
+
+LOADERS: dict[str, ComponentType] = {
+    "label-encoder": ComponentType("label_text/encoder", _encoder),
+    "label-index": ComponentType("label_text/index", _index),
+    "label-fusion": ComponentType("label_text/fusion.json", _fusion),
+}
+COMPONENTS = tuple(LOADERS)  # in load order, after the tree's rankers

@@ -1,0 +1,117 @@
+"""The tree fused with the label-text stage (NGAME's fusion), torch-free.
+
+Candidates of a document: the tree's beam top-K ∪ the label index's top-M for its embedding. The fusion
+(models/label_text/fusion.py) scores each from the tree's score (0 and an "absent" flag where the tree did not
+propose it), the cosine, and the label's training frequency, so a label with text but no training document can be
+returned. Labels the tree knows keep their ids 0..n_tree-1; labels from the label file alone follow them.
+A document whose text embeds to nothing gets the tree's answer alone (never NaN).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.special import expit
+from xtag.models.errors import XtagError
+from xtag.models.inference.beam_search import top_k
+from xtag.models.inference.model import CostHint, Model
+from xtag.models.inference.types import Predictions
+from xtag.models.label_text.fusion import Fusion, candidate_features
+from xtag.models.label_text.index import LabelIndex
+
+
+@dataclass(frozen=True)
+class TextFeatures:
+    """What the fused model scores: the tree's feature rows and the texts the encoder reads."""
+
+    X: sp.csr_matrix | Any
+    texts: list[str]
+
+
+class TextAndFeatures:
+    """The featuriser of a fused bundle: the tree's featuriser's rows, with the texts kept for the encoder."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.tfidf, self.encodes = inner.tfidf, inner.encodes  # the Featurizer contract (models/inference/predictor.py)
+        self.dim = None  # not one matrix
+
+    def transform(self, texts: list[str]) -> TextFeatures:
+        return TextFeatures(self.inner.transform(list(texts)), list(texts))
+
+
+def embeds_nothing(queries: np.ndarray | sp.csr_matrix) -> np.ndarray:
+    """Per query: its text embedded to nothing (a zero row: no term the encoder knows)."""
+    if sp.issparse(queries):
+        return np.diff(sp.csr_matrix(queries).indptr) == 0
+    return ~np.asarray(queries).any(axis=1)
+
+
+def candidates(tree: Predictions, queries: np.ndarray, index: LabelIndex, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """(labels n × (K+M), their fusion features n × (K+M) × F): the tree's top K, then the index's top M for each
+    query that the tree did not propose (a repeated or missing one is -1). The one candidate builder of serving and
+    of the fusion's fitting (training/label_text/fusion.py)."""
+    tree_labels = tree.labels
+    proposed = tree_labels >= 0
+    tree_scores = np.where(proposed & np.isfinite(tree.scores), tree.scores, 0.0)
+    found, sims = index.search(queries, m)
+    repeated = (found[:, :, None] == tree_labels[:, None, :]).any(axis=2)
+    found = np.where(repeated | (found < 0), -1, found)
+    tree_labels = np.where(proposed, tree_labels, -1)
+    labels = np.concatenate([tree_labels, found], axis=1)
+    cosine = np.concatenate([index.cosines(queries, tree_labels), np.where(found >= 0, sims, 0.0)], axis=1)
+    scores = np.concatenate([tree_scores, np.zeros(found.shape, np.float32)], axis=1)
+    absent = np.concatenate([np.zeros(tree_labels.shape, bool), np.ones(found.shape, bool)], axis=1)
+    frequency = index.frequencies[np.maximum(labels, 0)]
+    return labels, candidate_features(scores, absent, cosine, frequency)
+
+
+class FusedModel(Model):
+    """The tree's model (an XR-Linear model) + the encoder, the label index and the fusion."""
+
+    def __init__(self, tree: Model, encoder, index: LabelIndex, fusion: Fusion):
+        if index.n_labels < tree.n_labels:
+            raise XtagError(f"label index holds {index.n_labels} labels, the tree {tree.n_labels}")
+        if encoder.dim != index.info.dim:
+            raise XtagError(f"label encoder gives {encoder.dim} dimensions, the label index holds {index.info.dim}")
+        self.tree, self.encoder, self.index, self.fusion = tree, encoder, index, fusion
+
+    @property
+    def config(self):
+        """The tree's config (its beam size is the bundle's)."""
+        return self.tree.config
+
+    @property
+    def n_labels(self) -> int:
+        return self.index.n_labels
+
+    def cost_hint(self) -> CostHint:
+        """An encoder pass and an index search per document on top of the tree's beam search."""
+        return CostHint("encoder", level_nodes=self.tree.cost_hint().level_nodes)
+
+    def predict(self, features: TextFeatures, k: int = 10, beam_size: int | None = None) -> Predictions:
+        width = min(max(self.fusion.tree_candidates, k), self.tree.n_labels)
+        tree = self.tree.predict(features.X, k=width, beam_size=beam_size)
+        queries = self.encoder.encode_documents(features.texts)
+        labels, feats = candidates(tree, queries, self.index, self.fusion.index_candidates)
+        scores = np.where(labels >= 0, expit(self.fusion.logits(feats)), -np.inf).astype(np.float32)
+        ids, best = top_k(scores, labels, k)
+        silent = embeds_nothing(queries)  # the tree alone
+        if silent.any():
+            alone_ids, alone = top_k(tree.scores[silent], tree.labels[silent], k)
+            ids[silent], best[silent] = alone_ids, alone
+        return Predictions(labels=ids, scores=best)
+
+    def related(self, label: int, k: int) -> Predictions:
+        """The k labels nearest to `label` by text (itself left out); an empty answer for a label with no text."""
+        if not 0 <= label < self.n_labels:
+            raise XtagError(f"label {label} is not one of the model's {self.n_labels}")
+        query = self.index.vectors(np.array([label]))
+        if embeds_nothing(query)[0]:
+            return Predictions(np.full((1, 0), -1, np.int64), np.zeros((1, 0), np.float32))
+        ids, sims = self.index.search(query, k + 1)
+        keep = (ids[0] != label) & (ids[0] >= 0)
+        return Predictions(ids[:, keep][:, :k], sims[:, keep][:, :k])

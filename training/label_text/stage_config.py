@@ -1,0 +1,26 @@
+"""The `label_text` section of a training run: the label-text stage that XR-Linear trains after its rankers when a
+label file with texts is given (`--set label_text.enabled=false` turns it off)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+from xtag.models.label_text.index import LabelIndexConfig
+from xtag.training.label_text.config import LabelTextConfig
+
+
+class LabelTextStageConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(True, description="train the stage when --labels gives texts (xlinear)")
+    tree_candidates: int = Field(20, ge=1, description="K: the tree's top K candidates per document")
+    index_candidates: int = Field(20, ge=1, description="M: the label index's top M candidates per document")
+    heldout_fraction: float = Field(
+        0.1, gt=0.0, lt=0.5, description="training documents held out of a second tree to fit the fusion on"
+    )
+    max_heldout: int = Field(5000, ge=100, description="at most this many held-out documents")
+    seed: int = 0
+    # The untrained TF-IDF cosine by default: on debdeps (bench/RESULTS.md, one run, load 14-22) the stage over it
+    # reached P@1 74.21 and test-only recall@10 21.7 % in 510 s of training, over the contrastive tfidf-linear
+    # encoder 68.70 and 18.7 % in 1,450 s; `--set label_text.encoder.kind=tfidf-linear` trains that one.
+    encoder: LabelTextConfig = Field(default_factory=lambda: LabelTextConfig(kind="tfidf"))
+    index: LabelIndexConfig = Field(default_factory=LabelIndexConfig)

@@ -36,6 +36,12 @@ class LabelTextConfig(BaseModel):
     hard_negatives: int = Field(
         1, ge=0, description="labels per document drawn from its tree shortlist (not its own) as extra negatives"
     )
+    balance: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="pairs drawn ∝ their label's training frequency^-balance (0: every pair once an epoch)",
+    )
     temperature: float = Field(0.05, gt=0, description="softmax temperature of the scores (cosines)")
     lr: float = Field(0.01, gt=0, description="Adam step of the towers")
     seed: int = Field(0, description="towers' initialisation and the pairs' order")

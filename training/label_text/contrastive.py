@@ -117,10 +117,18 @@ def fit_towers(
     pair_docs, pair_labels = keep.nonzero()
     if len(pair_docs) == 0:
         raise XtagError("label-text encoder: the training corpus has no (document, label) pair to learn from")
+    weights = None
+    if config.balance > 0:  # a pair drawn ∝ its label's frequency^-balance: the tail counts more
+        weights = np.bincount(pair_labels, minlength=Y.shape[1]).astype(np.float64)[pair_labels] ** -config.balance
+        weights /= weights.sum()
     step = 0
     for epoch in range(config.epochs):
         start, total, batches = time.perf_counter(), 0.0, 0
-        order = rng.permutation(len(pair_docs))
+        order = (
+            rng.permutation(len(pair_docs))
+            if weights is None
+            else rng.choice(len(pair_docs), len(pair_docs), p=weights)
+        )
         for lo in range(0, len(order), config.batch_size):
             pick = order[lo : lo + config.batch_size]
             if len(pick) < 2:
@@ -140,7 +148,7 @@ def fit_towers(
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            total += float(loss)
+            total += loss.item()
             batches += 1
             step += 1
         log(

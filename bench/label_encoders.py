@@ -73,6 +73,29 @@ def metrics(top: np.ndarray, truth: list[set[int]], test_only: list[set[int]], w
     }
 
 
+def measure(encoder, test_texts: list[str], all_texts: list[str], own: np.ndarray, latency_texts: int, truths) -> dict:
+    """Quality of the encoder's top 100 over every label, the time to encode the labels and rank the test split,
+    and one test text through the document side (p50)."""
+    start = time.perf_counter()
+    label_emb = encoder.encode_labels(all_texts)
+    label_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    top = top_labels(encoder, test_texts, label_emb, own, 100)
+    rank_seconds = time.perf_counter() - start
+    one = []
+    for text in test_texts[:latency_texts]:
+        t = time.perf_counter()
+        encoder.encode_documents([text])
+        one.append(time.perf_counter() - t)
+    return {
+        **metrics(top, *truths),
+        "encode_labels_seconds": round(label_seconds, 1),
+        "rank_test_seconds": round(rank_seconds, 1),
+        "doc_p50_ms": round(1000 * statistics.median(one), 3),
+        "dim": encoder.dim,
+    }
+
+
 def tree_hard_negatives(X: sp.csr_matrix, Y: sp.csr_matrix, m: int) -> tuple[sp.csr_matrix, float]:
     """The tree's top-m labels of each training document (XR-Linear trained here), and its training seconds."""
     from xtag.training.xlinear.config import XLinearConfig
@@ -155,24 +178,9 @@ def main() -> None:
             log=lambda e: (events.append(e), print(json.dumps(e), flush=True)),
         )
         train_seconds = time.perf_counter() - start
-        start = time.perf_counter()
-        label_emb = encoder.encode_labels(all_texts)
-        label_seconds = time.perf_counter() - start
-        start = time.perf_counter()
-        top = top_labels(encoder, test.texts, label_emb, own, 100)
-        rank_seconds = time.perf_counter() - start
-        one = []
-        for text in test.texts[: args.latency_texts]:
-            t = time.perf_counter()
-            encoder.encode_documents([text])
-            one.append(time.perf_counter() - t)
         row = {
-            **metrics(top, truth, test_only, with_text),
+            **measure(encoder, test.texts, all_texts, own, args.latency_texts, (truth, test_only, with_text)),
             "train_seconds": round(train_seconds, 1),
-            "encode_labels_seconds": round(label_seconds, 1),
-            "rank_test_seconds": round(rank_seconds, 1),
-            "doc_p50_ms": round(1000 * statistics.median(one), 3),
-            "dim": encoder.dim,
             "load_average": [round(load_start, 2), round(os.getloadavg()[0], 2)],
             "config": config.model_dump(mode="json", exclude={"source"}),
             "epochs": [e for e in events if e["event"] == "label_text_epoch"],

@@ -76,16 +76,20 @@ def initial_projection(width: int, dim: int, rng: np.random.Generator) -> np.nda
 def _hard_negatives(
     docs: np.ndarray, hard: sp.csr_matrix | None, Y: sp.csr_matrix, own: np.ndarray, per_doc: int, rng
 ) -> np.ndarray:
-    """Up to `per_doc` shortlist labels per document that it does not carry and that are not itself."""
+    """Up to `per_doc` shortlist labels per document, drawn uniformly among those it does not carry and that are
+    not itself (vectorised over the batch: a Python loop per document cost as much as the step)."""
     if hard is None or per_doc == 0:
         return np.empty(0, dtype=np.int64)
-    out = []
-    for i in docs:
-        row = hard.indices[hard.indptr[i] : hard.indptr[i + 1]]
-        row = row[~np.isin(row, Y.indices[Y.indptr[i] : Y.indptr[i + 1]]) & (row != own[i])]
-        if len(row):
-            out.extend(rng.choice(row, size=min(per_doc, len(row)), replace=False))
-    return np.asarray(out, dtype=np.int64)
+    H, P = hard[docs], Y[docs]
+    rows, cols = np.repeat(np.arange(len(docs)), np.diff(H.indptr)), H.indices.astype(np.int64)
+    positive_rows = np.repeat(np.arange(len(docs)), np.diff(P.indptr))
+    n = Y.shape[1]
+    bad = np.isin(rows * n + cols, positive_rows * n + P.indices) | (cols == own[docs][rows])
+    rows, cols = rows[~bad], cols[~bad]
+    order = np.lexsort((rng.random(len(rows)), rows))  # each document's candidates in a random order
+    rows, cols = rows[order], cols[order]
+    rank = np.arange(len(rows)) - np.searchsorted(rows, rows, side="left")
+    return cols[rank < per_doc]
 
 
 def fit_towers(

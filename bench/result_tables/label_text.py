@@ -1,9 +1,11 @@
-"""The label-text stage on debdeps (bench/label_text_stage.py, issue 49): XR-Linear against XR-Linear fused with the
-stage, every figure with each document's own id excluded; the issue's goals against XR-Linear of the same run."""
+"""Labels that speak on debdeps (issue 49): the label-text encoders' retrieval by a label's text alone
+(bench/label_encoders.py, one row per encoder kind), and the label-text stage fused with the tree
+(bench/label_text_stage.py: XR-Linear against XR-Linear with the stage, every figure with each document's own id
+excluded; the issue's goals against XR-Linear of the same run)."""
 
 from __future__ import annotations
 
-from .common import f1, f2, one_result_each, table
+from .common import bold_column_maxima, f1, f2, ms, one_result_each, table
 
 BASE = "xlinear"
 
@@ -60,3 +62,50 @@ def label_text_stage(r: dict) -> dict[str, str]:
     ]
     goals = [_goals(v, name) for name in v if name != BASE and BASE in v]
     return {"quality": table(header, "lrrrrrrrrr", rows), "goals": "\n\n".join(goals)}
+
+
+COLUMNS = ("P@1", "P@5", "R@10", "R@100", "test_only_R@10", "test_only_R@100", "test_only_text_R@10")
+HEADER = ("P@1", "P@5", "R@10", "R@100", "new R@10", "new R@100", "new w/ text R@10")
+
+
+def _name(name: str) -> str:
+    """`tfidf-linear:shared=true` → `tfidf-linear (shared=true)`."""
+    kind, _, extra = name.partition(":")
+    return f"{kind} ({extra.replace(',', ', ')})" if extra else kind
+
+
+@one_result_each
+def label_encoders(r: dict) -> dict[str, str]:
+    """bench/label_encoders.py: each kind ranks every label of the label file for each test document."""
+    rows = []
+    for name, row in r["rows"].items():
+        epochs = row.get("epochs", [])
+        rows.append(
+            [
+                _name(name),
+                *(f2(row[c]) for c in COLUMNS),
+                f1(row["train_seconds"]),
+                f1(sum(e["seconds"] for e in epochs)) if epochs else "",
+                f1(row["encode_labels_seconds"]),
+                ms(row["doc_p50_ms"]),
+                f"{row['load_average'][0]:.0f}-{row['load_average'][1]:.0f}",
+            ]
+        )
+    bold_column_maxima(rows, range(1, 1 + len(COLUMNS)))
+    header = ["encoder", *HEADER, "train s", "of it epochs s", "encode labels s", "doc p50 ms", "load"]
+    hard = r.get("hard_negatives") or {}
+    note = (
+        f"\n\n{r['test_documents']:,} {r['data']} test documents rank all {r['labels']:,} labels of the label file by "
+        f"cosine, each document's own id excluded ({r['test_documents_that_are_labels']:,} are labels); trained on "
+        f"{r['train_documents']:,} documents and the texts of their {r['train_labels']:,} labels. P@k and R@k over every "
+        "test label; new: the occurrences of labels no training document carries "
+        f"({r['rows'][next(iter(r['rows']))]['test_only_occurrences']:,}; w/ text: the "
+        f"{r['rows'][next(iter(r['rows']))]['test_only_with_text']:,} whose label has a description). train s: "
+        "features, distillation (static) and epochs; doc p50: one test text through the document side in-process."
+    )
+    if hard:
+        note += (
+            f" Tree negatives: XR-Linear trained on the training file ({hard['tree_train_seconds']:.0f} s, not in "
+            f"train s), its top {hard['m']} for each training document."
+        )
+    return {"table": table(header, "l" + "r" * (len(header) - 1), rows) + note}

@@ -5,7 +5,7 @@ the untrained TF-IDF cosine encoder as the baseline row), trained, evaluated and
 
 Per variant: training wall time (`train_run`), P@1, P@5, nDCG@5, PSP@5, macro-R@5 and the test-only labels' recall@10
 (the occurrences of test labels no training document carries, found in the full top 10), every figure with each
-document's own id excluded from its predictions (`exclude_self`); then HTTP /v1/predict p50 (one text a request,
+document's own id excluded from its predictions (models/inference/label_filter.py `self_filters`, as `xtag evaluate --exclude-self`); then HTTP /v1/predict p50 (one text a request,
 one connection) and /v1/predict/batch docs/s (64 texts a request), the variants' servers taking turns.
 """
 
@@ -22,7 +22,8 @@ import numpy as np
 from xtag.corpus.files import load_corpus
 from xtag.evaluation.evaluate import ground_truth
 from xtag.models.bundle.loader import load_bundle
-from xtag.models.metrics import evaluate
+from xtag.models.inference.label_filter import self_filters
+from xtag.models.metrics import evaluate, occurrence_recall
 from xtag.models.tagging.batches import predict_corpus
 from xtag.training.config import TrainConfig
 from xtag.training.export.export_run import export_run
@@ -38,36 +39,20 @@ VARIANTS = {  # name -> the TrainConfig fields beyond the corpus
 }
 
 
-def exclude_self(labels: np.ndarray, scores: np.ndarray, ids: list[str], names: list[str], k: int):
-    """Each document's own id removed from its predictions (a package never depends on itself), cut to k: the
-    convention of every debdeps figure, until `xtag evaluate --exclude-self` replaces this."""
-    index = {n: j for j, n in enumerate(names)}
-    own = np.array([index.get(i, -2) for i in ids])[:, None]
-    keep = labels != own
-    order = np.argsort(~keep, axis=1, kind="stable")[:, :k]
-    rows = np.arange(len(labels))[:, None]
-    return np.where(keep[rows, order], labels[rows, order], -1), scores[rows, order]
-
-
 def quality(bundle_path: Path, test, train_names: set[str]) -> dict:
     bundle = load_bundle(bundle_path)
     vocab = bundle.predictor.vocab
     start = time.perf_counter()
-    preds = predict_corpus(bundle, test.texts, 11, progress=False)
+    preds = predict_corpus(bundle, test.texts, 10, progress=False, filters=self_filters(test.ids, vocab))
     seconds = time.perf_counter() - start
-    labels, _ = exclude_self(preds.labels, preds.scores, test.ids, vocab.names, 10)
     truth = ground_truth(test, vocab)
-    metrics = evaluate(labels[:, :5], truth.Y, (1, 5), truth.propensity)
-    found = total = 0
-    for i, true in enumerate(test.labels):
-        new = {n for n in true if n not in train_names}
-        total += len(new)
-        top = {truth.names[j] for j in labels[i] if j >= 0}
-        found += len(new & top)
+    metrics = evaluate(preds.labels[:, :5], truth.Y, (1, 5), truth.propensity)
+    new = np.array([j for j, name in enumerate(truth.names) if name not in train_names], dtype=np.int64)
+    total = int(truth.Y[:, new].sum()) if len(new) else 0
     picked = {m: metrics[m] for m in ("P@1", "P@5", "nDCG@5", "PSP@5", "macro-R@5")}
     return {
         **picked,
-        "test_only_recall@10": 100 * found / max(total, 1),
+        "test_only_recall@10": occurrence_recall(preds.labels, truth.Y, new, 10),
         "test_only_occurrences": total,
         "evaluate_seconds": seconds,
     }

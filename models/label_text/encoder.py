@@ -19,6 +19,7 @@ from typing import Literal
 import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field
+from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 from xtag.models.errors import XtagError, reading
 from xtag.models.features.static_encoder import StaticEncoder
@@ -132,6 +133,6 @@ class LabelTextEncoder:
         static = StaticEncoder.load(folder / STATIC) if config.kind == "static-linear" else None
         towers = None
         if config.kind != "tfidf":
-            with reading(folder / TOWERS, "the label-text encoder's towers"):
+            with reading(folder / TOWERS, "the label-text encoder's towers", SafetensorError):
                 towers = load_file(str(folder / TOWERS))
         return cls(config, tfidf=tfidf, static=static, towers=towers)

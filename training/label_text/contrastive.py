@@ -76,16 +76,20 @@ def initial_projection(width: int, dim: int, rng: np.random.Generator) -> np.nda
 def _hard_negatives(
     docs: np.ndarray, hard: sp.csr_matrix | None, Y: sp.csr_matrix, own: np.ndarray, per_doc: int, rng
 ) -> np.ndarray:
-    """Up to `per_doc` shortlist labels per document that it does not carry and that are not itself."""
+    """Up to `per_doc` shortlist labels per document, drawn uniformly among those it does not carry and that are
+    not itself (vectorised over the batch: a Python loop per document cost as much as the step)."""
     if hard is None or per_doc == 0:
         return np.empty(0, dtype=np.int64)
-    out = []
-    for i in docs:
-        row = hard.indices[hard.indptr[i] : hard.indptr[i + 1]]
-        row = row[~np.isin(row, Y.indices[Y.indptr[i] : Y.indptr[i + 1]]) & (row != own[i])]
-        if len(row):
-            out.extend(rng.choice(row, size=min(per_doc, len(row)), replace=False))
-    return np.asarray(out, dtype=np.int64)
+    H, P = hard[docs], Y[docs]
+    rows, cols = np.repeat(np.arange(len(docs)), np.diff(H.indptr)), H.indices.astype(np.int64)
+    positive_rows = np.repeat(np.arange(len(docs)), np.diff(P.indptr))
+    n = Y.shape[1]
+    bad = np.isin(rows * n + cols, positive_rows * n + P.indices) | (cols == own[docs][rows])
+    rows, cols = rows[~bad], cols[~bad]
+    order = np.lexsort((rng.random(len(rows)), rows))  # each document's candidates in a random order
+    rows, cols = rows[order], cols[order]
+    rank = np.arange(len(rows)) - np.searchsorted(rows, rows, side="left")
+    return cols[rank < per_doc]
 
 
 def fit_towers(
@@ -117,10 +121,18 @@ def fit_towers(
     pair_docs, pair_labels = keep.nonzero()
     if len(pair_docs) == 0:
         raise XtagError("label-text encoder: the training corpus has no (document, label) pair to learn from")
+    weights = None
+    if config.balance > 0:  # a pair drawn ∝ its label's frequency^-balance: the tail counts more
+        weights = np.bincount(pair_labels, minlength=Y.shape[1]).astype(np.float64)[pair_labels] ** -config.balance
+        weights /= weights.sum()
     step = 0
     for epoch in range(config.epochs):
         start, total, batches = time.perf_counter(), 0.0, 0
-        order = rng.permutation(len(pair_docs))
+        order = (
+            rng.permutation(len(pair_docs))
+            if weights is None
+            else rng.choice(len(pair_docs), len(pair_docs), p=weights)
+        )
         for lo in range(0, len(order), config.batch_size):
             pick = order[lo : lo + config.batch_size]
             if len(pick) < 2:
@@ -140,7 +152,7 @@ def fit_towers(
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            total += float(loss)
+            total += loss.item()
             batches += 1
             step += 1
         log(

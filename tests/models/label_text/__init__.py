@@ -1,0 +1,1 @@
+"""Tests of xtag.models.label_text."""

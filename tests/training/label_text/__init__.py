@@ -1,0 +1,1 @@
+"""Tests of xtag.training.label_text."""

@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from xtag.corpus.files import Corpus, label_counts, load_corpus, write_jsonl_gz
@@ -82,6 +84,22 @@ def _kept_texts(run: Path) -> LabelTexts | None:
     return LabelTexts.load(path) if path.is_file() else None
 
 
+@contextmanager
+def new_run_beside(out: Path) -> Iterator[Path]:
+    """An empty folder beside `out` (a killed earlier attempt's leftovers cleared) that becomes `out` when the block
+    ends, or is removed when it raises: an updated run appears whole or not at all."""
+    tmp = out.with_name(f".{out.name}.updating")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    fsync_dir(out.parent)
+
+
 def update_labels(run: Path, labels: Path, out: Path, echo=None) -> dict:
     """`xtag update RUN --labels FILE` without documents: RUN2 = RUN with the label file's new labels added from their
     text alone (training/label_text/stage.py add_labels), in seconds; needs a run trained with the label-text stage.
@@ -102,9 +120,8 @@ def update_labels(run: Path, labels: Path, out: Path, echo=None) -> dict:
     start = time.perf_counter()
     texts = read_label_file(labels)
     vocab = LabelVocab.load(run / "model" / "labels.json")
-    tmp = out.with_name(f".{out.name}.updating")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    with new_run_beside(out) as tmp:
+        tmp.rmdir()  # copytree makes it
         shutil.copytree(run, tmp, ignore=shutil.ignore_patterns("checkpoints"))
         added = add_labels(tmp / "model", texts, vocab.names)
         if not added:
@@ -121,11 +138,6 @@ def update_labels(run: Path, labels: Path, out: Path, echo=None) -> dict:
         }
         write_text_atomic(tmp / "summary.json", json.dumps(summary, indent=2))
         RunLog(tmp / "train_log.jsonl", echo)({"event": "done", **summary})
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    fsync_dir(out.parent)
     return summary
 
 
@@ -167,10 +179,7 @@ def update_run(
     if not added:
         raise XtagError(f"{corpus}: no label the run does not know; nothing to add (retrain to learn from it)")
 
-    tmp = out.with_name(f".{out.name}.updating")
-    shutil.rmtree(tmp, ignore_errors=True)  # a killed earlier attempt's leftovers
-    tmp.mkdir(parents=True)
-    try:
+    with new_run_beside(out) as tmp:
         rows = ({"id": i, "text": t, "labels": n} for i, t, n in zip(merged.ids, merged.texts, merged.labels))
         write_jsonl_gz(tmp / CORPUS_FILE, rows, level=1, ensure_ascii=False)
         saved = config.model_copy(update={"corpus": (out / CORPUS_FILE).resolve(), "format": "jsonl"})
@@ -209,9 +218,4 @@ def update_run(
         }
         write_text_atomic(tmp / "summary.json", json.dumps(summary, indent=2))
         log({"event": "done", **summary})
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    fsync_dir(out.parent)
     return summary

@@ -501,6 +501,20 @@ async def optimized_rows(
     return await explained_rows(request, model, texts, preds, body.threshold, label_text=body.label_text)
 
 
+def _served_again(route, path: str, errors: dict, parameters: list, summary: str, operation_id: str) -> None:
+    """`route`'s handler under another path, for a model by name or one version of it, in the OpenAPI schema."""
+    router.add_api_route(
+        path,
+        route.endpoint,
+        methods=["POST"],
+        response_model=route.response_model,
+        responses={**OK, **errors},
+        openapi_extra={**route.openapi_extra, "parameters": parameters},
+        summary=summary,
+        operation_id=operation_id,
+    )
+
+
 for _route in list(router.routes):
     if getattr(_route, "path", None) in ALIASES:
         router.add_api_route(
@@ -510,23 +524,19 @@ for _route in list(router.routes):
             include_in_schema=False,
             summary=f"alias of {_route.path}",
         )
-        router.add_api_route(
+        _served_again(
+            _route,
             NAMED[_route.path],
-            _route.endpoint,
-            methods=["POST"],
-            response_model=_route.response_model,
-            responses={**OK, **NAMED_ERRORS},
-            openapi_extra={**_route.openapi_extra, "parameters": [NAME_PARAMETER, ROUTING_PARAMETER]},
-            summary=f"{_route.summary}, by the model NAME (as {_route.path} does with the default model)",
-            operation_id=f"{_route.name}_named",
+            NAMED_ERRORS,
+            [NAME_PARAMETER, ROUTING_PARAMETER],
+            f"{_route.summary}, by the model NAME (as {_route.path} does with the default model)",
+            f"{_route.name}_named",
         )
-        router.add_api_route(
+        _served_again(
+            _route,
             PINNED[_route.path],
-            _route.endpoint,
-            methods=["POST"],
-            response_model=_route.response_model,
-            responses={**OK, **PINNED_ERRORS},
-            openapi_extra={**_route.openapi_extra, "parameters": [NAME_PARAMETER, VERSION_PARAMETER]},
-            summary=f"{_route.summary}, by version VERSION of the model NAME (no traffic routing)",
-            operation_id=f"{_route.name}_pinned",
+            PINNED_ERRORS,
+            [NAME_PARAMETER, VERSION_PARAMETER],
+            f"{_route.summary}, by version VERSION of the model NAME (no traffic routing)",
+            f"{_route.name}_pinned",
         )

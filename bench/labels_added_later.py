@@ -117,8 +117,8 @@ def update(work: Path) -> dict:
     }
 
 
-def measure(bundle_path: Path, test, held: set[str]) -> dict:
-    """P@1, P@5 and the held labels' recall@10 on the test split, each document's own id excluded."""
+def measure(bundle_path: Path, test, held: set[str]) -> tuple[dict, object]:
+    """P@1, P@5 and the held labels' recall@10 on the test split, each document's own id excluded; and the top 10."""
     bundle = load_bundle(bundle_path)
     vocab = bundle.predictor.vocab
     load = os.getloadavg()
@@ -128,7 +128,7 @@ def measure(bundle_path: Path, test, held: set[str]) -> dict:
     truth = ground_truth(test, vocab)
     metrics = evaluate(preds.labels[:, :5], truth.Y, (1, 5), truth.propensity)
     columns = np.array([j for j, name in enumerate(truth.names) if name in held], dtype=np.int64)
-    return {
+    row = {
         "labels": len(vocab),
         "P@1": metrics["P@1"],
         "P@5": metrics["P@5"],
@@ -138,6 +138,24 @@ def measure(bundle_path: Path, test, held: set[str]) -> dict:
         "evaluate_seconds": seconds,
         "load_average_before": list(load),
     }
+    return row, preds
+
+
+def kept_scores(before, updated, n_old: int) -> dict:
+    """Do the old labels keep their scores? Per document, the old labels of the updated top 10 (positions below
+    n_old: an update appends) against the top 10 before it, in order; and the largest change of a shared score."""
+    same, diff = 0, 0.0
+    for b_labels, b_scores, u_labels, u_scores in zip(before.labels, before.scores, updated.labels, updated.scores):
+        old = (u_labels >= 0) & (u_labels < n_old)
+        kept = u_labels[old]
+        same += bool(np.array_equal(kept, b_labels[: len(kept)]))
+        shared = np.intersect1d(kept, b_labels[b_labels >= 0])
+        if len(shared):
+            b = dict(zip(b_labels.tolist(), b_scores.tolist()))
+            u = dict(zip(u_labels.tolist(), u_scores.tolist()))
+            diff = max(diff, max(abs(b[j] - u[j]) for j in shared.tolist()))
+    n = len(before.labels)
+    return {"documents": n, "old_order_kept": same, "max_score_change": diff}
 
 
 def main() -> None:
@@ -162,17 +180,26 @@ def main() -> None:
         train_and_export(args.data / "train.jsonl.gz", args.data / "labels.jsonl.gz", folder)
         reference = folder / "bundle"
     test = load_corpus(args.data / "test.jsonl.gz")
-    rows = {}
+    rows, preds = {}, {}
     for name, bundle in (
         ("before update", args.work / "base" / "bundle"),
         ("updated", args.work / "updated" / "bundle"),
+        ("reference", reference),
     ):
-        rows[name] = measure(bundle, test, held)
-    rows["reference"] = measure(reference, test, held)
+        rows[name], preds[name] = measure(bundle, test, held)
+    kept = kept_scores(preds["before update"], preds["updated"], rows["before update"]["labels"])
+    print("kept", json.dumps(kept), flush=True)
     rows["before update"]["train_seconds"] = base["train_seconds"]
     for name, row in rows.items():
         print(name, json.dumps(row), flush=True)
-    payload = {"data": str(args.data), "reference": str(reference), "split": split, "update": updated, "rows": rows}
+    payload = {
+        "data": str(args.data),
+        "reference": str(reference),
+        "split": split,
+        "update": updated,
+        "rows": rows,
+        "kept": kept,
+    }
     save_result(args.out, payload)
 
 

@@ -148,4 +148,11 @@ def labels_added_later(r: dict) -> dict[str, str]:
         f"inside update_labels; load {_load(upd['load_average_before'])} before, "
         f"{_load(upd['load_average_after'])} after); its export {f1(upd['export_seconds'])} s."
     )
+    if "kept" in r:
+        kept = r["kept"]
+        note += (
+            f" Old labels: in {kept['old_order_kept']:,} of {kept['documents']:,} test documents "
+            "the old labels of the updated top 10 are the head of the top 10 before the update, in order (an added label "
+            f"may come between them); the largest change of a score both top 10s share: {kept['max_score_change']:.2g}."
+        )
     return {"table": table(header, "lrrrrrr", body) + note}

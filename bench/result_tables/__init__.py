@@ -9,7 +9,7 @@ from .bundle_truncate import bundle_truncate
 from .cold_start import cold_start, fresh_install
 from .contention import contention
 from .hardening import amplification, guard_cost, loop_stalls, request_cost
-from .label_text import label_encoders
+from .label_text import label_encoders, labels_added_later
 from .label_text_stage import label_text_stage
 from .lamp import lamp_better, lamp_candidates, lamp_debtags, lamp_fast
 from .lamp_ray import lamp_ray
@@ -94,5 +94,6 @@ BUILDERS = {
         contention,
         oip,
         label_encoders,
+        labels_added_later,
     )
 }

@@ -1,4 +1,6 @@
-"""The label-text encoder (issue 49): retrieval of labels by their text alone, one row per encoder kind."""
+"""Labels that speak on debdeps (issue 49): the label-text encoders' retrieval by a label's text alone
+(bench/label_encoders.py, one row per encoder kind), and labels added later from their text alone
+(bench/labels_added_later.py). The stage fused with the tree: label_text_stage.py."""
 
 from __future__ import annotations
 
@@ -49,3 +51,49 @@ def label_encoders(r: dict) -> dict[str, str]:
             f"train s), its top {hard['m']} for each training document."
         )
     return {"table": table(header, "l" + "r" * (len(header) - 1), rows) + note}
+
+
+def _load(pair: list[float]) -> str:
+    return f"{pair[0]:.1f}"
+
+
+@one_result_each
+def labels_added_later(r: dict) -> dict[str, str]:
+    """bench/labels_added_later.py: the held labels' recall@10 and everyone's P@1/P@5 before the update, after it and
+    in the reference that trained on them; the update's wall time."""
+    split, upd, rows = r["split"], r["update"], r["rows"]
+    body = [
+        [
+            name,
+            f"{x['labels']:,}",
+            f2(x["P@1"]),
+            f2(x["P@5"]),
+            f2(x["held_recall@10"]),
+            f1(x["evaluate_seconds"]),
+            _load(x["load_average_before"]),
+        ]
+        for name, x in rows.items()
+    ]
+    header = ["model", "labels", "P@1", "P@5", "held labels' R@10", "evaluate s", "load"]
+    held = rows["reference"]
+    note = (
+        f"\n\n{split['held_labels']:,} labels (seed {split['seed']}) drawn among the {split['pool']:,} training labels "
+        f"that have a description and occur in the test split; dropped from the training documents' labels "
+        f"({split['held_train_occurrences']:,} occurrences; {split['documents_left_without_labels']:,} of "
+        f"{split['train_documents']:,} documents left with no label and left out) and from the run's label file. "
+        f"Held labels' R@10: of their {held['held_test_occurrences']:,} test occurrences (in "
+        f"{held['held_test_documents']:,} documents), the share in the full top 10, own id excluded. "
+        f"Training of the run before the update: {f1(rows['before update']['train_seconds'])} s.\n\n"
+        f"`xtag update RUN --labels held.jsonl --out RUN2` added {upd['added_labels']:,} labels in "
+        f"**{f1(upd['update_wall_seconds'])} s** of wall time as a command ({f1(upd['update_seconds_in_process'])} s "
+        f"inside update_labels; load {_load(upd['load_average_before'])} before, "
+        f"{_load(upd['load_average_after'])} after); its export {f1(upd['export_seconds'])} s."
+    )
+    if "kept" in r:
+        kept = r["kept"]
+        note += (
+            f" Old labels: in {kept['old_order_kept']:,} of {kept['documents']:,} test documents "
+            "the old labels of the updated top 10 are the head of the top 10 before the update, in order (an added label "
+            f"may come between them); the largest change of a score both top 10s share: {kept['max_score_change']:.2g}."
+        )
+    return {"table": table(header, "lrrrrrr", body) + note}

@@ -108,25 +108,29 @@ def own_columns(doc_ids: list[str] | None, names: list[str]) -> np.ndarray | Non
     return np.array([column.get(doc, -1) for doc in doc_ids], dtype=np.int64)
 
 
-def trained_encoder(run: TrainInputs, Y: sp.csr_matrix, texts: list[str], names: list[str], hard: sp.csr_matrix):
-    """The encoder, trained, or the one a killed or resumed run finished before (checkpoints/label_text/encoder)."""
+def trained_encoder(
+    run: TrainInputs, docs: np.ndarray, Y: sp.csr_matrix, texts: list[str], names: list[str], hard: sp.csr_matrix
+):
+    """The encoder trained on the documents `docs` (rows of run.texts; `Y` and `hard` are their rows), or the one a
+    killed or resumed run finished before (checkpoints/label_text/heldout_encoder: trained with the held-out
+    documents left out, as the held-out tree)."""
     from xtag.models.label_text.encoder import LabelTextEncoder
 
-    folder = run.checkpoint_dir / "label_text" / "encoder"
+    folder = run.checkpoint_dir / "label_text" / "heldout_encoder"
     if (folder / "config.json").is_file():
         run.log({"event": "resume", "what": "label-text encoder"})
         return LabelTextEncoder.load(folder)
     encoder = train_label_encoder(
-        run.texts,
+        [run.texts[i] for i in docs],
         Y,
         texts,
         run.config.label_text.encoder,
         hard_negatives=hard,
-        doc_ids=run.doc_ids,
+        doc_ids=None if run.doc_ids is None else [run.doc_ids[i] for i in docs],
         label_ids=names,
         log=run.log,
     )
-    tmp = folder.with_name("encoder.tmp")
+    tmp = folder.with_name("heldout_encoder.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     encoder.save(tmp)
     tmp.rename(folder)  # whole or not at all
@@ -141,16 +145,19 @@ def train_stage(run: TrainInputs, X: sp.csr_matrix, tree, retrain: Callable) -> 
     texts = run.label_texts.texts_for(names)
     n_tree = run.Y.shape[1]
     Y = sp.hstack([run.Y, sp.csr_matrix((run.Y.shape[0], len(names) - n_tree))], format="csr")
-    hard = shortlist_matrix(top_candidates(tree, X, cfg.tree_candidates).labels, len(names))
-    run.log({"event": "label_text", "what": "hard negatives", "seconds": round(time.perf_counter() - start, 3)})
-    encoder = trained_encoder(run, Y, texts, names, hard)
-    embeddings = encode(encoder, texts, labels=True)
-    frequencies = np.concatenate([np.diff(run.Y.tocsc().indptr), np.zeros(len(names) - n_tree, np.int64)])
 
     rng = np.random.default_rng(cfg.seed)
     n = X.shape[0]
     held = np.sort(rng.permutation(n)[: min(cfg.max_heldout, max(1, int(n * cfg.heldout_fraction)))])
     rest = np.setdiff1d(np.arange(n), held)
+    # The encoder never sees the held-out documents, as the held-out tree does not (NGAME fits its fusion on
+    # held-out data): trained on them, their cosines to their own labels are inflated, and the fusion learnt to
+    # trust the cosine more than it earns on unseen documents (debdeps: tfidf-linear's stage fell below the tree).
+    hard = shortlist_matrix(top_candidates(tree, X[rest], cfg.tree_candidates).labels, len(names))
+    run.log({"event": "label_text", "what": "hard negatives", "seconds": round(time.perf_counter() - start, 3)})
+    encoder = trained_encoder(run, rest, Y[rest], texts, names, hard)
+    embeddings = encode(encoder, texts, labels=True)
+    frequencies = np.concatenate([np.diff(run.Y.tocsc().indptr), np.zeros(len(names) - n_tree, np.int64)])
     t = time.perf_counter()
     part = retrain(X[rest], run.Y[rest], run.checkpoint_dir / "label_text" / "heldout_tree")
     run.log(

@@ -55,3 +55,51 @@ def test_predict_label_text_in_json_lines_and_on_the_text_line(tiny_texts_bundle
         assert [{k: v for k, v in x.items() if k not in ("label", "description")} for x in a["labels"]] == b["labels"]
         assert all(set(x) == {"name", "score"} for x in b["labels"])
         assert all(x["label"] and "description" in x for x in a["labels"])
+
+
+def test_a_skos_vocabulary_trains_serves_and_filters_a_branch(tmp_path):
+    """Issue 49's SKOS must-show: a vocabulary with alt labels and a broader tree (root → facet → topic) over an
+    Annif TSV corpus trains with the label-text stage, serves, and a facet excludes or includes its whole branch."""
+    from fastapi.testclient import TestClient
+    from xtag.config.settings import Settings
+    from xtag.service.app import create_app
+
+    from tests.service.svc_support import wait_ready
+
+    uri = {name: EX + name.replace("::", "-") for name in TOPICS}
+    facets = sorted({name.split("::")[0] for name in TOPICS})
+    rows = make_rows(200, seed=5)
+    corpus = tmp_path / "train.tsv"
+    corpus.write_text("".join(r["text"] + "\t" + " ".join(f"<{uri[n]}>" for n in r["labels"]) + "\n" for r in rows))
+    concepts = [f'<{EX}root> a skos:Concept ; skos:prefLabel "Topics"@en .']
+    concepts += [
+        f'<{EX}{f}> a skos:Concept ; skos:prefLabel "{f} packages"@en ; skos:broader <{EX}root> .' for f in facets
+    ]
+    concepts += [
+        f'<{u}> a skos:Concept ; skos:prefLabel "{name}"@en ; skos:altLabel "{TOPICS[name].split()[0]}"@en ; '
+        f'skos:definition "{TOPICS[name]}"@en ; skos:broader <{EX}{name.split("::")[0]}> .'
+        for name, u in uri.items()
+    ]
+    vocab = tmp_path / "vocab.ttl"
+    vocab.write_text("@prefix skos: <http://www.w3.org/2004/02/skos/core#> .\n" + "\n".join(concepts) + "\n")
+    run, bundle = tmp_path / "run", tmp_path / "bundle"
+    args = ["train", "--corpus", str(corpus), "--labels", str(vocab), "--out", str(run), "--max-leaf-size", "4"]
+    r = runner.invoke(app, [*args, "--threads", "1", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert runner.invoke(app, ["export", str(run), "--out", str(bundle)]).exit_code == 0
+
+    game = {u for name, u in uri.items() if name.startswith("game::")} | {EX + "game"}
+    text = "shooter weapons arena frag puzzle tiles solve logic"
+    with TestClient(create_app(Settings(_env_file=None, bundle=bundle))) as client:
+        wait_ready(client)
+        plain = client.post("/v1/predict", json={"text": text, "k": 4}).json()["labels"]
+        assert {label["name"] for label in plain} & game  # the text is about games
+        out = client.post("/v1/predict", json={"text": text, "k": 4, "exclude": [EX + "game"]})
+        assert out.status_code == 200, out.text
+        assert not {label["name"] for label in out.json()["labels"]} & game  # the facet took its branch with it
+        only = client.post("/v1/predict", json={"text": text, "k": 20, "include": [EX + "game"], "label_text": True})
+        shown = only.json()["labels"]
+        assert shown and {label["name"] for label in shown} <= game
+        assert all("label" in label for label in shown)  # the vocabulary's prefLabel
+        unknown = client.post("/v1/predict", json={"text": text, "exclude": [EX + "nope"]})
+        assert unknown.status_code == 422 and EX + "nope" in unknown.text

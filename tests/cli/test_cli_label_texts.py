@@ -13,25 +13,35 @@ runner = CliRunner()
 EX = "http://example.org/topics/"
 
 
-def test_train_with_a_skos_vocabulary_over_an_annif_corpus(tmp_path):
-    uri = {name: EX + name.replace("::", "-") for name in TOPICS}
-    rows = make_rows(200, seed=3)
+URI = {name: EX + name.replace("::", "-") for name in TOPICS}
+
+
+def trained_over_skos(tmp_path, concepts: list[str], seed: int):
+    """An Annif TSV corpus labelled by URI and a SKOS vocabulary of `concepts` (Turtle), trained (`--labels`) and
+    exported: (the train command's output, the bundle)."""
     corpus = tmp_path / "train.tsv"
-    corpus.write_text("".join(r["text"] + "\t" + " ".join(f"<{uri[n]}>" for n in r["labels"]) + "\n" for r in rows))
-    concepts = [f'<{EX}root> a skos:Concept ; skos:prefLabel "Topics"@en .']
-    concepts += [
-        f'<{u}> a skos:Concept ; skos:prefLabel "{name}"@en ; skos:altLabel "{TOPICS[name].split()[0]}"@en ; '
-        f"skos:broader <{EX}root> ."
-        for name, u in uri.items()
-    ]
+    rows = make_rows(200, seed=seed)
+    corpus.write_text("".join(r["text"] + "\t" + " ".join(f"<{URI[n]}>" for n in r["labels"]) + "\n" for r in rows))
     vocab = tmp_path / "vocab.ttl"
     vocab.write_text("@prefix skos: <http://www.w3.org/2004/02/skos/core#> .\n" + "\n".join(concepts) + "\n")
     run, bundle = tmp_path / "run", tmp_path / "bundle"
     args = ["train", "--corpus", str(corpus), "--labels", str(vocab), "--out", str(run), "--max-leaf-size", "4"]
     r = runner.invoke(app, [*args, "--threads", "1", "--no-progress"])
     assert r.exit_code == 0, r.output
-    assert "not in the label file" not in r.output  # the vocabulary names every label of the corpus
     assert runner.invoke(app, ["export", str(run), "--out", str(bundle)]).exit_code == 0
+    return r.output, bundle
+
+
+def test_train_with_a_skos_vocabulary_over_an_annif_corpus(tmp_path):
+    uri = URI
+    concepts = [f'<{EX}root> a skos:Concept ; skos:prefLabel "Topics"@en .']
+    concepts += [
+        f'<{u}> a skos:Concept ; skos:prefLabel "{name}"@en ; skos:altLabel "{TOPICS[name].split()[0]}"@en ; '
+        f"skos:broader <{EX}root> ."
+        for name, u in uri.items()
+    ]
+    output, bundle = trained_over_skos(tmp_path, concepts, seed=3)
+    assert "not in the label file" not in output  # the vocabulary names every label of the corpus
     texts = load_bundle(bundle).predictor.label_texts
     assert texts.get(uri["game::fps"]).alt_labels == ("shooter",)
     assert texts.branch([EX + "root"]) == {EX + "root", *uri.values()}
@@ -66,11 +76,8 @@ def test_a_skos_vocabulary_trains_serves_and_filters_a_branch(tmp_path):
 
     from tests.service.svc_support import wait_ready
 
-    uri = {name: EX + name.replace("::", "-") for name in TOPICS}
+    uri = URI
     facets = sorted({name.split("::")[0] for name in TOPICS})
-    rows = make_rows(200, seed=5)
-    corpus = tmp_path / "train.tsv"
-    corpus.write_text("".join(r["text"] + "\t" + " ".join(f"<{uri[n]}>" for n in r["labels"]) + "\n" for r in rows))
     concepts = [f'<{EX}root> a skos:Concept ; skos:prefLabel "Topics"@en .']
     concepts += [
         f'<{EX}{f}> a skos:Concept ; skos:prefLabel "{f} packages"@en ; skos:broader <{EX}root> .' for f in facets
@@ -80,13 +87,7 @@ def test_a_skos_vocabulary_trains_serves_and_filters_a_branch(tmp_path):
         f'skos:definition "{TOPICS[name]}"@en ; skos:broader <{EX}{name.split("::")[0]}> .'
         for name, u in uri.items()
     ]
-    vocab = tmp_path / "vocab.ttl"
-    vocab.write_text("@prefix skos: <http://www.w3.org/2004/02/skos/core#> .\n" + "\n".join(concepts) + "\n")
-    run, bundle = tmp_path / "run", tmp_path / "bundle"
-    args = ["train", "--corpus", str(corpus), "--labels", str(vocab), "--out", str(run), "--max-leaf-size", "4"]
-    r = runner.invoke(app, [*args, "--threads", "1", "--no-progress"])
-    assert r.exit_code == 0, r.output
-    assert runner.invoke(app, ["export", str(run), "--out", str(bundle)]).exit_code == 0
+    _, bundle = trained_over_skos(tmp_path, concepts, seed=5)
 
     game = {u for name, u in uri.items() if name.startswith("game::")} | {EX + "game"}
     text = "shooter weapons arena frag puzzle tiles solve logic"

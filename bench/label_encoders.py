@@ -29,6 +29,7 @@ import scipy.sparse as sp
 from xtag.corpus.files import build_vocab, load_corpus
 from xtag.corpus.label_files import read_label_file
 from xtag.models.features.tfidf import TfidfConfig
+from xtag.models.inference.label_filter import own_positions
 from xtag.training.label_text.config import LabelTextConfig
 from xtag.training.label_text.contrastive import train_label_encoder
 
@@ -135,7 +136,7 @@ def main() -> None:
     train_labels = set(vocab.names)
     truth = [{column[x] for x in doc_labels} for doc_labels in test.labels]
     test_only = [{column[x] for x in doc_labels if x not in train_labels} for doc_labels in test.labels]
-    own = np.array([column.get(doc, -1) for doc in test.ids], dtype=np.int64)
+    own = own_positions(test.ids, column)
     all_texts = labels.texts_for(all_ids)
     overrides = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
 

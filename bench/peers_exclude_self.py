@@ -21,6 +21,7 @@ import numpy as np
 from xtag.corpus.files import load_corpus
 from xtag.evaluation.evaluate import ground_truth
 from xtag.models.features.tfidf import TfidfConfig
+from xtag.models.inference.label_filter import LabelFilter, self_filters
 from xtag.models.metrics import evaluate, occurrence_recall
 
 from bench.helpers.pecos import PECOS_PY, ROOT, featurize
@@ -33,17 +34,11 @@ PEERS = {  # peer -> (runner module, its prediction file, its extra arguments)
 }
 
 
-def own_ids(test_ids: list[str], index: dict[str, int]) -> np.ndarray:
-    """Each test document's own label id, or -1 when the document is not a label."""
-    return np.array([index.get(i, -1) for i in test_ids], dtype=np.int64)
-
-
-def without_own(pred: np.ndarray, own: np.ndarray, k: int) -> np.ndarray:
-    """The top k of each row after its own id is dropped (rows keep their order; -1 pads)."""
-    keep = pred != own[:, None]
+def without_own(pred: np.ndarray, filters: list[LabelFilter | None], k: int) -> np.ndarray:
+    """The top k of each row that its `--exclude-self` filter allows (rows keep their order; -1 pads)."""
     out = np.full((pred.shape[0], k), -1, dtype=np.int64)
-    for i in range(pred.shape[0]):
-        row = pred[i][keep[i]][:k]
+    for i, f in enumerate(filters):
+        row = (pred[i][pred[i] >= 0] if f is None else pred[i][f.allowed(pred[i])])[:k]
         out[i, : len(row)] = row
     return out
 
@@ -70,7 +65,7 @@ def main() -> None:
     test = load_corpus(args.data / "test.jsonl.gz")
     truth = ground_truth(test, vocab)
     test_only = np.arange(len(vocab), truth.Y.shape[1])  # the unseen columns ground_truth appends
-    own = own_ids(test.ids, vocab.index)
+    own = self_filters(test.ids, vocab)  # as `xtag evaluate --exclude-self` (models/inference/label_filter.py)
     rows, runs = {}, {}
     for peer, (module, pred_file, extra) in PEERS.items():
         if not (args.reuse and (args.workdir / pred_file).exists()):
@@ -84,7 +79,7 @@ def main() -> None:
         print(peer, rows[peer], f"train {runs[peer]['train_s']:.0f} s", flush=True)
     save_result(
         "peers_exclude_self",
-        {"rows": rows, "runs": runs, "shape": shape, "documents_that_are_labels": int((own >= 0).sum())},
+        {"rows": rows, "runs": runs, "shape": shape, "documents_that_are_labels": sum(f is not None for f in own)},
     )
 
 

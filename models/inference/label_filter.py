@@ -21,7 +21,7 @@ search pads; a score is never NaN.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,11 +60,17 @@ def _positions(ids: Iterable[int]) -> np.ndarray:
     return np.unique(np.fromiter(ids, np.int64))
 
 
+def own_positions(ids: Sequence[object], index: Mapping[str, int]) -> np.ndarray:
+    """Each document's own label: the position (in `index`, name → position) of the label named as the document's
+    id, else -1. A package never depends on itself: `--exclude-self`, the label-text stage's fusion fit and its
+    encoder's masks all ask this one question."""
+    return np.array([index.get(str(i), -1) for i in ids], dtype=np.int64)
+
+
 def self_filters(ids: Sequence[object], vocab: LabelVocab) -> list[LabelFilter | None]:
-    """`--exclude-self`: each document whose id is a label's name may not get that label (a package never depends
-    on itself); other documents are not filtered."""
-    index = vocab.index
-    return [None if (j := index.get(str(i))) is None else LabelFilter(np.array([j], np.int64)) for i in ids]
+    """`--exclude-self`: each document whose id is a label's name may not get that label; other documents are not
+    filtered."""
+    return [None if j < 0 else LabelFilter(np.array([j], np.int64)) for j in own_positions(ids, vocab.index)]
 
 
 def label_positions(

@@ -21,19 +21,16 @@ import scipy.sparse as sp
 import torch
 from xtag.models.errors import XtagError
 from xtag.models.features.tfidf import TfidfFeaturizer
+from xtag.models.inference.label_filter import own_positions
 from xtag.models.label_text.encoder import LabelTextEncoder, LabelTextEncoderConfig
 from xtag.training.label_text.config import LabelTextConfig
 
 
 def own_labels(doc_ids: Sequence[str] | None, label_ids: Sequence[str] | None, n_docs: int) -> np.ndarray:
     """For each document, the column of the label that is the document itself (same id), else -1."""
-    own = np.full(n_docs, -1, dtype=np.int64)
     if doc_ids is None or label_ids is None:
-        return own
-    column = {label: j for j, label in enumerate(label_ids)}
-    for i, doc in enumerate(doc_ids):
-        own[i] = column.get(doc, -1)
-    return own
+        return np.full(n_docs, -1, dtype=np.int64)
+    return own_positions(doc_ids, {label: j for j, label in enumerate(label_ids)})
 
 
 class Tower(torch.nn.Module):

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 from xtag.models.families import TrainInputs, family
+from xtag.models.inference.label_filter import own_positions
 from xtag.models.label_text.fusion import Fusion
 from xtag.models.label_text.index import LabelIndex
 from xtag.models.label_text.loaders import LOADERS
@@ -104,8 +105,7 @@ def own_columns(doc_ids: list[str] | None, names: list[str]) -> np.ndarray | Non
     """Per document, the column of the label that is the document itself (same id), else -1; None without ids."""
     if doc_ids is None:
         return None
-    column = {name: j for j, name in enumerate(names)}
-    return np.array([column.get(doc, -1) for doc in doc_ids], dtype=np.int64)
+    return own_positions(doc_ids, {name: j for j, name in enumerate(names)})
 
 
 def trained_encoder(

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gzip
 import json
 import os
 import shutil
@@ -32,7 +31,7 @@ from pathlib import Path
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.helpers.load import Conn, rss_mib, start_server
+from bench.helpers.load import Conn, read_texts, rss_mib, start_server, stopped
 from bench.helpers.results import save_result
 from bench.helpers.server import free_port
 
@@ -52,11 +51,6 @@ def parse_args() -> argparse.Namespace:
     return ap.parse_args()
 
 
-def read_texts(path: Path, n: int = 2000) -> list[str]:
-    with (gzip.open if path.suffix == ".gz" else open)(path, "rt") as f:
-        return [json.loads(line)["text"] for line, _ in zip(f, range(n))]
-
-
 def serve(root: Path, port: int, limit_mb: float):
     env = {
         "XTAG_MODELS": ",".join(f"{n}={root / n}" for n in NAMES[1:]),
@@ -65,11 +59,6 @@ def serve(root: Path, port: int, limit_mb: float):
         "XTAG_MAX_QUEUE": "0",
     }
     return start_server(root / NAMES[0], port, None, ROOT, env)
-
-
-def stop(proc) -> None:
-    proc.terminate()
-    proc.wait(30)
 
 
 async def post(conn: Conn, model: str, text: str) -> tuple[int, float]:
@@ -156,24 +145,22 @@ def summary(seconds: list[float]) -> dict:
 
 def main() -> int:
     args = parse_args()
-    texts = read_texts(args.texts)
+    texts = read_texts(args.texts, 2000)
     bundle_mb = sum(f.stat().st_size for f in args.bundle.rglob("*") if f.is_file()) / 2**20
     with tempfile.TemporaryDirectory(prefix="xtag-lazy-bench-") as tmp:
         root = Path(tmp)
         for name in NAMES:
             shutil.copytree(args.bundle, root / name)
         port = free_port()
-        proc = serve(root, port, 100_000)  # the first server: RSS with the default loaded, nothing else
-        base_mb = rss_mib(proc.pid)
-        stop(proc)
+        with stopped(serve(root, port, 100_000)) as proc:  # the first server: RSS with the default loaded alone
+            base_mb = rss_mib(proc.pid)
         limit_mb = base_mb + args.room * bundle_mb
         print(
             f"bundle {bundle_mb:.0f} MB, RSS with m0 {base_mb:.0f} MB: XTAG_MAX_MEMORY_MB={limit_mb:.0f}",
             file=sys.stderr,
         )
         port = free_port()
-        proc = serve(root, port, limit_mb)
-        try:
+        with stopped(serve(root, port, limit_mb)) as proc:
             first = json.loads(asyncio.run(get(port, "/v1/models")))
             cold_run = asyncio.run(cold(port, texts, args.cold))
             print(f"cold done (load {os.getloadavg()[0]:.2f})", file=sys.stderr)
@@ -183,8 +170,6 @@ def main() -> int:
             final = metrics(port)
             rss_end = rss_mib(proc.pid)
             last = json.loads(asyncio.run(get(port, "/v1/models")))
-        finally:
-            stop(proc)
     by_model = run["by_model"]
     statuses = [s for m in by_model.values() for s in m["status"]]
     payload = {

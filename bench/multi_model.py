@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gzip
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from contextlib import ExitStack, contextmanager
@@ -37,18 +35,12 @@ import numpy as np
 
 from bench.helpers import load as service_load
 from bench.helpers import results
-from bench.helpers.load import Conn, Tally, ms, rss_mib
+from bench.helpers.load import Conn, Tally, interleaved, ms, read_texts, rss_mib, stopped
 
 ROOT = Path(__file__).resolve().parents[1]
 
 ADMIN_KEY = "bench-admin"
 ADMIN = f"X-Admin-Key: {ADMIN_KEY}\r\n"
-
-
-def read_texts(path: Path, n: int) -> list[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as f:
-        return [json.loads(line)["text"] for line, _ in zip(f, range(n))]
 
 
 @contextmanager
@@ -57,15 +49,8 @@ def server(a: Path, port: int, extra: dict, code: Path = ROOT):
     killed on exit."""
     # back-to-back reloads are what the lifecycle measures: no XTAG_RELOAD_INTERVAL_S between them
     env = {"XTAG_ADMIN_KEY": ADMIN_KEY, "XTAG_MAX_QUEUE": "0", "XTAG_RELOAD_INTERVAL_S": "0", **extra}
-    proc = service_load.start_server(a, port, None, code, env)
-    try:
+    with stopped(service_load.start_server(a, port, None, code, env)) as proc:
         yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 async def call(port: int, method: str, path: str, body: dict | None = None, auth: str = "") -> tuple[int, dict]:
@@ -114,32 +99,6 @@ async def warm(port: int, texts: list[str], paths: list[str]) -> None:
                 await conn.request("POST", path, json.dumps({"text": text, "k": 10}).encode())
     finally:
         conn.close()
-
-
-def cpu_seconds(pid: int) -> float:
-    """The process's user + system CPU time: unlike wall time, hardly moved by other work on a shared machine."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-async def interleaved(servers: dict[str, tuple[int, int]], path: str, bodies: list[bytes], repeat: int) -> dict:
-    """Each body `repeat` times to every server in turn, request by request (the order rotating), so that the
-    machine's other work falls on all alike; per server: each request's seconds and its process's CPU seconds."""
-    keys = list(servers)
-    conns = {key: await Conn.open(servers[key][0]) for key in keys}
-    seconds: dict[str, list[float]] = {key: [] for key in keys}
-    cpu = {key: cpu_seconds(servers[key][1]) for key in keys}
-    try:
-        for i in range(repeat * len(bodies)):
-            for key in keys[i % len(keys) :] + keys[: i % len(keys)]:
-                t = time.perf_counter()
-                status, _, _ = await conns[key].request("POST", path, bodies[i % len(bodies)])
-                seconds[key].append(time.perf_counter() - t)
-                assert status == 200, (key, status)
-    finally:
-        for conn in conns.values():
-            conn.close()
-    return {key: (np.array(seconds[key]), cpu_seconds(servers[key][1]) - cpu[key]) for key in keys}
 
 
 def compare_latency(servers: dict[str, tuple[int, int]], texts: list[str], rounds: int, per_round: int, batches: int):

@@ -38,8 +38,7 @@ import numpy as np
 
 from bench.helpers import load as service_load
 from bench.helpers import results
-from bench.helpers.load import Conn, ms
-from bench.multi_model import interleaved, read_texts
+from bench.helpers.load import Conn, interleaved, ms, read_texts, stopped
 
 ROOT = Path(__file__).resolve().parents[1]
 ADMIN_KEY = "bench-admin"
@@ -63,8 +62,7 @@ def versioned_server(root: Path, port: int):
          "XTAG_ADMIN_KEY": ADMIN_KEY, "XTAG_MAX_QUEUE": "0"}
     )  # fmt: skip
     code = f"from xtag.service.server import serve; serve(None, '127.0.0.1', {port}, 1)"
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env)
-    try:
+    with stopped(subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env)) as proc:
         deadline = time.time() + 300
         while True:
             if proc.poll() is not None:
@@ -79,25 +77,12 @@ def versioned_server(root: Path, port: int):
                 raise SystemExit("versions not ready in 300 s")
             time.sleep(0.2)
         yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 @contextmanager
 def plain_server(bundle: Path, port: int, code: Path):
-    proc = service_load.start_server(bundle, port, 0, code, {})
-    try:
+    with stopped(service_load.start_server(bundle, port, 0, code, {})) as proc:
         yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 async def call(port: int, method: str, path: str, body: dict | None = None, auth: str = "") -> tuple[int, dict]:

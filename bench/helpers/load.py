@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
+import json
 import os
 import resource
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from bench.helpers.server import cpu_seconds
 
 FALLBACK_TEXTS = [
     "command line tool written in C to convert images between formats",
@@ -165,3 +171,43 @@ async def _once(port: int, method: str, path: str) -> tuple[int, dict, bytes]:
         return await conn.request(method, path, None)
     finally:
         conn.close()
+
+
+def read_texts(path: Path, n: int) -> list[str]:
+    """The first `n` texts of a JSONL(.gz) corpus."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        return [json.loads(line)["text"] for line, _ in zip(f, range(n))]
+
+
+@contextmanager
+def stopped(proc: subprocess.Popen) -> Iterator[subprocess.Popen]:
+    """`proc` (a server), terminated when the block ends, killed if it has not exited 20 s later."""
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+async def interleaved(servers: dict[str, tuple[int, int]], path: str, bodies: list[bytes], repeat: int) -> dict:
+    """Each body `repeat` times to every server in turn, request by request (the order rotating), so that the
+    machine's other work falls on all alike; per server: each request's seconds and its process's CPU seconds."""
+    keys = list(servers)
+    conns = {key: await Conn.open(servers[key][0]) for key in keys}
+    seconds: dict[str, list[float]] = {key: [] for key in keys}
+    cpu = {key: cpu_seconds(servers[key][1]) for key in keys}
+    try:
+        for i in range(repeat * len(bodies)):
+            for key in keys[i % len(keys) :] + keys[: i % len(keys)]:
+                t = time.perf_counter()
+                status, _, _ = await conns[key].request("POST", path, bodies[i % len(bodies)])
+                seconds[key].append(time.perf_counter() - t)
+                assert status == 200, (key, status)
+    finally:
+        for conn in conns.values():
+            conn.close()
+    return {key: (np.array(seconds[key]), cpu_seconds(servers[key][1]) - cpu[key]) for key in keys}

@@ -54,15 +54,14 @@ def candidates(tree: Predictions, queries: np.ndarray, index: LabelIndex, m: int
     """(labels n × (K+M), their fusion features n × (K+M) × F): the tree's top K, then the index's top M for each
     query that the tree did not propose (a repeated or missing one is -1). The one candidate builder of serving and
     of the fusion's fitting (training/label_text/fusion.py)."""
-    tree_labels = tree.labels
-    proposed = tree_labels >= 0
+    proposed = tree.labels >= 0
     tree_scores = np.where(proposed & np.isfinite(tree.scores), tree.scores, 0.0)
-    found, sims = index.search(queries, m)
+    tree_labels = np.where(proposed, tree.labels, -1)
+    found, sims, tree_cosine = index.search_and_cosines(queries, m, tree_labels)
     repeated = (found[:, :, None] == tree_labels[:, None, :]).any(axis=2)
     found = np.where(repeated | (found < 0), -1, found)
-    tree_labels = np.where(proposed, tree_labels, -1)
     labels = np.concatenate([tree_labels, found], axis=1)
-    cosine = np.concatenate([index.cosines(queries, tree_labels), np.where(found >= 0, sims, 0.0)], axis=1)
+    cosine = np.concatenate([tree_cosine, np.where(found >= 0, sims, 0.0)], axis=1)
     scores = np.concatenate([tree_scores, np.zeros(found.shape, np.float32)], axis=1)
     absent = np.concatenate([np.zeros(tree_labels.shape, bool), np.ones(found.shape, bool)], axis=1)
     frequency = index.frequencies[np.maximum(labels, 0)]

@@ -1,0 +1,68 @@
+"""The sparse label index (the untrained TF-IDF encoder's) searches exactly: its top k is the brute-force product's,
+ties in label order, with the tree's labels' cosines read from the same product; an empty query never gives NaN."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from xtag.models.label_text.index import SAMPLE, LabelIndex, top_of
+
+
+def sparse_index(labels: int = 3000, terms: int = 400, seed: int = 0) -> LabelIndex:
+    rng = np.random.default_rng(seed)
+    E = sp.random(labels, terms, density=0.02, random_state=rng, format="csr", dtype=np.float32)
+    E.data = np.round(E.data, 1) + 0.1  # few distinct values: many ties
+    norms = np.sqrt(np.asarray(E.multiply(E).sum(axis=1))).ravel()
+    E = sp.csr_matrix(sp.diags(1 / np.where(norms > 0, norms, 1)) @ E, dtype=np.float32)
+    return LabelIndex.build(E, rng.integers(0, 5, labels))
+
+
+def brute_force(index: LabelIndex, queries: sp.csr_matrix, k: int) -> tuple[np.ndarray, np.ndarray]:
+    scores = (queries @ index.embeddings.T).toarray().astype(np.float32)
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]  # ties in label order
+    return order, np.take_along_axis(scores, order, axis=1)
+
+
+def queries(index: LabelIndex, n: int = 40, seed: int = 1) -> sp.csr_matrix:
+    rng = np.random.default_rng(seed)
+    Q = sp.random(n, index.info.dim, density=0.05, random_state=rng, format="csr", dtype=np.float32)
+    Q[n - 1] = 0  # a text that embeds to nothing
+    Q.eliminate_zeros()
+    return Q
+
+
+def test_the_sparse_top_k_is_the_exact_one_ties_in_label_order():
+    index = sparse_index()
+    assert index.info.index == "sparse" and index.n_labels >= SAMPLE * 20 * 4  # the sampled bound is used
+    Q = queries(index)
+    for k in (1, 20, 64):
+        ids, sims = index.search(Q, k)
+        want_ids, want_sims = brute_force(index, Q, k)
+        assert np.allclose(sims, want_sims, atol=1e-6)
+        same_score = np.isclose(np.take_along_axis((Q @ index.embeddings.T).toarray(), ids, 1), want_sims)
+        assert same_score.all()
+        assert (ids == want_ids).mean() > 0.99  # a float sum's last bit may order two equal-looking scores apart
+
+
+def test_the_tree_labels_cosines_come_from_the_same_product():
+    index = sparse_index()
+    Q = queries(index)
+    labels = np.random.default_rng(2).integers(-1, index.n_labels, (Q.shape[0], 7))
+    ids, sims, cos = index.search_and_cosines(Q, 20, labels)
+    searched = index.search(Q, 20)
+    assert np.array_equal(ids, searched[0]) and np.array_equal(sims, searched[1])
+    assert np.allclose(cos, index.cosines(Q, labels), atol=1e-6)
+    assert (cos[labels < 0] == 0).all() and np.isfinite(cos).all()
+
+
+def test_an_empty_query_scores_zero_never_nan():
+    index = sparse_index()
+    ids, sims, cos = index.search_and_cosines(sp.csr_matrix((1, index.info.dim), dtype=np.float32), 5, np.array([[3]]))
+    assert np.array_equal(ids, [[0, 1, 2, 3, 4]]) and (sims == 0).all() and (cos == 0).all()
+
+
+def test_top_of_keeps_every_tie_at_the_bound():
+    scores = np.zeros(1000, np.float32)
+    scores[[10, 500, 900]] = 1.0
+    assert top_of(scores, 5).tolist() == [10, 500, 900, 0, 1]
+    assert top_of(np.array([0.5, 0.7, 0.5], np.float32), 2).tolist() == [1, 0]  # too short to sample

@@ -9,12 +9,14 @@ untrained TF-IDF encoder's rows are sparse and as wide as its vocabulary: no FAI
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field
+from xtag.models.engine.jit import njit
 from xtag.models.errors import XtagError, reading
 from xtag.models.files import index_bounds
 from xtag.models.files.atomic import write_text_atomic
@@ -22,21 +24,56 @@ from xtag.models.files.atomic import write_text_atomic
 INDEX_FILE = "faiss.index"
 SPARSE_FILE = "embeddings.npz"
 FREQUENCY_FILE = "frequencies.npy"
-SAMPLE = 8  # the sparse kind's top k: the k-th best of every 8th label's score bounds the k-th best of all from below
 
 
-def top_of(scores: np.ndarray, k: int) -> np.ndarray:
-    """Positions of one row's k best scores, best first, ties in position order. Only the scores at least as high as
-    the k-th best of every SAMPLE-th one (a lower bound of the k-th best of all) are sorted: about SAMPLE × k of
-    them, where an argpartition of the whole row took as long as the product that made it (41,185 labels)."""
-    if len(scores) >= SAMPLE * k * 4:
-        floor = np.partition(scores[::SAMPLE], -k)[-k]
-        above = np.flatnonzero(scores > floor)
-        ties = np.flatnonzero(scores == floor)[:k]  # the floor is a score: at least one tie
-        positions = np.union1d(above, ties)
-    else:
-        positions = np.arange(len(scores))
-    return positions[np.argsort(-scores[positions], kind="stable")[:k]]
+@njit()
+def _sparse_top_k(q_ptr, q_terms, q_weights, t_ptr, t_labels, t_weights, n_labels, labels, out_ids, out_sims, out_cos):
+    """Per query: its cosines with every label (its terms' postings summed into one buffer), the k best into
+    out_ids/out_sims (k = their width, best first, ties in label order) by one pass that keeps a sorted top k, and the
+    cosines of its row of `labels` (-1: 0) into out_cos. scipy's sparse product, a full-row argpartition and a second
+    lookup for `labels` took 3× as long on debdeps (41,185 labels; bench/RESULTS.md)."""
+    k = out_ids.shape[1]
+    acc = np.zeros(n_labels, np.float32)
+    for i in range(q_ptr.size - 1):
+        for p in range(q_ptr[i], q_ptr[i + 1]):
+            term, w = q_terms[p], q_weights[p]
+            for e in range(t_ptr[term], t_ptr[term + 1]):
+                acc[t_labels[e]] += w * t_weights[e]
+        for j in range(min(k, n_labels)):  # the first k labels, sorted, then every other one that beats the last kept
+            out_ids[i, j], out_sims[i, j] = j, acc[j]
+            _sink(out_ids, out_sims, i, j)
+        for label in range(k, n_labels if k > 0 else 0):
+            score = acc[label]
+            if score > out_sims[i, k - 1]:  # equal: the kept label comes first (label order)
+                out_ids[i, k - 1], out_sims[i, k - 1] = label, score
+                _sink(out_ids, out_sims, i, k - 1)
+        for j in range(labels.shape[1]):
+            out_cos[i, j] = acc[labels[i, j]] if labels[i, j] >= 0 else 0.0
+        acc[:] = 0.0
+
+
+@njit()
+def _sink(ids, sims, i, j):
+    """Move entry j of row i up past every entry it beats (a higher score; ties keep their place)."""
+    while j > 0 and sims[i, j] > sims[i, j - 1]:
+        ids[i, j], ids[i, j - 1] = ids[i, j - 1], ids[i, j]
+        sims[i, j], sims[i, j - 1] = sims[i, j - 1], sims[i, j]
+        j -= 1
+
+
+def csr_rows(queries: np.ndarray | sp.spmatrix) -> sp.csr_matrix:
+    """Queries as CSR, without a copy when they already are (a scipy constructor per call cost a tenth of a
+    request's label search)."""
+    return queries.tocsr() if sp.issparse(queries) else sp.csr_matrix(queries)
+
+
+def warm_up() -> float:
+    """Compile `_sparse_top_k` (or load it from numba's cache) on a tiny index, with the argument types a search
+    passes, so no request waits for the JIT (bundle loading and `xtag warm` call this); returns the seconds."""
+    start = time.perf_counter()
+    tiny = LabelIndex.build(sp.csr_matrix(np.eye(2, dtype=np.float32)), np.zeros(2, np.int64))
+    tiny.search_and_cosines(sp.csr_matrix(np.ones((1, 2), np.float32)), 1, np.zeros((1, 1), np.int64))
+    return time.perf_counter() - start
 
 
 class LabelIndexConfig(BaseModel):
@@ -77,7 +114,14 @@ class LabelIndex:
         self.index, self.embeddings, self.frequencies, self.info = index, embeddings, frequencies, info
         # the sparse kind's terms × labels, built once: a query's product then reads only its terms' rows (converting
         # the transpose per query took 46 ms of a 0.8 ms XR-Linear request on debdeps)
-        self._by_term = embeddings.T.tocsr() if index is None else None
+        self._by_term = None
+        if index is None:
+            by_term = embeddings.T.tocsr()
+            self._by_term = (
+                by_term.indptr.astype(np.int64),
+                by_term.indices.astype(np.int32),
+                by_term.data.astype(np.float32),
+            )
         if info.index == "hnsw":
             index.hnsw.efSearch = info.config.ef_search
 
@@ -121,7 +165,7 @@ class LabelIndex:
         """Top-k label ids per query (-1 where fewer exist) and their cosines (-inf there)."""
         k = min(k, self.n_labels)
         if self.index is None:
-            return self._sparse_search(sp.csr_matrix(queries), k)[:2]
+            return self._sparse_search(csr_rows(queries), k)[:2]
         sims, ids = self.index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
         return ids.astype(np.int64), np.where(ids >= 0, sims, -np.inf).astype(np.float32)
 
@@ -132,25 +176,20 @@ class LabelIndex:
         (a second lookup of the tree's labels cost as much as a tenth of the search)."""
         if self.index is not None:
             return *self.search(queries, k), self.cosines(queries, labels)
-        return self._sparse_search(sp.csr_matrix(queries), min(k, self.n_labels), labels)
+        return self._sparse_search(csr_rows(queries), min(k, self.n_labels), labels)
 
     def _sparse_search(
         self, queries: sp.csr_matrix, k: int, labels: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """Exact, a query at a time: its cosines with every label as one dense row (the postings of its terms summed:
-        a sparse matrix × vector, half the time of scipy's sparse × sparse product, which sorts its output; no
-        documents × labels buffer for a batch), then the row's top k (`top_of`) and its labels' cosines."""
+        """Exact, by the compiled kernel `_sparse_top_k` over the terms × labels postings; no documents × labels
+        buffer for a batch."""
         n = queries.shape[0]
         ids, sims = np.full((n, k), -1, np.int64), np.full((n, k), -np.inf, np.float32)
-        cos = None if labels is None else np.zeros(labels.shape, np.float32)
-        for i in range(n):
-            terms = slice(queries.indptr[i], queries.indptr[i + 1])
-            scores = self._by_term[queries.indices[terms]].T @ queries.data[terms].astype(np.float32)
-            top = top_of(scores, k)
-            ids[i, : len(top)], sims[i, : len(top)] = top, scores[top]
-            if labels is not None:
-                cos[i] = np.where(labels[i] >= 0, scores[np.maximum(labels[i], 0)], 0.0)
-        return ids, sims, cos
+        tree = np.zeros((n, 0), np.int64) if labels is None else np.ascontiguousarray(labels, dtype=np.int64)
+        cos = np.zeros(tree.shape, np.float32)
+        q = (queries.indptr.astype(np.int64), queries.indices.astype(np.int32), queries.data.astype(np.float32))
+        _sparse_top_k(*q, *self._by_term, self.n_labels, tree, ids, sims, cos)
+        return ids, sims, None if labels is None else cos
 
     def cosines(self, queries: np.ndarray | sp.csr_matrix, labels: np.ndarray) -> np.ndarray:
         """The cosine of each query (row i) with each of its labels (labels[i, j]; -1: 0)."""

@@ -17,9 +17,11 @@ def _encoder(path: Path, parts: Parts) -> None:
 
 
 def _index(path: Path, parts: Parts) -> None:
-    from xtag.models.label_text.index import LabelIndex
+    from xtag.models.label_text.index import LabelIndex, warm_up
 
     parts.label_index = LabelIndex.load(path)
+    if parts.label_index.info.index == "sparse":
+        warm_up()  # its compiled search, before any request
     parts.placement["label-index"] = "cpu"
 
 

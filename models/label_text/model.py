@@ -46,7 +46,7 @@ class TextAndFeatures:
 def embeds_nothing(queries: np.ndarray | sp.csr_matrix) -> np.ndarray:
     """Per query: its text embedded to nothing (a zero row: no term the encoder knows)."""
     if sp.issparse(queries):
-        return np.diff(sp.csr_matrix(queries).indptr) == 0
+        return np.diff(queries.tocsr().indptr) == 0
     return ~np.asarray(queries).any(axis=1)
 
 

@@ -24,8 +24,9 @@ def warm(
     """Compile the Numba kernels into numba's cache, so the first train and serve start without the JIT."""
     from xtag.models.engine import warm_up
     from xtag.models.engine.jit import KERNELS
+    from xtag.models.label_text.index import warm_up as warm_label_search
 
-    seconds = {"serve": warm_up()}
+    seconds = {"serve": warm_up() + warm_label_search()}
     if not serve_only:
         from xtag.training.warm import warm_training
 

@@ -24,19 +24,27 @@ from xtag.models.files.atomic import write_text_atomic
 INDEX_FILE = "faiss.index"
 SPARSE_FILE = "embeddings.npz"
 FREQUENCY_FILE = "frequencies.npy"
+DENSE_SHARE = 0.25  # a term in at least this share of the labels is searched as a dense column (`by_term`)
 
 
 @njit()
-def _sparse_top_k(q_ptr, q_terms, q_weights, t_ptr, t_labels, t_weights, n_labels, labels, out_ids, out_sims, out_cos):
-    """Per query: its cosines with every label (its terms' postings summed into one buffer), the k best into
-    out_ids/out_sims (k = their width, best first, ties in label order) by one pass that keeps a sorted top k, and the
-    cosines of its row of `labels` (-1: 0) into out_cos. scipy's sparse product, a full-row argpartition and a second
-    lookup for `labels` took 3× as long on debdeps (41,185 labels; bench/RESULTS.md)."""
+def _sparse_top_k(q_ptr, q_terms, q_weights, postings, n_labels, labels, out_ids, out_sims, out_cos):
+    """Per query: its cosines with every label (its terms' postings summed into one buffer; the columns of the
+    frequent terms added whole: `postings` is `by_term`'s tuple), the k best into out_ids/out_sims (k = their width,
+    best first, ties in label order) by one pass that keeps a sorted top k, and the cosines of its row of `labels`
+    (-1: 0) into out_cos. On debdeps (41,185 labels) scipy's sparse product, a full-row argpartition and a second
+    lookup for `labels` took 7× as long (bench/RESULTS.md, label_text_stage_speed)."""
+    t_ptr, t_labels, t_weights, dense_row, dense = postings
     k = out_ids.shape[1]
     acc = np.zeros(n_labels, np.float32)
     for i in range(q_ptr.size - 1):
         for p in range(q_ptr[i], q_ptr[i + 1]):
             term, w = q_terms[p], q_weights[p]
+            if dense_row[term] >= 0:  # a term most labels have: its column whole, a vectorised pass
+                column = dense[dense_row[term]]
+                for label in range(n_labels):
+                    acc[label] += w * column[label]
+                continue
             for e in range(t_ptr[term], t_ptr[term + 1]):
                 acc[t_labels[e]] += w * t_weights[e]
         for j in range(min(k, n_labels)):  # the first k labels, sorted, then every other one that beats the last kept
@@ -59,6 +67,27 @@ def _sink(ids, sims, i, j):
         ids[i, j], ids[i, j - 1] = ids[i, j - 1], ids[i, j]
         sims[i, j], sims[i, j - 1] = sims[i, j - 1], sims[i, j]
         j -= 1
+
+
+def by_term(embeddings: sp.csr_matrix) -> tuple:
+    """The sparse kind's search arrays, built once at load: its terms × labels postings (a query then reads only its
+    terms'; converting the transpose per query took 46 ms of a 0.8 ms XR-Linear request on debdeps), and the columns
+    of the terms at least DENSE_SHARE of the labels have as dense rows (`dense_row`: term → row, -1: none). A dense
+    row is added with vector instructions instead of scattered: on debdeps 14 terms of 56,462 held 3/4 of a query's
+    postings. At most 1/DENSE_SHARE times the postings' count of rows × labels, so at most twice their memory."""
+    postings = embeddings.T.tocsr()
+    df = np.diff(postings.indptr)
+    frequent = np.flatnonzero(df >= max(1, embeddings.shape[0] * DENSE_SHARE))
+    dense_row = np.full(embeddings.shape[1], -1, np.int64)
+    dense_row[frequent] = np.arange(len(frequent))
+    dense = np.ascontiguousarray(postings[frequent].toarray(), dtype=np.float32)
+    return (
+        postings.indptr.astype(np.int64),
+        postings.indices.astype(np.int32),
+        postings.data.astype(np.float32),
+        dense_row,
+        dense,
+    )
 
 
 def csr_rows(queries: np.ndarray | sp.spmatrix) -> sp.csr_matrix:
@@ -112,16 +141,7 @@ class LabelIndex:
         if frequencies.shape != (info.labels,):
             raise XtagError(f"label index: {frequencies.shape} frequencies for {info.labels} labels")
         self.index, self.embeddings, self.frequencies, self.info = index, embeddings, frequencies, info
-        # the sparse kind's terms × labels, built once: a query's product then reads only its terms' rows (converting
-        # the transpose per query took 46 ms of a 0.8 ms XR-Linear request on debdeps)
-        self._by_term = None
-        if index is None:
-            by_term = embeddings.T.tocsr()
-            self._by_term = (
-                by_term.indptr.astype(np.int64),
-                by_term.indices.astype(np.int32),
-                by_term.data.astype(np.float32),
-            )
+        self._by_term = by_term(embeddings) if index is None else None
         if info.index == "hnsw":
             index.hnsw.efSearch = info.config.ef_search
 
@@ -188,7 +208,7 @@ class LabelIndex:
         tree = np.zeros((n, 0), np.int64) if labels is None else np.ascontiguousarray(labels, dtype=np.int64)
         cos = np.zeros(tree.shape, np.float32)
         q = (queries.indptr.astype(np.int64), queries.indices.astype(np.int32), queries.data.astype(np.float32))
-        _sparse_top_k(*q, *self._by_term, self.n_labels, tree, ids, sims, cos)
+        _sparse_top_k(*q, self._by_term, self.n_labels, tree, ids, sims, cos)
         return ids, sims, None if labels is None else cos
 
     def cosines(self, queries: np.ndarray | sp.csr_matrix, labels: np.ndarray) -> np.ndarray:

@@ -33,7 +33,7 @@ def _sparse_top_k(q_ptr, q_terms, q_weights, postings, n_labels, labels, out_ids
     frequent terms added whole: `postings` is `by_term`'s tuple), the k best into out_ids/out_sims (k = their width,
     best first, ties in label order) by one pass that keeps a sorted top k, and the cosines of its row of `labels`
     (-1: 0) into out_cos. On debdeps (41,185 labels) scipy's sparse product, a full-row argpartition and a second
-    lookup for `labels` took 7× as long (bench/RESULTS.md, label_text_stage_speed)."""
+    lookup for `labels` took 10× as long (bench/RESULTS.md, label_text_stage_speed)."""
     t_ptr, t_labels, t_weights, dense_row, dense = postings
     k = out_ids.shape[1]
     acc = np.zeros(n_labels, np.float32)

@@ -213,13 +213,9 @@ class LabelIndex:
 
     def cosines(self, queries: np.ndarray | sp.csr_matrix, labels: np.ndarray) -> np.ndarray:
         """The cosine of each query (row i) with each of its labels (labels[i, j]; -1: 0)."""
-        rows = np.maximum(labels, 0)
         if self.index is None:
-            n, width = labels.shape
-            pairs = sp.csr_matrix(queries)[np.repeat(np.arange(n), width)].multiply(self.embeddings[rows.ravel()])
-            cos = np.asarray(pairs.sum(axis=1), dtype=np.float32).reshape(n, width)
-        else:
-            cos = np.einsum("nd,nkd->nk", queries, self.embeddings[rows])
+            return self._sparse_search(csr_rows(queries), 0, labels)[2]  # the kernel's sums, no top k
+        cos = np.einsum("nd,nkd->nk", queries, self.embeddings[np.maximum(labels, 0)])
         return np.where(labels >= 0, cos, 0.0).astype(np.float32)
 
     def vectors(self, labels: np.ndarray) -> np.ndarray | sp.csr_matrix:

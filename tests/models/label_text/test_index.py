@@ -55,8 +55,23 @@ def test_the_tree_labels_cosines_come_from_the_same_product():
     ids, sims, cos = index.search_and_cosines(Q, 20, labels)
     searched = index.search(Q, 20)
     assert np.array_equal(ids, searched[0]) and np.array_equal(sims, searched[1])
-    assert np.allclose(cos, index.cosines(Q, labels), atol=1e-6)
+    assert np.array_equal(cos, index.cosines(Q, labels))  # one implementation
+    rows = np.maximum(labels, 0)
+    products = np.stack([(Q[i] @ index.embeddings[rows[i]].T).toarray()[0] for i in range(Q.shape[0])])
+    assert np.allclose(cos, np.where(labels >= 0, products, 0.0), atol=1e-6)
     assert (cos[labels < 0] == 0).all() and np.isfinite(cos).all()
+
+
+def test_a_dense_index_answers_search_and_cosines_as_the_two_calls():
+    rng = np.random.default_rng(3)
+    E = rng.normal(size=(50, 8)).astype(np.float32)
+    index = LabelIndex.build(E / np.linalg.norm(E, axis=1, keepdims=True), np.zeros(50, np.int64))
+    Q = rng.normal(size=(6, 8)).astype(np.float32)
+    labels = rng.integers(-1, 50, (6, 4))
+    ids, sims, cos = index.search_and_cosines(Q, 5, labels)
+    assert index.info.index == "flat"
+    assert np.array_equal(ids, index.search(Q, 5)[0]) and np.allclose(sims, index.search(Q, 5)[1])
+    assert np.allclose(cos, index.cosines(Q, labels)) and (cos[labels < 0] == 0).all()
 
 
 def test_an_empty_query_scores_zero_never_nan():

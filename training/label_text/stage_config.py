@@ -3,6 +3,8 @@ label file with texts is given (`--set label_text.enabled=false` turns it off)."
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 from xtag.models.label_text.index import LabelIndexConfig
 from xtag.training.label_text.config import LabelTextConfig
@@ -17,7 +19,15 @@ class LabelTextStageConfig(BaseModel):
     heldout_fraction: float = Field(
         0.1, gt=0.0, lt=0.5, description="training documents held out of a second tree to fit the fusion on"
     )
+    new_label_places: int = Field(
+        3, ge=0, description="of a top k, places after the fifth kept for the best labels with no training document"
+    )
     max_heldout: int = Field(5000, ge=100, description="at most this many held-out documents")
+    fusion: Literal["boosted-trees", "logistic"] = Field(
+        "boosted-trees",
+        description="the fusion's model: boosted trees over every candidate feature, or the first "
+        "bundles' logistic regression over six",
+    )
     seed: int = 0
     # The untrained TF-IDF cosine by default: on debdeps (bench/RESULTS.md, label_text_stage_crossfit: the encoder
     # kept off the held-out documents) the stage over it reached P@1 74.12, PSP@5 32.66 and test-only recall@10

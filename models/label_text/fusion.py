@@ -4,9 +4,9 @@ with the tree's labels on one scale. Fitted by training/label_text/fusion.py; st
 
 Two kinds: a logistic regression (the first bundles' six features), or gradient-boosted trees (sklearn's
 HistGradientBoosting, its trees copied into the JSON and walked here in numpy: never a pickle) over the candidate's
-ranks and gaps too, which measured 2.8 points of P@1 over the logistic regression on debdeps (bench/RESULTS.md,
-"label_text_fusion"): whether a cosine helps depends on the tree's score and on the label's frequency, which a
-linear score cannot say.
+ranks and gaps too. On debdeps (bench/RESULTS.md, "label_text_fusion") the ranks and gaps lifted the logistic
+regression's P@1 from 74.16 to 75.32 and the trees to 76.85: whether a cosine helps depends on the tree's score and
+on the label's frequency, which a linear score cannot say.
 """
 
 from __future__ import annotations

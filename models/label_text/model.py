@@ -58,14 +58,21 @@ def candidates(tree: Predictions, queries: np.ndarray, index: LabelIndex, m: int
     tree_scores = np.where(proposed & np.isfinite(tree.scores), tree.scores, 0.0)
     tree_labels = np.where(proposed, tree.labels, -1)
     found, sims, tree_cosine = index.search_and_cosines(queries, m, tree_labels)
-    repeated = (found[:, :, None] == tree_labels[:, None, :]).any(axis=2)
+    same = (found[:, :, None] == tree_labels[:, None, :]) & proposed[:, None, :]  # n × M × K
+    repeated = same.any(axis=2)
+    in_index = same.any(axis=1)  # a tree candidate the index found too: its place there is a feature
     found = np.where(repeated | (found < 0), -1, found)
     labels = np.concatenate([tree_labels, found], axis=1)
     cosine = np.concatenate([tree_cosine, np.where(found >= 0, sims, 0.0)], axis=1)
     scores = np.concatenate([tree_scores, np.zeros(found.shape, np.float32)], axis=1)
-    absent = np.concatenate([np.zeros(tree_labels.shape, bool), np.ones(found.shape, bool)], axis=1)
+    places = np.broadcast_to(np.arange(tree_labels.shape[1]), tree_labels.shape)
+    tree_rank = np.concatenate([np.where(proposed, places, -1), np.full(found.shape, -1)], axis=1)
+    index_places = np.broadcast_to(np.arange(found.shape[1]), found.shape)
+    index_rank = np.concatenate(
+        [np.where(in_index, same.argmax(axis=1), -1), np.where(found >= 0, index_places, -1)], axis=1
+    )
     frequency = index.frequencies[np.maximum(labels, 0)]
-    return labels, candidate_features(scores, absent, cosine, frequency)
+    return labels, candidate_features(scores, tree_rank, index_rank, cosine, frequency)
 
 
 class FusedModel(Model):
@@ -97,7 +104,7 @@ class FusedModel(Model):
         queries = self.encoder.encode_documents(features.texts)
         labels, feats = candidates(tree, queries, self.index, self.fusion.index_candidates)
         scores = np.where(labels >= 0, expit(self.fusion.logits(feats)), -np.inf).astype(np.float32)
-        ids, best = top_k(scores, labels, k)
+        ids, best = self.fusion.top(scores, labels, self.index.frequencies[np.maximum(labels, 0)] == 0, k)
         silent = embeds_nothing(queries)  # the tree alone
         if silent.any():
             alone_ids, alone = top_k(tree.scores[silent], tree.labels[silent], k)

@@ -175,7 +175,8 @@ def train_stage(run: TrainInputs, X: sp.csr_matrix, tree, retrain: Callable) -> 
         run.Y[held],
         cfg.index_candidates,
         run.log,
-    )
+        cfg.fusion,
+    ).model_copy(update={"new_label_places": cfg.new_label_places})
     index = LabelIndex.build(embeddings, frequencies, cfg.index)
     run.log(
         {

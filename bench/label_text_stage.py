@@ -187,6 +187,10 @@ def main() -> None:
         rows[name] = {"train_seconds": summary["train_seconds"], "load_at_start": load}
         if name in FIRST_STAGE:
             rows[name].update(fold_cost(args.work, name, summary["train_seconds"]))
+            if FIRST_STAGE[name] in rows:  # the whole stack's training: the first stage's, then LaMP's with its folds
+                rows[name]["stack_train_seconds"] = (
+                    rows[FIRST_STAGE[name]]["train_seconds"] + rows[name]["train_seconds"]
+                )
         rows[name].update(quality(folder / "bundle", test, train_names))
         rows[name]["wall_seconds"] = time.perf_counter() - start
         bundles[name] = folder / "bundle"

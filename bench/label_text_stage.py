@@ -1,5 +1,6 @@
 """The label-text stage on debdeps (issue 49): XR-Linear against XR-Linear with the stage (the trained encoder, and
-the untrained TF-IDF cosine encoder as the baseline row), trained, evaluated and served in one run.
+the untrained TF-IDF cosine encoder as the baseline row), and LaMP re-ranking the stage's fused shortlist (its label
+embeddings started as today, or from the label texts: lamp.init=text), trained, evaluated and served in one run.
 
     .venv/bin/python -m bench.label_text_stage --data ../shared/data/debdeps --out label_text_stage
 
@@ -7,6 +8,10 @@ Per variant: training wall time (`train_run`), P@1, P@5, nDCG@5, PSP@5, macro-R@
 (the occurrences of test labels no training document carries, found in the full top 10), every figure with each
 document's own id excluded from its predictions (models/inference/label_filter.py `self_filters`, as `xtag evaluate --exclude-self`); then HTTP /v1/predict p50 (one text a request,
 one connection) and /v1/predict/batch docs/s (64 texts a request), the variants' servers taking turns.
+
+A variant whose folder under --work holds a bundle is not trained again. A LaMP variant re-ranks the bundle of the
+variant it names in FIRST_STAGE (listed before it in --variants); its run reads no label file of its own (the first
+stage's bundle keeps the texts), and its training time includes the cross-fitting folds (`cross_fit_seconds`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -37,6 +43,76 @@ VARIANTS = {  # name -> the TrainConfig fields beyond the corpus
     "xlinear+stage (tfidf cosine)": {"label_text": {"encoder": {"kind": "tfidf"}}},
     "xlinear+stage (tfidf-linear)": {"label_text": {"encoder": {"kind": "tfidf-linear"}}},
 }
+# LaMP's debdeps settings (bench/RESULTS.md, lamp_debdeps_cf5: no contextual layer, no teacher forcing, 5 folds)
+LAMP = {"encoder_layers": 0, "teacher_forcing": False, "epochs": 3, "lr": 2e-3, "cross_fit": 5, "device": "cpu"}
+VARIANTS["xlinear+stage+lamp"] = {"model": "lamp", "lamp": LAMP}
+VARIANTS["xlinear+stage+lamp (label init from text)"] = {"model": "lamp", "lamp": {**LAMP, "init": "text"}}
+FIRST_STAGE = {name: "xlinear+stage (tfidf cosine)" for name in VARIANTS if name.startswith("xlinear+stage+lamp")}
+
+
+def folder_of(work: Path, name: str) -> Path:
+    return work / name.replace(" ", "_").replace("+", "_").replace("(", "").replace(")", "")
+
+
+def train_config(data: Path, work: Path, name: str) -> TrainConfig:
+    """The variant's TrainConfig: the label file for the stage's variants; a LaMP variant's first stage is the
+    bundle of the variant it re-ranks."""
+    settings = {"corpus": data / "train.jsonl.gz", **VARIANTS[name]}
+    if name in FIRST_STAGE:
+        first = folder_of(work, FIRST_STAGE[name]) / "bundle"
+        if not first.is_dir():
+            raise SystemExit(f"{name}: its first stage {FIRST_STAGE[name]!r} has no bundle in {work}; list it first")
+        settings["lamp"] = {**settings["lamp"], "first_stage": first}
+    elif name != "xlinear":
+        settings["labels"] = data / "labels.jsonl.gz"
+    return TrainConfig(**settings)
+
+
+def cross_fit_seconds(run: Path) -> float | None:
+    """A LaMP run's cross-fitting wall time (its first-stage copies), from its log; None when it trained none."""
+    events = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
+    done = [e["seconds"] for e in events if e["event"] == "lamp_cross_fit_done"]
+    return sum(done) if done else None
+
+
+def fold_cost(work: Path, name: str, train_seconds: float) -> dict:
+    """A LaMP variant's training cost with its folds: its own, or (folds taken from another variant, `reuse_folds`)
+    that variant's fold seconds added to its train_seconds."""
+    own = cross_fit_seconds(folder_of(work, name) / "run")
+    if own is not None:
+        return {"cross_fit_seconds": own}
+    for donor in FIRST_STAGE:
+        run = folder_of(work, donor) / "run"
+        if donor != name and FIRST_STAGE[donor] == FIRST_STAGE[name] and (run / "train_log.jsonl").is_file():
+            if (seconds := cross_fit_seconds(run)) is not None:
+                return {
+                    "cross_fit_seconds": seconds,
+                    "cross_fit_reused_from": donor,
+                    "train_seconds": train_seconds + seconds,
+                }
+    return {}
+
+
+def reuse_folds(work: Path, name: str, config: TrainConfig) -> str | None:
+    """A LaMP variant not trained yet whose first stage an earlier LaMP variant re-ranked starts as a resumed run
+    holding that one's cross-fitting folds (folds/K.npz, which a resumed run reuses: training/lamp/cross_fit.py). Same
+    first stage, seed, folds and C, so the same candidates; the K first-stage copies are not trained twice
+    (`fold_cost` counts them in). Returns the variant whose folds it took."""
+    run = folder_of(work, name) / "run"
+    if name not in FIRST_STAGE or run.exists():
+        return None
+    k = config.lamp.cross_fit
+    for donor in FIRST_STAGE:
+        folds = folder_of(work, donor) / "run" / "checkpoints" / "lamp" / "folds"
+        if donor == name or FIRST_STAGE[donor] != FIRST_STAGE[name] or VARIANTS[donor]["lamp"]["cross_fit"] != k:
+            continue
+        if k and all((folds / f"{i}.npz").is_file() for i in range(k)):
+            (run / "checkpoints" / "lamp").mkdir(parents=True)
+            shutil.copytree(folds, run / "checkpoints" / "lamp" / "folds", ignore=shutil.ignore_patterns("fold*"))
+            shutil.copyfile(folds.parents[2] / "corpus.json", run / "corpus.json")  # the corpus fingerprint
+            (run / "config.json").write_text(config.model_dump_json(indent=2))
+            return donor
+    return None
 
 
 def quality(bundle_path: Path, test, train_names: set[str]) -> dict:
@@ -99,9 +175,9 @@ def main() -> None:
     train_names = {n for labels in load_corpus(args.data / "train.jsonl.gz").labels for n in labels}
     rows, bundles = {}, {}
     for name in args.variants.split(","):
-        folder = args.work / name.replace(" ", "_").replace("+", "_").replace("(", "").replace(")", "")
-        labels = {"labels": args.data / "labels.jsonl.gz"} if name != "xlinear" else {}
-        config = TrainConfig(corpus=args.data / "train.jsonl.gz", **labels, **VARIANTS[name])
+        folder = folder_of(args.work, name)
+        config = train_config(args.data, args.work, name)
+        reuse_folds(args.work, name, config)
         load = os.getloadavg()[0]
         start = time.perf_counter()
         if not (folder / "bundle").is_dir():  # a run left without its bundle resumes from its checkpoints
@@ -109,6 +185,12 @@ def main() -> None:
             export_run(folder / "run", folder / "bundle")
         summary = json.loads((folder / "run" / "summary.json").read_text())
         rows[name] = {"train_seconds": summary["train_seconds"], "load_at_start": load}
+        if name in FIRST_STAGE:
+            rows[name].update(fold_cost(args.work, name, summary["train_seconds"]))
+            if FIRST_STAGE[name] in rows:  # the whole stack's training: the first stage's, then LaMP's with its folds
+                rows[name]["stack_train_seconds"] = (
+                    rows[FIRST_STAGE[name]]["train_seconds"] + rows[name]["train_seconds"]
+                )
         rows[name].update(quality(folder / "bundle", test, train_names))
         rows[name]["wall_seconds"] = time.perf_counter() - start
         bundles[name] = folder / "bundle"

@@ -1,5 +1,6 @@
 """The label-text stage on debdeps (bench/label_text_stage.py, issue 49): XR-Linear against XR-Linear fused with the
-stage, every figure with each document's own id excluded; the issue's goals against XR-Linear of the same run."""
+stage, and LaMP over it, every figure with each document's own id excluded; the issue's goals against XR-Linear of
+the same run."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ def _goals(v: dict, name: str) -> str:
         ("P@1 ≥ 77.0", fused["P@1"], 77.0, True),
         ("PSP@5 ≥ 1.3× XR-Linear's", fused["PSP@5"] / base["PSP@5"], 1.3, True),
         ("test-only recall@10 ≥ 40 %", fused["test_only_recall@10"], 40.0, True),
-        ("training ≤ 15 min (s)", fused["train_seconds"], 900.0, False),
+        # a second stage's training counts its first stage's (stack_train_seconds: bench/label_text_stage.py)
+        ("training ≤ 15 min (s)", fused.get("stack_train_seconds", fused["train_seconds"]), 900.0, False),
     ]
     if "p50_ms" in fused and "p50_ms" in base:
         goals.append(("/v1/predict p50 ≤ 2× XR-Linear's", fused["p50_ms"] / base["p50_ms"], 2.0, False))

@@ -99,6 +99,8 @@ async def related(
 ) -> dict:
     """For tag-suggestion UIs and item-to-item recommendation: the k labels whose texts embed nearest."""
     fused = model.bundle.predictor.model
+    if getattr(fused, "reranks", False):  # a re-ranker (LaMP): the index is its first stage's
+        fused = fused.first.model
     if not 0 <= label < model.n_labels:
         raise Problem(404, "unknown-label", f"label {label} is not one of the model's {model.n_labels} labels")
     if not isinstance(fused, FusedModel):

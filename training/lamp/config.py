@@ -91,10 +91,12 @@ class LampConfig(TransformerConfig):
     heads: int = Field(4, ge=1, description="attention heads (must divide the encoder's hidden size)")
     ffn_factor: int = Field(2, ge=1, description="the position-wise MLP's hidden size over the node size")
     dropout: float = Field(0.1, ge=0, lt=1)
-    init: Literal["pifa", "name"] = Field(
+    init: Literal["pifa", "name", "text"] = Field(
         "pifa",
         description="label embeddings start from PIFA (mean embedding of the label's training texts; labels with "
-        "none fall back to their name) or from the encoder's embedding of the label name",
+        "none fall back to their name), from the encoder's embedding of the label name, or (text) from its "
+        "embedding of the label's text in the label file (the first stage's, or --labels), so a label no training "
+        "document carries starts from what it says; labels without text start as pifa",
     )
     intermediate_weight: float = Field(1.0, ge=0, description="λ: weight of the intermediate readouts' BCE")
     epochs: int = Field(3, ge=1, description="3: the measured runs' budget (8 epochs gave no more P@1 on debtags)")

@@ -60,10 +60,12 @@ def cross_fitted_topk(
     progress: bool,
     log: Callable[[dict], None],
     ray: str | None = None,
+    ids: list[str] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Every text's top-C from a copy of the first stage that did not see it (labels in the first stage's
     label space, raw scores), trained on the other folds. `Y_first`: the texts' labels in that space.
-    `ray`: a cluster address; the folds not saved yet then train as Ray tasks (training/lamp/ray_folds.py)."""
+    `ray`: a cluster address; the folds not saved yet then train as Ray tasks (training/lamp/ray_folds.py).
+    `ids`: the texts' document ids, kept in each fold's corpus (fold_copy.py)."""
     if "training" not in first.manifest or "config" not in first.manifest["training"]:
         raise XtagError(
             f"{first.path}: its manifest does not record the training config, so lamp.cross_fit cannot retrain "
@@ -107,9 +109,9 @@ def cross_fitted_topk(
     if ray and todo:
         from xtag.training.lamp.ray_folds import folds_on_ray
 
-        trained = folds_on_ray(ray, recipe, texts, Y_first, fold, todo, C, train_and_export, progress, log)
+        trained = folds_on_ray(ray, recipe, texts, Y_first, fold, todo, C, train_and_export, progress, log, ids)
     else:
-        trained = _folds_here(recipe, texts, Y_first, fold, todo, C, folder, train_and_export, progress, log)
+        trained = _folds_here(recipe, texts, Y_first, fold, todo, C, folder, train_and_export, progress, log, ids)
     for k, got_labels, got_scores, seconds in trained:
         tmp = folder / f"{k}.tmp.npz"  # saved as each fold ends, so a resumed run reuses it
         np.savez(tmp, labels=got_labels, scores=got_scores)
@@ -121,12 +123,12 @@ def cross_fitted_topk(
     return labels, scores
 
 
-def _folds_here(recipe, texts, Y, fold, todo, C, folder, train_and_export, progress, log) -> Iterator[tuple]:
+def _folds_here(recipe, texts, Y, fold, todo, C, folder, train_and_export, progress, log, ids) -> Iterator[tuple]:
     """(k, labels, scores, seconds) of each fold in `todo`, trained one after the other in this process."""
     for k in todo:
         rows = np.flatnonzero(fold == k)
         log(recipe.start_event(k, int(fold.max()) + 1, len(texts) - len(rows), len(rows)))
         start = time.perf_counter()
-        got = fold_candidates(recipe, texts, Y, rows, C, folder / f"fold{k}", train_and_export, progress)
+        got = fold_candidates(recipe, texts, Y, rows, C, folder / f"fold{k}", train_and_export, progress, ids)
         shutil.rmtree(folder / f"fold{k}")
         yield k, *got, time.perf_counter() - start

@@ -3,7 +3,8 @@
 first stage's real candidates: the logits and the attention outputs that explanations read. With int8
 weights (`--quantize int8`, lamp.export.precision) the quantized graph must also rank as the fp32 graph
 does: its top 5 on the parity texts agree with fp32's on at least lamp.export.min_top5_agreement, else
-nothing is published. The bundle's labels are the first stage's: LaMP scores its label ids."""
+nothing is published. The bundle's labels are the first stage's, and so are their texts when it has them (a first
+stage with the label-text stage): LaMP scores its label ids."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import numpy as np
 from xtag.models.bundle.loader import load_bundle
 from xtag.models.errors import XtagError
 from xtag.models.files.atomic import write_text_atomic
+from xtag.models.label_texts import LABEL_TEXTS_FILE
 from xtag.models.lamp.model import ATTENTION, HEAD_FILE, INPUTS, OUTPUTS, LampHeadConfig, LampReranker
 from xtag.training.config import TrainConfig
 from xtag.training.export.steps import copy_run_model, step
@@ -92,6 +94,8 @@ def export(run_model: Path, tmp: Path, config: TrainConfig) -> dict:
     copy_run_model(run_model, tmp, leave_out=("encoder", "features", "labels.json"))
     shutil.copytree(lc.first_stage, tmp / "first_stage")
     shutil.copyfile(tmp / "first_stage" / "labels.json", tmp / "labels.json")
+    if (tmp / "first_stage" / LABEL_TEXTS_FILE).is_file():  # its labels' texts too (a first stage with --labels)
+        shutil.copyfile(tmp / "first_stage" / LABEL_TEXTS_FILE, tmp / LABEL_TEXTS_FILE)
     first = load_bundle(tmp / "first_stage")
     run_encoder = run_model / "encoder"
     with step("loading the trained LaMP net"):

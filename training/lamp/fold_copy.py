@@ -32,9 +32,18 @@ def in_label_space(labels: np.ndarray, scores: np.ndarray, names: list[str], ind
     return out_labels, out_scores
 
 
-def _write_corpus(path: Path, texts: list[str], Y: sp.csr_matrix, names: list[str], rows: np.ndarray) -> None:
+def _write_corpus(
+    path: Path, texts: list[str], Y: sp.csr_matrix, names: list[str], rows: np.ndarray, ids: list[str] | None
+) -> None:
+    """The fold's corpus, with the documents' ids where known: a label-text stage in the copy keeps each document's
+    own label out of its encoder's and its fusion's training as the first stage did (training/label_text/stage.py)."""
     labelled = (
-        {"text": texts[i], "labels": [names[j] for j in Y.indices[Y.indptr[i] : Y.indptr[i + 1]]]} for i in rows
+        {
+            **({"id": ids[i]} if ids is not None else {}),
+            "text": texts[i],
+            "labels": [names[j] for j in Y.indices[Y.indptr[i] : Y.indptr[i + 1]]],
+        }
+        for i in rows
     )
     write_jsonl_gz(path, labelled, level=1, ensure_ascii=False)  # a scratch file on the user's clock
 
@@ -71,15 +80,17 @@ def fold_candidates(
     folder: Path,
     train_and_export: Callable[[Any, Path, bool], Path],
     progress: bool,
+    ids: list[str] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Train the first stage's config on all rows but `rows` (in folder, through the run's `train_and_export`,
     TrainInputs), and its top-C for `rows`. The copy trains here, never on Ray of its own (`ray` is cleared):
-    with --ray, the folds are what runs on the cluster."""
+    with --ray, the folds are what runs on the cluster. `ids`: the texts' document ids, written into the fold's
+    corpus."""
     from xtag.training.config import TrainConfig
 
     shutil.rmtree(folder, ignore_errors=True)  # a fold killed mid-way restarts whole
     folder.mkdir(parents=True)
-    _write_corpus(folder / "corpus.jsonl.gz", texts, Y, recipe.names, np.setdiff1d(np.arange(len(texts)), rows))
+    _write_corpus(folder / "corpus.jsonl.gz", texts, Y, recipe.names, np.setdiff1d(np.arange(len(texts)), rows), ids)
     # the fold corpus is JSONL whatever the first stage read
     settings = {**recipe.config, "corpus": folder / "corpus.jsonl.gz", "format": "jsonl", "ray": None}
     try:

@@ -25,11 +25,13 @@ from xtag.training.lamp.fold_copy import FoldRecipe, fold_candidates
 RETRIES = 3  # a fold whose worker or node dies runs again, up to this many times
 
 
-def train_fold(recipe: FoldRecipe, texts: list[str], Y: sp.csr_matrix, rows: np.ndarray, C: int, train_and_export):
+def train_fold(
+    recipe: FoldRecipe, texts: list[str], Y: sp.csr_matrix, rows: np.ndarray, C: int, train_and_export, ids=None
+):
     """One fold in a Ray worker: (labels, scores, seconds) of its held-out `rows`."""
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="xtag-lamp-fold-") as folder:
-        got = fold_candidates(recipe, texts, Y, rows, C, Path(folder) / "fold", train_and_export, progress=False)
+        got = fold_candidates(recipe, texts, Y, rows, C, Path(folder) / "fold", train_and_export, False, ids)
     return (*got, time.perf_counter() - start)
 
 
@@ -44,6 +46,7 @@ def folds_on_ray(
     train_and_export: Callable[[Any, Path, bool], Path],
     progress: bool,
     log: Callable[[dict], None],
+    ids: list[str] | None = None,
 ) -> Iterator[tuple[int, np.ndarray, np.ndarray, float]]:
     """(k, labels, scores, seconds) of each fold in `todo` as its task ends, the folds trained on the cluster at
     `address` (seconds: the fold's own time in its task)."""
@@ -54,13 +57,13 @@ def folds_on_ray(
         import ray
 
         task = ray.remote(num_cpus=1, max_retries=RETRIES)(train_fold)
-        texts_ref, Y_ref = ray.put(texts), ray.put(Y)  # once, whatever the number of folds
+        texts_ref, Y_ref, ids_ref = ray.put(texts), ray.put(Y), ray.put(ids)  # once, whatever the number of folds
         pending = {}
         for k in todo:
             rows = np.flatnonzero(fold == k)
             where = f" (a Ray task on {address}: {cluster.nodes} nodes, {cluster.cpus} CPUs)"
             log(recipe.start_event(k, folds, len(texts) - len(rows), len(rows), where))
-            pending[task.remote(recipe, texts_ref, Y_ref, rows, C, train_and_export)] = k
+            pending[task.remote(recipe, texts_ref, Y_ref, rows, C, train_and_export, ids_ref)] = k
         with tqdm(total=len(todo), desc="LaMP folds on Ray", unit="fold", disable=not progress) as bar:
             while pending:
                 [ref], _ = ray.wait(list(pending), num_returns=1)

@@ -19,6 +19,8 @@ from tqdm.auto import tqdm
 from xtag.models.features.onnx_encoder import TextTokenizer, length_sorted_batches
 from xtag.training.deep.encoder import pool, run_batched
 
+CPU = torch.device("cpu")
+
 
 class MeanStates(nn.Module):
     """ids, mask → the mean of the encoder's token states (the pooled text embedding)."""
@@ -119,19 +121,35 @@ def normalized(a: np.ndarray) -> np.ndarray:
 
 
 def label_init(
-    net: nn.Module, tokenizer: TextTokenizer, cache: StateCache, Y, names: list[str], init: str, batch: int
-) -> tuple[np.ndarray, int]:
-    """L × dim unit rows: PIFA (the normalised sum of the label's texts' normalised embeddings) where the
-    label has training texts and `init` is pifa, else the encoder's embedding of the label's name; also how
-    many labels started from their name."""
+    net: nn.Module,
+    tokenizer: TextTokenizer,
+    cache: StateCache,
+    Y,
+    names: list[str],
+    init: str,
+    batch: int,
+    texts: list[str | None] | None = None,
+) -> tuple[np.ndarray, int, int]:
+    """L × dim unit rows, and how many labels started from their name and from their text.
+
+    pifa: PIFA (the normalised sum of the label's texts' normalised embeddings) where the label has training texts,
+    else the encoder's embedding of the label's name; name: the name's embedding. text (`texts`: each label's text
+    from the label file, None where it says no more than its id): the encoder's mean token state over the label's
+    text, the same embedding a name gets, so a label with text but no training document starts where documents
+    that speak of it would point; labels without text as pifa. Every row is then scaled to unit norm, as PIFA's and
+    the names' are, so no start outweighs another in the attention."""
     out = np.zeros((len(names), net.hidden), dtype=np.float32)
-    if init == "pifa":
+    described = np.array([t is not None for t in texts], bool) if init == "text" and texts else np.zeros(0, bool)
+    if init in ("pifa", "text"):
         out = np.asarray(Y.T.tocsr() @ normalized(cache.means()), dtype=np.float32)
+    from_text = np.flatnonzero(described)
+    if len(from_text):
+        out[from_text] = run_batched(MeanStates(net), tokenizer, [texts[j] for j in from_text], batch, CPU)[0]
     from_name = np.flatnonzero(np.linalg.norm(out, axis=1) == 0)
     if len(from_name):
         readable = [names[j].replace("::", " ").replace("_", " ").replace("-", " ") for j in from_name]
-        out[from_name] = run_batched(MeanStates(net), tokenizer, readable, batch, torch.device("cpu"))[0]
-    return normalized(out), len(from_name)
+        out[from_name] = run_batched(MeanStates(net), tokenizer, readable, batch, CPU)[0]
+    return normalized(out), len(from_name), len(from_text)
 
 
 def shared_basis(init: np.ndarray, dim: int, seed: int) -> np.ndarray:

@@ -136,19 +136,29 @@ def training_candidates(
     progress: bool,
     log: Callable[[dict], None],
     ray: str | None = None,
+    ids: list[str] | None = None,
 ) -> Candidates:
     """The top-C LaMP trains on: out of `folds` folds (lamp.cross_fit, training/lamp/cross_fit.py; on the Ray
     cluster `ray` when given), else the first stage's own; teacher-forced with the true labels they miss unless
     lamp.teacher_forcing is off."""
     if folds:
         labels, scores = cross_fitted_topk(
-            first, texts, Y_first, C, folds, lc.seed, folder / "folds", train_and_export, progress, log, ray
+            first, texts, Y_first, C, folds, lc.seed, folder / "folds", train_and_export, progress, log, ray, ids
         )
     else:
         own = predict_corpus(first, texts, C, progress=progress, calibrated=False)
         labels, scores = own.labels, own.scores
     truth = [Y_first.indices[Y_first.indptr[i] : Y_first.indptr[i + 1]] for i in range(len(texts))]
     return teacher_forced(labels, scores, truth, lc.teacher_forcing)
+
+
+def described(label_texts, names: list[str]) -> list[str | None]:
+    """lamp.init=text: each label's text from the label file, None where it says no more than its id."""
+    if label_texts is None:
+        raise XtagError(
+            "lamp.init=text needs label texts: a first stage trained with --labels, or --labels on this run"
+        )
+    return [t.text if (t := label_texts.get(n)) is not None and t.has_text else None for n in names]
 
 
 def train_lamp(run: TrainInputs) -> NetRunResult:
@@ -173,7 +183,18 @@ def train_lamp(run: TrainInputs) -> NetRunResult:
             }
         )
     cand = training_candidates(
-        first, run.texts, Y_first, C, lc, folds, folder, run.train_and_export, run.progress, run.log, run.config.ray
+        first,
+        run.texts,
+        Y_first,
+        C,
+        lc,
+        folds,
+        folder,
+        run.train_and_export,
+        run.progress,
+        run.log,
+        run.config.ray,
+        run.doc_ids,
     )
     recall = 1 - cand.missed / max(cand.positives, 1)
     run.log(
@@ -203,7 +224,10 @@ def train_lamp(run: TrainInputs) -> NetRunResult:
     cache = StateCache.build(net, tokenizer, run.texts, lc.batch_size, run.progress, folder / "token_states.npy")
     held_out = held_out_rows(len(run.texts), lc.val_fraction, lc.seed)  # lamp.val_fraction: kept out of PIFA too
     Y_seen = sp.diags(np.isin(np.arange(len(run.texts)), held_out, invert=True).astype(np.float32)) @ Y_first
-    init, from_name = label_init(net, tokenizer, cache, Y_seen.tocsr(), vocab.names, lc.init, lc.batch_size)
+    texts = described(run.label_texts or first.predictor.label_texts, vocab.names) if lc.init == "text" else None
+    init, from_name, from_text = label_init(
+        net, tokenizer, cache, Y_seen.tocsr(), vocab.names, lc.init, lc.batch_size, texts
+    )
     basis = shared_basis(init, lc.dim, lc.seed)
     with torch.no_grad():
         net.head.embedding.weight.copy_(torch.from_numpy(normalized(init @ basis.T)))
@@ -220,6 +244,7 @@ def train_lamp(run: TrainInputs) -> NetRunResult:
             "dim": lc.dim,
             "encoder_layers": int(transformer.config.num_hidden_layers),
             "labels_from_name": from_name,
+            "labels_from_text": from_text,
             "cooccurring_pairs": None if codes is None else len(codes) // 2,
             "cached_token_states_mb": round(cache.nbytes / 2**20, 1),
             "token_cache": "token ids" if cache.net is not None else "float16, memory-mapped",

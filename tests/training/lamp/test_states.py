@@ -47,3 +47,23 @@ def test_cache_batches_are_the_encoders_states_and_keep_ids_over_the_embeddings_
         if means is not None:
             pooled = (want * want_mask[..., None]).sum(1) / want_mask.sum(1, keepdims=True)
             assert np.abs(means[idx] - pooled).max() < 1e-5
+
+
+def test_text_init_starts_a_label_with_text_from_it_and_one_without_as_pifa(tiny_bert, tmp_path):
+    """lamp.init=text: labels 0 and 1 share their training texts, so PIFA starts them alike; with a text, label 0
+    starts from it instead (and so does label 2, which has no training text); label 1 has none and keeps PIFA."""
+    import scipy.sparse as sp
+    from xtag.training.lamp.states import label_init
+
+    tokenizer = load_tokenizer(tiny_bert, 32)
+    net = net_of(tiny_bert, 0)
+    cache = StateCache.build(net, tokenizer, TEXTS, 2, False, tmp_path / "states.npy")
+    Y = sp.csr_matrix(np.array([[1, 1, 0], [1, 1, 0], [0, 0, 0], [0, 0, 0]], dtype=np.float32))
+    names, texts = ["a", "b", "c"], ["python module pip", None, "email smtp inbox"]
+    pifa, from_name, from_text = label_init(net, tokenizer, cache, Y, names, "pifa", 2)
+    assert np.allclose(pifa[0], pifa[1]) and (from_name, from_text) == (1, 0)
+    text, from_name, from_text = label_init(net, tokenizer, cache, Y, names, "text", 2, texts)
+    assert (from_name, from_text) == (0, 2)
+    assert np.allclose(text[1], pifa[1]) and not np.allclose(text[0], text[1])
+    assert not np.allclose(text[2], pifa[2])  # no training text: its text, not its name
+    assert np.allclose(np.linalg.norm(text, axis=1), 1.0, atol=1e-5)  # unit rows, as PIFA's and the names'

@@ -22,11 +22,14 @@ def _lamp_reranker(path: Path, parts: Parts) -> None:
     # threads take turns on the same cores, and each one's threads spin after its run while the other's works:
     # over XR-Transformer on debtags, with the re-ranker not spinning, a text's p50 fell from 20 to 15 ms
     # (3 rounds each; bench/RESULTS.md). Over XR-Linear the engine runs between them and spinning helps
-    # (1.5 against 2.1 ms).
-    behind_encoder = any(
-        k.startswith("first-stage/") and v == "CPUExecutionProvider" for k, v in parts.placement.items()
+    # (1.5 against 2.1 ms). Over the label-text stage (its encoder and index search: numpy and scipy work between
+    # the re-ranker's runs) the spinning threads took the cores from it: debdeps in-process p50 13.2-13.6 ms spinning
+    # against 7.1-8.1 ms not (load 4.7).
+    behind_cpu_work = any(
+        k.startswith("first-stage/") and (v == "CPUExecutionProvider" or k.startswith("first-stage/label-"))
+        for k, v in parts.placement.items()
     )
-    reranker = LampReranker.load(path, device=parts.device, spin=not behind_encoder, options=parts.options)
+    reranker = LampReranker.load(path, device=parts.device, spin=not behind_cpu_work, options=parts.options)
     parts.model = LampModel(parts.need("model", "lamp-reranker"), reranker)
     parts.featurizer = Texts()
     parts.placement["lamp-reranker"] = reranker.onnx.provider

@@ -62,7 +62,13 @@ def test_lamp_reranks_the_fused_shortlist_and_a_label_with_text_alone_comes_out(
         assert set(row[row >= 0]) <= set(cand)
 
 
-def test_lamp_over_a_fused_first_stage_serves_without_torch(fused_lamp):
+def test_lamp_over_a_fused_first_stage_serves_without_torch_and_its_threads_do_not_spin(fused_lamp):
+    """Between two re-ranker runs the stage's encoder and index search run on the same cores: its onnxruntime
+    threads sleep after each run instead of spinning (models/lamp/loaders.py)."""
+    from xtag.models.bundle.loader import load_bundle
+
+    options = load_bundle(fused_lamp[1]).predictor.model.reranker.onnx.session.get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     assert_serves_without_torch(fused_lamp[1], TEXTS)
 
 

@@ -23,6 +23,11 @@ BOOSTED_TREES, BOOSTED_LEAVES = 100, 15
 # such labels, and the fit otherwise ranks them all below the tree's (debdeps: test-only recall@10 +1.1 points,
 # P@1 -0.06; bench/experiments/fusion_features.py).
 NEW_POSITIVE_WEIGHT = 3.0
+# Fewer true held-out candidates than this and the boosted trees cannot split (sklearn's leaves hold at least 20
+# samples): every candidate would get one score and the tree's order would win by the tie, so a label with text and no
+# training document could never come first. The logistic regression still learns a weight per feature from a few
+# dozen positives (a small corpus; debdeps has thousands).
+MIN_BOOSTED_POSITIVES = 200
 
 
 def fit_fusion(
@@ -59,7 +64,7 @@ def fit_fusion(
     if y.all() or not y.any():  # one class only: nothing to learn from; trust the tree's score
         weights = [1.0] + [0.0] * (len(LINEAR_FEATURES) - 1)
         fusion = Fusion(features=LINEAR_FEATURES, weights=weights, intercept=0.0, **widths)
-    elif kind == "logistic":
+    elif kind == "logistic" or y.sum() < MIN_BOOSTED_POSITIVES:
         fusion = _logistic(X, y, widths)
     else:
         fusion = _boosted(X, y, widths)

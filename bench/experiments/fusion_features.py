@@ -57,44 +57,51 @@ def searches(queries: sp.csr_matrix, labels_T: sp.csr_matrix, new: np.ndarray, d
     return {k: np.vstack(v) for k, v in out.items()}
 
 
+def heldout_signals(work: Path, run_dir: Path) -> None:
+    """The stage's run resumed into `run_dir` with the tree's top K_WIDE, stopped at the fusion's fit, whose inputs
+    (the held-out tree's candidates, the held-out documents' embeddings, own ids, frequencies, labels) are saved."""
+    from xtag.training.config import TrainConfig
+    from xtag.training.label_text import stage as stage_module
+    from xtag.training.run import train_run
+
+    shutil.rmtree(run_dir, ignore_errors=True)
+    shutil.copytree(work / "run", run_dir, ignore=shutil.ignore_patterns("model"))
+    config = json.loads((run_dir / "config.json").read_text())
+    config["label_text"]["tree_candidates"] = K_WIDE
+    (run_dir / "config.json").write_text(json.dumps(config, indent=2))
+    (run_dir / "summary.json").unlink(missing_ok=True)
+    captured = {}
+
+    def capture(tree, queries, own, index, Y, *rest):
+        captured.update(tree=tree, queries=queries, own=own, frequencies=index.frequencies, Y=Y)
+        raise KeyboardInterrupt  # everything needed is here; the rest of the run is not
+
+    stage_module.fit_fusion = capture
+    try:
+        train_run(TrainConfig.model_validate(config), run_dir, resume=True, progress=False)
+    except KeyboardInterrupt:
+        pass
+    np.savez(
+        run_dir / "heldout.npz",
+        tree_labels=captured["tree"].labels,
+        tree_scores=captured["tree"].scores,
+        own=captured["own"],
+        frequencies=captured["frequencies"],
+    )
+    sp.save_npz(run_dir / "heldout_queries.npz", sp.csr_matrix(captured["queries"]))
+    sp.save_npz(run_dir / "heldout_Y.npz", sp.csr_matrix(captured["Y"]))
+
+
 def cache(args) -> None:
     from xtag.corpus.files import load_corpus
     from xtag.evaluation.evaluate import ground_truth
     from xtag.models.bundle.loader import load_bundle
     from xtag.models.inference.label_filter import own_positions
-    from xtag.training.config import TrainConfig
-    from xtag.training.label_text import stage as stage_module
-    from xtag.training.run import train_run
 
     work, out = args.work, args.cache
     run_dir = out.parent / "run"
     if not (run_dir / "heldout.npz").is_file():
-        shutil.rmtree(run_dir, ignore_errors=True)
-        shutil.copytree(work / "run", run_dir, ignore=shutil.ignore_patterns("model"))
-        config = json.loads((run_dir / "config.json").read_text())
-        config["label_text"]["tree_candidates"] = K_WIDE
-        (run_dir / "config.json").write_text(json.dumps(config, indent=2))
-        (run_dir / "summary.json").unlink(missing_ok=True)
-        captured = {}
-
-        def capture(tree, queries, own, index, Y, m, log):
-            captured.update(tree=tree, queries=queries, own=own, frequencies=index.frequencies, Y=Y)
-            raise KeyboardInterrupt  # everything needed is here; the rest of the run is not
-
-        stage_module.fit_fusion = capture
-        try:
-            train_run(TrainConfig.model_validate(config), run_dir, resume=True, progress=False)
-        except KeyboardInterrupt:
-            pass
-        np.savez(
-            run_dir / "heldout.npz",
-            tree_labels=captured["tree"].labels,
-            tree_scores=captured["tree"].scores,
-            own=captured["own"],
-            frequencies=captured["frequencies"],
-        )
-        sp.save_npz(run_dir / "heldout_queries.npz", sp.csr_matrix(captured["queries"]))
-        sp.save_npz(run_dir / "heldout_Y.npz", sp.csr_matrix(captured["Y"]))
+        heldout_signals(work, run_dir)
     held_cache = np.load(run_dir / "heldout.npz")
     queries_held = sp.load_npz(run_dir / "heldout_queries.npz").tocsr()
     Y_held = sp.load_npz(run_dir / "heldout_Y.npz").tocsr()

@@ -30,7 +30,8 @@ def test_a_label_no_training_document_carries_is_returned(fused_bundle):
     manifest = json.loads((fused_bundle / "manifest.json").read_text())
     assert [c["type"] for c in manifest["components"]][-3:] == ["label-encoder", "label-index", "label-fusion"]
     assert manifest["label_count"] == predictor.n_labels
-    assert predictor.model.fusion.trees is not None  # the boosted fusion, fitted on the held-out documents
+    # a corpus this small has too few held-out positives for the boosted trees: the logistic fusion is fitted instead
+    assert predictor.model.fusion.trees is None and predictor.model.fusion.weights is not None
     top = predictor.named(predictor.predict([NEW_WORDS], k=3))[0]
     assert top[0][1] == NEW_LABEL
 

@@ -99,6 +99,12 @@ class Fusion(BaseModel):
     new_label_places: int = Field(
         0, ge=0, description="of a top k, places after the fifth kept for the best labels with no training document"
     )
+    fitted_labels: int | None = Field(
+        None,
+        ge=1,
+        description="the labels the fusion was fitted over (None: every label of the index); labels added later "
+        "(xtag update --labels) are ranked in a list of their own, so the fitted labels keep their scores",
+    )
 
     @field_validator("features")
     @classmethod

@@ -28,11 +28,11 @@ DENSE_SHARE = 0.25  # a term in at least this share of the labels is searched as
 
 
 @njit()
-def _sparse_top_k(q_ptr, q_terms, q_weights, postings, n_labels, labels, out_ids, out_sims, out_cos):
+def _sparse_top_k(q_ptr, q_terms, q_weights, postings, n_labels, among, labels, out_ids, out_sims, out_cos):
     """Per query: its cosines with every label (its terms' postings summed into one buffer; the columns of the
-    frequent terms added whole: `postings` is `by_term`'s tuple), the k best into out_ids/out_sims (k = their width,
-    best first, ties in label order) by one pass that keeps a sorted top k, and the cosines of its row of `labels`
-    (-1: 0) into out_cos. On debdeps (41,185 labels) scipy's sparse product, a full-row argpartition and a second
+    frequent terms added whole: `postings` is `by_term`'s tuple), the k best of labels 0..among-1 into
+    out_ids/out_sims (k = their width, best first, ties in label order) by one pass that keeps a sorted top k, and the
+    cosines of its row of `labels` (-1: 0) into out_cos. On debdeps (41,185 labels) scipy's sparse product, a full-row argpartition and a second
     lookup for `labels` took 10× as long (bench/RESULTS.md, label_text_stage_speed)."""
     t_ptr, t_labels, t_weights, dense_row, dense = postings
     k = out_ids.shape[1]
@@ -47,10 +47,10 @@ def _sparse_top_k(q_ptr, q_terms, q_weights, postings, n_labels, labels, out_ids
                 continue
             for e in range(t_ptr[term], t_ptr[term + 1]):
                 acc[t_labels[e]] += w * t_weights[e]
-        for j in range(min(k, n_labels)):  # the first k labels, sorted, then every other one that beats the last kept
+        for j in range(min(k, among)):  # the first k labels, sorted, then every other one that beats the last kept
             out_ids[i, j], out_sims[i, j] = j, acc[j]
             _sink(out_ids, out_sims, i, j)
-        for label in range(k, n_labels if k > 0 else 0):
+        for label in range(k, among if k > 0 else 0):
             score = acc[label]
             if score > out_sims[i, k - 1]:  # equal: the kept label comes first (label order)
                 out_ids[i, k - 1], out_sims[i, k - 1] = label, score
@@ -181,25 +181,41 @@ class LabelIndex:
             self.info.config,
         )
 
-    def search(self, queries: np.ndarray | sp.csr_matrix, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k label ids per query (-1 where fewer exist) and their cosines (-inf there)."""
-        k = min(k, self.n_labels)
+    def search(
+        self, queries: np.ndarray | sp.csr_matrix, k: int, among: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k label ids per query (-1 where fewer exist) and their cosines (-inf there), among the labels
+        0..among-1 (all by default: `among` leaves out the labels added after the fusion was fitted)."""
+        among = self.n_labels if among is None else min(among, self.n_labels)
+        k = min(k, among)
         if self.index is None:
-            return self._sparse_search(csr_rows(queries), k)[:2]
-        sims, ids = self.index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
+            return self._sparse_search(csr_rows(queries), k, among=among)[:2]
+        params = None
+        if among < self.n_labels:
+            import faiss
+
+            selector = faiss.IDSelectorRange(0, among)
+            hnsw = self.info.index == "hnsw"
+            params = (
+                faiss.SearchParametersHNSW(sel=selector, efSearch=self.info.config.ef_search)
+                if hnsw
+                else faiss.SearchParameters(sel=selector)
+            )
+        sims, ids = self.index.search(np.ascontiguousarray(queries, dtype=np.float32), k, params=params)
         return ids.astype(np.int64), np.where(ids >= 0, sims, -np.inf).astype(np.float32)
 
     def search_and_cosines(
-        self, queries: np.ndarray | sp.csr_matrix, k: int, labels: np.ndarray
+        self, queries: np.ndarray | sp.csr_matrix, k: int, labels: np.ndarray, among: int | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`search` and `cosines(queries, labels)` at once: the sparse kind reads both from one product per query
         (a second lookup of the tree's labels cost as much as a tenth of the search)."""
         if self.index is not None:
-            return *self.search(queries, k), self.cosines(queries, labels)
-        return self._sparse_search(csr_rows(queries), min(k, self.n_labels), labels)
+            return *self.search(queries, k, among), self.cosines(queries, labels)
+        among = self.n_labels if among is None else min(among, self.n_labels)
+        return self._sparse_search(csr_rows(queries), min(k, among), labels, among)
 
     def _sparse_search(
-        self, queries: sp.csr_matrix, k: int, labels: np.ndarray | None = None
+        self, queries: sp.csr_matrix, k: int, labels: np.ndarray | None = None, among: int | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Exact, by the compiled kernel `_sparse_top_k` over the terms × labels postings; no documents × labels
         buffer for a batch."""
@@ -208,7 +224,8 @@ class LabelIndex:
         tree = np.zeros((n, 0), np.int64) if labels is None else np.ascontiguousarray(labels, dtype=np.int64)
         cos = np.zeros(tree.shape, np.float32)
         q = (queries.indptr.astype(np.int64), queries.indices.astype(np.int32), queries.data.astype(np.float32))
-        _sparse_top_k(*q, self._by_term, self.n_labels, tree, ids, sims, cos)
+        among = self.n_labels if among is None else among
+        _sparse_top_k(*q, self._by_term, self.n_labels, among, tree, ids, sims, cos)
         return ids, sims, None if labels is None else cos
 
     def cosines(self, queries: np.ndarray | sp.csr_matrix, labels: np.ndarray) -> np.ndarray:

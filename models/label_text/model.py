@@ -50,14 +50,18 @@ def embeds_nothing(queries: np.ndarray | sp.csr_matrix) -> np.ndarray:
     return ~np.asarray(queries).any(axis=1)
 
 
-def candidates(tree: Predictions, queries: np.ndarray, index: LabelIndex, m: int) -> tuple[np.ndarray, np.ndarray]:
+def candidates(
+    tree: Predictions, queries: np.ndarray, index: LabelIndex, m: int, fitted: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(labels n × (K+M), their fusion features n × (K+M) × F): the tree's top K, then the index's top M for each
     query that the tree did not propose (a repeated or missing one is -1). The one candidate builder of serving and
-    of the fusion's fitting (training/label_text/fusion.py)."""
+    of the fusion's fitting (training/label_text/fusion.py). With `fitted` < the index's labels (labels added after
+    the fit, `added_candidates`), the index's top M is taken among the fitted labels and the added labels' top M
+    follow."""
     proposed = tree.labels >= 0
     tree_scores = np.where(proposed & np.isfinite(tree.scores), tree.scores, 0.0)
     tree_labels = np.where(proposed, tree.labels, -1)
-    found, sims, tree_cosine = index.search_and_cosines(queries, m, tree_labels)
+    found, sims, tree_cosine = index.search_and_cosines(queries, m, tree_labels, among=fitted)
     same = (found[:, :, None] == tree_labels[:, None, :]) & proposed[:, None, :]  # n × M × K
     repeated = same.any(axis=2)
     in_index = same.any(axis=1)  # a tree candidate the index found too: its place there is a feature
@@ -72,7 +76,40 @@ def candidates(tree: Predictions, queries: np.ndarray, index: LabelIndex, m: int
         [np.where(in_index, same.argmax(axis=1), -1), np.where(found >= 0, index_places, -1)], axis=1
     )
     frequency = index.frequencies[np.maximum(labels, 0)]
-    return labels, candidate_features(scores, tree_rank, index_rank, cosine, frequency)
+    features = candidate_features(scores, tree_rank, index_rank, cosine, frequency)
+    if fitted is None or fitted >= index.n_labels:
+        return labels, features
+    return added_candidates(queries, index, m, fitted, labels, features, scores, tree_rank, index_rank, cosine, sims)
+
+
+def added_candidates(queries, index: LabelIndex, m: int, fitted: int, labels, features, *columns):
+    """The fitted labels' candidates (`labels`, `features` and their raw `columns`: tree scores, tree and index
+    places, cosines, and the index list's cosines), then the top M of the labels added after the fit (ids fitted..).
+
+    Why a list of their own: the fusion reads a candidate's place in the index's list and its gap to the document's
+    best cosine, so added labels taking places in that list would change the scores of the labels the model had
+    (`xtag update --labels` promises they keep them). An added label is featured as if it had been found by the same
+    search: it is a candidate when its cosine beats the fitted list's last, its place is the count of that list's
+    cosines above its own, its gap is to the best of both lists.
+    Its cosines are computed for every added label (cost: documents × added labels)."""
+    scores, tree_rank, index_rank, cosine, found_sims = columns
+    n = labels.shape[0]
+    added = np.broadcast_to(np.arange(fitted, index.n_labels), (n, index.n_labels - fitted))
+    sims = index.cosines(queries, added)
+    best = np.argsort(-sims, axis=1, kind="stable")[:, :m]
+    new_sims = np.take_along_axis(sims, best, axis=1).astype(np.float32)
+    # as found by the same search: only what would have beaten the fitted list's last (ties go to the lower id)
+    new_ids = np.where(new_sims > found_sims[:, -1:], np.take_along_axis(added, best, axis=1), -1)
+    place = (found_sims[:, None, :] > new_sims[:, :, None]).sum(axis=2)  # -inf (no label there) never counts
+    both = [
+        np.concatenate([scores, np.zeros(new_ids.shape, np.float32)], axis=1),
+        np.concatenate([tree_rank, np.full(new_ids.shape, -1)], axis=1),
+        np.concatenate([index_rank, place], axis=1),
+        np.concatenate([cosine, new_sims], axis=1),
+        np.concatenate([index.frequencies[np.maximum(labels, 0)], index.frequencies[np.maximum(new_ids, 0)]], axis=1),
+    ]
+    tail = candidate_features(*both)[:, labels.shape[1] :]
+    return np.concatenate([labels, new_ids], axis=1), np.concatenate([features, tail], axis=1)
 
 
 class FusedModel(Model):
@@ -102,7 +139,9 @@ class FusedModel(Model):
         width = min(max(self.fusion.tree_candidates, k), self.tree.n_labels)
         tree = self.tree.predict(features.X, k=width, beam_size=beam_size)
         queries = self.encoder.encode_documents(features.texts)
-        labels, feats = candidates(tree, queries, self.index, self.fusion.index_candidates)
+        labels, feats = candidates(
+            tree, queries, self.index, self.fusion.index_candidates, fitted=self.fusion.fitted_labels
+        )
         scores = np.where(labels >= 0, expit(self.fusion.logits(feats)), -np.inf).astype(np.float32)
         ids, best = self.fusion.top(scores, labels, self.index.frequencies[np.maximum(labels, 0)] == 0, k)
         silent = embeds_nothing(queries)  # the tree alone

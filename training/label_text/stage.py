@@ -64,7 +64,9 @@ class LabelTextStage:
 
 def add_labels(model: Path, label_texts: LabelTexts, names: list[str]) -> list[str]:
     """A run's model/ folder with the label file's labels it lacks added from their text alone: embedded, appended to
-    the label index (no training documents, so no tree score); the tree and every other label stay as they were.
+    the label index (no training documents, so no tree score); the tree and every other label stay as they were, and
+    keep their scores: fusion.json records the labels it was fitted over, and the added ones are ranked in a list
+    of their own (models/label_text/model.py added_candidates).
     Returns the added ids (the caller appends them to labels.json in this order)."""
     from xtag.models.label_text.encoder import LabelTextEncoder
 
@@ -73,8 +75,12 @@ def add_labels(model: Path, label_texts: LabelTexts, names: list[str]) -> list[s
     if added:
         encoder = LabelTextEncoder.load(model / LOADERS["label-encoder"].path)
         folder = model / LOADERS["label-index"].path
-        index = LabelIndex.load(folder).added(encode(encoder, label_texts.texts_for(added), labels=True))
-        index.save(folder)
+        before = LabelIndex.load(folder)
+        fusion_file = model / LOADERS["label-fusion"].path
+        fusion = Fusion.load(fusion_file)
+        if fusion.fitted_labels is None:  # the labels it was fitted over: those before any update
+            Fusion(**{**fusion.model_dump(), "fitted_labels": before.n_labels}).save(fusion_file)
+        before.added(encode(encoder, label_texts.texts_for(added), labels=True)).save(folder)
     return added
 
 

@@ -89,3 +89,18 @@ def test_ties_come_in_label_order_then_the_labels_a_query_shares_nothing_with():
     assert ids.tolist() == [[0, 2, 4, 1]] and sims.tolist() == [[0.5, 0.5, 0.5, 0.0]]
     ids, _ = index.search(sp.csr_matrix(np.array([[0.6, 0.8]], np.float32)), 2)
     assert ids.tolist() == [[0, 2]]
+
+
+def test_a_search_among_the_first_labels_is_the_exact_one_over_them():
+    """`among` (the labels a fusion was fitted over): the top k of labels 0..among-1 only, sparse and FAISS alike."""
+    index = sparse_index()
+    Q = queries(index)
+    among = index.n_labels - 500
+    ids, sims = index.search(Q, 20, among=among)
+    assert (ids < among).all()
+    scores = (Q @ index.embeddings[:among].T).toarray().astype(np.float32)
+    assert np.allclose(sims, -np.sort(-scores, axis=1)[:, :20], atol=1e-6)
+    dense = LabelIndex.build(index.embeddings.toarray(), index.frequencies)
+    d_ids, d_sims = dense.search(Q.toarray(), 20, among=among)
+    assert dense.info.index == "flat" and (d_ids < among).all()
+    assert np.allclose(d_sims, sims, atol=1e-5)

@@ -26,7 +26,7 @@ def _index(path: Path, parts: Parts) -> None:
 
 
 def _fusion(path: Path, parts: Parts) -> None:
-    from xtag.models.label_text.fusion import Fusion
+    from xtag.models.label_text.fusion import Fusion, warm_up
     from xtag.models.label_text.model import FusedModel, TextAndFeatures
 
     tree = parts.need("model", "label-fusion")
@@ -34,7 +34,10 @@ def _fusion(path: Path, parts: Parts) -> None:
     featurizer = parts.need("featurizer", "label-fusion")
     if isinstance(tree, FusedModel):
         raise XtagError(f"{path}: a second label-text fusion")
-    parts.model = FusedModel(tree, encoder, index, Fusion.load(path))
+    fusion = Fusion.load(path)
+    if fusion.trees is not None:
+        warm_up()  # its compiled walk, before any request
+    parts.model = FusedModel(tree, encoder, index, fusion)
     parts.featurizer = TextAndFeatures(featurizer)
 
 

@@ -24,9 +24,10 @@ def warm(
     """Compile the Numba kernels into numba's cache, so the first train and serve start without the JIT."""
     from xtag.models.engine import warm_up
     from xtag.models.engine.jit import KERNELS
+    from xtag.models.label_text.fusion import warm_up as warm_fusion
     from xtag.models.label_text.index import warm_up as warm_label_search
 
-    seconds = {"serve": warm_up() + warm_label_search()}
+    seconds = {"serve": warm_up() + warm_label_search() + warm_fusion()}
     if not serve_only:
         from xtag.training.warm import warm_training
 

@@ -34,10 +34,10 @@ CHUNK = 512
 
 
 def top_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    idx = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-    val = np.take_along_axis(scores, idx, 1)
-    order = np.argsort(-val, axis=1, kind="stable")
-    return np.take_along_axis(idx, order, 1), np.take_along_axis(val, order, 1)
+    from xtag.models.inference.beam_search import top_k_positions
+
+    idx = top_k_positions(scores, k)
+    return idx, np.take_along_axis(scores, idx, 1)
 
 
 def searches(queries: sp.csr_matrix, labels_T: sp.csr_matrix, new: np.ndarray, docs_T: sp.csr_matrix):

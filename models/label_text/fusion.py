@@ -45,7 +45,6 @@ FEATURES = (
 )
 LINEAR_FEATURES = FEATURES[:6]
 NEW_LABEL_HEAD = 5  # the places before `new_label_places` begin: P@1..P@5 are the fused ranking's own
-PLACE_BONUS = 4.0  # lifts a chosen new label's sigmoid score (0..1) above every other candidate's, for one top_k  # the logistic regression's, as the first fused bundles wrote them
 
 
 class BoostedTrees(BaseModel):

@@ -186,7 +186,7 @@ class LabelIndex:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-k label ids per query (-1 where fewer exist) and their cosines (-inf there), among the labels
         0..among-1 (all by default: `among` leaves out the labels added after the fusion was fitted)."""
-        among = self.n_labels if among is None else min(among, self.n_labels)
+        among = self._among(among)
         k = min(k, among)
         if self.index is None:
             return self._sparse_search(csr_rows(queries), k, among=among)[:2]
@@ -204,6 +204,10 @@ class LabelIndex:
         sims, ids = self.index.search(np.ascontiguousarray(queries, dtype=np.float32), k, params=params)
         return ids.astype(np.int64), np.where(ids >= 0, sims, -np.inf).astype(np.float32)
 
+    def _among(self, among: int | None) -> int:
+        """The labels a search ranks: 0..among-1, all of them by default."""
+        return self.n_labels if among is None else min(among, self.n_labels)
+
     def search_and_cosines(
         self, queries: np.ndarray | sp.csr_matrix, k: int, labels: np.ndarray, among: int | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -211,7 +215,7 @@ class LabelIndex:
         (a second lookup of the tree's labels cost as much as a tenth of the search)."""
         if self.index is not None:
             return *self.search(queries, k, among), self.cosines(queries, labels)
-        among = self.n_labels if among is None else min(among, self.n_labels)
+        among = self._among(among)
         return self._sparse_search(csr_rows(queries), min(k, among), labels, among)
 
     def _sparse_search(
@@ -224,8 +228,7 @@ class LabelIndex:
         tree = np.zeros((n, 0), np.int64) if labels is None else np.ascontiguousarray(labels, dtype=np.int64)
         cos = np.zeros(tree.shape, np.float32)
         q = (queries.indptr.astype(np.int64), queries.indices.astype(np.int32), queries.data.astype(np.float32))
-        among = self.n_labels if among is None else among
-        _sparse_top_k(*q, self._by_term, self.n_labels, among, tree, ids, sims, cos)
+        _sparse_top_k(*q, self._by_term, self.n_labels, self._among(among), tree, ids, sims, cos)
         return ids, sims, None if labels is None else cos
 
     def cosines(self, queries: np.ndarray | sp.csr_matrix, labels: np.ndarray) -> np.ndarray:

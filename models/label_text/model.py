@@ -79,12 +79,16 @@ def candidates(
     features = candidate_features(scores, tree_rank, index_rank, cosine, frequency)
     if fitted is None or fitted >= index.n_labels:
         return labels, features
-    return added_candidates(queries, index, m, fitted, labels, features, scores, tree_rank, index_rank, cosine, sims)
+    fitted_columns = (scores, tree_rank, index_rank, cosine, frequency)
+    return added_candidates(queries, index, m, fitted, labels, features, fitted_columns, sims)
 
 
-def added_candidates(queries, index: LabelIndex, m: int, fitted: int, labels, features, *columns):
-    """The fitted labels' candidates (`labels`, `features` and their raw `columns`: tree scores, tree and index
-    places, cosines, and the index list's cosines), then the top M of the labels added after the fit (ids fitted..).
+def added_candidates(
+    queries, index: LabelIndex, m: int, fitted: int, labels, features, fitted_columns: tuple, found_sims: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The fitted labels' candidates (`labels`, `features`, and `fitted_columns`: the raw tree scores, tree and
+    index places, cosines and frequencies `candidate_features` read), then the top M of the labels added after the
+    fit (ids fitted..); `found_sims`: the cosines of the index's list of fitted labels.
 
     Why a list of their own: the fusion reads a candidate's place in the index's list and its gap to the document's
     best cosine, so added labels taking places in that list would change the scores of the labels the model had
@@ -92,22 +96,22 @@ def added_candidates(queries, index: LabelIndex, m: int, fitted: int, labels, fe
     search: it is a candidate when its cosine beats the fitted list's last, its place is the count of that list's
     cosines above its own, its gap is to the best of both lists.
     Its cosines are computed for every added label (cost: documents × added labels)."""
-    scores, tree_rank, index_rank, cosine, found_sims = columns
     n = labels.shape[0]
     added = np.broadcast_to(np.arange(fitted, index.n_labels), (n, index.n_labels - fitted))
     sims = index.cosines(queries, added)
-    best = np.argsort(-sims, axis=1, kind="stable")[:, :m]
+    best = np.argsort(-sims, axis=1, kind="stable")[:, :m]  # ties in id order, exactly
     new_sims = np.take_along_axis(sims, best, axis=1).astype(np.float32)
     # as found by the same search: only what would have beaten the fitted list's last (ties go to the lower id)
     new_ids = np.where(new_sims > found_sims[:, -1:], np.take_along_axis(added, best, axis=1), -1)
     place = (found_sims[:, None, :] > new_sims[:, :, None]).sum(axis=2)  # -inf (no label there) never counts
-    both = [
-        np.concatenate([scores, np.zeros(new_ids.shape, np.float32)], axis=1),
-        np.concatenate([tree_rank, np.full(new_ids.shape, -1)], axis=1),
-        np.concatenate([index_rank, place], axis=1),
-        np.concatenate([cosine, new_sims], axis=1),
-        np.concatenate([index.frequencies[np.maximum(labels, 0)], index.frequencies[np.maximum(new_ids, 0)]], axis=1),
-    ]
+    added_columns = (
+        np.zeros(new_ids.shape, np.float32),  # no tree score
+        np.full(new_ids.shape, -1),  # not in the tree's list
+        place,
+        new_sims,
+        index.frequencies[np.maximum(new_ids, 0)],
+    )
+    both = [np.concatenate([old, new], axis=1) for old, new in zip(fitted_columns, added_columns)]
     tail = candidate_features(*both)[:, labels.shape[1] :]
     return np.concatenate([labels, new_ids], axis=1), np.concatenate([features, tail], axis=1)
 

@@ -79,7 +79,7 @@ def add_labels(model: Path, label_texts: LabelTexts, names: list[str]) -> list[s
         fusion_file = model / LOADERS["label-fusion"].path
         fusion = Fusion.load(fusion_file)
         if fusion.fitted_labels is None:  # the labels it was fitted over: those before any update
-            Fusion(**{**fusion.model_dump(), "fitted_labels": before.n_labels}).save(fusion_file)
+            fusion.model_copy(update={"fitted_labels": before.n_labels}).save(fusion_file)
         before.added(encode(encoder, label_texts.texts_for(added), labels=True)).save(folder)
     return added
 
